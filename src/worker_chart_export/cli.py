@@ -1,0 +1,201 @@
+"""`worker-chart-export`: run-local, serve, templates sync. Parses flags, wires adapters,
+calls the same execute_step as the CloudEvent function, prints summaries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from worker_chart_export import SERVICE_NAME
+from worker_chart_export.core.errors import ConfigError, RedeliverEvent
+from worker_chart_export.core.selection import StepSelectionError, choose_step
+from worker_chart_export.logs import configure_logging, get_logger
+from worker_chart_export.settings import load_settings
+
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad flags, unreadable input files, unusable configuration: exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="worker-chart-export", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run-local", help="run one CHART_EXPORT step of a local flow_run JSON file")
+    run.add_argument("--flow-run-path", required=True, type=Path, help="flow_run JSON (flow_run.schema.json)")
+    run.add_argument("--step-id", help="run this CHART_EXPORT step instead of the first READY one")
+    run.add_argument(
+        "--charts-api-mode", choices=["real", "mock", "record"], help="over env CHARTS_API_MODE; default mock"
+    )
+    run.add_argument(
+        "--charts-bucket",
+        help="gs://bucket (over env CHARTS_BUCKET); when set, "
+        "artifacts go to GCS instead of the local folder",
+    )
+    run.add_argument(
+        "--accounts-config-path",
+        type=Path,
+        help="CHART-IMG accounts JSON file, same format as CHART_IMG_ACCOUNTS_JSON",
+    )
+    run.add_argument("--output-summary", choices=["none", "text", "json"], default="text")
+    run.add_argument(
+        "--output-dir",
+        type=Path,
+        help="local output folder (over env CHARTS_LOCAL_OUTPUT_DIR; default ./out)",
+    )
+
+    serve = commands.add_parser("serve", help="serve the CloudEvent function over HTTP")
+    serve.add_argument("--port", type=int, help="default $PORT or 8080")
+    serve.add_argument("--host", default="0.0.0.0")
+
+    templates = commands.add_parser("templates", help="chart template commands")
+    template_commands = templates.add_subparsers(dest="templates_command", required=True)
+    sync = template_commands.add_parser(
+        "sync", help="validate chart-templates/*.json and upsert them into Firestore chart_templates/{id}"
+    )
+    sync.add_argument("--dir", type=Path, help="templates folder (default: the repo's chart-templates/)")
+    sync.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # exits 2 on bad flags
+    try:
+        if args.command == "run-local":
+            return run_local(args)
+        if args.command == "serve":
+            return serve(args)
+        return templates_sync(args)
+    except (UsageError, ConfigError) as exc:
+        print(f"worker-chart-export: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _read_accounts_file(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--accounts-config-path {path}: {exc.strerror}") from None
+
+
+def _read_flow_run(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--flow-run-path {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--flow-run-path {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"--flow-run-path {path}: a flow_run must be a JSON object")
+    if not isinstance(document.get("runId"), str) or not document["runId"]:
+        raise UsageError(f"--flow-run-path {path}: the flow_run has no runId")
+    return document
+
+
+def run_local(args: argparse.Namespace) -> int:
+    from worker_chart_export.adapters.local import LocalFlowRunStore
+    from worker_chart_export.execute import StepReport, execute_step
+    from worker_chart_export.wiring import LocalLayout, build_local_ports
+
+    settings = load_settings(
+        {
+            "charts_api_mode": args.charts_api_mode,
+            "charts_bucket": args.charts_bucket,
+            "chart_img_accounts_json": _read_accounts_file(args.accounts_config_path),
+            "local_output_dir": args.output_dir,
+        },
+        defaults={"charts_api_mode": "mock"},
+    )
+    # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
+    configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
+    log = get_logger()
+    layout = LocalLayout.under(settings.local_output_dir, args.flow_run_path)
+    log.info(
+        "run-local started",
+        mode="local",
+        chartsApi={"mode": settings.charts_api_mode.value},
+        flowRunPath=str(args.flow_run_path),
+        stepId=args.step_id,
+    )
+
+    run_id = _read_flow_run(args.flow_run_path)["runId"]
+    ports = build_local_ports(settings, args.flow_run_path, layout)
+    assert isinstance(ports.flow_runs, LocalFlowRunStore)
+    flow_run = ports.flow_runs.read()  # the state beside the sample once a run has written it
+    log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
+    try:
+        step_id = choose_step(flow_run, args.step_id)
+    except StepSelectionError as exc:
+        raise UsageError(f"--step-id: {exc}") from None
+
+    if step_id is None:
+        log.info("no READY CHART_EXPORT step: no-op", runId=run_id, code="NO_READY_STEP")
+        report = StepReport(
+            run_id,
+            "",
+            "NOOP",
+            settings.charts_api_mode.value,
+            error_code="NO_READY_STEP",
+            message="no READY CHART_EXPORT step in the flow_run",
+        )
+    else:
+        try:
+            report = execute_step(run_id, step_id, ports=ports, settings=settings)
+        except RedeliverEvent as exc:
+            print(f"worker-chart-export: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    _print_summary(args.output_summary, report, layout, settings.charts_bucket_configured)
+    return EXIT_SUCCEEDED if report.outcome == "SUCCEEDED" else EXIT_FAILED
+
+
+def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool) -> None:
+    local_copy = None if bucket_configured else str(layout.bucket_root)
+    if kind == "json":
+        summary = {
+            **report.to_summary(),
+            "localArtifactsDir": local_copy,
+            "flowRunStatePath": str(layout.flow_run_state),
+        }
+        print(json.dumps(summary))
+    elif kind == "text":
+        if report.outcome == "NOOP":
+            print(f"CHART_EXPORT NOOP: {report.message} ({report.error_code})")
+        else:
+            line = (
+                f"CHART_EXPORT {report.outcome}: manifest={report.manifest_uri or '-'}, "
+                f"items={report.items_count}, failures={report.failures_count}, minImages={report.min_images}"
+            )
+            if report.error_code:
+                line += f", error={report.error_code}: {report.message}"
+            print(line)
+        if local_copy:
+            print(f"artifacts written locally under {local_copy}/ (mirrors the bucket layout)")
+        print(f"flow_run state: {layout.flow_run_state}")
+
+
+def serve(args: argparse.Namespace) -> int:
+    from worker_chart_export.serve import run_server
+
+    port = args.port if args.port is not None else load_settings().port
+    run_server(port, host=args.host)
+    return EXIT_SUCCEEDED
+
+
+def templates_sync(args: argparse.Namespace) -> int:
+    from worker_chart_export.templates_sync import run_templates_sync
+
+    settings = load_settings()
+    configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
+    code, text = run_templates_sync(
+        args.dir or settings.chart_templates_dir, settings.google_cloud_project, args.dry_run
+    )
+    print(text)
+    return code

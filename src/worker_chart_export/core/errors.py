@@ -1,0 +1,68 @@
+"""Error codes of the worker contract (§8) and of the shared error model that apply here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    # worker contract §8: written to steps[stepId].error.code and manifest failures[]
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+    CHART_API_FAILED = "CHART_API_FAILED"
+    CHART_API_LIMIT_EXCEEDED = "CHART_API_LIMIT_EXCEEDED"
+    CHART_API_MOCK_MISSING = "CHART_API_MOCK_MISSING"
+    GCS_WRITE_FAILED = "GCS_WRITE_FAILED"
+    MANIFEST_WRITE_FAILED = "MANIFEST_WRITE_FAILED"
+    # error model: infrastructure failures that can still be recorded on the step
+    FLOW_RUN_INVALID = "FLOW_RUN_INVALID"
+    FIRESTORE_CLAIM_FAILED = "FIRESTORE_CLAIM_FAILED"
+    FIRESTORE_FINALIZE_FAILED = "FIRESTORE_FINALIZE_FAILED"
+    FIRESTORE_UNAVAILABLE = "FIRESTORE_UNAVAILABLE"
+    # a defect in the worker itself; recorded so the step never stays RUNNING
+    WORKER_INTERNAL_ERROR = "WORKER_INTERNAL_ERROR"
+    # error model: outcomes that are not failures and never set steps[].error
+    NO_READY_STEP = "NO_READY_STEP"
+    STEP_CLAIM_CONFLICT = "STEP_CLAIM_CONFLICT"
+    STEP_FINALIZE_CONFLICT = "STEP_FINALIZE_CONFLICT"
+    FLOW_RUN_NOT_FOUND = "FLOW_RUN_NOT_FOUND"
+
+
+@dataclass(frozen=True)
+class StepError:
+    """The `error{code,message,details}` object; details must never hold secrets."""
+
+    code: ErrorCode
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code.value, "message": self.message}
+        if self.details:
+            data["details"] = self.details
+        return data
+
+
+class WorkerError(Exception):
+    """Base for errors the worker raises on purpose."""
+
+
+class ConfigError(WorkerError):
+    """The worker's own configuration is unusable (bad env, malformed accounts JSON...)."""
+
+
+class TransientStoreError(WorkerError):
+    """A store (Firestore, GCS) failed in a way worth retrying: timeouts, 5xx, unavailable."""
+
+
+class ArtifactWriteError(WorkerError):
+    """Writing an object failed after the adapter's own bounded retries."""
+
+
+class RedeliverEvent(WorkerError):
+    """The invocation must fail (HTTP 5xx) so that Eventarc delivers the event again."""
+
+
+class FinalizeFailed(RedeliverEvent):
+    """The step's result could not be recorded within the finalize budget."""

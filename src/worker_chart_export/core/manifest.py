@@ -1,0 +1,92 @@
+"""ChartsOutputsManifest (contract §6), built from plain values and checked against our schema."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from worker_chart_export.core.errors import StepError
+from worker_chart_export.core.naming import rfc3339_utc
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ManifestItem:
+    chart_template_id: str
+    kind: str
+    generated_at: datetime
+    png_gcs_uri: str
+    chart_img_symbol: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chartTemplateId": self.chart_template_id,
+            "kind": self.kind,
+            "generatedAt": rfc3339_utc(self.generated_at),
+            "png_gcs_uri": self.png_gcs_uri,
+            "meta": {"chartImgSymbol": self.chart_img_symbol},
+        }
+
+
+@dataclass(frozen=True)
+class ManifestFailure:
+    request: dict[str, Any]
+    error: StepError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request": self.request, "error": self.error.to_dict()}
+
+
+class InvalidManifestError(ValueError):
+    """The worker built a manifest its own contract rejects: a bug, never written out."""
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    step_id: str,
+    symbol: str,
+    timeframe: str,
+    min_images: int,
+    requested: list[dict[str, Any]],
+    items: list[ManifestItem],
+    failures: list[ManifestFailure],
+    created_at: datetime,
+    charts_api_mode: str,
+) -> dict[str, Any]:
+    """Items and failures follow the order of `requested`, so the document is deterministic."""
+    order = {r["chartTemplateId"]: i for i, r in enumerate(requested)}
+    manifest = {
+        "schemaVersion": SCHEMA_VERSION,
+        "runId": run_id,
+        "stepId": step_id,
+        "createdAt": rfc3339_utc(created_at),
+        "symbol": symbol,
+        "timeframe": timeframe,
+        "minImages": min_images,
+        "chartsApiMode": charts_api_mode,
+        "requested": requested,
+        "items": [i.to_dict() for i in sorted(items, key=lambda i: order[i.chart_template_id])],
+        "failures": [
+            f.to_dict() for f in sorted(failures, key=lambda f: order[f.request["chartTemplateId"]])
+        ],
+    }
+    check_manifest(manifest)
+    return manifest
+
+
+def check_manifest(manifest: dict[str, Any]) -> None:
+    from worker_chart_export.contracts import MANIFEST, schema_errors
+
+    problems = schema_errors(MANIFEST, manifest)
+    if problems:
+        raise InvalidManifestError(
+            "manifest violates charts_outputs_manifest.schema.json: " + "; ".join(problems)
+        )
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

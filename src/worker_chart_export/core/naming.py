@@ -1,0 +1,92 @@
+"""Deterministic names: GCS object paths, PNG file names, fixture keys.
+
+The rules are written down in contracts/charts_images_naming.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+# runId, stepId and chartTemplateId become path segments: only this shape is accepted.
+SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+CHARTS_PREFIX = "charts"
+MANIFEST_NAME = "manifest.json"
+FIXTURE_PROVIDER_DIR = "chart-img/advanced-chart-v2"
+
+
+def is_safe_segment(value: object) -> bool:
+    return isinstance(value, str) and bool(SAFE_SEGMENT.fullmatch(value)) and ".." not in value
+
+
+def compact_utc(moment: datetime) -> str:
+    """`YYYYMMDDTHHMMSSmmmZ`: sortable, filename-safe, millisecond precision, always UTC."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y%m%dT%H%M%S") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def rfc3339_utc(moment: datetime) -> str:
+    """RFC 3339 in UTC with millisecond precision and a `Z` suffix."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def symbol_slug(chart_img_symbol: str) -> str:
+    """`BINANCE:BTCUSDT` -> `BINANCE-BTCUSDT`, `BYBIT:BTCUSDT.P` -> `BYBIT-BTCUSDT.P`.
+
+    Upper-cased; every run of characters outside [A-Z0-9.] becomes one `-`; no leading or
+    trailing `-`. It never contains `_`, which separates the parts of a PNG name.
+    """
+    slug = re.sub(r"[^A-Z0-9.]+", "-", chart_img_symbol.upper()).strip("-")
+    return slug or "UNKNOWN"
+
+
+def step_prefix(run_id: str, step_id: str) -> str:
+    for name, value in (("runId", run_id), ("stepId", step_id)):
+        if not is_safe_segment(value):
+            raise ValueError(f"{name} {value!r} is not a safe path segment")
+    return f"{CHARTS_PREFIX}/{run_id}/{step_id}"
+
+
+def png_object_path(
+    run_id: str,
+    step_id: str,
+    generated_at: datetime,
+    chart_img_symbol: str,
+    timeframe: str,
+    chart_template_id: str,
+) -> str:
+    if not is_safe_segment(chart_template_id):
+        raise ValueError(f"chartTemplateId {chart_template_id!r} is not a safe path segment")
+    name = f"{compact_utc(generated_at)}_{symbol_slug(chart_img_symbol)}_{timeframe}_{chart_template_id}.png"
+    return f"{step_prefix(run_id, step_id)}/{name}"
+
+
+def manifest_object_path(run_id: str, step_id: str) -> str:
+    return f"{step_prefix(run_id, step_id)}/{MANIFEST_NAME}"
+
+
+def gcs_uri(bucket: str, object_path: str) -> str:
+    return f"gs://{bucket}/{object_path}"
+
+
+def fixture_key(chart_img_symbol: str, timeframe: str, chart_template_id: str) -> str:
+    """`BINANCE:BTCUSDT`, `1h`, `price_psar_adi_v1` -> `BINANCE_BTCUSDT__1h__price_psar_adi_v1`.
+
+    `:` becomes `_` (contract §12.2); any other character unsafe in a file name becomes `_` too.
+    """
+    symbol_part = re.sub(r"[^A-Za-z0-9.-]", "_", chart_img_symbol)
+    return f"{symbol_part}__{timeframe}__{chart_template_id}"
+
+
+def success_fixture_name(key: str) -> str:
+    return f"{key}.png"
+
+
+ERROR_FIXTURE_NAME = re.compile(r"^(?P<key>.+)__(?P<status>[1-5]\d\d)_(?P<reason>[A-Z0-9_]+)\.json$")
+
+
+def error_fixture_name(key: str, http_status: int, reason: str) -> str:
+    """`<key>__429_LIMIT_EXCEEDED.json`; reason is upper-snake-cased from the API message."""
+    reason_part = re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or "ERROR"
+    return f"{key}__{http_status}_{reason_part}.json"

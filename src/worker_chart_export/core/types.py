@@ -1,0 +1,113 @@
+"""Plain values that cross the ports. No behaviour, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from worker_chart_export.core.errors import StepError
+
+JsonDict = dict[str, Any]
+
+
+class StepStatus(StrEnum):
+    PENDING = "PENDING"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    CANCELLED = "CANCELLED"
+
+
+CHART_EXPORT = "CHART_EXPORT"
+
+
+@dataclass(frozen=True)
+class ChartCall:
+    """One logical CHART-IMG request: one template of one step."""
+
+    run_id: str
+    step_id: str
+    chart_template_id: str
+    chart_img_symbol: str  # TradingView symbol, e.g. BINANCE:BTCUSDT
+    interval: str  # the step's timeframe, e.g. 1h
+    body: Mapping[str, Any]  # full JSON body: template request + symbol + interval
+    fixture_key: str  # e.g. BINANCE_BTCUSDT__1h__price_psar_adi_v1
+
+
+@dataclass(frozen=True)
+class ChartSuccess:
+    png: bytes
+    account_id: str | None = None  # None in mock mode
+
+
+@dataclass(frozen=True)
+class ChartFailure:
+    error: StepError  # CHART_API_FAILED / CHART_API_LIMIT_EXCEEDED / CHART_API_MOCK_MISSING
+
+
+ChartResult = ChartSuccess | ChartFailure
+
+
+class ClaimStatus(StrEnum):
+    CLAIMED = "CLAIMED"
+    CONFLICT = "CONFLICT"  # step is no longer READY (or vanished): no-op
+    NOT_FOUND = "NOT_FOUND"  # flow_run document does not exist: no-op
+
+
+@dataclass(frozen=True)
+class Claim:
+    token: str
+    attempt: int
+    started_at: datetime
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    status: ClaimStatus
+    reason: str
+    # the flow_run as read inside the winning transaction: the authoritative inputs
+    flow_run: JsonDict | None = None
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class StepFinal:
+    """What finalize writes onto steps[stepId]."""
+
+    status: StepStatus  # SUCCEEDED or FAILED
+    finished_at: datetime
+    outputs: JsonDict = field(default_factory=dict)  # e.g. {"outputsManifestGcsUri": ...}
+    error: StepError | None = None
+
+
+@dataclass(frozen=True)
+class FinalizeOutcome:
+    written: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class AccountUsage:
+    account_id: str
+    usage_today: int
+    daily_limit: int
+
+    @property
+    def exhausted(self) -> bool:
+        return self.usage_today >= self.daily_limit
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Result of trying to take one unit of an account's daily quota."""
+
+    account_id: str
+    reserved: bool
+    usage_today: int  # after the reservation, if reserved
+    daily_limit: int

@@ -1,0 +1,190 @@
+"""Input validation of a CHART_EXPORT step (contract §4.1, DESIGN §4.6).
+
+Every problem is collected, each naming the field it is about; the step then fails with
+VALIDATION_FAILED and a message listing them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from worker_chart_export.core.chart_request import (
+    SYMBOL_PLACEHOLDER,
+    build_request_body,
+    resolve_chart_img_symbol,
+)
+from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
+from worker_chart_export.core.types import ChartCall
+
+SYMBOL_PATTERN = re.compile(r"^[A-Z0-9][A-Z0-9._-]{0,31}$")
+CHART_IMG_INTERVALS = (
+    "1m", "3m", "5m", "15m", "30m", "45m", "1h", "2h", "3h", "4h", "6h", "12h", "1D", "1W", "1M",
+)  # fmt: skip
+# What may surround {symbol} in a template: exchange prefixes and suffixes like `.P`.
+CHART_IMG_SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9_:.!-]{1,64}$")
+FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")
+
+
+@dataclass(frozen=True)
+class ValidatedStep:
+    run_id: str
+    step_id: str
+    symbol: str
+    timeframe: str
+    min_images: int
+    requests: list[dict[str, Any]]  # inputs.requests[] as given, for manifest.requested[]
+    templates: dict[str, Mapping[str, Any]]
+    calls: list[ChartCall]  # one per request, in request order
+
+
+def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
+    """The chartTemplateIds worth fetching; tolerant of malformed input (validation reports it)."""
+    inputs = step.get("inputs")
+    requests = inputs.get("requests") if isinstance(inputs, Mapping) else None
+    if not isinstance(requests, list):
+        return []
+    ids = [r.get("chartTemplateId") for r in requests if isinstance(r, Mapping)]
+    return sorted({i for i in ids if is_safe_segment(i)})
+
+
+def _check_template(template_id: str, template: Mapping[str, Any] | None) -> list[str]:
+    where = f"chart_templates/{template_id}"
+    if template is None:
+        return [f"{where}: template not found"]
+    problems = []
+    symbol_template = template.get("chartImgSymbolTemplate")
+    if not isinstance(symbol_template, str) or SYMBOL_PLACEHOLDER not in symbol_template:
+        problems.append(f"{where}.chartImgSymbolTemplate: must be a string containing {{symbol}}")
+    elif not CHART_IMG_SYMBOL_PATTERN.fullmatch(resolve_chart_img_symbol(symbol_template, "X")):
+        problems.append(
+            f"{where}.chartImgSymbolTemplate: {symbol_template!r} has characters "
+            "not allowed in a TradingView symbol"
+        )
+    request = template.get("request")
+    if not isinstance(request, Mapping):
+        problems.append(f"{where}.request: must be an object")
+    else:
+        problems += [
+            f"{where}.request.{name}: must not be set by a template (the worker sets it)"
+            for name in FORBIDDEN_REQUEST_FIELDS
+            if name in request
+        ]
+    description = template.get("description")
+    if not isinstance(description, str) or not description.strip():
+        problems.append(f"{where}.description: must be a non-empty string (it is the manifest kind)")
+    return problems
+
+
+def validate_step(
+    flow_run: Mapping[str, Any],
+    run_id: str,
+    step_id: str,
+    templates: Mapping[str, Mapping[str, Any]],
+    *,
+    default_timezone: str,
+) -> ValidatedStep | StepError:
+    problems: list[str] = []
+    if not is_safe_segment(run_id):
+        problems.append(f"runId: {run_id!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')")
+    if not is_safe_segment(step_id):
+        problems.append(f"stepId: {step_id!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')")
+    doc_run_id = flow_run.get("runId")
+    if doc_run_id is not None and doc_run_id != run_id:
+        problems.append(f"runId: document says {doc_run_id!r} but it is stored as flow_runs/{run_id}")
+
+    scope = flow_run.get("scope")
+    symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
+    if not isinstance(symbol, str) or not SYMBOL_PATTERN.fullmatch(symbol):
+        problems.append(
+            f"scope.symbol: {symbol!r} must be a base symbol like 'BTCUSDT' "
+            f"({SYMBOL_PATTERN.pattern}; no '/', ':' or spaces)"
+        )
+
+    steps = flow_run.get("steps")
+    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    prefix = f"steps.{step_id}"
+    if not isinstance(step, Mapping):
+        return _failed([*problems, f"{prefix}: step not found"])
+
+    timeframe = step.get("timeframe")
+    if timeframe not in CHART_IMG_INTERVALS:
+        problems.append(
+            f"{prefix}.timeframe: {timeframe!r} is not a CHART-IMG interval ({' '.join(CHART_IMG_INTERVALS)})"
+        )
+
+    inputs = step.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return _failed([*problems, f"{prefix}.inputs: must be an object with minImages and requests"])
+    requests = inputs.get("requests")
+    request_list: list[dict[str, Any]] = []
+    if not isinstance(requests, list) or not requests:
+        problems.append(f"{prefix}.inputs.requests: must be a non-empty list")
+    else:
+        seen: set[str] = set()
+        for index, request in enumerate(requests):
+            where = f"{prefix}.inputs.requests[{index}]"
+            template_id = request.get("chartTemplateId") if isinstance(request, Mapping) else None
+            if not isinstance(request, Mapping):
+                problems.append(f"{where}: must be an object with chartTemplateId")
+            elif not is_safe_segment(template_id):
+                problems.append(
+                    f"{where}.chartTemplateId: {template_id!r} is not a safe template id "
+                    f"({SAFE_SEGMENT.pattern}, no '..')"
+                )
+            elif template_id in seen:
+                problems.append(f"{where}.chartTemplateId: {template_id!r} is requested twice")
+            else:
+                seen.add(template_id)
+                request_list.append(dict(request))
+
+    min_images = inputs.get("minImages")
+    if isinstance(min_images, bool) or not isinstance(min_images, int):
+        problems.append(f"{prefix}.inputs.minImages: {min_images!r} must be an integer")
+    elif isinstance(requests, list) and not 0 <= min_images <= len(requests):
+        problems.append(
+            f"{prefix}.inputs.minImages: {min_images} must be between 0 and "
+            f"the number of requests ({len(requests)})"
+        )
+
+    for request in request_list:
+        problems += _check_template(request["chartTemplateId"], templates.get(request["chartTemplateId"]))
+
+    if problems:
+        return _failed(problems)
+
+    assert isinstance(symbol, str) and isinstance(timeframe, str) and isinstance(min_images, int)
+    calls = []
+    for request in request_list:
+        template_id = request["chartTemplateId"]
+        template = templates[template_id]
+        chart_img_symbol = resolve_chart_img_symbol(template["chartImgSymbolTemplate"], symbol)
+        calls.append(
+            ChartCall(
+                run_id=run_id,
+                step_id=step_id,
+                chart_template_id=template_id,
+                chart_img_symbol=chart_img_symbol,
+                interval=timeframe,
+                body=build_request_body(template["request"], chart_img_symbol, timeframe, default_timezone),
+                fixture_key=fixture_key(chart_img_symbol, timeframe, template_id),
+            )
+        )
+    return ValidatedStep(
+        run_id=run_id,
+        step_id=step_id,
+        symbol=symbol,
+        timeframe=timeframe,
+        min_images=min_images,
+        requests=request_list,
+        templates={r["chartTemplateId"]: templates[r["chartTemplateId"]] for r in request_list},
+        calls=calls,
+    )
+
+
+def _failed(problems: list[str]) -> StepError:
+    head = problems[0] if len(problems) == 1 else f"{problems[0]} (and {len(problems) - 1} more)"
+    return StepError(ErrorCode.VALIDATION_FAILED, f"invalid step inputs: {head}", {"problems": problems})

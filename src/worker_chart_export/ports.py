@@ -1,0 +1,104 @@
+"""The ports: small protocols the step execution talks to. Each has a real and a local adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.types import (
+    AccountUsage,
+    ChartCall,
+    ChartResult,
+    ClaimOutcome,
+    FinalizeOutcome,
+    Reservation,
+    StepFinal,
+)
+
+
+class FlowRunStore(Protocol):
+    """flow_runs/{runId}: Firestore in production, a JSON file locally."""
+
+    def claim_step(
+        self, run_id: str, step_id: str, *, token: str, now: datetime, lease_expires_at: datetime
+    ) -> ClaimOutcome:
+        """READY -> RUNNING atomically, side-effect free inside the transaction.
+
+        Raises RedeliverEvent when contention made the claim give up and the step is still
+        READY; raises TransientStoreError when the store is unavailable.
+        """
+        ...
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+        """RUNNING(with our token) -> SUCCEEDED/FAILED; otherwise a no-op (written=False).
+
+        Raises TransientStoreError on errors worth retrying.
+        """
+        ...
+
+
+class TemplateSource(Protocol):
+    """chart_templates/{id}: Firestore in production, the chart-templates/ directory locally."""
+
+    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, Mapping[str, Any]]:
+        """Templates by id; ids that do not exist are absent from the result."""
+        ...
+
+
+class ArtifactStore(Protocol):
+    """The charts bucket: GCS in production, a local folder mirroring the bucket locally."""
+
+    bucket: str
+
+    def create_png(self, object_path: str, data: bytes) -> str:
+        """Create-only write (ifGenerationMatch=0). Returns the gs:// URI.
+
+        Raises ArtifactWriteError after bounded retries.
+        """
+        ...
+
+    def put_manifest(self, object_path: str, data: bytes) -> str:
+        """Overwriting write of application/json. Returns the gs:// URI.
+
+        Raises ArtifactWriteError after bounded retries.
+        """
+        ...
+
+
+class UsageStore(Protocol):
+    """chart_img_accounts_usage/{accountId}: daily usage windows (contract §14.4)."""
+
+    def read_usage(
+        self, account_ids: Sequence[str], *, default_limits: Mapping[str, int], now: datetime
+    ) -> list[AccountUsage]:
+        """Current usage per account, with stale (previous UTC day) windows read as zero."""
+        ...
+
+    def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
+        """In one transaction: reset a stale window, then take one unit if below the limit."""
+        ...
+
+    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
+        """After a 429: usageToday = dailyLimit for the rest of the UTC day."""
+        ...
+
+
+class ChartApi(Protocol):
+    """Renders one logical chart request: real HTTP, fixtures (mock) or record/replay."""
+
+    mode: str
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        """Never raises for API-level failures: they come back as ChartFailure."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    flow_runs: FlowRunStore
+    templates: TemplateSource
+    artifacts: ArtifactStore
+    chart_api: ChartApi

@@ -1,0 +1,111 @@
+"""Chooses and builds adapters. Heavy client libraries are imported here, lazily, and only
+for the adapters actually used."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.local import (
+    LocalArtifactStore,
+    LocalFlowRunStore,
+    LocalTemplateSource,
+)
+from worker_chart_export.config import ChartsApiMode, Settings
+from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
+from worker_chart_export.settings import load_settings
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    ports: Ports
+
+
+def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> ChartApi:
+    if settings.charts_api_mode is ChartsApiMode.MOCK:
+        # mock never needs accounts, a usage store or an HTTP client
+        return MockChartApi(FixtureLibrary(settings.charts_fixtures_dir))
+    from worker_chart_export.adapters.chart_img import build_chart_api as build_http_chart_api
+
+    assert usage_store is not None, "real/record modes need a usage store"
+    return build_http_chart_api(settings, usage_store)
+
+
+def gcs_artifacts(settings: Settings) -> ArtifactStore:
+    from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
+
+    return GcsArtifactStore(make_storage_client(settings.google_cloud_project), settings.charts_bucket)
+
+
+def build_production_ports(settings: Settings) -> Ports:
+    from worker_chart_export.adapters.firestore import (
+        FirestoreFlowRunStore,
+        FirestoreTemplateSource,
+        FirestoreUsageStore,
+        make_firestore_client,
+    )
+
+    client = make_firestore_client(settings.google_cloud_project)
+    usage = None if settings.charts_api_mode is ChartsApiMode.MOCK else FirestoreUsageStore(client)
+    return Ports(
+        flow_runs=FirestoreFlowRunStore(client),
+        templates=FirestoreTemplateSource(client),
+        artifacts=gcs_artifacts(settings),
+        chart_api=build_chart_api(settings, usage_store=usage),
+    )
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def production_runtime() -> Runtime:
+    """Built on the first event that has work, then reused by the warm instance."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            settings = load_settings()
+            _runtime = Runtime(settings, build_production_ports(settings))
+        return _runtime
+
+
+@dataclass(frozen=True)
+class LocalLayout:
+    """Where run-local keeps things under its output folder."""
+
+    output_dir: Path
+    flow_run_state: Path
+    bucket_root: Path
+    usage_file: Path
+
+    @classmethod
+    def under(cls, output_dir: Path, flow_run_path: Path) -> LocalLayout:
+        return cls(
+            output_dir=output_dir,
+            flow_run_state=output_dir / "flow_runs" / flow_run_path.name,
+            bucket_root=output_dir / "gcs",
+            usage_file=output_dir / "chart_img_accounts_usage.json",
+        )
+
+
+def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> Ports:
+    """Local files for everything, except GCS when a bucket was configured explicitly."""
+    artifacts: ArtifactStore
+    if settings.charts_bucket_configured:
+        artifacts = gcs_artifacts(settings)
+    else:
+        artifacts = LocalArtifactStore(layout.bucket_root, settings.charts_bucket)
+    usage = None
+    if settings.charts_api_mode is not ChartsApiMode.MOCK:
+        from worker_chart_export.adapters.usage_local import FileUsageStore
+
+        usage = FileUsageStore(layout.usage_file)
+    return Ports(
+        flow_runs=LocalFlowRunStore(flow_run_path, layout.flow_run_state),
+        templates=LocalTemplateSource(settings.chart_templates_dir),
+        artifacts=artifacts,
+        chart_api=build_chart_api(settings, usage_store=usage),
+    )

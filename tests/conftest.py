@@ -1,0 +1,8 @@
+"""Shared pytest set-up. Each harness module owns one real (or CHART-IMG-like) service."""
+
+pytest_plugins = [
+    "harness.logs",
+    "harness.firestore_emulator",
+    "harness.gcs_emulator",
+    "harness.chart_img_server",
+]
