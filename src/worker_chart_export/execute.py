@@ -384,7 +384,7 @@ def _finalize(
     retrying = Retrying(
         retry=retry_if_exception_type(TransientStoreError),
         stop=out_of_budget,
-        wait=wait_exponential_jitter(initial=0.2, max=5.0),
+        wait=wait_exponential_jitter(multiplier=0.2, max=5.0),
         sleep=clocks.sleep,
         before_sleep=note_retry,
         reraise=True,

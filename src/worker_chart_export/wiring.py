@@ -14,6 +14,7 @@ from worker_chart_export.adapters.local import (
     LocalTemplateSource,
 )
 from worker_chart_export.config import ChartsApiMode, Settings
+from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
 from worker_chart_export.settings import load_settings
 
@@ -35,9 +36,19 @@ def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> Ch
 
 
 def gcs_artifacts(settings: Settings) -> ArtifactStore:
+    from google.auth.exceptions import DefaultCredentialsError
+
     from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
 
-    return GcsArtifactStore(make_storage_client(settings.google_cloud_project), settings.charts_bucket)
+    try:
+        client = make_storage_client(settings.google_cloud_project)
+    except DefaultCredentialsError:
+        raise ConfigError(
+            f"CHARTS_BUCKET: bucket {settings.charts_bucket!r} is configured but no Google Cloud credentials "
+            "were found (run `gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST for an "
+            "emulator, or leave the bucket unset to write to the local folder)"
+        ) from None
+    return GcsArtifactStore(client, settings.charts_bucket)
 
 
 def build_production_ports(settings: Settings) -> Ports:

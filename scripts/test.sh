@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs, then runs the whole test suite: unit, integration (Firestore emulator + fake-gcs-server,
+# started by the tests themselves) and end-to-end. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+mkdir -p out
+# The Firestore emulator ships with the Google Cloud CLI (component cloud-firestore-emulator) and
+# needs Java; fail here with a clear message rather than deep inside a fixture.
+JAR=${FIRESTORE_EMULATOR_JAR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar}
+command -v java >/dev/null || { echo "java not found: the Firestore emulator needs a JRE (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+[ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
+.venv/bin/ruff check src tests scripts benchmarks
+.venv/bin/python -m pytest "$@"

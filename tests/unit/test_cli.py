@@ -1,0 +1,260 @@
+"""run-local flags, precedence, summaries and exit codes; the installed console script too."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.builders import REPO, SAMPLE_FLOW_RUN, chart_step, flow_run
+from worker_chart_export.cli import main
+
+SECRET_KEY = "test-key-5f0c2a9e8b7d4c1fa3e6b9d2c7f1e4a8"
+
+
+def write_flow_run(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    path = tmp_path / "flow_run.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("CHARTS_API_MODE", "CHARTS_BUCKET", "CHART_IMG_ACCOUNTS_JSON", "CHARTS_LOCAL_OUTPUT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_sample_succeeds_with_text_summary_and_second_run_is_noop(tmp_path: Path, capsys: Any) -> None:
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys, "run-local", f"--flow-run-path={SAMPLE_FLOW_RUN}", "--output-dir", str(out_dir)
+    )
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert first == (
+        "CHART_EXPORT SUCCEEDED: manifest=gs://worker-chart-export-local/charts/"
+        "run_20261122_btcusdt_0001/charts_1h/manifest.json, items=3, failures=0, minImages=2"
+    )
+    assert f"{out_dir / 'gcs'}/" in out  # says where the local copy is
+    pngs = list((out_dir / "gcs").rglob("*.png"))
+    assert len(pngs) == 3 and all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    start = [json.loads(line) for line in err.splitlines() if '"run-local started"' in line]
+    assert start and start[0]["mode"] == "local" and start[0]["chartsApi"] == {"mode": "mock"}
+
+    code, out, _ = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(out_dir)
+    )
+    assert code == 1 and out.startswith("CHART_EXPORT NOOP")
+    assert (
+        json.loads(SAMPLE_FLOW_RUN.read_text())["steps"]["charts_1h"]["status"] == "READY"
+    )  # sample untouched
+
+
+def test_bucket_without_credentials_is_a_clear_error(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path),
+        "--charts-bucket=gs://my-bucket",
+    )
+    assert code == 2 and out == ""
+    assert "bucket 'my-bucket' is configured but no Google Cloud credentials" in err or "none.json" in err
+    assert not (tmp_path / "flow_runs").exists()  # nothing was claimed
+
+
+def test_json_summary_local(tmp_path: Path, capsys: Any) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path),
+        "--output-summary",
+        "json",
+    )
+    assert code == 0
+    summary = json.loads(out)
+    assert summary == summary | {
+        "status": "SUCCEEDED",
+        "stepId": "charts_1h",
+        "itemsCount": 3,
+        "failuresCount": 0,
+        "minImages": 2,
+        "chartsApiMode": "mock",
+        "errorCode": None,
+    }
+    assert summary["outputsManifestGcsUri"].startswith("gs://worker-chart-export-local/charts/")
+
+
+def test_none_summary_prints_nothing_on_stdout(tmp_path: Path, capsys: Any) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path),
+        "--output-summary=none",
+    )
+    assert code == 0 and out == "" and '"step completed"' in err
+
+
+def test_failed_step_exits_1(tmp_path: Path, capsys: Any) -> None:
+    path = write_flow_run(tmp_path, flow_run({"charts": chart_step()}, symbol="ETHUSDT"))  # no fixtures
+    code, out, _ = run_cli(
+        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
+    )
+    assert code == 1 and out.startswith("CHART_EXPORT FAILED:") and "CHART_API_MOCK_MISSING" in out
+
+
+def test_step_id_flag_picks_the_step_and_checks_its_type(tmp_path: Path, capsys: Any) -> None:
+    doc = flow_run(
+        {
+            "a_charts": chart_step(),
+            "b_charts": chart_step(),
+            "llm": {"stepType": "LLM_REPORT", "status": "READY"},
+        }
+    )
+    path = write_flow_run(tmp_path, doc)
+    code, out, _ = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(path),
+        "--step-id=b_charts",
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--output-summary=json",
+    )
+    assert code == 0 and json.loads(out)["stepId"] == "b_charts"
+    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(path), "--step-id", "llm")
+    assert code == 2 and "stepType 'LLM_REPORT', expected 'CHART_EXPORT'" in err
+    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(path), "--step-id", "nope")
+    assert code == 2 and "'nope' not found" in err
+
+
+def test_mode_flag_beats_env_and_env_beats_default(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("CHARTS_API_MODE", "real")
+    # env says real, no accounts: a configuration error (exit 2) that names the problem
+    code, _, err = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path / "a")
+    )
+    assert code == 2 and "no CHART-IMG accounts configured" in err
+    code, out, _ = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path / "b"),
+        "--charts-api-mode=mock",
+        "--output-summary=json",
+    )
+    assert code == 0 and json.loads(out)["chartsApiMode"] == "mock"
+
+
+def test_bucket_flag_beats_env(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("CHARTS_BUCKET", "from-env")
+    from worker_chart_export.settings import load_settings
+
+    assert load_settings({"charts_bucket": "gs://from-flag"}).charts_bucket == "from-flag"
+    assert load_settings({}).charts_bucket == "from-env"
+    assert load_settings({}).charts_bucket_configured
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run-local"], "--flow-run-path"),
+        (["run-local", "--flow-run-path", "/nonexistent/x.json"], "No such file"),
+        (["run-local", "--flow-run-path", "x", "--charts-api-mode", "fake"], "invalid choice"),
+        (["run-local", "--flow-run-path", "x", "--output-summary", "yaml"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], message: str, capsys: Any) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_unparseable_flow_run_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(bad))
+    assert code == 2 and "not valid JSON" in err
+    bad.write_text(json.dumps({"steps": {}}))
+    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(bad))
+    assert code == 2 and "has no runId" in err
+
+
+def test_accounts_file_is_read_but_its_key_never_printed(tmp_path: Path, capsys: Any) -> None:
+    accounts = tmp_path / "chart-img.accounts.local.json"
+    accounts.write_text(json.dumps([{"id": "acc1", "apiKey": SECRET_KEY}]))
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--accounts-config-path",
+        str(accounts),
+        "--output-summary=json",
+    )
+    assert code == 0
+    produced = out + err + "".join(p.read_text(errors="ignore") for p in (tmp_path / "o").rglob("*.json"))
+    assert SECRET_KEY not in produced
+
+
+def test_malformed_accounts_file_is_a_clear_error_without_the_key(tmp_path: Path, capsys: Any) -> None:
+    accounts = tmp_path / "accounts.json"
+    accounts.write_text('[{"id": "acc1", "apiKey": "' + SECRET_KEY + '"},')
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--accounts-config-path",
+        str(accounts),
+        "--charts-api-mode=real",
+    )
+    assert code == 2 and "CHART_IMG_ACCOUNTS_JSON" in err
+    assert SECRET_KEY not in out + err
+
+
+def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
+    script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
+    assert script, "console script worker-chart-export is not installed next to the interpreter"
+    result = subprocess.run(
+        [script, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "CHARTS_API_MODE": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("CHART_EXPORT SUCCEEDED:")
+    assert all(json.loads(line)["severity"] for line in result.stderr.splitlines())

@@ -1,0 +1,311 @@
+"""execute_step on the local adapters, with faults injected around them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.builders import REPO, chart_step, flow_run
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.errors import (
+    ArtifactWriteError,
+    FinalizeFailed,
+    RedeliverEvent,
+    TransientStoreError,
+)
+from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.execute import Clocks, execute_step
+from worker_chart_export.ports import Ports
+from worker_chart_export.settings import load_settings
+
+SETTINGS = load_settings(
+    {"charts_api_mode": "mock", "charts_bucket": "bkt", "finalize_budget_seconds": 2}, {}
+)
+
+
+class FakeClock:
+    """Monotonic + wall time that only moves when slept on."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.start = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now(self) -> datetime:
+        return self.start + timedelta(seconds=self.t - 1000.0)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+    def clocks(self) -> Clocks:
+        return Clocks(now=self.now, monotonic=self.monotonic, sleep=self.sleep, new_token=lambda: "token-1")
+
+
+@dataclass
+class World:
+    tmp: Path
+    source: Path
+    store: LocalFlowRunStore
+    artifacts: LocalArtifactStore
+    ports: Ports
+
+    def step(self, step_id: str = "charts") -> dict[str, Any]:
+        return self.store.read()["steps"][step_id]
+
+    def manifest(self, step_id: str = "charts") -> dict[str, Any]:
+        path = self.tmp / "gcs" / "bkt" / "charts" / "run1" / step_id / "manifest.json"
+        return json.loads(path.read_text())
+
+
+def make_world(tmp_path: Path, doc: dict[str, Any], **port_overrides: Any) -> World:
+    source = tmp_path / "flow_run.json"
+    source.write_text(json.dumps(doc))
+    store = LocalFlowRunStore(source, tmp_path / "state.json")
+    artifacts = LocalArtifactStore(tmp_path / "gcs", "bkt")
+    ports = Ports(
+        flow_runs=port_overrides.get("flow_runs", store),
+        templates=port_overrides.get("templates", LocalTemplateSource(REPO / "chart-templates")),
+        artifacts=port_overrides.get("artifacts", artifacts),
+        chart_api=port_overrides.get(
+            "chart_api", MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+        ),
+    )
+    return World(tmp_path, source, store, artifacts, ports)
+
+
+def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture: Any) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=FakeClock().clocks())
+    assert report.outcome == "SUCCEEDED" and report.items_count == 3 and report.failures_count == 0
+    step = world.step()
+    assert step["status"] == "SUCCEEDED" and step["attempt"] == 1 and "error" not in step
+    assert step["outputs"]["outputsManifestGcsUri"] == "gs://bkt/charts/run1/charts/manifest.json"
+    assert step["startedAt"] == "2026-11-22T10:00:00.000Z" and step["finishedAt"]
+    manifest = world.manifest()
+    for item in manifest["items"]:
+        local = tmp_path / "gcs" / item["png_gcs_uri"].removeprefix("gs://")
+        assert local.read_bytes().startswith(b"\x89PNG")
+    messages = [line["message"] for line in log_capture.lines()]
+    for expected in (
+        "claim succeeded",
+        "chart api call started",
+        "chart api call finished",
+        "manifest written",
+        "step completed",
+    ):
+        assert expected in messages
+    assert all(line["runId"] == "run1" and line["stepId"] == "charts" for line in log_capture.lines())
+
+
+def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    before = world.store.read()
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
+    assert world.store.read() == before
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
+def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(status=status)}))
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "NOOP"
+    assert not world.store.state.exists()  # nothing was ever written
+    assert not (tmp_path / "gcs").exists()
+
+
+def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
+    # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
+    doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
+    world = make_world(tmp_path, doc)
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.items_count == 0 and report.failures_count == 3
+    step = world.step()
+    assert step["status"] == "FAILED"
+    assert step["error"]["code"] == "CHART_API_MOCK_MISSING"  # 2 missing beat 1 CHART_API_FAILED
+    assert step["outputs"]["outputsManifestGcsUri"].endswith("/manifest.json")  # kept for diagnostics
+    codes = [f["error"]["code"] for f in world.manifest()["failures"]]
+    assert codes == ["CHART_API_FAILED", "CHART_API_MOCK_MISSING", "CHART_API_MOCK_MISSING"]
+
+
+def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
+    step = chart_step()
+    step["inputs"]["minImages"] = 0
+    world = make_world(tmp_path, flow_run({"charts": step}, symbol="ETHUSDT"))
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "SUCCEEDED" and report.items_count == 0 and report.failures_count == 3
+
+
+def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    step = world.step()
+    assert step["status"] == "FAILED" and "steps.charts.timeframe" in step["error"]["message"]
+    assert not (tmp_path / "gcs").exists()
+
+
+def test_run_id_escaping_the_prefix_fails_validation_and_writes_nothing(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}, run_id="../../etc"))
+    report = execute_step("../../etc", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    assert world.step()["status"] == "FAILED"
+    assert not (tmp_path / "gcs").exists() and not (tmp_path.parent / "etc").exists()
+
+
+class FailingArtifacts:
+    def __init__(self, inner: LocalArtifactStore, *, png: bool = False, manifest: bool = False) -> None:
+        self.inner, self.png, self.manifest_fails, self.bucket = inner, png, manifest, inner.bucket
+
+    def create_png(self, object_path: str, data: bytes) -> str:
+        if self.png:
+            raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
+        return self.inner.create_png(object_path, data)
+
+    def put_manifest(self, object_path: str, data: bytes) -> str:
+        if self.manifest_fails:
+            raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
+        return self.inner.put_manifest(object_path, data)
+
+
+def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    world = make_world(
+        tmp_path, flow_run({"charts": chart_step()}), artifacts=FailingArtifacts(base.artifacts, png=True)
+    )
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
+    assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
+
+
+def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    world = make_world(
+        tmp_path,
+        flow_run({"charts": chart_step()}),
+        artifacts=FailingArtifacts(base.artifacts, manifest=True),
+    )
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
+    step = world.step()
+    assert step["status"] == "FAILED" and "outputs" not in step
+    assert step["error"]["details"]["itemsCount"] == 3
+
+
+class CrashingChartApi:
+    mode = "mock"
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        raise KeyError("a defect")
+
+
+def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
+    with pytest.raises(KeyError):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    step = world.step()
+    assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
+
+
+class SlowChartApi:
+    mode = "mock"
+
+    def __init__(self, slow_template: str) -> None:
+        self.slow_template = slow_template
+        self.release = threading.Event()
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        if call.chart_template_id == self.slow_template:
+            self.release.wait(10)
+        return self.inner.render(call, budget)
+
+
+def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
+    api = SlowChartApi("momentum_rsi_macd_v1")
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
+    tight = load_settings(
+        {"charts_api_mode": "mock", "request_timeout_seconds": 1.3, "finalize_budget_seconds": 0.3}, {}
+    )
+    try:
+        report = execute_step("run1", "charts", ports=world.ports, settings=tight)
+    finally:
+        api.release.set()
+    assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
+    [failure] = world.manifest()["failures"]
+    assert failure["error"]["details"]["reason"] == "STEP_BUDGET_EXHAUSTED"
+
+
+@dataclass
+class FlakyFinalizeStore:
+    inner: LocalFlowRunStore
+    failures_left: int
+    calls: list[str] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("finalize")
+        if self.failures_left:
+            self.failures_left -= 1
+            raise TransientStoreError("finalize: 503 Service Unavailable")
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_transient_finalize_errors_are_retried_within_budget(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    flaky = FlakyFinalizeStore(base.store, failures_left=2)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
+    clock = FakeClock()
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=clock.clocks())
+    assert report.outcome == "SUCCEEDED" and report.finalized
+    assert len(flaky.calls) == 3 and len(clock.sleeps) == 2
+    assert base.store.read()["steps"]["charts"]["status"] == "SUCCEEDED"
+
+
+def test_finalize_budget_exhausted_fails_the_invocation_loudly(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    flaky = FlakyFinalizeStore(base.store, failures_left=10_000)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
+    clock = FakeClock()
+    with pytest.raises(FinalizeFailed, match="could not be finalized within 2s"):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=clock.clocks())
+    assert sum(clock.sleeps) <= 2 + 5  # bounded by the budget plus at most one capped wait
+    [event] = log_capture.events("finalize failed")
+    assert event["severity"] == "ERROR" and event["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
+
+
+class UnavailableStore:
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise TransientStoreError("claim: 503 Service Unavailable")
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("finalize must not run when nothing was claimed")
+
+
+def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
+    with pytest.raises(RedeliverEvent, match="could not reach the store"):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+
+
+def test_previous_attempt_error_is_cleared_on_a_new_claim(tmp_path: Path) -> None:
+    step = chart_step(attempt=2, error={"code": "CHART_API_FAILED", "message": "old"}, finishedAt="x")
+    world = make_world(tmp_path, flow_run({"charts": step}))
+    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    state = world.step()
+    assert state["attempt"] == 3 and "error" not in state and state["status"] == "SUCCEEDED"

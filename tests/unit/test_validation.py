@@ -1,0 +1,205 @@
+"""Every rule of DESIGN §4.6, one bad input each; the message must name the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.builders import chart_step, flow_run, load_templates
+from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
+
+TEMPLATES = load_templates()
+
+
+def run(
+    doc: dict[str, Any],
+    step_id: str = "charts",
+    *,
+    run_id: str = "run1",
+    templates: dict[str, Any] | None = None,
+) -> ValidatedStep | StepError:
+    return validate_step(
+        doc, run_id, step_id, TEMPLATES if templates is None else templates, default_timezone="Etc/UTC"
+    )
+
+
+def problems_of(result: ValidatedStep | StepError) -> list[str]:
+    assert isinstance(result, StepError), f"expected a validation failure, got {result}"
+    assert result.code is ErrorCode.VALIDATION_FAILED
+    assert result.message.startswith("invalid step inputs: ")
+    return result.details["problems"]
+
+
+def test_valid_step_yields_one_call_per_request_in_order() -> None:
+    result = run(flow_run({"charts": chart_step()}))
+    assert isinstance(result, ValidatedStep)
+    assert [c.chart_template_id for c in result.calls] == [
+        "price_psar_adi_v1",
+        "price_ema_volume_v1",
+        "momentum_rsi_macd_v1",
+    ]
+    call = result.calls[0]
+    assert call.chart_img_symbol == "BINANCE:BTCUSDT"
+    assert call.body["symbol"] == "BINANCE:BTCUSDT" and call.body["interval"] == "1h"
+    assert call.fixture_key == "BINANCE_BTCUSDT__1h__price_psar_adi_v1"
+    assert result.min_images == 2 and result.symbol == "BTCUSDT" and result.timeframe == "1h"
+
+
+@pytest.mark.parametrize(
+    ("symbol", "field"),
+    [
+        ("BTC/USDT", "scope.symbol"),
+        ("BINANCE:BTCUSDT", "scope.symbol"),
+        ("btc usdt", "scope.symbol"),
+        ("", "scope.symbol"),
+        (None, "scope.symbol"),
+        (42, "scope.symbol"),
+        ("A" * 33, "scope.symbol"),
+    ],
+)
+def test_symbol_must_be_a_base_symbol(symbol: Any, field: str) -> None:
+    problems = problems_of(run(flow_run({"charts": chart_step()}, symbol=symbol)))
+    assert any(p.startswith(f"{field}:") for p in problems), problems
+
+
+def test_missing_scope() -> None:
+    doc = flow_run({"charts": chart_step()})
+    del doc["scope"]
+    assert any(p.startswith("scope.symbol:") for p in problems_of(run(doc)))
+
+
+@pytest.mark.parametrize("timeframe", ["1H", "2d", "", None, 60, "1h "])
+def test_timeframe_must_be_a_chart_img_interval(timeframe: Any) -> None:
+    problems = problems_of(run(flow_run({"charts": chart_step(timeframe=timeframe)})))
+    assert any(p.startswith("steps.charts.timeframe:") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("inputs", "field"),
+    [
+        (None, "steps.charts.inputs:"),
+        ({"minImages": 0}, "steps.charts.inputs.requests:"),
+        ({"minImages": 0, "requests": []}, "steps.charts.inputs.requests:"),
+        ({"minImages": 0, "requests": "price_psar_adi_v1"}, "steps.charts.inputs.requests:"),
+        ({"minImages": 0, "requests": ["price_psar_adi_v1"]}, "steps.charts.inputs.requests[0]:"),
+        (
+            {"minImages": 0, "requests": [{"chartTemplateId": "../x"}]},
+            "steps.charts.inputs.requests[0].chartTemplateId:",
+        ),
+        ({"minImages": 0, "requests": [{}]}, "steps.charts.inputs.requests[0].chartTemplateId:"),
+        (
+            {
+                "minImages": 1,
+                "requests": [
+                    {"chartTemplateId": "price_psar_adi_v1"},
+                    {"chartTemplateId": "price_psar_adi_v1"},
+                ],
+            },
+            "steps.charts.inputs.requests[1].chartTemplateId:",
+        ),
+        ({"requests": [{"chartTemplateId": "price_psar_adi_v1"}]}, "steps.charts.inputs.minImages:"),
+        (
+            {"minImages": "2", "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+            "steps.charts.inputs.minImages:",
+        ),
+        (
+            {"minImages": True, "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+            "steps.charts.inputs.minImages:",
+        ),
+        (
+            {"minImages": 1.5, "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+            "steps.charts.inputs.minImages:",
+        ),
+        (
+            {"minImages": -1, "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+            "steps.charts.inputs.minImages:",
+        ),
+        (
+            {"minImages": 2, "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+            "steps.charts.inputs.minImages:",
+        ),
+    ],
+)
+def test_inputs_rules(inputs: Any, field: str) -> None:
+    step = chart_step()
+    step["inputs"] = inputs
+    problems = problems_of(run(flow_run({"charts": step})))
+    assert any(p.startswith(field) for p in problems), problems
+
+
+def test_min_images_equal_to_request_count_is_allowed() -> None:
+    step = chart_step()
+    step["inputs"]["minImages"] = 3
+    assert isinstance(run(flow_run({"charts": step})), ValidatedStep)
+
+
+def test_missing_template() -> None:
+    step = chart_step()
+    step["inputs"]["requests"].append({"chartTemplateId": "no_such_template_v9"})
+    problems = problems_of(run(flow_run({"charts": step})))
+    assert problems == ["chart_templates/no_such_template_v9: template not found"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"chartImgSymbolTemplate": None}, "chartImgSymbolTemplate"),
+        ({"chartImgSymbolTemplate": "BINANCE:BTCUSDT"}, "chartImgSymbolTemplate"),
+        ({"chartImgSymbolTemplate": "BINANCE/{symbol}"}, "chartImgSymbolTemplate"),
+        ({"request": None}, "request"),
+        ({"request": {"symbol": "BINANCE:ETHUSDT"}}, "request.symbol"),
+        ({"request": {"interval": "1D"}}, "request.interval"),
+        ({"description": ""}, "description"),
+    ],
+)
+def test_template_rules(change: dict[str, Any], field: str) -> None:
+    templates = {k: dict(v) for k, v in TEMPLATES.items()}
+    templates["price_psar_adi_v1"].update(change)
+    problems = problems_of(run(flow_run({"charts": chart_step()}), templates=templates))
+    assert any(p.startswith(f"chart_templates/price_psar_adi_v1.{field}:") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("run_id", "step_id", "field"),
+    [
+        ("../../etc", "charts", "runId:"),
+        ("run1", "charts/../../x", "stepId:"),
+        ("run 1", "charts", "runId:"),
+    ],
+)
+def test_ids_that_become_paths_must_be_safe(run_id: str, step_id: str, field: str) -> None:
+    doc = flow_run({step_id: chart_step()}, run_id=run_id)
+    problems = problems_of(run(doc, step_id, run_id=run_id))
+    assert any(p.startswith(field) for p in problems), problems
+
+
+def test_document_run_id_must_match_its_path() -> None:
+    problems = problems_of(run(flow_run({"charts": chart_step()}, run_id="other"), run_id="run1"))
+    assert any(p.startswith("runId: document says 'other'") for p in problems)
+
+
+def test_every_problem_is_reported_and_message_counts_them() -> None:
+    step = chart_step(timeframe="7h")
+    step["inputs"]["minImages"] = 9
+    result = run(flow_run({"charts": step}, symbol="BTC/USDT"))
+    problems = problems_of(result)
+    assert len(problems) == 3
+    assert isinstance(result, StepError) and "(and 2 more)" in result.message
+
+
+def test_requested_template_ids_tolerates_garbage() -> None:
+    assert requested_template_ids(
+        {
+            "inputs": {
+                "requests": [
+                    {"chartTemplateId": "b"},
+                    {"chartTemplateId": "a"},
+                    "x",
+                    {"chartTemplateId": "../c"},
+                ]
+            }
+        }
+    ) == ["a", "b"]
+    assert requested_template_ids({"inputs": None}) == []
