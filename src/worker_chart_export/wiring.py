@@ -48,7 +48,8 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
             "were found (run `gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST for an "
             "emulator, or leave the bucket unset to write to the local folder)"
         ) from None
-    return GcsArtifactStore(client, settings.charts_bucket)
+    # Bounded so that one object's retries stay well inside the step's budget.
+    return GcsArtifactStore(client, settings.charts_bucket, max_attempts=3, timeout=15.0)
 
 
 def build_production_ports(settings: Settings) -> Ports:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from harness.secret_scan import scan_text
 from worker_chart_export.logs import configure_logging
 
 
@@ -28,8 +29,9 @@ class LogCapture:
 
 
 @pytest.fixture
-def log_capture() -> Iterator[LogCapture]:
+def log_capture(request: pytest.FixtureRequest) -> Iterator[LogCapture]:
     capture = LogCapture()
     configure_logging(service="worker-chart-export", env="test", stream=capture.stream)
     yield capture
     configure_logging(service="worker-chart-export", env="test")
+    scan_text(capture.text, f"{request.node.nodeid} [log_capture]")

@@ -1,0 +1,219 @@
+"""The charts bucket on Cloud Storage: the production ArtifactStore.
+
+PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
+path is fixed per step and is overwritten by the latest execution (contract §9, DESIGN §4.4).
+Retries are ours and bounded (tenacity, injected sleep): the client library's own retry is
+switched off, since its default keeps retrying for up to 120 s on its own schedule.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import requests
+import urllib3
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from worker_chart_export.core.errors import ArtifactWriteError
+from worker_chart_export.core.naming import gcs_uri
+
+if TYPE_CHECKING:
+    from google.cloud import storage
+
+PNG_CONTENT_TYPE = "image/png"
+MANIFEST_CONTENT_TYPE = "application/json"
+# The bucket is public-read (§13.6) and public objects default to a 1 h edge cache; the
+# manifest is overwritten on re-execution, so readers must always revalidate it.
+MANIFEST_CACHE_CONTROL = "no-cache"
+
+# Same family the library itself treats as transient (google.cloud.storage.retry). api_core
+# has no class for 408 (it surfaces as a plain ClientError), hence the status-code check too.
+TRANSIENT_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504})
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
+    api_exceptions.TooManyRequests,
+    api_exceptions.InternalServerError,
+    api_exceptions.BadGateway,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.GatewayTimeout,
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    ConnectionError,
+    TimeoutError,
+    http.client.BadStatusLine,
+    http.client.IncompleteRead,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.TimeoutError,
+    auth_exceptions.TransportError,
+)
+
+# Scrubbed from any server-supplied text we quote: bearer tokens, OAuth access tokens and
+# key/token query parameters. GCS does not echo them, but a proxy in between might.
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+"), r"\1 <redacted>"),
+    (re.compile(r"\bya29\.[A-Za-z0-9._-]+"), "<redacted>"),
+    (re.compile(r"(?i)\b(access_token|token|key|api_key|apikey)=[^&\s\"']+"), r"\1=<redacted>"),
+)
+_MAX_DETAIL_CHARS = 200
+
+
+def make_storage_client(project: str | None) -> storage.Client:
+    """A Storage client for `project` (None: inferred from the credentials).
+
+    With STORAGE_EMULATOR_HOST set (http://host:port, with the scheme) the library points at
+    the emulator and goes anonymous by itself, so nothing here branches on the environment.
+    """
+    from google.cloud import storage  # ~170 ms import: only paid when a step actually runs
+
+    return storage.Client(project=project)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """408/429/5xx, connection resets, timeouts and auth transport errors are worth a retry."""
+    if isinstance(exc, _TRANSIENT_TYPES):
+        return True
+    if isinstance(exc, api_exceptions.GoogleAPICallError):
+        return exc.code in TRANSIENT_STATUS_CODES
+    return isinstance(exc, auth_exceptions.RefreshError) and bool(getattr(exc, "retryable", False))
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def describe_error(exc: BaseException) -> str:
+    """`HTTP 503 ServiceUnavailable: <server message>` or the exception class for I/O errors.
+
+    Never the exception's full text: for API errors it holds the request URL and raw body.
+    """
+    name = type(exc).__name__
+    if isinstance(exc, api_exceptions.GoogleAPICallError):
+        status = f"HTTP {exc.code} " if exc.code else ""
+        detail = _server_message(exc)
+        return f"{status}{name}" + (f": {detail}" if detail else "")
+    return name
+
+
+def _server_message(exc: api_exceptions.GoogleAPICallError) -> str:
+    """The `error.message` of a JSON API error body, redacted and truncated."""
+    response: Any = exc.response
+    try:
+        message = response.json()["error"]["message"]
+    except Exception:  # no response, not JSON, unexpected shape: say nothing rather than guess
+        return ""
+    if not isinstance(message, str):
+        return ""
+    message = redact(" ".join(message.split()))
+    if len(message) > _MAX_DETAIL_CHARS:
+        message = message[: _MAX_DETAIL_CHARS - 3] + "..."
+    return message
+
+
+def _backoff(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
+    """initial * 2^(n-1) plus up to `initial` of jitter, capped at `maximum`.
+
+    The jitter keeps concurrent writers that failed together from retrying together. (Written
+    out rather than tenacity's wait_exponential_jitter, whose arguments moved within 9.x.)
+    """
+
+    def wait(state: RetryCallState) -> float:
+        base = initial * 2 ** (state.attempt_number - 1)
+        return min(maximum, base + random.uniform(0, initial))
+
+    return wait
+
+
+class GcsArtifactStore:
+    """ArtifactStore over one bucket. Safe to share across threads (one Blob per call)."""
+
+    def __init__(
+        self,
+        client: storage.Client,
+        bucket: str,
+        *,
+        max_attempts: int = 4,
+        initial_wait: float = 0.2,
+        max_wait: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+        timeout: float = 30.0,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.bucket = bucket
+        self._bucket = client.bucket(bucket)
+        self._timeout = timeout
+        self._retrying = Retrying(
+            stop=stop_after_attempt(max_attempts),
+            wait=_backoff(initial_wait, max_wait),
+            retry=retry_if_exception(is_transient),
+            sleep=sleep,
+            reraise=True,
+        )
+
+    def create_png(self, object_path: str, data: bytes) -> str:
+        uri = gcs_uri(self.bucket, object_path)
+
+        def upload() -> None:
+            blob = self._bucket.blob(object_path)
+            try:
+                blob.upload_from_string(
+                    data,
+                    content_type=PNG_CONTENT_TYPE,
+                    if_generation_match=0,
+                    retry=None,
+                    timeout=self._timeout,
+                )
+            except api_exceptions.PreconditionFailed:
+                # The deterministic name exists already: typically our own earlier attempt
+                # whose answer was lost. Reuse it (error model: idempotent create-only).
+                return
+
+        self._write(uri, upload)
+        return uri
+
+    def put_manifest(self, object_path: str, data: bytes) -> str:
+        uri = gcs_uri(self.bucket, object_path)
+
+        def upload() -> None:
+            blob = self._bucket.blob(object_path)
+            blob.cache_control = MANIFEST_CACHE_CONTROL
+            blob.upload_from_string(
+                data, content_type=MANIFEST_CONTENT_TYPE, retry=None, timeout=self._timeout
+            )
+
+        self._write(uri, upload)
+        return uri
+
+    def _write(self, uri: str, upload: Callable[[], None]) -> None:
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            upload()
+
+        try:
+            # copy(): a fresh controller per write, so concurrent writes share no state
+            self._retrying.copy()(attempt)
+        except Exception as exc:
+            raise ArtifactWriteError(self._failure_message(uri, exc, attempts)) from exc
+
+    def _failure_message(self, uri: str, exc: BaseException, attempts: int) -> str:
+        kind = "transient error, retries exhausted" if is_transient(exc) else "not retried"
+        hint = ""
+        if isinstance(exc, api_exceptions.NotFound):
+            # an upload cannot 404 on the object itself: the bucket is what is missing
+            hint = f" (bucket {self.bucket!r} not found)"
+        elif isinstance(exc, api_exceptions.Forbidden):
+            hint = f" (no permission to write to bucket {self.bucket!r})"
+        plural = "s" if attempts != 1 else ""
+        return f"writing {uri} failed after {attempts} attempt{plural} ({kind}): {describe_error(exc)}{hint}"
