@@ -195,7 +195,10 @@ def templates_sync(args: argparse.Namespace) -> int:
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     code, text = run_templates_sync(
-        args.dir or settings.chart_templates_dir, settings.google_cloud_project, args.dry_run
+        args.dir or settings.chart_templates_dir,
+        settings.google_cloud_project,
+        args.dry_run,
+        emulator_host=settings.firestore_emulator_host,
     )
     print(text)
     return code

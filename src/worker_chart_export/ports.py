@@ -44,7 +44,10 @@ class TemplateSource(Protocol):
     """chart_templates/{id}: Firestore in production, the chart-templates/ directory locally."""
 
     def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, Mapping[str, Any]]:
-        """Templates by id; ids that do not exist are absent from the result."""
+        """Templates by id; ids that do not exist are absent from the result.
+
+        Raises TransientStoreError when the store cannot be read.
+        """
         ...
 
 

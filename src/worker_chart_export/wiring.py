@@ -60,7 +60,9 @@ def build_production_ports(settings: Settings) -> Ports:
         make_firestore_client,
     )
 
-    client = make_firestore_client(settings.google_cloud_project)
+    client = make_firestore_client(
+        settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
+    )
     usage = None if settings.charts_api_mode is ChartsApiMode.MOCK else FirestoreUsageStore(client)
     return Ports(
         flow_runs=FirestoreFlowRunStore(client),

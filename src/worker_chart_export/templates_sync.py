@@ -1,0 +1,207 @@
+"""`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
+
+All or nothing: every file is validated (contracts/chart_template.schema.json, and the file
+name must be `<id>.json`) before anything is written; one bad file means no writes at all.
+Valid templates are compared with the stored documents and only the differing ones are
+written, as full overwrites, so a re-run is a no-op and the report says what changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from worker_chart_export.contracts import CHART_TEMPLATE, schema_errors
+from worker_chart_export.core.errors import TransientStoreError
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+EXIT_OK = 0
+EXIT_INVALID = 1  # some template files are invalid: nothing was written
+EXIT_STORE_FAILED = 2  # Firestore could not be read or written
+
+_BATCH_LIMIT = 500  # Firestore's maximum writes per batch
+_RPC_TIMEOUT_SECONDS = 30.0
+
+
+class SyncAction(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class SyncProblem:
+    file: str  # file name inside the directory
+    path: str  # JSON path of the offending field, `$` for the whole document
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.path}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    directory: Path
+    collection: str
+    dry_run: bool
+    problems: tuple[SyncProblem, ...] = ()
+    actions: Mapping[str, SyncAction] = field(default_factory=dict)  # template id -> action
+    not_in_directory: tuple[str, ...] = ()  # stored ids without a file: reported, never deleted
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Ids written (or, with dry_run, that would be written)."""
+        return tuple(i for i, a in self.actions.items() if a is not SyncAction.UNCHANGED)
+
+    def to_text(self) -> str:
+        if self.problems:
+            lines = [
+                f"templates sync: {len(self.problems)} problem(s) in {self.directory}; "
+                "nothing was written:"
+            ]
+            lines += [f"  {p}" for p in self.problems]
+            return "\n".join(lines)
+        prefix = "would be " if self.dry_run else ""
+        lines = [
+            f"templates sync{' (dry run)' if self.dry_run else ''}: {self.directory} -> "
+            f"Firestore {self.collection}/"
+        ]
+        for template_id, action in sorted(self.actions.items()):
+            shown = action.value if action is SyncAction.UNCHANGED else prefix + action.value
+            lines.append(f"  {template_id}: {shown}")
+        for template_id in self.not_in_directory:
+            lines.append(f"  {template_id}: in Firestore only (left untouched)")
+        counts = {a: sum(1 for x in self.actions.values() if x is a) for a in SyncAction}
+        lines.append(
+            f"{len(self.actions)} template(s): {counts[SyncAction.CREATED]} {prefix}created, "
+            f"{counts[SyncAction.UPDATED]} {prefix}updated, {counts[SyncAction.UNCHANGED]} unchanged"
+        )
+        return "\n".join(lines)
+
+
+def load_templates(directory: Path) -> tuple[dict[str, dict[str, Any]], list[SyncProblem]]:
+    """(valid templates by id, every problem found). Checks all files, stops at none."""
+    if not directory.is_dir():
+        return {}, [SyncProblem(str(directory), "$", "not a directory")]
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        return {}, [SyncProblem(str(directory), "$", "no *.json template files")]
+    templates: dict[str, dict[str, Any]] = {}
+    problems: list[SyncProblem] = []
+    for path in files:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {exc}"))
+            continue
+        errors = schema_errors(CHART_TEMPLATE, document)
+        for error in errors:
+            where, _, message = error.partition(": ")
+            problems.append(SyncProblem(path.name, where, message))
+        if not isinstance(document, dict):
+            continue  # the schema already said so
+        template_id = document.get("id")
+        if isinstance(template_id, str) and template_id != path.stem:
+            problems.append(
+                SyncProblem(path.name, "$.id", f"{template_id!r} does not match the file name {path.stem!r}")
+            )
+        if not errors and isinstance(template_id, str):
+            templates[template_id] = document
+    return templates, problems
+
+
+def sync_templates(
+    directory: Path,
+    client: firestore.Client,
+    *,
+    collection: str = "chart_templates",
+    dry_run: bool = False,
+) -> SyncReport:
+    """Validate every file, then upsert the templates that differ from Firestore.
+
+    Raises TransientStoreError when Firestore cannot be reached (nothing, or only whole
+    batches, written: each batch commits atomically and a re-run finishes the job).
+    """
+    from worker_chart_export.adapters.firestore import bounded_retry, is_transient
+
+    templates, problems = load_templates(directory)
+    if problems:
+        return SyncReport(directory, collection, dry_run, problems=tuple(problems))
+    ref_of = client.collection(collection)
+    retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
+    try:
+        stored = {
+            s.id: s.to_dict()
+            for s in client.get_all(
+                [ref_of.document(i) for i in templates], retry=retry, timeout=_RPC_TIMEOUT_SECONDS
+            )
+            if s.exists
+        }
+        stored_ids = {ref.id for ref in ref_of.list_documents(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)}
+    except Exception as exc:
+        if is_transient(exc):
+            raise TransientStoreError(f"read of {collection}: Firestore unavailable ({exc})") from exc
+        raise
+    actions: dict[str, SyncAction] = {}
+    for template_id, document in templates.items():
+        if template_id not in stored:
+            actions[template_id] = SyncAction.CREATED
+        elif stored[template_id] != document:
+            actions[template_id] = SyncAction.UPDATED
+        else:
+            actions[template_id] = SyncAction.UNCHANGED
+    report = SyncReport(
+        directory, collection, dry_run,
+        actions=actions,
+        not_in_directory=tuple(sorted(stored_ids - templates.keys())),
+    )
+    if dry_run:
+        return report
+    changed = report.written
+    try:
+        for start in range(0, len(changed), _BATCH_LIMIT):
+            batch = client.batch()
+            for template_id in changed[start : start + _BATCH_LIMIT]:
+                batch.set(ref_of.document(template_id), templates[template_id])  # full overwrite
+            batch.commit(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)
+    except Exception as exc:
+        if is_transient(exc):
+            raise TransientStoreError(f"write of {collection}: Firestore unavailable ({exc})") from exc
+        raise
+    return report
+
+
+def run_templates_sync(
+    directory: Path, project: str | None, dry_run: bool, *, emulator_host: str | None = None
+) -> tuple[int, str]:
+    """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates, 2 Firestore failed."""
+    from worker_chart_export.adapters.firestore import make_firestore_client
+
+    directory = Path(directory)
+    # Validate first: a bad file should be reported even without Firestore credentials.
+    _, problems = load_templates(directory)
+    if problems:
+        return EXIT_INVALID, SyncReport(directory, "chart_templates", dry_run, tuple(problems)).to_text()
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    try:
+        client = make_firestore_client(project, emulator_host=emulator_host)
+        try:
+            report = sync_templates(directory, client, dry_run=dry_run)
+        finally:
+            client.close()
+    except (TransientStoreError, GoogleAPICallError, GoogleAuthError) as exc:
+        # e.g. no credentials, PermissionDenied: a message, not a traceback
+        return EXIT_STORE_FAILED, f"templates sync failed: {type(exc).__name__}: {exc}"
+    return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()

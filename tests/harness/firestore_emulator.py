@@ -1,0 +1,274 @@
+"""The real Firestore emulator (Google Cloud CLI component `cloud-firestore-emulator`).
+
+Started straight from its jar (the `gcloud` wrapper leaves java running when killed), in
+its own process group so that `stop()` takes the JVM with it. Facts it relies on are in
+/work/shared/LOCAL_STACK.md. Never skipped: a missing jar or java fails the test loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING
+from urllib.parse import quote, urlsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+DEFAULT_JAR = Path(
+    "/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
+)
+JAR_ENV = "FIRESTORE_EMULATOR_JAR"
+MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
+PROJECT = "demo-worker-chart-export"
+START_TIMEOUT_SECONDS = 30.0
+UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"
+
+
+class FirestoreEmulatorError(RuntimeError):
+    """The emulator could not be started or did not answer."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method=method)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+
+
+class FirestoreEmulator:
+    """A running emulator. `host` is what FIRESTORE_EMULATOR_HOST wants: host:port, no scheme."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        port: int,
+        project: str,
+        log_path: Path,
+        functions_emulator: str | None,
+    ) -> None:
+        self.process = process
+        self.port = port
+        self.project = project
+        self.log_path = log_path
+        self.functions_emulator = functions_emulator
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}"
+
+    def output_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def reset(self) -> None:
+        """Delete every document of `project` (the wrong project id would silently delete nothing)."""
+        url = f"{self.base_url}/emulator/v1/projects/{self.project}/databases/(default)/documents"
+        status, text = _http("DELETE", url)
+        if status != 200:
+            raise FirestoreEmulatorError(f"reset failed: HTTP {status}: {text[:300]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            # the JVM is the process group leader (start_new_session): kill the group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+    def __enter__(self) -> FirestoreEmulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def emulator_jar() -> Path:
+    jar = Path(os.environ.get(JAR_ENV) or DEFAULT_JAR)
+    if not jar.is_file():
+        raise FirestoreEmulatorError(
+            f"Firestore emulator jar not found at {jar}: install the Google Cloud CLI component "
+            f"cloud-firestore-emulator (or point {JAR_ENV} at the jar)"
+        )
+    return jar
+
+
+def start_firestore_emulator(
+    *,
+    port: int | None = None,
+    functions_emulator: str | None = None,
+    project: str = PROJECT,
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> FirestoreEmulator:
+    """Start the emulator and wait until `GET /` answers `Ok`.
+
+    `functions_emulator` (host:port) is where the emulator POSTs the CloudEvents of
+    triggers registered with `register_update_trigger`.
+    """
+    jar = emulator_jar()
+    java = shutil.which("java")
+    if java is None:
+        raise FirestoreEmulatorError(
+            "java not found on PATH: the Firestore emulator needs a JRE (e.g. openjdk-17-jre-headless)"
+        )
+    port = port or free_port()
+    command = [
+        java, "-Xmx256m", "-cp", str(jar), MAIN_CLASS, "start",
+        "--host=127.0.0.1", f"--port={port}",
+    ]
+    if functions_emulator:
+        command.append(f"--functions_emulator={functions_emulator}")
+    # a file, not a pipe: nobody drains a pipe and a full one would block the JVM
+    log_fd, log_name = tempfile.mkstemp(prefix="firestore-emulator-", suffix=".log")
+    log: IO[bytes] = os.fdopen(log_fd, "wb")
+    with log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    emulator = FirestoreEmulator(process, port, project, Path(log_name), functions_emulator)
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            tail = emulator.output_tail()
+            emulator.stop()
+            raise FirestoreEmulatorError(
+                f"Firestore emulator exited with code {process.returncode} during start-up:\n{tail}"
+            )
+        try:
+            status, text = _http("GET", f"{emulator.base_url}/", timeout=1.0)
+            if status == 200 and text.strip() == "Ok":
+                return emulator
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            tail = emulator.output_tail()
+            emulator.stop()
+            raise FirestoreEmulatorError(
+                f"Firestore emulator did not answer on {emulator.host} within {timeout:.0f}s:\n{tail}"
+            )
+        time.sleep(0.1)
+
+
+def register_update_trigger(emulator: FirestoreEmulator, name: str, target_base_url: str) -> str:
+    """Register an Eventarc-style trigger for updates of `flow_runs/{runId}`.
+
+    The emulator POSTs matching writes to the `--functions_emulator` it was started with, so
+    `target_base_url` (e.g. http://127.0.0.1:8081) must name that same host:port. Returns the
+    URL the events arrive at: `<target_base_url>/functions/projects/<project>/triggers/<name>`.
+    Triggers cannot be deleted: restart the emulator to get rid of them.
+    """
+    target = urlsplit(target_base_url)
+    if emulator.functions_emulator is None:
+        raise FirestoreEmulatorError(
+            "the emulator was started without functions_emulator: it has nowhere to send events"
+        )
+    if target.netloc != emulator.functions_emulator:
+        raise FirestoreEmulatorError(
+            f"target {target_base_url} is not the emulator's functions_emulator "
+            f"{emulator.functions_emulator}"
+        )
+    body = {
+        "eventType": UPDATED_EVENT,
+        "database": "(default)",
+        "namespace": "(default)",
+        "document": {"value": "flow_runs/{runId}", "matchType": "PATH_PATTERN"},
+    }
+    url = (
+        f"{emulator.base_url}/emulator/v1/projects/{emulator.project}/eventarcTrigger"
+        f"?eventarcTriggerId={quote(name, safe='')}"
+    )
+    status, text = _http("POST", url, json.dumps(body).encode())
+    if status != 200:
+        raise FirestoreEmulatorError(f"trigger registration failed: HTTP {status}: {text[:300]}")
+    return f"{target_base_url.rstrip('/')}/functions/projects/{emulator.project}/triggers/{name}"
+
+
+@pytest.fixture(scope="session")
+def firestore_emulator() -> Iterator[FirestoreEmulator]:
+    """One emulator per test session, started on first use; env points clients at it."""
+    try:
+        emulator = start_firestore_emulator()
+    except FirestoreEmulatorError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    env = pytest.MonkeyPatch()
+    env.setenv("FIRESTORE_EMULATOR_HOST", emulator.host)
+    env.setenv("GOOGLE_CLOUD_PROJECT", emulator.project)
+    try:
+        yield emulator
+    finally:
+        env.undo()
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def _firestore_session_client(firestore_emulator: FirestoreEmulator) -> Iterator[firestore.Client]:
+    # one client (one gRPC channel) per session: the first RPC of a channel costs ~0.6 s
+    from google.cloud import firestore
+
+    client = firestore.Client(project=firestore_emulator.project)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def firestore_client(
+    firestore_emulator: FirestoreEmulator, _firestore_session_client: firestore.Client
+) -> firestore.Client:
+    """A client on an emptied database."""
+    firestore_emulator.reset()
+    return _firestore_session_client
+
+
+@pytest.fixture
+def unreachable_firestore_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[firestore.Client]:
+    """A client whose emulator host is a closed port: every RPC fails with UNAVAILABLE."""
+    from google.cloud import firestore
+
+    # The library reads FIRESTORE_EMULATOR_HOST when the client is built (anonymous, no TLS).
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    client = firestore.Client(project=PROJECT)
+    yield client
+    client.close()

@@ -1,0 +1,390 @@
+"""FirestoreFlowRunStore against the real Firestore emulator: claim and finalize."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+
+from worker_chart_export.adapters import firestore as firestore_adapter
+from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+from worker_chart_export.core.errors import ErrorCode, RedeliverEvent, StepError, TransientStoreError
+from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
+
+pytestmark = pytest.mark.emulators
+
+RUN_ID = "RUN_20261122_BTCUSDT"
+STEP_ID = "charts_1h"
+NOW = datetime(2026, 11, 22, 4, 12, 3, 123000, tzinfo=UTC)
+LEASE = NOW + timedelta(minutes=10)
+FINISHED = NOW + timedelta(seconds=42)
+
+
+def chart_step(status: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "stepType": "CHART_EXPORT",
+        "status": status,
+        "timeframe": "1h",
+        "dependsOn": ["ohlcv_1h"],
+        "inputs": {"minImages": 1, "requests": [{"chartTemplateId": "price_psar_adi_v1"}]},
+        **extra,
+    }
+
+
+def flow_run(steps: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "runId": RUN_ID,
+        "flowKey": "daily_crypto_report",
+        "status": "RUNNING",
+        "scope": {"symbol": "BTCUSDT"},
+        "steps": steps,
+    }
+
+
+def default_steps(status: str = "READY", **extra: Any) -> dict[str, Any]:
+    return {
+        "ohlcv_1h": {"stepType": "OHLCV_EXPORT", "status": "SUCCEEDED", "outputs": {"gcs_uri": "gs://b/o"}},
+        STEP_ID: chart_step(status, **extra),
+        "report": {"stepType": "LLM_REPORT", "status": "PENDING", "dependsOn": [STEP_ID]},
+    }
+
+
+def put(client: firestore.Client, document: dict[str, Any]) -> firestore.DocumentReference:
+    ref = client.collection("flow_runs").document(RUN_ID)
+    ref.set(document)
+    return ref
+
+
+def stored(ref: firestore.DocumentReference) -> tuple[dict[str, Any] | None, Any]:
+    snapshot = ref.get()
+    return snapshot.to_dict(), snapshot.update_time
+
+
+def claim(store: FirestoreFlowRunStore, token: str = "tok-A", step_id: str = STEP_ID) -> ClaimOutcome:
+    return store.claim_step(RUN_ID, step_id, token=token, now=NOW, lease_expires_at=LEASE)
+
+
+def succeeded(**outputs: Any) -> StepFinal:
+    return StepFinal(StepStatus.SUCCEEDED, FINISHED, outputs=dict(outputs))
+
+
+# --- claim ---------------------------------------------------------------------------------
+
+
+def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    before, _ = stored(ref)
+    assert before is not None
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client))
+
+    assert outcome.status is ClaimStatus.CLAIMED
+    assert outcome.claim == Claim("tok-A", 1, NOW, LEASE)
+    after, _ = stored(ref)
+    assert after is not None
+    step = after["steps"][STEP_ID]
+    assert step == {
+        **before["steps"][STEP_ID],
+        "status": "RUNNING",
+        "startedAt": "2026-11-22T04:12:03.123Z",
+        "attempt": 1,
+        "claimToken": "tok-A",
+        "leaseExpiresAt": "2026-11-22T04:22:03.123Z",
+    }
+    # nothing else in the run changed
+    assert {k: v for k, v in after.items() if k != "steps"} == {
+        k: v for k, v in before.items() if k != "steps"
+    }
+    assert {k: v for k, v in after["steps"].items() if k != STEP_ID} == {
+        k: v for k, v in before["steps"].items() if k != STEP_ID
+    }
+    # the returned flow_run is the document with the claim applied
+    assert outcome.flow_run == after
+
+
+def test_reclaim_increments_attempt_and_drops_previous_outcome(firestore_client: firestore.Client) -> None:
+    previous = {
+        "attempt": 2,
+        "finishedAt": "2026-11-21T04:00:00.000Z",
+        "error": {"code": "CHART_API_FAILED", "message": "earlier attempt"},
+        "claimToken": "old-token",
+        "outputs": {"outputsManifestGcsUri": "gs://b/charts/old/manifest.json"},
+    }
+    ref = put(firestore_client, flow_run(default_steps("READY", **previous)))
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client), token="tok-new")
+
+    assert outcome.status is ClaimStatus.CLAIMED
+    assert outcome.claim is not None and outcome.claim.attempt == 3
+    after, _ = stored(ref)
+    assert after is not None
+    step = after["steps"][STEP_ID]
+    assert step["attempt"] == 3
+    assert step["claimToken"] == "tok-new"
+    assert "finishedAt" not in step
+    assert "error" not in step
+    assert step["outputs"] == previous["outputs"]  # outputs are finalize's business
+    assert outcome.flow_run is not None and outcome.flow_run["steps"][STEP_ID] == step
+
+
+@pytest.mark.parametrize(
+    ("steps", "reason_part"),
+    [
+        (default_steps("RUNNING", claimToken="someone-else", attempt=1), "is RUNNING, not READY"),
+        (default_steps("SUCCEEDED", claimToken="t", finishedAt="2026-11-22T04:00:00.000Z"), "is SUCCEEDED"),
+        (default_steps("FAILED"), "is FAILED"),
+        (default_steps("PENDING"), "is PENDING"),
+        ({"other": chart_step("READY")}, f"step {STEP_ID} does not exist"),
+        ({STEP_ID: {"stepType": "LLM_REPORT", "status": "READY"}}, "LLM_REPORT step, not CHART_EXPORT"),
+    ],
+    ids=["running", "succeeded", "failed", "pending", "missing-step", "other-type"],
+)
+def test_claim_of_unclaimable_step_is_a_conflict_without_writes(
+    firestore_client: firestore.Client, steps: dict[str, Any], reason_part: str
+) -> None:
+    ref = put(firestore_client, flow_run(steps))
+    before = stored(ref)
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client))
+
+    assert outcome.status is ClaimStatus.CONFLICT
+    assert reason_part in outcome.reason
+    assert outcome.claim is None
+    assert stored(ref) == before  # same content and same update_time: nothing was written
+
+
+def test_claim_of_missing_run_is_not_found(firestore_client: firestore.Client) -> None:
+    outcome = claim(FirestoreFlowRunStore(firestore_client))
+
+    assert outcome.status is ClaimStatus.NOT_FOUND
+    assert RUN_ID in outcome.reason
+    assert not firestore_client.collection("flow_runs").document(RUN_ID).get().exists
+
+
+def test_concurrent_claims_have_exactly_one_winner(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    store = FirestoreFlowRunStore(firestore_client)
+    contenders = 3
+    barrier = threading.Barrier(contenders)
+    results: dict[str, ClaimOutcome | BaseException] = {}
+
+    def contend(token: str) -> None:
+        barrier.wait()
+        try:
+            results[token] = claim(store, token=token)
+        except BaseException as exc:  # recorded, asserted below
+            results[token] = exc
+
+    threads = [threading.Thread(target=contend, args=(f"tok-{i}",)) for i in range(contenders)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    elapsed = time.monotonic() - started
+
+    assert all(isinstance(r, ClaimOutcome) for r in results.values()), results
+    outcomes = {t: r for t, r in results.items() if isinstance(r, ClaimOutcome)}
+    winners = [t for t, o in outcomes.items() if o.status is ClaimStatus.CLAIMED]
+    assert len(winners) == 1, outcomes
+    assert all(o.status is ClaimStatus.CONFLICT for t, o in outcomes.items() if t != winners[0])
+    after, _ = stored(ref)
+    assert after is not None
+    assert after["steps"][STEP_ID]["claimToken"] == winners[0]
+    assert after["steps"][STEP_ID]["attempt"] == 1
+    assert elapsed < 45  # the emulator's 2 s lock timeout makes this slow, never unbounded
+
+
+def _give_up(*args: Any, **kwargs: Any) -> Any:
+    try:
+        raise api_exceptions.Aborted("Too much contention on these documents")
+    except api_exceptions.Aborted as exc:
+        raise ValueError("Failed to commit transaction in 5 attempts.") from exc
+
+
+def test_claim_that_gives_up_on_contention_redelivers_while_step_is_ready(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    before = stored(ref)
+    monkeypatch.setattr(firestore_adapter, "_claim_in_transaction", _give_up)
+
+    with pytest.raises(RedeliverEvent, match="still READY"):
+        claim(FirestoreFlowRunStore(firestore_client))
+    assert stored(ref) == before
+
+
+def test_claim_that_gives_up_on_contention_is_a_conflict_once_someone_else_won(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+
+    def winner_then_give_up(*args: Any, **kwargs: Any) -> Any:
+        # the race: another invocation's claim lands while ours keeps being aborted
+        ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "winner"})
+        return _give_up()
+
+    monkeypatch.setattr(firestore_adapter, "_claim_in_transaction", winner_then_give_up)
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client))
+
+    assert outcome.status is ClaimStatus.CONFLICT
+    assert "RUNNING" in outcome.reason
+    after, _ = stored(ref)
+    assert after is not None and after["steps"][STEP_ID]["claimToken"] == "winner"
+
+
+# --- odd step ids ----------------------------------------------------------------------------
+
+ODD_STEP_ID = "charts 1h.v2-`x`"
+
+
+def test_odd_step_id_claims_and_finalizes_without_touching_siblings(
+    firestore_client: firestore.Client,
+) -> None:
+    # siblings whose names a split dotted path would hit: "charts 1h", "charts 1h" > "v2-`x`"
+    steps = {
+        ODD_STEP_ID: chart_step("READY"),
+        "charts 1h": chart_step("READY", inputs={"sibling": True}),
+        "charts": chart_step("PENDING"),
+    }
+    ref = put(firestore_client, flow_run(steps))
+    store = FirestoreFlowRunStore(firestore_client)
+
+    claimed = claim(store, token="tok-odd", step_id=ODD_STEP_ID)
+    assert claimed.status is ClaimStatus.CLAIMED, claimed.reason
+    final = StepFinal(
+        StepStatus.SUCCEEDED,
+        FINISHED,
+        outputs={"outputsManifestGcsUri": "gs://b/charts/m.json", "odd.key `k`": 1},
+    )
+    finalized = store.finalize_step(RUN_ID, ODD_STEP_ID, token="tok-odd", final=final)
+
+    assert finalized.written, finalized.reason
+    after, _ = stored(ref)
+    assert after is not None
+    assert set(after["steps"]) == set(steps)  # no stray steps created from split paths
+    odd = after["steps"][ODD_STEP_ID]
+    assert odd["status"] == "SUCCEEDED"
+    assert odd["claimToken"] == "tok-odd"
+    assert odd["attempt"] == 1
+    assert odd["finishedAt"] == "2026-11-22T04:12:45.123Z"
+    assert odd["outputs"] == {"outputsManifestGcsUri": "gs://b/charts/m.json", "odd.key `k`": 1}
+    assert after["steps"]["charts 1h"] == steps["charts 1h"]
+    assert after["steps"]["charts"] == steps["charts"]
+
+
+# --- finalize --------------------------------------------------------------------------------
+
+
+def claimed_run(client: firestore.Client, token: str = "tok-A", **extra: Any) -> firestore.DocumentReference:
+    ref = put(client, flow_run(default_steps("READY", **extra)))
+    assert claim(FirestoreFlowRunStore(client), token=token).status is ClaimStatus.CLAIMED
+    return ref
+
+
+def test_finalize_success_writes_status_and_merges_outputs(firestore_client: firestore.Client) -> None:
+    ref = claimed_run(firestore_client, outputs={"keptFromBefore": "x", "outputsManifestGcsUri": "old"})
+    store = FirestoreFlowRunStore(firestore_client)
+
+    outcome = store.finalize_step(
+        RUN_ID, STEP_ID, token="tok-A", final=succeeded(outputsManifestGcsUri="gs://b/new/manifest.json")
+    )
+
+    assert outcome.written, outcome.reason
+    after, _ = stored(ref)
+    assert after is not None
+    step = after["steps"][STEP_ID]
+    assert step["status"] == "SUCCEEDED"
+    assert step["finishedAt"] == "2026-11-22T04:12:45.123Z"
+    assert step["claimToken"] == "tok-A"
+    assert step["outputs"] == {"keptFromBefore": "x", "outputsManifestGcsUri": "gs://b/new/manifest.json"}
+    assert "error" not in step
+
+
+def test_finalize_failure_writes_the_error(firestore_client: firestore.Client) -> None:
+    ref = claimed_run(firestore_client)
+    error = StepError(
+        ErrorCode.VALIDATION_FAILED, "timeframe 7h is not a CHART-IMG interval", {"field": "timeframe"}
+    )
+
+    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+        RUN_ID, STEP_ID, token="tok-A", final=StepFinal(StepStatus.FAILED, FINISHED, error=error)
+    )
+
+    assert outcome.written
+    after, _ = stored(ref)
+    assert after is not None
+    step = after["steps"][STEP_ID]
+    assert step["status"] == "FAILED"
+    assert step["error"] == {
+        "code": "VALIDATION_FAILED",
+        "message": "timeframe 7h is not a CHART-IMG interval",
+        "details": {"field": "timeframe"},
+    }
+
+
+def test_finalize_with_another_token_writes_nothing(firestore_client: firestore.Client) -> None:
+    ref = claimed_run(firestore_client, token="tok-owner")
+    before = stored(ref)
+
+    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+        RUN_ID, STEP_ID, token="tok-intruder", final=succeeded()
+    )
+
+    assert not outcome.written
+    assert "claim token differs" in outcome.reason
+    assert stored(ref) == before
+
+
+def test_second_finalize_writes_nothing(firestore_client: firestore.Client) -> None:
+    ref = claimed_run(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client)
+    assert store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1)).written
+    before = stored(ref)
+
+    again = store.finalize_step(
+        RUN_ID, STEP_ID, token="tok-A", final=StepFinal(StepStatus.FAILED, FINISHED, outputs={"a": 2})
+    )
+
+    assert not again.written
+    assert "is SUCCEEDED" in again.reason
+    assert "finalized by this claim" in again.reason
+    assert stored(ref) == before
+
+
+def test_finalize_after_the_run_was_deleted_writes_nothing(firestore_client: firestore.Client) -> None:
+    ref = claimed_run(firestore_client)
+    ref.delete()
+
+    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+        RUN_ID, STEP_ID, token="tok-A", final=succeeded()
+    )
+
+    assert not outcome.written
+    assert "deleted" in outcome.reason
+    assert not ref.get().exists
+
+
+# --- unreachable Firestore -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["claim", "finalize"])
+def test_unreachable_firestore_raises_transient_error_quickly(
+    unreachable_firestore_client: firestore.Client, operation: str
+) -> None:
+    store = FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=2.0)
+    started = time.monotonic()
+
+    with pytest.raises(TransientStoreError, match=f"{operation} of step {STEP_ID}.*unavailable"):
+        if operation == "claim":
+            claim(store)
+        else:
+            store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded())
+
+    assert time.monotonic() - started < 10

@@ -1,0 +1,234 @@
+"""Chart templates in Firestore: the cached TemplateSource and `templates sync`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from harness.firestore_emulator import FirestoreEmulator
+from worker_chart_export.adapters.firestore import FirestoreTemplateSource
+from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.templates_sync import (
+    EXIT_INVALID,
+    EXIT_OK,
+    SyncAction,
+    run_templates_sync,
+    sync_templates,
+)
+
+pytestmark = pytest.mark.emulators
+
+COLLECTION = "chart_templates"
+
+
+def template(template_id: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "id": template_id,
+        "description": f"{template_id} chart",
+        "chartImgSymbolTemplate": "BINANCE:{symbol}",
+        "request": {
+            "theme": "dark",
+            "height": 600,
+            "studies": [{"name": "Relative Strength Index", "input": {"length": 14}}],
+        },
+        **overrides,
+    }
+
+
+def stored_templates(client: firestore.Client) -> dict[str, dict[str, Any]]:
+    return {s.id: s.to_dict() or {} for s in client.collection(COLLECTION).stream()}
+
+
+class CountingClient:
+    """Delegates to a real client and counts get_all calls (the only RPC the source makes)."""
+
+    def __init__(self, client: firestore.Client) -> None:
+        self._client = client
+        self.get_all_calls: list[list[str]] = []
+
+    def collection(self, name: str) -> firestore.CollectionReference:
+        return self._client.collection(name)
+
+    def get_all(self, refs: list[firestore.DocumentReference], **kwargs: Any) -> Iterator[Any]:
+        self.get_all_calls.append([r.id for r in refs])
+        return self._client.get_all(refs, **kwargs)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- FirestoreTemplateSource ---------------------------------------------------------------
+
+
+def test_templates_are_cached_until_the_ttl(firestore_client: firestore.Client) -> None:
+    firestore_client.collection(COLLECTION).document("rsi_v1").set(template("rsi_v1"))
+    counting, clock = CountingClient(firestore_client), FakeClock()
+    source = FirestoreTemplateSource(counting, ttl_seconds=60, clock=clock)  # type: ignore[arg-type]
+
+    first = source.get_templates(["rsi_v1", "later_v1"])
+    second = source.get_templates(["rsi_v1", "later_v1"])
+
+    assert first == second == {"rsi_v1": template("rsi_v1")}
+    assert counting.get_all_calls == [["rsi_v1", "later_v1"]]  # the second call made no RPC
+
+    # a template synced later is invisible until the cached "missing" expires
+    firestore_client.collection(COLLECTION).document("later_v1").set(template("later_v1"))
+    clock.now += 59
+    assert "later_v1" not in source.get_templates(["later_v1"])
+    assert len(counting.get_all_calls) == 1
+    clock.now += 2
+    assert source.get_templates(["later_v1", "rsi_v1"]) == {
+        "later_v1": template("later_v1"), "rsi_v1": template("rsi_v1"),
+    }
+    assert counting.get_all_calls[1:] == [["later_v1", "rsi_v1"]]
+
+
+def test_only_uncached_ids_are_fetched(firestore_client: firestore.Client) -> None:
+    for template_id in ("a_v1", "b_v1"):
+        firestore_client.collection(COLLECTION).document(template_id).set(template(template_id))
+    counting = CountingClient(firestore_client)
+    source = FirestoreTemplateSource(counting)  # type: ignore[arg-type]
+
+    source.get_templates(["a_v1"])
+    both = source.get_templates(["a_v1", "b_v1", "a_v1"])
+
+    assert set(both) == {"a_v1", "b_v1"}
+    assert counting.get_all_calls == [["a_v1"], ["b_v1"]]
+
+
+def test_returned_templates_cannot_alter_the_cache(firestore_client: firestore.Client) -> None:
+    firestore_client.collection(COLLECTION).document("rsi_v1").set(template("rsi_v1"))
+    source = FirestoreTemplateSource(firestore_client)
+
+    source.get_templates(["rsi_v1"])["rsi_v1"]["request"]["theme"] = "light"  # type: ignore[index]
+
+    assert source.get_templates(["rsi_v1"])["rsi_v1"]["request"]["theme"] == "dark"
+
+
+def test_unreachable_firestore_raises_transient_error(unreachable_firestore_client: firestore.Client) -> None:
+    source = FirestoreTemplateSource(unreachable_firestore_client, rpc_timeout=2.0)
+    started = time.monotonic()
+
+    with pytest.raises(TransientStoreError, match="chart_templates rsi_v1: Firestore unavailable"):
+        source.get_templates(["rsi_v1"])
+    assert time.monotonic() - started < 10
+
+
+def test_unsafe_ids_are_never_looked_up(firestore_client: firestore.Client) -> None:
+    counting = CountingClient(firestore_client)
+    source = FirestoreTemplateSource(counting)  # type: ignore[arg-type]
+
+    assert source.get_templates(["../flow_runs", "a/b", ""]) == {}
+    assert counting.get_all_calls == []
+
+
+# --- templates sync --------------------------------------------------------------------------
+
+
+def write_templates(directory: Path, *templates: dict[str, Any], names: list[str] | None = None) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for index, document in enumerate(templates):
+        name = names[index] if names else f"{document['id']}.json"
+        (directory / name).write_text(json.dumps(document, indent=2), encoding="utf-8")
+
+
+def test_sync_creates_then_leaves_unchanged_then_updates(
+    firestore_client: firestore.Client, tmp_path: Path
+) -> None:
+    write_templates(tmp_path, template("rsi_v1"), template("macd_v1", version=2, tags=["momentum"]))
+
+    created = sync_templates(tmp_path, firestore_client)
+
+    assert created.ok
+    assert dict(created.actions) == {"rsi_v1": SyncAction.CREATED, "macd_v1": SyncAction.CREATED}
+    assert stored_templates(firestore_client) == {
+        "rsi_v1": template("rsi_v1"), "macd_v1": template("macd_v1", version=2, tags=["momentum"]),
+    }
+    update_times = {s.id: s.update_time for s in firestore_client.collection(COLLECTION).stream()}
+
+    again = sync_templates(tmp_path, firestore_client)
+
+    assert dict(again.actions) == {"rsi_v1": SyncAction.UNCHANGED, "macd_v1": SyncAction.UNCHANGED}
+    assert {s.id: s.update_time for s in firestore_client.collection(COLLECTION).stream()} == update_times
+
+    changed = template("rsi_v1", request={"theme": "light"})  # a full overwrite drops old keys
+    write_templates(tmp_path, changed)
+    updated = sync_templates(tmp_path, firestore_client)
+
+    assert dict(updated.actions) == {"rsi_v1": SyncAction.UPDATED, "macd_v1": SyncAction.UNCHANGED}
+    assert stored_templates(firestore_client)["rsi_v1"] == changed
+    text = updated.to_text()
+    assert "rsi_v1: updated" in text
+    assert "macd_v1: unchanged" in text
+
+
+def test_dry_run_reports_without_writing(firestore_client: firestore.Client, tmp_path: Path) -> None:
+    write_templates(tmp_path, template("rsi_v1"))
+    firestore_client.collection(COLLECTION).document("orphan_v1").set(template("orphan_v1"))
+
+    report = sync_templates(tmp_path, firestore_client, dry_run=True)
+
+    assert dict(report.actions) == {"rsi_v1": SyncAction.CREATED}
+    assert report.not_in_directory == ("orphan_v1",)
+    assert set(stored_templates(firestore_client)) == {"orphan_v1"}
+    assert "rsi_v1: would be created" in report.to_text()
+    assert "orphan_v1: in Firestore only" in report.to_text()
+
+
+def test_one_invalid_file_means_nothing_is_written(
+    firestore_client: firestore.Client, tmp_path: Path
+) -> None:
+    bad_height = template("bad_v1")
+    bad_height["request"]["height"] = 5000
+    write_templates(
+        tmp_path,
+        template("good_v1"),
+        bad_height,
+        template("other_v1"),
+        names=["good_v1.json", "bad_v1.json", "renamed.json"],
+    )
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+
+    report = sync_templates(tmp_path, firestore_client)
+
+    assert not report.ok
+    assert report.actions == {}
+    assert stored_templates(firestore_client) == {}
+    problems = {(p.file, p.path) for p in report.problems}
+    assert ("bad_v1.json", "$.request.height") in problems
+    assert ("renamed.json", "$.id") in problems
+    assert ("broken.json", "$") in problems
+    assert not any(p.file == "good_v1.json" for p in report.problems)
+    text = report.to_text()
+    assert "bad_v1.json: $.request.height: 5000 is greater than the maximum of 600" in text
+    assert "nothing was written" in text
+
+
+def test_run_templates_sync_for_the_cli(
+    firestore_emulator: FirestoreEmulator, firestore_client: firestore.Client, tmp_path: Path
+) -> None:
+    write_templates(tmp_path, template("rsi_v1"))
+
+    code, text = run_templates_sync(tmp_path, firestore_emulator.project, False)
+
+    assert code == EXIT_OK, text
+    assert "rsi_v1: created" in text
+    assert set(stored_templates(firestore_client)) == {"rsi_v1"}
+
+    (tmp_path / "rsi_v1.json").write_text(json.dumps(template("rsi_v1", extra=1)), encoding="utf-8")
+    code, text = run_templates_sync(tmp_path, firestore_emulator.project, False)
+
+    assert code == EXIT_INVALID
+    assert "rsi_v1.json: $: Additional properties are not allowed ('extra' was unexpected)" in text
+    assert stored_templates(firestore_client)["rsi_v1"] == template("rsi_v1")

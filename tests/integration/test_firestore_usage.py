@@ -1,0 +1,138 @@
+"""FirestoreUsageStore against the real Firestore emulator: the daily window of contract §14.4."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.types import AccountUsage, Reservation
+
+pytestmark = pytest.mark.emulators
+
+NOW = datetime(2026, 11, 22, 4, 12, 3, tzinfo=UTC)
+TODAY = "2026-11-22T00:00:00Z"
+YESTERDAY = "2026-11-21T00:00:00Z"
+COLLECTION = "chart_img_accounts_usage"
+
+
+def usage_doc(client: firestore.Client, account_id: str) -> dict[str, Any] | None:
+    return client.collection(COLLECTION).document(account_id).get().to_dict()
+
+
+def put_usage(client: firestore.Client, account_id: str, **fields: Any) -> None:
+    client.collection(COLLECTION).document(account_id).set(fields)
+
+
+def test_reserve_takes_units_until_the_limit(firestore_client: firestore.Client) -> None:
+    store = FirestoreUsageStore(firestore_client)
+
+    results = [store.reserve("acc-1", default_limit=2, now=NOW) for _ in range(3)]
+
+    assert results == [
+        Reservation("acc-1", True, 1, 2),
+        Reservation("acc-1", True, 2, 2),
+        Reservation("acc-1", False, 2, 2),
+    ]
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 2, "windowStart": TODAY}
+
+
+def test_daily_limit_in_the_document_overrides_the_default(firestore_client: firestore.Client) -> None:
+    put_usage(firestore_client, "acc-1", dailyLimit=1, usageToday=0, windowStart=TODAY, note="kept")
+    store = FirestoreUsageStore(firestore_client)
+
+    first = store.reserve("acc-1", default_limit=44, now=NOW)
+    second = store.reserve("acc-1", default_limit=44, now=NOW)
+
+    assert first == Reservation("acc-1", True, 1, 1)
+    assert second == Reservation("acc-1", False, 1, 1)
+    # merge: fields the worker does not own survive
+    assert usage_doc(firestore_client, "acc-1") == {
+        "dailyLimit": 1, "usageToday": 1, "windowStart": TODAY, "note": "kept",
+    }
+
+
+def test_a_new_utc_day_resets_the_window(firestore_client: firestore.Client) -> None:
+    put_usage(firestore_client, "acc-1", usageToday=44, windowStart=YESTERDAY)
+    store = FirestoreUsageStore(firestore_client)
+    assert store.reserve("acc-1", default_limit=44, now=NOW - timedelta(days=1)).reserved is False
+
+    reservation = store.reserve("acc-1", default_limit=44, now=NOW)
+
+    assert reservation == Reservation("acc-1", True, 1, 44)
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 1, "windowStart": TODAY}
+
+
+def test_read_usage_reports_each_account_as_of_now(firestore_client: firestore.Client) -> None:
+    put_usage(firestore_client, "fresh", usageToday=3, windowStart=TODAY)
+    put_usage(firestore_client, "stale", usageToday=40, windowStart=YESTERDAY)
+    put_usage(firestore_client, "custom", usageToday=5, windowStart=TODAY, dailyLimit=5)
+    store = FirestoreUsageStore(firestore_client)
+
+    usages = store.read_usage(
+        ["fresh", "stale", "custom", "never-used", "fresh"],
+        default_limits={"fresh": 44, "stale": 44, "custom": 44, "never-used": 10},
+        now=NOW,
+    )
+
+    assert usages == [
+        AccountUsage("fresh", 3, 44),
+        AccountUsage("stale", 0, 44),
+        AccountUsage("custom", 5, 5),
+        AccountUsage("never-used", 0, 10),
+        AccountUsage("fresh", 3, 44),
+    ]
+    assert usages[2].exhausted
+
+
+def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY, dailyLimit=20)
+    store = FirestoreUsageStore(firestore_client)
+
+    store.mark_exhausted("acc-1", default_limit=44, now=NOW)
+
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 20, "windowStart": TODAY, "dailyLimit": 20}
+    assert store.reserve("acc-1", default_limit=44, now=NOW).reserved is False
+    # the next UTC day starts afresh
+    assert store.reserve("acc-1", default_limit=44, now=NOW + timedelta(days=1)).reserved is True
+
+
+def test_concurrent_reservations_never_exceed_the_limit(firestore_client: firestore.Client) -> None:
+    limit, threads_count, per_thread = 4, 3, 2
+    store = FirestoreUsageStore(firestore_client)
+    barrier = threading.Barrier(threads_count)
+    results: list[Reservation | BaseException] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(per_thread):
+            try:
+                outcome: Reservation | BaseException = store.reserve("shared", default_limit=limit, now=NOW)
+            except BaseException as exc:  # recorded, asserted below
+                outcome = exc
+            with lock:
+                results.append(outcome)
+
+    threads = [threading.Thread(target=worker) for _ in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert len(results) == threads_count * per_thread
+    # giving up on contention is allowed (the caller treats it as transient), anything else is not
+    assert all(isinstance(r, Reservation | TransientStoreError) for r in results), results
+    granted = [r for r in results if isinstance(r, Reservation) and r.reserved]
+    gave_up = [r for r in results if isinstance(r, TransientStoreError)]
+    # more attempts than units: every unit is taken unless some attempt gave up on contention
+    assert len(granted) == limit if not gave_up else 0 < len(granted) <= limit
+    doc = usage_doc(firestore_client, "shared")
+    assert doc is not None
+    assert doc["usageToday"] == len(granted)  # no lost or phantom increments
+    assert sorted(r.usage_today for r in granted) == list(range(1, len(granted) + 1))
