@@ -26,12 +26,12 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from harness.secret_scan import scan_text
+
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-DEFAULT_JAR = Path(
-    "/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
-)
+DEFAULT_JAR = Path("/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar")
 JAR_ENV = "FIRESTORE_EMULATOR_JAR"
 MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 PROJECT = "demo-worker-chart-export"
@@ -155,8 +155,14 @@ def start_firestore_emulator(
         )
     port = port or free_port()
     command = [
-        java, "-Xmx256m", "-cp", str(jar), MAIN_CLASS, "start",
-        "--host=127.0.0.1", f"--port={port}",
+        java,
+        "-Xmx256m",
+        "-cp",
+        str(jar),
+        MAIN_CLASS,
+        "start",
+        "--host=127.0.0.1",
+        f"--port={port}",
     ]
     if functions_emulator:
         command.append(f"--functions_emulator={functions_emulator}")
@@ -165,7 +171,10 @@ def start_firestore_emulator(
     log: IO[bytes] = os.fdopen(log_fd, "wb")
     with log:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     emulator = FirestoreEmulator(process, port, project, Path(log_name), functions_emulator)
@@ -207,8 +216,7 @@ def register_update_trigger(emulator: FirestoreEmulator, name: str, target_base_
         )
     if target.netloc != emulator.functions_emulator:
         raise FirestoreEmulatorError(
-            f"target {target_base_url} is not the emulator's functions_emulator "
-            f"{emulator.functions_emulator}"
+            f"target {target_base_url} is not the emulator's functions_emulator {emulator.functions_emulator}"
         )
     body = {
         "eventType": UPDATED_EVENT,
@@ -255,11 +263,23 @@ def _firestore_session_client(firestore_emulator: FirestoreEmulator) -> Iterator
 
 @pytest.fixture
 def firestore_client(
-    firestore_emulator: FirestoreEmulator, _firestore_session_client: firestore.Client
-) -> firestore.Client:
-    """A client on an emptied database."""
+    firestore_emulator: FirestoreEmulator,
+    _firestore_session_client: firestore.Client,
+    request: pytest.FixtureRequest,
+) -> Iterator[firestore.Client]:
+    """A client on an emptied database; what the test left behind is scanned for API keys."""
     firestore_emulator.reset()
-    return _firestore_session_client
+    yield _firestore_session_client
+    scan_text(dump_documents(_firestore_session_client), f"{request.node.nodeid} [firestore documents]")
+
+
+def dump_documents(client: firestore.Client) -> str:
+    """Every document of every top-level collection, as text (for the leak scan)."""
+    parts = []
+    for collection in client.collections():
+        for snapshot in collection.stream():
+            parts.append(f"{snapshot.reference.path} {snapshot.to_dict()!r}")
+    return "\n".join(parts)
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.secret_scan import scan_text
+
 if TYPE_CHECKING:
     from google.cloud import storage
 
@@ -349,8 +351,11 @@ def gcs_emulator() -> Iterator[GcsEmulator]:
 
 
 @pytest.fixture
-def gcs_bucket(gcs_emulator: GcsEmulator) -> Iterator[tuple[storage.Client, str]]:
-    """A fresh, uniquely named bucket per test: (anonymous client, bucket name)."""
+def gcs_bucket(
+    gcs_emulator: GcsEmulator, request: pytest.FixtureRequest
+) -> Iterator[tuple[storage.Client, str]]:
+    """A fresh, uniquely named bucket per test: (anonymous client, bucket name). The JSON
+    objects the test left in it are scanned for API keys."""
     from google.cloud import storage
 
     client = storage.Client(project=GCS_TEST_PROJECT)
@@ -358,6 +363,9 @@ def gcs_bucket(gcs_emulator: GcsEmulator) -> Iterator[tuple[storage.Client, str]
     client.create_bucket(name)
     try:
         yield client, name
+        for blob in client.list_blobs(name):
+            if blob.name.endswith(".json"):
+                scan_text(blob.download_as_text(), f"{request.node.nodeid} [gs://{name}/{blob.name}]")
     finally:
         client.close()
 
