@@ -1,0 +1,163 @@
+"""execute_step with the production adapters (Firestore + GCS emulators; charts from fixtures).
+
+These are the issue's fault cases at the level a user meets them: what ends up on the step
+and in the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.builders import REPO, chart_step, flow_run, load_templates
+from harness.gcs_emulator import list_objects, read_object, storage_client_for
+from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.gcs import GcsArtifactStore
+from worker_chart_export.core.errors import FinalizeFailed
+from worker_chart_export.execute import execute_step
+from worker_chart_export.ports import Ports
+from worker_chart_export.settings import load_settings
+
+pytestmark = pytest.mark.emulators
+
+SETTINGS = load_settings({"charts_api_mode": "mock", "finalize_budget_seconds": 3}, {})
+
+
+@pytest.fixture
+def world(firestore_client: Any, gcs_bucket: tuple[Any, str]) -> Callable[..., Ports]:
+    storage_client, bucket = gcs_bucket
+    for template_id, template in load_templates().items():
+        firestore_client.collection("chart_templates").document(template_id).set(template)
+
+    def build(**overrides: Any) -> Ports:
+        return Ports(
+            flow_runs=overrides.get("flow_runs", FirestoreFlowRunStore(firestore_client)),
+            templates=FirestoreTemplateSource(firestore_client),
+            artifacts=overrides.get(
+                "artifacts", GcsArtifactStore(storage_client, bucket, sleep=lambda _: None)
+            ),
+            chart_api=MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api")),
+        )
+
+    return build
+
+
+def put_flow_run(client: Any, doc: dict[str, Any]) -> None:
+    client.collection("flow_runs").document(doc["runId"]).set(doc)
+
+
+def step_of(client: Any, run_id: str, step_id: str) -> dict[str, Any]:
+    return client.collection("flow_runs").document(run_id).get().to_dict()["steps"][step_id]
+
+
+def test_step_succeeds_with_pngs_and_manifest_in_gcs(
+    world: Any, firestore_client: Any, gcs_bucket: Any
+) -> None:
+    storage_client, bucket = gcs_bucket
+    put_flow_run(
+        firestore_client,
+        flow_run({"charts": chart_step(), "other": {"stepType": "LLM_REPORT", "status": "PENDING"}}),
+    )
+    report = execute_step("run1", "charts", ports=world(), settings=SETTINGS)
+    assert report.outcome == "SUCCEEDED" and report.items_count == 3
+    step = step_of(firestore_client, "run1", "charts")
+    assert step["status"] == "SUCCEEDED" and step["attempt"] == 1
+    assert step["outputs"]["outputsManifestGcsUri"] == f"gs://{bucket}/charts/run1/charts/manifest.json"
+    data, content_type = read_object(storage_client, bucket, "charts/run1/charts/manifest.json")
+    manifest = json.loads(data)
+    assert content_type == "application/json" and len(manifest["items"]) == 3
+    for item in manifest["items"]:
+        png, png_type = read_object(
+            storage_client, bucket, item["png_gcs_uri"].removeprefix(f"gs://{bucket}/")
+        )
+        assert png_type == "image/png" and png.startswith(b"\x89PNG")
+    assert step_of(firestore_client, "run1", "other") == {"stepType": "LLM_REPORT", "status": "PENDING"}
+
+
+def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
+    world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
+) -> None:
+    _, bucket = gcs_bucket
+    proxy = faulty_gcs_proxy(fail_first=1000, status=503)
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, sleep=lambda _: None)
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
+    step = step_of(firestore_client, "run1", "charts")
+    assert step["status"] == "FAILED" and step["error"]["code"] == "MANIFEST_WRITE_FAILED"
+    assert "outputs" not in step  # no manifest URI for a manifest that does not exist
+    assert list_objects(gcs_bucket[0], bucket) == []
+
+
+def test_gcs_failing_png_writes_only_records_gcs_write_failed(
+    world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
+) -> None:
+    storage_client, bucket = gcs_bucket
+    proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, sleep=lambda _: None)
+    settings = load_settings({"charts_api_mode": "mock", "chart_concurrency": 1}, {})
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=settings)
+    assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
+    manifest = json.loads(read_object(storage_client, bucket, "charts/run1/charts/manifest.json")[0])
+    assert [f["error"]["code"] for f in manifest["failures"]] == ["GCS_WRITE_FAILED"] * 3
+    assert step_of(firestore_client, "run1", "charts")["outputs"]["outputsManifestGcsUri"].endswith(
+        "manifest.json"
+    )
+
+
+class ClaimHereFinalizeThere:
+    def __init__(self, claim_store: FirestoreFlowRunStore, finalize_store: FirestoreFlowRunStore) -> None:
+        self.claim_store, self.finalize_store = claim_store, finalize_store
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.claim_store.claim_step(*args, **kwargs)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.finalize_store.finalize_step(*args, **kwargs)
+
+
+def test_firestore_unavailable_during_finalize_fails_the_invocation(
+    world: Any, firestore_client: Any, unreachable_firestore_client: Any, log_capture: Any
+) -> None:
+    store = ClaimHereFinalizeThere(
+        FirestoreFlowRunStore(firestore_client),
+        FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=1.0),
+    )
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    with pytest.raises(FinalizeFailed, match="could not be finalized"):
+        execute_step("run1", "charts", ports=world(flow_runs=store), settings=SETTINGS)
+    # The result could not be recorded: the step keeps its lease for recovery, and the loss is loud.
+    step = step_of(firestore_client, "run1", "charts")
+    assert step["status"] == "RUNNING" and step["leaseExpiresAt"]
+    assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
+
+
+ODD_STEP_ID = "charts 1h.v2-`x`/ü"
+
+
+def test_step_id_full_of_odd_characters_is_failed_cleanly(
+    world: Any, firestore_client: Any, gcs_bucket: Any
+) -> None:
+    put_flow_run(firestore_client, flow_run({ODD_STEP_ID: chart_step(), "charts": chart_step()}))
+    report = execute_step("run1", ODD_STEP_ID, ports=world(), settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    step = step_of(firestore_client, "run1", ODD_STEP_ID)
+    assert step["status"] == "FAILED" and "stepId" in step["error"]["message"]
+    assert step_of(firestore_client, "run1", "charts")["status"] == "READY"  # sibling untouched
+    assert list_objects(gcs_bucket[0], gcs_bucket[1]) == []
+
+
+@pytest.mark.parametrize("run_id", ["run..escape", "..x", "run%2F..%2Fx"])
+def test_run_id_that_would_escape_the_prefix_writes_nothing(
+    world: Any, firestore_client: Any, gcs_bucket: Any, run_id: str
+) -> None:
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}, run_id=run_id))
+    report = execute_step(run_id, "charts", ports=world(), settings=SETTINGS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    assert step_of(firestore_client, run_id, "charts")["status"] == "FAILED"
+    assert list_objects(gcs_bucket[0], gcs_bucket[1]) == []
