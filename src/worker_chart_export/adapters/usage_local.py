@@ -1,0 +1,125 @@
+"""Local UsageStores (contract §14.4) for run-local and tests: in memory, or one JSON file.
+
+Both apply the same pure window rules as the Firestore store (`core/usage.py`) inside a lock,
+so a reservation is read-check-increment with no lost updates under concurrency. The file
+is `{accountId: {"usageToday": int, "windowStart": "YYYY-MM-DDT00:00:00Z", "dailyLimit"?: int}}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from worker_chart_export.core.types import AccountUsage, Reservation
+from worker_chart_export.core.usage import current_usage, exhausted_fields, reserve_one
+
+try:  # POSIX: also serialise separate processes sharing one file (two run-local shells)
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None  # type: ignore[assignment]
+
+Docs = dict[str, dict[str, Any]]
+
+
+class _DocsUsageStore:
+    """The UsageStore operations over a {accountId: doc} mapping; subclasses supply storage."""
+
+    def _transaction(self) -> contextlib.AbstractContextManager[Docs]:
+        raise NotImplementedError
+
+    def read_usage(
+        self, account_ids: Sequence[str], *, default_limits: Mapping[str, int], now: datetime
+    ) -> list[AccountUsage]:
+        with self._transaction() as docs:
+            return [
+                current_usage(a, docs.get(a), default_limit=default_limits[a], now=now) for a in account_ids
+            ]
+
+    def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
+        with self._transaction() as docs:
+            update, reservation = reserve_one(
+                account_id, docs.get(account_id), default_limit=default_limit, now=now
+            )
+            if update is not None:
+                docs.setdefault(account_id, {}).update(update)
+            return reservation
+
+    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
+        with self._transaction() as docs:
+            fields = exhausted_fields(account_id, docs.get(account_id), default_limit=default_limit, now=now)
+            docs.setdefault(account_id, {}).update(fields)
+
+
+class InMemoryUsageStore(_DocsUsageStore):
+    def __init__(self, docs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._docs: Docs = {k: dict(v) for k, v in (docs or {}).items()}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Docs]:
+        with self._lock:
+            yield self._docs
+
+    def snapshot(self) -> Docs:
+        with self._lock:
+            return copy.deepcopy(self._docs)
+
+
+class FileUsageStore(_DocsUsageStore):
+    """One JSON file, rewritten by atomic replace; a missing file means no usage yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Docs]:
+        with self._lock, self._file_lock():
+            docs = self._load()
+            before = copy.deepcopy(docs)
+            yield docs
+            if docs != before:
+                self._store(docs)
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _load(self) -> Docs:
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        data = json.loads(raw) if raw.strip() else {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.path}: expected a JSON object of accountId -> usage")
+        return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
+
+    def _store(self, docs: Docs) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(docs, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+
+    def snapshot(self) -> Docs:
+        with self._transaction() as docs:
+            return copy.deepcopy(docs)

@@ -1,0 +1,385 @@
+"""A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (DESIGN §5).
+
+It answers the way the real service does, on 127.0.0.1 only:
+- `x-api-key` must be a configured key: else 401 {"message": "Unauthorized"};
+- per key: a token-bucket rate limit (429 "Too Many Requests" past it) and a daily quota
+  (429 "Limit Exceeded" once used up);
+- the JSON body needs `symbol` and `interval`; configured bad symbols get 422 "Invalid Symbol";
+- scripted behaviours per symbol or per template: latency, hang, N x 500 then success,
+  a fixed error (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
+- otherwise 200 with a small real PNG.
+
+Every request is recorded (account id, never the key; arrival time; symbol; template;
+status) so tests can count calls and check rates. A template is recognised by its request
+body: `register_template(id, request)` teaches the server what that template sends.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from worker_chart_export.core.naming import fixture_key
+from worker_chart_export.core.types import ChartCall
+
+PATH = "/v2/tradingview/advanced-chart"
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def tiny_png(width: int = 4, height: int = 3, rgb: tuple[int, int, int] = (32, 96, 160)) -> bytes:
+    """A valid RGB PNG of one colour, without pillow."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+PNG = tiny_png()
+
+
+def new_key() -> str:
+    """Looks like a real secret, so a leak scan over logs and failures means something."""
+    return "test-key-" + secrets.token_hex(16)
+
+
+@dataclass
+class Script:
+    """What the server does for requests that match a symbol or a template."""
+
+    latency: float = 0.0  # seconds before answering
+    hang: float = 0.0  # seconds to stall without answering (longer than the client timeout)
+    fail_times: int = 0  # answer fail_status this many times, then behave normally
+    fail_status: int = 500
+    fail_message: str = "Something Went Wrong"
+    status: int | None = None  # always this error, e.g. 403
+    message: str = "Forbidden"
+    non_png: bool = False  # 200 with an HTML page
+    failed: int = 0
+
+
+@dataclass
+class _Account:
+    account_id: str
+    daily_quota: int | None
+    rate: float | None
+    burst: int
+    used: int = 0
+    tokens: float = 0.0
+    updated: float = 0.0
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+
+@dataclass
+class RecordedRequest:
+    account_id: str | None
+    arrived: float  # time.monotonic() when the request line was read
+    symbol: str | None
+    interval: str | None
+    template: str | None
+    status: int | None = None  # None while still being answered
+    message: str | None = None
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+def _json_reply(status: int, message: str) -> _Reply:
+    return _Reply(status, json.dumps({"message": message}).encode())
+
+
+def _canonical(request: Mapping[str, Any]) -> str:
+    shape = {k: v for k, v in request.items() if k not in ("symbol", "interval")}
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"))
+
+
+class ChartImgServer:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._accounts_by_key: dict[str, _Account] = {}
+        self._templates: dict[str, str] = {}
+        self._scripts_by_symbol: dict[str, Script] = {}
+        self._scripts_by_template: dict[str, Script] = {}
+        self.invalid_symbols: set[str] = set()
+        self._requests: list[RecordedRequest] = []
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.owner = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+
+    # --- set-up ---
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def add_account(
+        self,
+        account_id: str,
+        *,
+        key: str | None = None,
+        daily_quota: int | None = None,
+        rate: float | None = None,
+        burst: int = 1,
+    ) -> str:
+        """Register a key (returned); quota None = unlimited, rate None = unpaced."""
+        key = key or new_key()
+        with self._lock:
+            self._accounts_by_key[key] = _Account(
+                account_id, daily_quota, rate, burst, tokens=float(burst), updated=time.monotonic()
+            )
+        return key
+
+    def register_template(self, template_id: str, request: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._templates[_canonical(request)] = template_id
+
+    def script(self, *, symbol: str | None = None, template: str | None = None, **behaviour: Any) -> Script:
+        script = Script(**behaviour)
+        with self._lock:
+            if symbol is not None:
+                self._scripts_by_symbol[symbol] = script
+            if template is not None:
+                self._scripts_by_template[template] = script
+        return script
+
+    @property
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._accounts_by_key)
+
+    # --- what happened ---
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, account_id: str | None = None) -> int:
+        return len([r for r in self.requests if account_id is None or r.account_id == account_id])
+
+    def statuses(self) -> list[int | None]:
+        return [r.status for r in self.requests]
+
+    def max_in_flight(self, account_id: str) -> int:
+        with self._lock:
+            return max(
+                (a.max_in_flight for a in self._accounts_by_key.values() if a.account_id == account_id),
+                default=0,
+            )
+
+    # --- lifecycle ---
+
+    def start(self) -> ChartImgServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes handlers sleeping in latency/hang
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    # --- answering ---
+
+    def handle(self, path: str, headers: Mapping[str, str], raw: bytes) -> _Reply:
+        arrived = time.monotonic()
+        if path != PATH:
+            return _json_reply(404, "Not Found")
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            body = None
+        body = body if isinstance(body, dict) else {}
+        symbol, interval = body.get("symbol"), body.get("interval")
+        with self._lock:
+            account = self._accounts_by_key.get(headers.get("x-api-key") or "")
+            record = RecordedRequest(
+                account.account_id if account else None,
+                arrived,
+                symbol if isinstance(symbol, str) else None,
+                interval if isinstance(interval, str) else None,
+                self._templates.get(_canonical(body)),
+            )
+            self._requests.append(record)
+            refusal = self._admit(account, arrived)
+            if account is not None and refusal is None:
+                account.in_flight += 1
+                account.max_in_flight = max(account.max_in_flight, account.in_flight)
+        try:
+            reply = refusal or self._answer(record, body)
+        finally:
+            if account is not None and refusal is None:
+                with self._lock:
+                    account.in_flight -= 1
+        with self._lock:
+            record.status = reply.status
+            if reply.content_type == "application/json":
+                record.message = json.loads(reply.body).get("message")
+        return reply
+
+    def _admit(self, account: _Account | None, now: float) -> _Reply | None:
+        """Auth, rate and quota, under the lock (the order CHART-IMG applies them in)."""
+        if account is None:
+            return _json_reply(401, "Unauthorized")
+        if account.rate is not None:
+            account.tokens = min(account.burst, account.tokens + (now - account.updated) * account.rate)
+            account.updated = now
+            if account.tokens < 1.0:
+                return _json_reply(429, "Too Many Requests")
+            account.tokens -= 1.0
+        if account.daily_quota is not None and account.used >= account.daily_quota:
+            return _json_reply(429, "Limit Exceeded")
+        account.used += 1
+        return None
+
+    def _answer(self, record: RecordedRequest, body: Mapping[str, Any]) -> _Reply:
+        if not record.symbol or not record.interval:
+            return _json_reply(400, "Invalid Request")
+        if record.symbol in self.invalid_symbols:
+            return _json_reply(422, "Invalid Symbol")
+        with self._lock:
+            script = self._scripts_by_symbol.get(record.symbol) or (
+                self._scripts_by_template.get(record.template) if record.template else None
+            )
+        if script is None:
+            return _Reply(200, PNG, "image/png")
+        if script.latency:
+            self._stopping.wait(script.latency)
+        if script.hang:
+            self._stopping.wait(script.hang)
+            return _json_reply(504, "Endpoint request timed out")
+        with self._lock:
+            fail_now = script.failed < script.fail_times
+            script.failed += fail_now
+        if fail_now:
+            return _json_reply(script.fail_status, script.fail_message)
+        if script.status is not None:
+            return _json_reply(script.status, script.message)
+        if script.non_png:
+            return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
+        return _Reply(200, PNG, "image/png")
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # many concurrent clients: a full backlog would refuse connects
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's pool expects
+    # one segment per answer: headers and body written apart meet delayed ACKs (~40 ms)
+    wbufsize = 1 << 16
+    disable_nagle_algorithm = True
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        reply = self.server.owner.handle(self.path, headers, raw)  # type: ignore[attr-defined]
+        try:
+            self.send_response(reply.status)
+            self.send_header("content-type", reply.content_type)
+            self.send_header("content-length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout) before we answered
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: and the request line never holds the key anyway
+
+
+@pytest.fixture
+def chart_img_server() -> Iterator[ChartImgServer]:
+    server = ChartImgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- helpers for tests that drive the ChartApi ---------------------------------------------
+
+
+def chart_call(
+    template_id: str,
+    request: Mapping[str, Any] | None = None,
+    *,
+    symbol: str = "BINANCE:BTCUSDT",
+    interval: str = "1h",
+    run_id: str = "run-1",
+    step_id: str = "step-1",
+) -> ChartCall:
+    """A ChartCall as execute.py builds it: template request + symbol + interval."""
+    body = {
+        **(request or {"width": 800, "height": 600, "theme": "dark"}),
+        "symbol": symbol,
+        "interval": interval,
+    }
+    return ChartCall(
+        run_id=run_id,
+        step_id=step_id,
+        chart_template_id=template_id,
+        chart_img_symbol=symbol,
+        interval=interval,
+        body=body,
+        fixture_key=fixture_key(symbol, interval, template_id),
+    )
+
+
+def find_secrets(haystacks: Iterable[str], keys: Iterable[str]) -> list[str]:
+    """Which keys occur anywhere in the given texts (expected: none)."""
+    texts = list(haystacks)
+    return [key for key in keys if any(key in text for text in texts)]
+
+
+class FakeClock:
+    """Monotonic time, wall time and sleep that move together, only when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.start = start or datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
+        self.elapsed = 0.0
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return 1000.0 + self.elapsed
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self.start + timedelta(seconds=self.elapsed)
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+            self.elapsed += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.elapsed += seconds

@@ -1,0 +1,323 @@
+"""Real and record modes against the local CHART-IMG stand-in (tests/harness/chart_img_server.py).
+
+Real sockets on 127.0.0.1, real httpx, real time for latency and pacing; the wall clock
+(`now`) is faked only where a test crosses UTC midnight.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import PNG, ChartImgServer, FakeClock, chart_call, find_secrets
+from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import build_chart_api
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.config import Settings
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
+
+FAST_RETRIES = RetryPolicy(initial_backoff=0.02, max_backoff=0.1, jitter=0.02, min_attempt_seconds=0.2)
+
+
+@dataclass
+class Harness:
+    server: ChartImgServer
+    logs: LogCapture
+    tmp_path: Path
+    results: list[ChartResult]
+
+    def api(
+        self,
+        accounts: Sequence[dict[str, Any]],
+        *,
+        store: InMemoryUsageStore | None = None,
+        now: Callable[[], datetime] | None = None,
+        **settings: Any,
+    ) -> Any:
+        config = [{**a, "apiKey": a.get("apiKey") or self.server.add_account(a["id"])} for a in accounts]
+        values: dict[str, Any] = {
+            "charts_api_mode": "real",
+            "chart_img_base_url": self.server.base_url,
+            "chart_img_accounts_json": SecretStr(json.dumps(config)),
+            "chart_img_request_timeout_seconds": 5.0,
+            "chart_img_rate_per_second": 50.0,
+            "chart_img_burst": 20,
+            "chart_concurrency": 8,
+            "charts_fixtures_dir": self.tmp_path / "fixtures",
+            **settings,
+        }
+        extra = {"now": now} if now else {}
+        return build_chart_api(
+            Settings(**values), store or InMemoryUsageStore(), retry_policy=FAST_RETRIES, **extra
+        )
+
+    def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:
+        result: ChartResult = api.render(call, Budget.starting_now(budget_seconds))
+        self.results.append(result)
+        return result
+
+    def render_all(self, api: Any, calls: Sequence[ChartCall], workers: int = 8) -> list[ChartResult]:
+        budget = Budget.starting_now(60.0)
+        with ThreadPoolExecutor(max_workers=workers) as pool:  # as execute.py runs a step
+            futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
+            results = [f.result() for f in futures]
+        self.results.extend(results)
+        return results
+
+
+@pytest.fixture
+def h(chart_img_server: ChartImgServer, log_capture: LogCapture, tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(chart_img_server, log_capture, tmp_path, [])
+    yield harness
+    # nothing the worker produced may hold a key: log lines, failures as the manifest keeps them
+    texts = [log_capture.text, *map(repr, harness.results)]
+    texts += [json.dumps(r.error.to_dict()) for r in harness.results if isinstance(r, ChartFailure)]
+    assert harness.server.keys, "the test configured no key: the scan would prove nothing"
+    assert find_secrets(texts, harness.server.keys) == []
+
+
+def code(result: ChartResult) -> str:
+    assert isinstance(result, ChartFailure), result
+    return result.error.code.value
+
+
+def details(result: ChartResult) -> dict[str, Any]:
+    assert isinstance(result, ChartFailure), result
+    return result.error.details
+
+
+TODAY = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+
+
+# --- accounts ------------------------------------------------------------------------------
+
+
+def test_429_rotates_across_three_accounts(h: Harness) -> None:
+    keys = {a: h.server.add_account(a, daily_quota=q) for a, q in (("acc1", 0), ("acc2", 0), ("acc3", None))}
+    store = InMemoryUsageStore()
+    api = h.api([{"id": a, "apiKey": k} for a, k in keys.items()], store=store)
+    result = h.render(api, chart_call("tpl_a"))
+    assert result == ChartSuccess(PNG, "acc3")
+    assert [(r.account_id, r.status, r.message) for r in h.server.requests] == [
+        ("acc1", 429, "Limit Exceeded"),
+        ("acc2", 429, "Limit Exceeded"),
+        ("acc3", 200, None),
+    ]
+    usage = store.snapshot()
+    assert (usage["acc1"]["usageToday"], usage["acc2"]["usageToday"], usage["acc3"]["usageToday"]) == (
+        44,
+        44,
+        1,
+    )
+    h.render(api, chart_call("tpl_b"))  # the burnt accounts are not tried again today
+    assert [r.account_id for r in h.server.requests][3:] == ["acc3"]
+
+
+def test_exhausted_accounts_get_no_http_call_and_one_error_event(h: Harness) -> None:
+    full = {"usageToday": 44, "windowStart": TODAY}
+    api = h.api([{"id": "acc1"}, {"id": "acc2"}], store=InMemoryUsageStore({"acc1": full, "acc2": full}))
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(4)])
+    assert {code(r) for r in results} == {"CHART_API_LIMIT_EXCEEDED"}
+    assert details(results[0])["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert h.server.count() == 0
+    (event,) = h.logs.events("chart-img accounts exhausted")
+    assert event["severity"] == "ERROR"
+    assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
+    assert event["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert (event["runId"], event["stepId"], event["service"], event["env"]) == (
+        "run-1",
+        "step-1",
+        "worker-chart-export",
+        "test",
+    )
+
+
+def test_daily_window_resets_at_utc_midnight(h: Harness) -> None:
+    clock = FakeClock(datetime(2025, 6, 30, 23, 59, 50, tzinfo=UTC))
+    store = InMemoryUsageStore({"acc1": {"usageToday": 5, "windowStart": "2025-06-30T00:00:00Z"}})
+    api = h.api([{"id": "acc1", "dailyLimit": 5}], store=store, now=clock.now)
+    assert code(h.render(api, chart_call("tpl_a"))) == "CHART_API_LIMIT_EXCEEDED"
+    assert h.server.count() == 0
+    clock.advance(15)  # 00:00:05 UTC on July 1st
+    assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc1")
+    assert store.snapshot()["acc1"] == {"usageToday": 1, "windowStart": "2025-07-01T00:00:00Z"}
+
+
+def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness) -> None:
+    store = InMemoryUsageStore()
+    api = h.api([{"id": "acc1"}, {"id": "acc2"}, {"id": "acc3"}], store=store)
+    h.server.script(symbol="BINANCE:ETHUSDT", fail_times=3, latency=0.02)  # some calls retried
+    calls = [
+        chart_call(f"tpl_{i}", symbol="BINANCE:ETHUSDT" if i % 4 == 0 else "BINANCE:BTCUSDT")
+        for i in range(16)
+    ]
+    results = h.render_all(api, calls)
+    assert all(isinstance(r, ChartSuccess) for r in results)
+    used = {a: doc["usageToday"] for a, doc in store.snapshot().items()}
+    assert sum(used.values()) == h.server.count() == 16 + 3
+    assert used == {a: h.server.count(a) for a in used}
+    assert len(used) == 3  # spread over the accounts
+
+
+# --- retries and final answers -------------------------------------------------------------
+
+
+def test_500_forever_makes_exactly_three_requests(h: Harness) -> None:
+    h.server.script(symbol="BINANCE:BTCUSDT", fail_times=1000)
+    api = h.api([{"id": "acc1"}])
+    result = h.render(api, chart_call("tpl_a"))
+    assert code(result) == "CHART_API_FAILED"
+    assert details(result)["httpStatus"] == 500
+    assert details(result)["message"] == "Something Went Wrong"
+    assert details(result)["attempts"] == 3
+    assert h.server.statuses() == [500, 500, 500]
+
+
+def test_hanging_server_fails_within_the_budget(h: Harness) -> None:
+    h.server.script(symbol="BINANCE:BTCUSDT", hang=10.0)
+    api = h.api([{"id": "acc1"}], chart_img_request_timeout_seconds=0.3)
+    started = time.monotonic()
+    result = h.render(api, chart_call("tpl_a"), budget_seconds=1.5)
+    elapsed = time.monotonic() - started
+    assert code(result) == "CHART_API_FAILED"
+    assert details(result)["errorKind"] == "timeout"
+    assert details(result)["attempts"] == 3
+    assert h.server.count() == 3
+    assert elapsed < 1.5 + 0.2
+
+
+def test_hang_longer_than_the_budget_is_cut_at_the_budget(h: Harness) -> None:
+    h.server.script(symbol="BINANCE:BTCUSDT", hang=10.0)
+    api = h.api([{"id": "acc1"}], chart_img_request_timeout_seconds=5.0)
+    started = time.monotonic()
+    result = h.render(api, chart_call("tpl_a"), budget_seconds=0.8)
+    assert time.monotonic() - started < 0.8 + 0.2
+    assert details(result)["attempts"] == 1
+
+
+def test_200_that_is_not_a_png(h: Harness) -> None:
+    h.server.register_template("tpl_html", {"width": 640})
+    h.server.script(template="tpl_html", non_png=True)
+    api = h.api([{"id": "acc1"}])
+    result = h.render(api, chart_call("tpl_html", {"width": 640}))
+    assert code(result) == "CHART_API_FAILED"
+    assert details(result)["contentType"] == "text/html"
+    assert h.server.count() == 1
+
+
+def test_422_and_403_are_final_after_one_request(h: Harness) -> None:
+    h.server.invalid_symbols.add("BINANCE:NOPE")
+    h.server.register_template("tpl_forbidden", {"width": 1920, "theme": "dark"})
+    h.server.script(template="tpl_forbidden", status=403, message="Forbidden")
+    api = h.api([{"id": "acc1"}, {"id": "acc2"}])
+    invalid = h.render(api, chart_call("tpl_a", symbol="BINANCE:NOPE"))
+    assert (code(invalid), details(invalid)["httpStatus"], details(invalid)["message"]) == (
+        "CHART_API_FAILED",
+        422,
+        "Invalid Symbol",
+    )
+    assert h.server.count() == 1
+    forbidden = h.render(api, chart_call("tpl_forbidden", {"width": 1920, "theme": "dark"}))
+    assert (details(forbidden)["httpStatus"], details(forbidden)["message"]) == (403, "Forbidden")
+    assert [(r.template, r.status) for r in h.server.requests] == [(None, 422), ("tpl_forbidden", 403)]
+
+
+def test_an_unknown_key_is_final(h: Harness) -> None:
+    api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}])
+    h.server.add_account("other")
+    result = h.render(api, chart_call("tpl_a"))
+    assert (details(result)["httpStatus"], details(result)["message"]) == (401, "Unauthorized")
+    assert h.server.count() == 1
+
+
+# --- record, then replay -------------------------------------------------------------------
+
+
+def test_record_then_mock_replay_gives_the_same_results(h: Harness) -> None:
+    h.server.invalid_symbols.add("BINANCE:NOPE")
+    h.server.register_template("tpl_forbidden", {"width": 1920})
+    h.server.script(template="tpl_forbidden", status=403, message="Forbidden")
+    h.server.register_template("tpl_flaky", {"width": 1000})
+    h.server.script(template="tpl_flaky", fail_times=1)  # recorded: the final PNG
+    h.server.register_template("tpl_down", {"width": 1001})
+    h.server.script(template="tpl_down", fail_times=99)  # recorded: the last 500
+    calls = [
+        chart_call("tpl_ok"),
+        chart_call("tpl_bad", symbol="BINANCE:NOPE"),
+        chart_call("tpl_forbidden", {"width": 1920}),
+        chart_call("tpl_flaky", {"width": 1000}),
+        chart_call("tpl_down", {"width": 1001}),
+    ]
+    recorder = h.api([{"id": "acc1"}], charts_api_mode="record")
+    recorded = h.render_all(recorder, calls)
+    sent = h.server.count()
+    assert sent == 1 + 1 + 1 + 2 + 3
+    names = sorted(p.name for p in (h.tmp_path / "fixtures/chart-img/advanced-chart-v2").iterdir())
+    assert names == [
+        "BINANCE_BTCUSDT__1h__tpl_down__500_SOMETHING_WENT_WRONG.json",
+        "BINANCE_BTCUSDT__1h__tpl_flaky.png",
+        "BINANCE_BTCUSDT__1h__tpl_forbidden__403_FORBIDDEN.json",
+        "BINANCE_BTCUSDT__1h__tpl_ok.png",
+        "BINANCE_NOPE__1h__tpl_bad__422_INVALID_SYMBOL.json",
+    ]
+    # record mode replays what it has: no new request
+    again = h.render_all(recorder, calls)
+    mock = MockChartApi(FixtureLibrary(h.tmp_path / "fixtures"))
+    replayed = h.render_all(mock, calls)
+    assert h.server.count() == sent
+
+    def shape(result: ChartResult) -> Any:
+        if isinstance(result, ChartSuccess):
+            return result.png
+        return (result.error.code, result.error.details["httpStatus"], result.error.details["message"])
+
+    assert [shape(r) for r in replayed] == [shape(r) for r in recorded] == [shape(r) for r in again]
+    assert shape(recorded[0]) == PNG
+
+
+# --- pacing --------------------------------------------------------------------------------
+
+
+def test_eight_concurrent_requests_on_one_basic_account_stay_within_its_rate(h: Harness) -> None:
+    """1/s burst 3 at the server, which answers 429 past it: our pacing must never get one."""
+    key = h.server.add_account("basic", rate=1.0, burst=3)
+    store = InMemoryUsageStore()
+    api = h.api([{"id": "basic", "apiKey": key, "ratePerSecond": 1, "burst": 3}], store=store)
+    h.server.script(symbol="BINANCE:BTCUSDT", latency=0.05)
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)])
+    assert all(isinstance(r, ChartSuccess) for r in results), [getattr(r, "error", None) for r in results]
+    assert h.server.statuses() == [200] * 8
+    assert h.server.max_in_flight("basic") <= 3
+    arrivals = sorted(r.arrived for r in h.server.requests)
+    for i in range(3, 8):  # request i needs i-2 refills since the burst: (i - 2) / rate seconds
+        assert arrivals[i] - arrivals[0] >= (i - 2) * 1.0 - 0.01
+    assert api.limiter.exhausted_accounts() == ()  # not burnt by our own pacing
+    assert store.snapshot()["basic"]["usageToday"] == 8
+
+
+def test_concurrent_requests_spread_over_accounts_with_tokens(h: Harness) -> None:
+    accounts = [
+        {"id": a, "apiKey": h.server.add_account(a, rate=1.0, burst=3), "ratePerSecond": 1, "burst": 3}
+        for a in ("a1", "a2", "a3")
+    ]
+    api = h.api(accounts)
+    h.server.script(symbol="BINANCE:BTCUSDT", latency=0.1)
+    started = time.monotonic()
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)])
+    assert all(isinstance(r, ChartSuccess) for r in results)
+    assert time.monotonic() - started < 0.9  # nobody waited for a refill
+    assert sorted(h.server.count(a) for a in ("a1", "a2", "a3")) == [2, 3, 3]
+    assert 429 not in h.server.statuses()

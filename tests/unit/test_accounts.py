@@ -1,0 +1,325 @@
+"""Account config parsing/loading and the AccountLimiter (contract §11.1, §14.4)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import FakeClock, new_key
+from worker_chart_export.adapters.accounts import (
+    AccountConfig,
+    AccountLimiter,
+    Lease,
+    NoAccount,
+    Refusal,
+    load_accounts,
+    parse_accounts,
+    secret_version_name,
+)
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.config import Settings
+from worker_chart_export.core.errors import ConfigError
+
+KEY = new_key()
+NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
+TODAY = "2025-03-10T00:00:00Z"
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+def test_parses_accounts_and_hides_keys() -> None:
+    text = json.dumps(
+        [
+            {"id": "acc1", "apiKey": KEY, "dailyLimit": 44, "ratePerSecond": 10, "burst": 15},
+            {"id": "acc.2_b-c", "apiKey": KEY + "x"},
+        ]
+    )
+    accounts = parse_accounts(text)
+    assert [a.id for a in accounts] == ["acc1", "acc.2_b-c"]
+    assert accounts[0].api_key.get_secret_value() == KEY
+    assert (accounts[0].daily_limit, accounts[0].rate_per_second, accounts[0].burst) == (44, 10.0, 15)
+    assert accounts[1].daily_limit is None
+    assert KEY not in repr(accounts) and KEY not in str(accounts)
+
+
+MALFORMED = [
+    ([{"id": "acc1", "apiKey": KEY}, {"id": "acc2"}], "CHART_IMG_ACCOUNTS_JSON: item 2: missing 'apiKey'"),
+    ('[{"id": "acc1", "apiKey": "' + KEY + '"', "not valid JSON at line 1 column"),
+    ("[{'id': 'acc1'}]", "not valid JSON at line 1 column 3"),
+    ([{"id": "acc1", "apiKey": KEY}, {"id": "acc1", "apiKey": KEY}], "duplicate account id 'acc1'"),
+    ([], "empty list"),
+    ({"id": "acc1", "apiKey": KEY}, "expected a JSON array"),
+    ([{"id": "bad id!", "apiKey": KEY}], "id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"),
+    ([{"id": "acc1", "apiKey": KEY, "apikey": KEY}], "item 1: unknown field 'apikey'"),
+    ([{"id": "acc1", "apiKey": ""}], "item 1: 'apiKey' must be a non-empty string"),
+    ([{"id": "acc1", "apiKey": KEY + " \n"}], "'apiKey' must be a non-empty string of printable"),
+    ([{"id": "acc1", "apiKey": 12345678901234}], "item 1: 'apiKey'"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' input should be greater"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' input should be a valid integer"),
+    ([{"id": "acc1", "apiKey": KEY, "ratePerSecond": -1}], "'ratePerSecond'"),
+    (["acc1"], "item 1: expected an object, got string"),
+]
+
+
+@pytest.mark.parametrize(("config", "expected"), MALFORMED)
+def test_malformed_config_names_the_problem_never_the_key(config: Any, expected: str) -> None:
+    text = config if isinstance(config, str) else json.dumps(config)
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(text)
+    message = str(caught.value)
+    assert expected in message
+    assert KEY not in message
+    assert text not in message
+
+
+def test_a_key_that_lands_in_an_id_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": KEY + "/oops", "apiKey": KEY}]))
+    assert KEY not in str(caught.value)
+
+
+class FakeSecrets:
+    def __init__(self, payload: str | None = None, error: Exception | None = None) -> None:
+        self.payload, self.error, self.names = payload, error, []
+
+    def access_secret_version(self, *, name: str) -> Any:
+        self.names.append(name)
+        if self.error:
+            raise self.error
+        return SimpleNamespace(payload=SimpleNamespace(data=(self.payload or "").encode()))
+
+
+def test_env_json_wins_over_the_secret() -> None:
+    secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
+    settings = Settings(
+        chart_img_accounts_json=SecretStr(json.dumps([{"id": "from-env", "apiKey": KEY}])),
+        chart_img_accounts_secret="projects/p/secrets/chart-img-accounts/versions/3",
+    )
+    assert [a.id for a in load_accounts(settings, secret_client=secrets)] == ["from-env"]
+    assert secrets.names == []
+
+
+def test_secret_read_when_json_absent() -> None:
+    secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
+    settings = Settings(chart_img_accounts_secret="chart-img-accounts", google_cloud_project="proj")
+    assert [a.id for a in load_accounts(settings, secret_client=secrets)] == ["from-secret"]
+    assert secrets.names == ["projects/proj/secrets/chart-img-accounts/versions/latest"]
+
+
+def test_nothing_configured_gives_no_accounts() -> None:
+    assert load_accounts(Settings(), secret_client=FakeSecrets()) == ()
+
+
+def test_unreadable_secret_is_a_config_error() -> None:
+    settings = Settings(chart_img_accounts_secret="projects/p/secrets/s")
+    with pytest.raises(ConfigError, match="cannot read projects/p/secrets/s/versions/latest: "):
+        load_accounts(settings, secret_client=FakeSecrets(error=PermissionError("denied")))
+
+
+def test_malformed_secret_names_its_source() -> None:
+    settings = Settings(chart_img_accounts_secret="projects/p/secrets/s/versions/1")
+    with pytest.raises(ConfigError) as caught:
+        load_accounts(settings, secret_client=FakeSecrets(json.dumps([{"id": "a"}])))
+    assert "CHART_IMG_ACCOUNTS_SECRET projects/p/secrets/s/versions/1: item 1: missing 'apiKey'" in str(
+        caught.value
+    )
+
+
+def test_bare_secret_id_needs_a_project() -> None:
+    with pytest.raises(ConfigError, match="GOOGLE_CLOUD_PROJECT"):
+        secret_version_name("chart-img-accounts", None)
+
+
+# --- the limiter ---------------------------------------------------------------------------
+
+
+class CountingStore(InMemoryUsageStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.reads = 0
+        self.reserves: list[str] = []
+
+    def read_usage(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return super().read_usage(*args, **kwargs)
+
+    def reserve(self, account_id: str, **kwargs: Any) -> Any:
+        self.reserves.append(account_id)
+        return super().reserve(account_id, **kwargs)
+
+
+def accounts(*ids: str, **extra: Any) -> list[AccountConfig]:
+    return [AccountConfig(id=i, apiKey=SecretStr(new_key()), **extra) for i in ids]
+
+
+def limiter(
+    store: InMemoryUsageStore,
+    configs: list[AccountConfig],
+    clock: FakeClock,
+    *,
+    default_limit: int = 44,
+    rate: float = 100.0,
+    burst: int = 100,
+) -> AccountLimiter:
+    return AccountLimiter(
+        configs,
+        store,
+        default_limit=default_limit,
+        default_rate=rate,
+        default_burst=burst,
+        now=clock.now,
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+        pacing_headroom=1.0,
+    )
+
+
+def usage(used: int, **extra: Any) -> dict[str, Any]:
+    return {"usageToday": used, "windowStart": TODAY, **extra}
+
+
+def lease_id(result: Lease | NoAccount) -> str:
+    assert isinstance(result, Lease), result
+    return result.account_id
+
+
+def test_least_used_first_ties_by_id() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"a": usage(5), "b": usage(2), "c": usage(2)})
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    assert lease_id(chosen.acquire(max_wait=1)) == "b"
+    assert lease_id(chosen.acquire(max_wait=1)) == "c"  # b now has 3: reservations count
+    assert lease_id(chosen.acquire(max_wait=1)) == "b"
+    assert store.snapshot()["b"]["usageToday"] == 4
+
+
+def test_tried_accounts_go_last_but_stay_usable() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert lease_id(chosen.acquire(tried=["a"], max_wait=1)) == "b"
+    assert lease_id(chosen.acquire(tried=["a", "b"], max_wait=1)) == "a"
+    single = limiter(InMemoryUsageStore(), accounts("only"), clock)
+    assert lease_id(single.acquire(tried=["only"], max_wait=1)) == "only"
+
+
+def test_daily_limit_document_then_config_then_default() -> None:
+    clock = FakeClock(NOON)
+    configs = [
+        AccountConfig(id="doc", apiKey=SecretStr(new_key()), dailyLimit=50),
+        AccountConfig(id="cfg", apiKey=SecretStr(new_key()), dailyLimit=3),
+        AccountConfig(id="dflt", apiKey=SecretStr(new_key())),
+    ]
+    store = InMemoryUsageStore({"doc": usage(2, dailyLimit=2), "cfg": usage(2), "dflt": usage(4)})
+    chosen = limiter(store, configs, clock, default_limit=5)
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["cfg", "dflt"]
+    refused = chosen.acquire(max_wait=1)
+    assert refused == NoAccount(Refusal.EXHAUSTED, ("cfg", "dflt", "doc"))
+
+
+def test_all_exhausted_makes_no_reservation_and_is_cached_for_a_minute() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(44), "b": usage(44)})
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.EXHAUSTED, ("a", "b"))
+    assert store.reserves == []
+    reads = store.reads
+    clock.advance(59)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    assert store.reads == reads  # answered from the in-process cache
+    clock.advance(2)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    assert store.reads == reads + 1
+
+
+def test_exhaustion_cache_ends_at_utc_midnight() -> None:
+    clock = FakeClock(datetime(2025, 3, 10, 23, 59, 30, tzinfo=UTC))
+    store = InMemoryUsageStore({"a": usage(44)})
+    chosen = limiter(store, accounts("a"), clock)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    clock.advance(31)  # 00:00:01 the next day, well inside the 60 s ttl
+    assert lease_id(chosen.acquire(max_wait=1)) == "a"
+    assert store.snapshot()["a"] == {"usageToday": 1, "windowStart": "2025-03-11T00:00:00Z"}
+
+
+def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    chosen.mark_exhausted("a")
+    assert store.snapshot()["a"] == {"usageToday": 44, "windowStart": TODAY}
+    store._docs.pop("a")  # e.g. someone reset the document
+    clock.advance(3600)
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(3)] == ["b", "b", "b"]
+    assert chosen.exhausted_accounts() == ("a",)
+    clock.advance(timedelta(hours=11, minutes=1).total_seconds())  # past midnight
+    assert chosen.exhausted_accounts() == ()
+    assert lease_id(chosen.acquire(max_wait=1)) == "a"
+
+
+def test_prefers_an_account_with_a_token_now() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"busy": usage(0), "idle": usage(10)})
+    chosen = limiter(store, accounts("busy", "idle"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=5)) == "busy"
+    assert lease_id(chosen.acquire(max_wait=5)) == "idle"  # busy is less used but has no token
+    assert clock.sleeps == []
+    third = chosen.acquire(max_wait=5)  # nobody has a token: the soonest one, after a wait
+    assert isinstance(third, Lease)
+    assert third.paced_seconds == pytest.approx(1.0)
+    assert clock.sleeps == [pytest.approx(1.0)]
+
+
+def test_no_token_within_max_wait_is_refused_without_reserving() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore()
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=0)) == "a"
+    assert chosen.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())
+    assert store.reserves == ["a"]
+
+
+def test_account_used_up_between_read_and_reserve_moves_on() -> None:
+    clock = FakeClock(NOON)
+
+    class Racing(InMemoryUsageStore):
+        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().read_usage(*args, **kwargs)
+            self._docs["a"] = usage(44)  # another instance takes a's last unit meanwhile
+            return result
+
+    chosen = limiter(Racing(), accounts("a", "b"), clock)
+    assert lease_id(chosen.acquire(max_wait=1)) == "b"
+    assert chosen.exhausted_accounts() == ("a",)
+
+
+def test_concurrent_callers_spread_even_when_they_read_the_same_usage() -> None:
+    """Everyone reads 0/0/0 at once; in-flight picks still count, so nobody piles on acc a."""
+    clock = FakeClock(NOON)
+    all_read = threading.Barrier(6)
+
+    class SlowStore(InMemoryUsageStore):
+        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().read_usage(*args, **kwargs)
+            all_read.wait(timeout=5)  # all six hold the same stale read
+            return result
+
+        def reserve(self, account_id: str, **kwargs: Any) -> Any:
+            time.sleep(0.02)  # a transaction takes a while
+            return super().reserve(account_id, **kwargs)
+
+    store = SlowStore()
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        picks = list(pool.map(lambda _: lease_id(chosen.acquire(max_wait=1)), range(6)))
+    assert sorted(picks) == ["a", "a", "b", "b", "c", "c"]
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 2, "b": 2, "c": 2}

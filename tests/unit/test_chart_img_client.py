@@ -1,0 +1,487 @@
+"""RealChartApi / RecordChartApi / build_chart_api over httpx.MockTransport and a fake clock.
+
+No sockets and no real waiting: the transport answers from a script, and sleep and both
+clocks are one FakeClock, so backoff and budget rules are checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
+from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import (
+    NO_ACCOUNTS_MESSAGE,
+    RealChartApi,
+    RecordChartApi,
+    build_chart_api,
+)
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.config import Settings
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.errors import ConfigError, ErrorCode, TransientStoreError
+from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
+
+Answer = httpx.Response | Exception
+JSON = "application/json"
+
+
+def answer(status: int, message: str | None = None, **body: Any) -> httpx.Response:
+    if message is not None:
+        body["message"] = message
+    return httpx.Response(status, json=body)
+
+
+def png() -> httpx.Response:
+    return httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
+
+
+@dataclass
+class Scripted:
+    """A MockTransport that answers from a list (the last answer repeats) and logs requests."""
+
+    clock: FakeClock
+    answers: list[Answer]
+    latency: float = 0.0
+    seen: list[httpx.Request] = field(default_factory=list)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        self.clock.advance(min(self.latency, request.extensions["timeout"]["read"]))  # gives up
+        result = self.answers[min(len(self.seen), len(self.answers)) - 1]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    @property
+    def accounts(self) -> list[str]:
+        return [KEYS_TO_IDS[r.headers["x-api-key"]] for r in self.seen]
+
+
+KEYS = {"acc1": new_key(), "acc2": new_key(), "acc3": new_key()}
+KEYS_TO_IDS = {v: k for k, v in KEYS.items()}
+
+
+@dataclass
+class Rig:
+    api: Any
+    clock: FakeClock
+    transport: Scripted
+    store: InMemoryUsageStore
+    logs: LogCapture
+
+    def render(self, budget_seconds: float = 60.0, **call: Any) -> ChartResult:
+        budget = Budget.starting_now(budget_seconds, clock=self.clock.monotonic)
+        result = self.api.render(chart_call(call.pop("template", "tpl_a"), **call), budget)
+        assert not find_secrets([repr(result), json.dumps(_dict(result), default=str)], KEYS.values())
+        return result
+
+
+def _dict(result: ChartResult) -> dict[str, Any]:
+    return result.error.to_dict() if isinstance(result, ChartFailure) else {}
+
+
+@pytest.fixture
+def rig(log_capture: LogCapture, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    made: list[Rig] = []
+
+    def make(
+        answers: list[Answer],
+        *,
+        accounts: tuple[str, ...] = ("acc1",),
+        mode: str = "real",
+        latency: float = 0.0,
+        store: InMemoryUsageStore | None = None,
+        **settings: Any,
+    ) -> Rig:
+        clock = FakeClock()
+        transport = Scripted(clock, answers, latency)
+        store = store or InMemoryUsageStore()
+        config = [{"id": a, "apiKey": KEYS[a]} for a in accounts]
+        values: dict[str, Any] = {
+            "charts_api_mode": mode,
+            "chart_img_base_url": "https://chart-img.test",
+            "chart_img_accounts_json": SecretStr(json.dumps(config)),
+            "chart_img_request_timeout_seconds": 10.0,
+            "chart_img_rate_per_second": 100.0,
+            "chart_img_burst": 10,
+            "charts_fixtures_dir": tmp_path / "fixtures",
+            **settings,
+        }
+        api = build_chart_api(
+            Settings(**values),
+            store,
+            transport=httpx.MockTransport(transport.handler),
+            now=clock.now,
+            sleep=clock.sleep,
+            monotonic=clock.monotonic,
+            retry_policy=RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.5),
+            rand=lambda: 0.5,
+        )
+        made.append(Rig(api, clock, transport, store, log_capture))
+        return made[-1]
+
+    yield make
+    assert not find_secrets([log_capture.text], KEYS.values())
+
+
+def failure(result: ChartResult) -> dict[str, Any]:
+    assert isinstance(result, ChartFailure), result
+    return result.error.to_dict()
+
+
+# --- the happy path ------------------------------------------------------------------------
+
+
+def test_posts_the_body_with_the_key_and_returns_the_png(rig: Callable[..., Rig]) -> None:
+    r = rig([png()])
+    result = r.render(template="tpl_a")
+    assert result == ChartSuccess(PNG, "acc1")
+    (request,) = r.transport.seen
+    assert request.method == "POST"
+    assert str(request.url) == "https://chart-img.test/v2/tradingview/advanced-chart"
+    assert request.headers["x-api-key"] == KEYS["acc1"]
+    body = json.loads(request.content)
+    assert body["symbol"] == "BINANCE:BTCUSDT" and body["interval"] == "1h" and body["width"] == 800
+    assert r.store.snapshot()["acc1"]["usageToday"] == 1
+
+
+def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
+    r = rig([png()])
+    r.render(template="tpl_a", run_id="run-9", step_id="charts")
+    (started,) = r.logs.events("chart api call started")
+    (done,) = r.logs.events("chartsApi.request")
+    assert started["accountId"] == "acc1" and started["attempt"] == 1
+    expected = {
+        "accountId": "acc1",
+        "runId": "run-9",
+        "stepId": "charts",
+        "symbol": "BINANCE:BTCUSDT",
+        "interval": "1h",
+        "chartTemplateId": "tpl_a",
+        "status": "succeeded",
+        "httpStatus": 200,
+        "errorCode": None,
+        "attempt": 1,
+        "chartsApi": {"mode": "real", "accountId": "acc1"},
+        "service": "worker-chart-export",
+        "env": "test",
+        "severity": "INFO",
+    }
+    assert expected.items() <= done.items()
+    assert isinstance(done["durationMs"], int)
+    assert "x-api-key" not in r.logs.text.lower()
+
+
+# --- classification ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, "Invalid Request"),
+        (401, "Unauthorized"),
+        (403, "Forbidden"),
+        (404, "Not Found"),
+        (409, "Conflict"),
+        (422, "Invalid Symbol"),
+    ],
+)
+def test_final_statuses_are_not_retried(rig: Callable[..., Rig], status: int, message: str) -> None:
+    r = rig([answer(status, message), png()], accounts=("acc1", "acc2"))
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["httpStatus"] == status
+    assert error["details"]["message"] == message
+    assert error["details"]["attempts"] == 1
+    assert len(r.transport.seen) == 1
+    assert r.clock.sleeps == []
+
+
+def test_200_that_is_not_a_png_fails(rig: Callable[..., Rig]) -> None:
+    html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
+    r = rig([html, png()])
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["contentType"] == "text/html"
+    assert len(r.transport.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"error": "Layout Forbidden"}, "Layout Forbidden"),
+        ({"errors": [{"msg": "Invalid Interval"}, "bad width"]}, "Invalid Interval; bad width"),
+    ],
+)
+def test_error_bodies_in_every_shape(rig: Callable[..., Rig], body: dict, message: str) -> None:
+    r = rig([httpx.Response(422, json=body)])
+    assert failure(r.render())["details"]["message"] == message
+
+
+def test_text_error_body_is_kept_as_text(rig: Callable[..., Rig]) -> None:
+    r = rig([httpx.Response(403, text="Forbidden by WAF")])
+    assert failure(r.render())["details"]["message"] == "Forbidden by WAF"
+
+
+def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig]) -> None:
+    r = rig([httpx.Response(401, json={"message": f"Unknown key {KEYS['acc1']}"})])
+    assert failure(r.render())["details"]["message"] == "Unknown key <redacted>"
+
+
+# --- retries -------------------------------------------------------------------------------
+
+
+def test_5xx_forever_makes_exactly_three_attempts_with_backoff(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(500, "Something Went Wrong")])
+    error = failure(r.render())
+    assert len(r.transport.seen) == 3
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["httpStatus"] == 500
+    assert error["details"]["message"] == "Something Went Wrong"
+    assert error["details"]["attempts"] == 3
+    assert r.clock.sleeps == [pytest.approx(0.75), pytest.approx(1.25)]  # 0.5*2^n + 0.5*0.5
+    assert r.store.snapshot()["acc1"]["usageToday"] == 3  # every attempt took a unit
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+def test_transient_then_success(rig: Callable[..., Rig], status: int) -> None:
+    r = rig([answer(status, "External Request Timeout"), png()])
+    assert isinstance(r.render(), ChartSuccess)
+    assert len(r.transport.seen) == 2
+
+
+def test_max_attempts_comes_from_settings(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(503, "busy")], chart_img_max_attempts=2)
+    assert failure(r.render())["details"]["attempts"] == 2
+    assert len(r.transport.seen) == 2
+
+
+def test_retries_prefer_an_untried_account(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(500, "Something Went Wrong"), png()], accounts=("acc1", "acc2"))
+    result = r.render()
+    assert result == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc1", "acc2"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (httpx.ReadTimeout("timed out"), "timeout"),
+        (httpx.ConnectTimeout("timed out"), "timeout"),
+        (httpx.ConnectError("[Errno 111] Connection refused"), "connection"),
+        (httpx.RemoteProtocolError("peer closed"), "connection"),
+    ],
+)
+def test_transport_errors_are_retried_then_fail(rig: Callable[..., Rig], exc: Exception, kind: str) -> None:
+    r = rig([exc])
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["errorKind"] == kind
+    assert error["details"]["attempts"] == 3
+    assert len(r.transport.seen) == 3
+    assert all(e["httpStatus"] is None for e in r.logs.events("chartsApi.request"))
+
+
+def test_timeouts_never_exceed_the_budget(rig: Callable[..., Rig]) -> None:
+    r = rig([httpx.ReadTimeout("slow")], latency=30.0, chart_img_request_timeout_seconds=4.0)
+    error = failure(r.render(budget_seconds=7.0))
+    timeouts = [req.extensions["timeout"] for req in r.transport.seen]
+    assert timeouts[0] == {"connect": 4.0, "read": 4.0, "write": 4.0, "pool": 4.0}
+    assert timeouts[1]["read"] == pytest.approx(7.0 - 4.0 - 0.75)  # only what was left
+    assert len(r.transport.seen) == 2  # a third would start with no time left
+    assert r.clock.elapsed == pytest.approx(7.0)
+    assert error["details"]["errorKind"] == "timeout"
+
+
+def test_no_backoff_sleeps_past_the_budget(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(500, "Something Went Wrong")], latency=1.0)
+    error = failure(r.render(budget_seconds=2.5))  # 1 s call, 0.75 s sleep, then 0.75 s left
+    assert len(r.transport.seen) == 1
+    assert r.clock.sleeps == []
+    assert error["details"]["httpStatus"] == 500
+
+
+def test_expired_budget_makes_no_call(rig: Callable[..., Rig]) -> None:
+    r = rig([png()])
+    error = failure(r.render(budget_seconds=0.0))
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["errorKind"] == "budget"
+    assert r.transport.seen == []
+    assert r.store.snapshot() == {}
+
+
+def test_request_timeout_setting_caps_each_attempt(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], chart_img_request_timeout_seconds=2.5)
+    r.render(budget_seconds=100)
+    assert r.transport.seen[0].extensions["timeout"]["read"] == 2.5
+
+
+# --- limits and rotation -------------------------------------------------------------------
+
+
+def test_429_rotates_without_backoff_and_marks_the_account(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(429, "Too Many Requests"), png()], accounts=("acc1", "acc2"))
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    assert not any(r.clock.sleeps)
+    assert r.store.snapshot()["acc1"]["usageToday"] == 44  # exhausted for the UTC day
+    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+    assert r.logs.events("chart-img accounts exhausted") == []
+    r.render()
+    assert r.transport.accounts == ["acc1", "acc2", "acc2"]
+
+
+def test_limit_exceeded_message_rotates_whatever_the_status(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
+    assert r.render() == ChartSuccess(PNG, "acc2")
+
+
+def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(429, "Limit Exceeded")], accounts=("acc1", "acc2"))
+    error = failure(r.render(template="a"))
+    assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert error["details"]["httpStatus"] == 429
+    assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert error["details"]["attempts"] == 2
+    assert len(r.transport.seen) == 2
+    second = failure(r.render(template="b"))  # same step: no HTTP call, no second event
+    assert second["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert len(r.transport.seen) == 2
+    (event,) = r.logs.events("chart-img accounts exhausted")
+    assert event["severity"] == "ERROR"
+    assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
+    assert event["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert (event["runId"], event["stepId"], event["service"], event["env"]) == (
+        "run-1",
+        "step-1",
+        "worker-chart-export",
+        "test",
+    )
+    r.render(step_id="step-2")
+    assert len(r.logs.events("chart-img accounts exhausted")) == 2
+
+
+def test_all_accounts_at_their_limit_means_no_call(rig: Callable[..., Rig]) -> None:
+    today = FakeClock().now().strftime("%Y-%m-%dT00:00:00Z")
+    store = InMemoryUsageStore({a: {"usageToday": 44, "windowStart": today} for a in ("acc1", "acc2")})
+    r = rig([png()], accounts=("acc1", "acc2"), store=store)
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert error["details"]["attempts"] == 0
+    assert r.transport.seen == []
+    assert len(r.logs.events("chart-img accounts exhausted")) == 1
+
+
+def test_5xx_then_quota_gone_is_limit_exceeded_with_the_last_error(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(500, "Something Went Wrong")], chart_img_daily_limit=1)
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert error["details"]["lastError"]["details"]["httpStatus"] == 500
+    assert len(r.transport.seen) == 1
+
+
+def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., Rig]) -> None:
+    class Down(InMemoryUsageStore):
+        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
+            raise TransientStoreError("firestore unavailable")
+
+    r = rig([png()], store=Down())
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["errorKind"] == "usage_store"
+    assert r.transport.seen == []
+
+
+# --- record mode ---------------------------------------------------------------------------
+
+
+def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    r = rig([png()], mode="record")
+    assert isinstance(r.api, RecordChartApi)
+    first = r.render(template="tpl_a")
+    again = r.render(template="tpl_a")
+    assert first == ChartSuccess(PNG, "acc1")
+    assert again == ChartSuccess(PNG)  # replayed: no account used
+    assert len(r.transport.seen) == 1
+    saved = tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_a.png"
+    assert saved.read_bytes() == PNG
+    (event,) = r.logs.events("chartsApi.request")
+    assert event["chartsApi"] == {
+        "mode": "record",
+        "accountId": "acc1",
+        "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a",
+    }
+
+
+def test_record_saves_the_error_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    r = rig([answer(429, "Limit Exceeded")], mode="record")
+    recorded = failure(r.render(template="tpl_b"))
+    path = (
+        tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__429_LIMIT_EXCEEDED.json"
+    )
+    assert json.loads(path.read_text()) == {"status": 429, "body": {"message": "Limit Exceeded"}}
+    replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(
+        chart_call("tpl_b"), Budget.starting_now(1)
+    )
+    assert failure(replayed)["code"] == recorded["code"] == "CHART_API_LIMIT_EXCEEDED"
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [httpx.ReadTimeout("slow")],
+        [httpx.Response(200, content=b"<html/>", headers={"content-type": "text/html"})],
+    ],
+)
+def test_record_keeps_no_fixture_without_a_real_answer(
+    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
+) -> None:
+    r = rig(answers, mode="record")
+    assert failure(r.render())["code"] == "CHART_API_FAILED"
+    assert not list((tmp_path / "fixtures").rglob("*.*"))
+
+
+# --- wiring --------------------------------------------------------------------------------
+
+
+def test_build_mock_needs_no_accounts(tmp_path: Path) -> None:
+    api = build_chart_api(Settings(charts_api_mode="mock", charts_fixtures_dir=tmp_path), None)
+    assert isinstance(api, MockChartApi)
+    assert api.library.directory == tmp_path / "chart-img/advanced-chart-v2"
+
+
+@pytest.mark.parametrize("mode", ["real", "record"])
+def test_build_without_accounts_is_a_config_error(mode: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_chart_api(Settings(charts_api_mode=mode), InMemoryUsageStore())
+    assert str(caught.value) == NO_ACCOUNTS_MESSAGE
+
+
+def test_build_reads_accounts_from_the_secret() -> None:
+    class Secrets:
+        def access_secret_version(self, *, name: str) -> Any:
+            payload = json.dumps([{"id": "acc1", "apiKey": KEYS["acc1"]}]).encode()
+            return type("R", (), {"payload": type("P", (), {"data": payload})()})()
+
+    settings = Settings(charts_api_mode="real", chart_img_accounts_secret="projects/p/secrets/s")
+    api = build_chart_api(settings, InMemoryUsageStore(), secret_client=Secrets())
+    assert isinstance(api, RealChartApi)
+    assert api.limiter.account_ids == ("acc1",)
+    api.close()
+
+
+def test_build_real_failure_codes_are_error_codes(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(422, "Invalid Symbol")])
+    assert isinstance(r.api, RealChartApi) and r.api.mode == "real"
+    assert failure(r.render())["code"] == ErrorCode.CHART_API_FAILED.value
