@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 # The repo root when running from a checkout (src layout); used for bundled defaults.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUCKET = "worker-chart-export-local"
+# GCS bucket naming rules (dotted names may be longer, up to 222 characters)
+BUCKET_NAME = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$")
 
 
 class ChartsApiMode(StrEnum):
@@ -52,8 +55,11 @@ class Settings(BaseModel):
     @classmethod
     def _strip_scheme(cls, value: str) -> str:
         bucket = value.removeprefix("gs://").strip("/")
-        if not bucket or "/" in bucket:
-            raise ValueError(f"expected a bucket name or gs://<bucket>, got {value!r}")
+        if not BUCKET_NAME.fullmatch(bucket):
+            raise ValueError(
+                f"expected a GCS bucket name or gs://<bucket> (3-63 characters: lowercase letters, digits, "
+                f"'-', '_', '.'; starting and ending with a letter or digit), got {value!r}"
+            )
         return bucket
 
     @property

@@ -258,3 +258,18 @@ def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("CHART_EXPORT SUCCEEDED:")
     assert all(json.loads(line)["severity"] for line in result.stderr.splitlines())
+
+
+@pytest.mark.parametrize("bucket", ["b", "gs://My_Bucket", "a/b", "gs://", "-bucket"])
+def test_bad_bucket_name_is_a_usage_error_before_any_work(tmp_path: Path, capsys: Any, bucket: str) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path),
+        f"--charts-bucket={bucket}",
+    )
+    assert code == 2 and out == "" and "CHARTS_BUCKET" in err and "bucket name" in err
+    assert not (tmp_path / "flow_runs").exists()
