@@ -2,8 +2,9 @@
 
 DESIGN §4.5: a step with N templates should take about as long as its slowest chart, not
 the sum, yet never faster than each account's plan allows. Three scenarios, 8 templates,
-a server that takes 300 ms per chart, rendered the way execute.py does (a ThreadPoolExecutor
-over `ChartApi.render`, real mode, real HTTP on 127.0.0.1):
+a server that takes 300 ms per chart. Each run is one whole step through `execute_step`
+(claim, render in real mode over real HTTP on 127.0.0.1, PNG writes, manifest, finalize),
+on the local adapters so that only CHART-IMG's latency and pacing are in the measurement:
 
 1. concurrency 8, three accounts paced far above need: bound = one latency (target <= 1.15);
 2. concurrency 1, same accounts: for comparison (sequential would be ~8.0);
@@ -16,28 +17,33 @@ over `ChartApi.render`, real mode, real HTTP on 127.0.0.1):
 from __future__ import annotations
 
 import argparse
-import contextvars
 import io
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from harness.chart_img_server import ChartImgServer, chart_call
+from harness.chart_img_server import new_key
 from worker_chart_export.adapters.chart_img import build_chart_api
+from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.config import REPO_ROOT as REPO
 from worker_chart_export.config import ChartsApiMode, Settings
-from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.execute import execute_step
 from worker_chart_export.logs import configure_logging
+from worker_chart_export.ports import Ports
 
 LATENCY = 0.3
 TEMPLATES = 8
@@ -55,39 +61,109 @@ class Scenario:
     target: float | None
 
 
-def run_once(scenario: Scenario) -> tuple[float, int, int]:
-    """(wall seconds, successes, 429s seen by the server) on a fresh server and accounts."""
-    server = ChartImgServer().start()
-    try:
-        server.script(symbol="BINANCE:BTCUSDT", latency=LATENCY)
-        accounts = [
-            {
-                "id": f"acc{i}",
-                "apiKey": server.add_account(f"acc{i}", rate=scenario.rate, burst=scenario.burst),
-                "ratePerSecond": scenario.rate,
-                "burst": scenario.burst,
-            }
+class StandIn:
+    """The CHART-IMG stand-in in a process of its own (see chart_img_server.serve_from_stdin)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.accounts = [
+            {"id": f"acc{i}", "apiKey": new_key(), "ratePerSecond": scenario.rate, "burst": scenario.burst}
             for i in range(1, scenario.accounts + 1)
         ]
+        specs = [f"--account={a['id']}={a['apiKey']}:{scenario.rate}:{scenario.burst}" for a in self.accounts]
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "tests" / "harness" / "chart_img_server.py"),
+                f"--latency={LATENCY}",
+                *specs,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
+        )
+        assert self.process.stdout is not None
+        self.base_url = self.process.stdout.readline().strip()
+
+    def finish(self) -> list[int | None]:
+        """Stops the server; every status it answered."""
+        out, _ = self.process.communicate("", timeout=30)
+        return [status for statuses in json.loads(out).values() for status in statuses]
+
+
+def raw_floor() -> float:
+    """8 bare concurrent httpx posts: what the machine and the stand-in cost with no worker code."""
+    server = StandIn(Scenario("raw", 8, 1, 100.0, 20, LATENCY, None))
+    key = server.accounts[0]["apiKey"]
+    with httpx.Client(limits=httpx.Limits(max_connections=TEMPLATES)) as client:
+
+        def post(i: int) -> int:
+            body = {"symbol": "BINANCE:BTCUSDT", "interval": "1h", "width": 800 + i}
+            return client.post(
+                f"{server.base_url}/v2/tradingview/advanced-chart", json=body, headers={"x-api-key": key}
+            ).status_code
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=TEMPLATES) as pool:
+            list(pool.map(post, range(TEMPLATES)))
+        wall = time.monotonic() - started
+    server.finish()
+    return wall
+
+
+def run_once(scenario: Scenario) -> tuple[float, int, int]:
+    """(wall seconds, items, 429s answered by the stand-in) on a fresh stand-in and accounts."""
+    server = StandIn(scenario)
+    try:
+        accounts = server.accounts
         settings = Settings(
             charts_api_mode=ChartsApiMode.REAL,
             chart_img_base_url=server.base_url,
             chart_img_accounts_json=SecretStr(json.dumps(accounts)),
             chart_concurrency=scenario.concurrency,
         )
-        api: Any = build_chart_api(settings, InMemoryUsageStore())
-        calls = [chart_call(f"tpl_{i}") for i in range(TEMPLATES)]
-        budget = Budget.starting_now(settings.step_budget_seconds)
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=scenario.concurrency) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
-            results = [f.result() for f in futures]
-        wall = time.monotonic() - started
-        api.close()
-        ok = sum(isinstance(r, ChartSuccess) for r in results)
-        return wall, ok, server.statuses().count(429)
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch)
+            template = json.loads((REPO / "chart-templates" / "price_psar_adi_v1.json").read_text())
+            (root / "templates").mkdir()
+            for i in range(TEMPLATES):
+                (root / "templates" / f"tpl_{i}.json").write_text(json.dumps({**template, "id": f"tpl_{i}"}))
+            step = {
+                "stepType": "CHART_EXPORT",
+                "status": "READY",
+                "timeframe": "1h",
+                "inputs": {
+                    "minImages": TEMPLATES,
+                    "requests": [{"chartTemplateId": f"tpl_{i}"} for i in range(TEMPLATES)],
+                },
+            }
+            source = root / "flow_run.json"
+            source.write_text(
+                json.dumps(
+                    {
+                        "runId": "bench",
+                        "flowKey": "bench",
+                        "status": "RUNNING",
+                        "scope": {"symbol": "BTCUSDT"},
+                        "steps": {"charts": step},
+                    }
+                )
+            )
+            api: Any = build_chart_api(settings, InMemoryUsageStore())
+            ports = Ports(
+                flow_runs=LocalFlowRunStore(source, root / "state.json"),
+                templates=LocalTemplateSource(root / "templates"),
+                artifacts=LocalArtifactStore(root / "gcs", "bench"),
+                chart_api=api,
+            )
+            started = time.monotonic()
+            report = execute_step("bench", "charts", ports=ports, settings=settings)
+            wall = time.monotonic() - started
+            api.close()
+        return wall, report.items_count, server.finish().count(429)
     finally:
-        server.stop()
+        if server.process.poll() is None:
+            server.process.kill()
 
 
 def main() -> int:
@@ -106,8 +182,16 @@ def main() -> int:
     widths = (8, 8, 7, 7, 5, 5)
     header = f"{'scenario':40} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True))
     header += "  result"
-    print(f"CHART-IMG stand-in: {LATENCY * 1000:.0f} ms per chart, {TEMPLATES} templates, ", end="")
+    print(
+        f"CHART-IMG stand-in (own process): {LATENCY * 1000:.0f} ms per chart, {TEMPLATES} templates, ",
+        end="",
+    )
     print(f"median of {args.runs} runs")
+    floor = statistics.median(raw_floor() for _ in range(args.runs))
+    print(
+        f"floor: {TEMPLATES} bare concurrent httpx posts take {floor:.3f} s "
+        f"= {floor / LATENCY:.2f} x {LATENCY} s"
+    )
     print(header)
     print("-" * len(header))
     failed = False

@@ -383,3 +383,43 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.elapsed += seconds
+
+
+# --- as a process of its own -------------------------------------------------------------
+# Benchmarks run the stand-in in a separate process, as CHART-IMG is: in-process, its threads
+# would compete with the worker's for the GIL and inflate every measurement.
+
+
+def serve_from_stdin(argv: list[str] | None = None) -> None:
+    """`python tests/harness/chart_img_server.py --latency 0.3 --account ID=KEY:RATE:BURST ...`
+
+    Prints the base URL on the first line, serves until stdin closes, then prints one JSON
+    line with the statuses it answered per account, and exits.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=serve_from_stdin.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--symbol", default="BINANCE:BTCUSDT", help="symbol the latency applies to")
+    parser.add_argument("--account", action="append", default=[], help="ID=KEY[:RATE:BURST]")
+    args = parser.parse_args(argv)
+    server = ChartImgServer().start()
+    if args.latency:
+        server.script(symbol=args.symbol, latency=args.latency)
+    for spec in args.account:
+        account_id, _, rest = spec.partition("=")
+        key, *pace = rest.split(":")
+        rate, burst = (float(pace[0]), int(pace[1])) if pace else (None, 1)
+        server.add_account(account_id, key=key, rate=rate, burst=burst)
+    print(server.base_url, flush=True)
+    sys.stdin.read()
+    statuses: dict[str, list[int | None]] = {}
+    for request in server.requests:
+        statuses.setdefault(request.account_id or "-", []).append(request.status)
+    server.stop()
+    print(json.dumps(statuses), flush=True)
+
+
+if __name__ == "__main__":
+    serve_from_stdin()

@@ -159,7 +159,7 @@ def test_posts_the_body_with_the_key_and_returns_the_png(rig: Callable[..., Rig]
 def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
     r = rig([png()])
     r.render(template="tpl_a", run_id="run-9", step_id="charts")
-    (started,) = r.logs.events("chart api call started")
+    (started,) = r.logs.events("chart api attempt started")
     (done,) = r.logs.events("chartsApi.request")
     assert started["accountId"] == "acc1" and started["attempt"] == 1
     expected = {

@@ -260,7 +260,7 @@ class RealChartApi:
             attempt=attempt,
             chartsApi=self._log_context(call, lease.account_id),
         )
-        log.info("chart api call started", timeoutSeconds=round(timeout, 3))
+        log.info("chart api attempt started", timeoutSeconds=round(timeout, 3))
         started = self._monotonic()
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)
