@@ -27,12 +27,22 @@ def _cloud_logging_shape(_: Any, method_name: str, event_dict: dict[str, Any]) -
 
 def configure_logging(*, service: str, env: str, stream: TextIO | None = None) -> None:
     """Idempotent; `stream` lets tests capture the lines (default stdout, as Cloud Run reads)."""
+    global _base_logger
+    identity = {"service": service, "env": env}
+
+    def add_identity(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        # A processor, not a context variable: request threads (gunicorn) start with an
+        # empty context, and every line must still say which service and env wrote it.
+        for key, value in identity.items():
+            event_dict.setdefault(key, value)
+        return event_dict
+
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(service=service, env=env)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_identity,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
             structlog.processors.format_exc_info,
             _cloud_logging_shape,
@@ -42,7 +52,16 @@ def configure_logging(*, service: str, env: str, stream: TextIO | None = None) -
         logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stdout),
         cache_logger_on_first_use=False,
     )
+    _base_logger = None
+
+
+_base_logger: Any = None
 
 
 def get_logger() -> Any:
-    return structlog.get_logger()
+    """The configured logger, built once per configuration: most events log one line, and
+    assembling a logger from the configuration would cost as much as rendering it."""
+    global _base_logger
+    if _base_logger is None:
+        _base_logger = structlog.get_logger().bind()
+    return _base_logger

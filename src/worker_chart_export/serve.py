@@ -1,0 +1,48 @@
+"""Serve `main.on_flow_run_updated` over HTTP the way Cloud Run's functions runtime does.
+
+functions-framework 3.10 builds a Flask app and runs it under gunicorn on Linux (one worker
+process, `gthread` worker with `$THREADS` threads, default 4 per CPU), so concurrent events
+are handled concurrently; where gunicorn is unavailable it falls back to Flask's server.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+FUNCTION_TARGET = "on_flow_run_updated"
+SIGNATURE_TYPE = "cloudevent"
+
+
+def main_source_path() -> Path:
+    """The file functions-framework loads the function from (it wants a path, not a module)."""
+    return Path(__file__).resolve().with_name("main.py")
+
+
+def create_function_app() -> Any:
+    """The WSGI (Flask) app serving the CloudEvent function; also handy for `test_client()`."""
+    import functions_framework
+
+    source = main_source_path()
+    path_before = list(sys.path)
+    app = functions_framework.create_app(
+        target=FUNCTION_TARGET, source=str(source), signature_type=SIGNATURE_TYPE
+    )
+    # create_app appends the source's directory to sys.path so a function can import its
+    # siblings; ours uses absolute imports, and that entry would let `import logs` or
+    # `import settings` resolve to our package's modules as top-level ones.
+    if str(source.parent) not in path_before:
+        sys.path[:] = [entry for entry in sys.path if entry != str(source.parent)]
+    return app
+
+
+def run_server(port: int, host: str = "0.0.0.0", *, threads: int | None = None) -> None:
+    """Blocks serving on host:port until the process is stopped (SIGTERM/SIGINT).
+
+    `threads` overrides functions-framework's default (`$THREADS`, else 4 per CPU).
+    """
+    from functions_framework._http import create_server
+
+    options: dict[str, Any] = {} if threads is None else {"threads": threads}
+    create_server(create_function_app(), debug=False, **options).run(host, port)

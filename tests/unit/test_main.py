@@ -1,0 +1,312 @@
+"""The served CloudEvent function: binary-mode events in, 2xx/5xx and log lines out."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from google.protobuf import json_format
+
+from harness.logs import LogCapture
+from worker_chart_export.core.errors import RedeliverEvent
+from worker_chart_export.events import build_document_event_data, document_resource_name
+from worker_chart_export.serve import create_function_app
+
+RUN_ID = "RUN1"
+DOC_NAME = document_resource_name("demo-project", f"flow_runs/{RUN_ID}")
+HEAVY_MODULES = (
+    "google.cloud.firestore",
+    "google.cloud.storage",
+    "httpx",
+    "pydantic",
+    # what pulls them in: imported by the handler only when a step is to be executed
+    "worker_chart_export.execute",
+    "worker_chart_export.wiring",
+)
+
+
+def flow_run_fields(steps: dict[str, Any]) -> dict[str, Any]:
+    return {"runId": RUN_ID, "flowKey": "daily", "scope": {"symbol": "BTCUSDT"}, "steps": steps}
+
+
+def chart_step(status: str = "READY") -> dict[str, Any]:
+    return {"stepType": "CHART_EXPORT", "status": status, "timeframe": "1h"}
+
+
+def protobuf_body(steps: dict[str, Any] | None, *, name: str = DOC_NAME) -> bytes:
+    fields = None if steps is None else flow_run_fields(steps)
+    old_fields = flow_run_fields({}) if steps is None else None
+    return build_document_event_data(name, fields, old_fields).SerializeToString()
+
+
+def binary_headers(
+    *,
+    event_id: str = "evt-1",
+    path: str = f"flow_runs/{RUN_ID}",
+    content_type: str = "application/protobuf",
+) -> dict[str, str]:
+    return {
+        "ce-id": event_id,
+        "ce-source": "//firestore.googleapis.com/projects/demo-project/databases/(default)",
+        "ce-type": "google.cloud.firestore.document.v1.updated",
+        "ce-specversion": "1.0",
+        "ce-subject": f"documents/{path}",
+        "ce-document": path,
+        "ce-time": "2026-11-22T04:12:03.123Z",
+        "content-type": content_type,
+    }
+
+
+@pytest.fixture(scope="module")
+def client() -> FlaskClient:
+    return create_function_app().test_client()
+
+
+@dataclass
+class FakeExecution:
+    """Stands in for execute_step; records calls and plays a scripted outcome."""
+
+    calls: list[tuple[str, str]]
+    outcome: str = "SUCCEEDED"
+    raises: BaseException | None = None
+
+    def __call__(self, run_id: str, step_id: str, *, ports: Any, settings: Any) -> Any:
+        assert ports == "fake-ports" and settings == "fake-settings"
+        self.calls.append((run_id, step_id))
+        if self.raises is not None:
+            raise self.raises
+        return SimpleNamespace(
+            outcome=self.outcome,
+            error_code=None,
+            manifest_uri=f"gs://b/charts/{run_id}/{step_id}/manifest.json",
+        )
+
+
+@pytest.fixture
+def fake_execution(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeExecution]:
+    import worker_chart_export.execute as execute_module
+    import worker_chart_export.wiring as wiring_module
+
+    fake = FakeExecution(calls=[])
+    runtime = SimpleNamespace(settings="fake-settings", ports="fake-ports")
+    monkeypatch.setattr(wiring_module, "production_runtime", lambda: runtime)
+    monkeypatch.setattr(execute_module, "execute_step", fake)
+    yield fake
+
+
+def only(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# --- no-op and poison events --------------------------------------------------------------
+
+
+def test_no_ready_step_is_a_200_with_an_info_line(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    body = protobuf_body(
+        {"charts_1h": chart_step("RUNNING"), "llm": {"stepType": "LLM_REPORT", "status": "READY"}}
+    )
+    response = client.post("/", data=body, headers=binary_headers(event_id="evt-noop"))
+    assert response.status_code == 200
+    # one line per no-op: the received event's attributes and the verdict together
+    assert len(log_capture.lines()) == 1
+    noop = only(log_capture.events("event received: no READY CHART_EXPORT step"))
+    assert noop["eventId"] == "evt-noop"
+    assert noop["eventType"] == "google.cloud.firestore.document.v1.updated"
+    assert noop["eventSubject"] == f"documents/flow_runs/{RUN_ID}"
+    assert (noop["severity"], noop["runId"], noop["code"]) == ("INFO", RUN_ID, "NO_READY_STEP")
+    assert noop["service"] == "worker-chart-export"
+    assert fake_execution.calls == []
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "reason"),
+    [
+        (b"\xff\xfe\x00 definitely not protobuf", f"flow_runs/{RUN_ID}", "neither a DocumentEventData"),
+        (
+            protobuf_body({"s": chart_step()}, name=document_resource_name("p", "users/U1")),
+            "users/U1",
+            "is not a flow_runs/{runId} document",
+        ),
+        (
+            protobuf_body({"s": chart_step()}, name=document_resource_name("p", "flow_runs/R/sub/X")),
+            "flow_runs/R/sub/X",
+            "is not a flow_runs/{runId} document",
+        ),
+        (
+            build_document_event_data(DOC_NAME, {"runId": RUN_ID}).SerializeToString(),
+            f"flow_runs/{RUN_ID}",
+            "no steps field",
+        ),
+    ],
+    ids=["garbage", "wrong-collection", "nested-path", "no-steps"],
+)
+def test_poison_events_are_acknowledged_with_a_warning_naming_the_reason(
+    client: FlaskClient,
+    log_capture: LogCapture,
+    fake_execution: FakeExecution,
+    body: bytes,
+    path: str,
+    reason: str,
+) -> None:
+    response = client.post("/", data=body, headers=binary_headers(path=path))
+    assert response.status_code == 200
+    warning = only([line for line in log_capture.lines() if line["severity"] == "WARNING"])
+    assert reason in warning["reason"]
+    assert warning["code"] == "FLOW_RUN_INVALID"
+    assert warning["eventType"] == "google.cloud.firestore.document.v1.updated"  # the received event
+    assert fake_execution.calls == []
+
+
+def test_deleted_flow_run_is_a_noop(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    response = client.post("/", data=protobuf_body(None), headers=binary_headers())
+    assert response.status_code == 200
+    deleted = only(log_capture.events("event received: flow_run deleted, nothing to do"))
+    assert deleted["code"] == "FLOW_RUN_NOT_FOUND"
+    assert fake_execution.calls == []
+
+
+# --- delegation -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["protobuf", "base64", "json"])
+def test_the_smallest_ready_chart_export_step_is_executed(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution, shape: str
+) -> None:
+    steps = {"charts_4h": chart_step(), "charts_1h": chart_step(), "a_done": chart_step("SUCCEEDED")}
+    raw = protobuf_body(steps)
+    if shape == "protobuf":
+        body, content_type = raw, "application/protobuf"
+    elif shape == "base64":  # the Firestore emulator's delivery
+        body, content_type = base64.b64encode(raw), "application/protobuf"
+    else:
+        message = build_document_event_data(DOC_NAME, flow_run_fields(steps))
+        body, content_type = json.dumps(json_format.MessageToDict(message)).encode(), "application/json"
+    response = client.post("/", data=body, headers=binary_headers(content_type=content_type))
+    assert response.status_code == 200
+    assert fake_execution.calls == [(RUN_ID, "charts_1h")]
+    parsed = only(log_capture.events("parsed event"))
+    assert parsed["readyChartExportSteps"] == ["charts_1h", "charts_4h"]
+    assert parsed["flowKey"] == "daily"
+    handled = only(log_capture.events("event handled"))
+    assert (handled["outcome"], handled["stepId"]) == ("SUCCEEDED", "charts_1h")
+
+
+def test_an_unsafe_run_id_is_still_delegated(client: FlaskClient, fake_execution: FakeExecution) -> None:
+    path = "flow_runs/run..1"
+    body = protobuf_body({"s": chart_step()}, name=document_resource_name("p", path))
+    response = client.post("/", data=body, headers=binary_headers(path=path))
+    assert response.status_code == 200
+    assert fake_execution.calls == [("run..1", "s")]
+
+
+def test_claim_contention_fails_the_invocation_so_eventarc_redelivers(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    fake_execution.raises = RedeliverEvent("claim gave up after contention; step still READY")
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 500
+    error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
+    assert "Eventarc redelivers" in error["message"]
+    assert error["reason"] == "claim gave up after contention; step still READY"
+    assert (error["runId"], error["stepId"]) == (RUN_ID, "s")
+
+
+def test_an_unexpected_crash_is_logged_with_its_traceback_and_gives_500(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    fake_execution.raises = KeyError("boom")
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 500
+    error = only(log_capture.events("event handling failed"))
+    assert error["severity"] == "ERROR"
+    assert "KeyError: 'boom'" in error["exception"]
+
+
+def test_log_lines_carry_service_and_env_from_a_fresh_request_thread(
+    log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    """gunicorn's request threads do not inherit the context where logging was configured."""
+    from cloudevents.http import CloudEvent
+
+    from worker_chart_export.main import on_flow_run_updated
+
+    event = CloudEvent(
+        {"type": "t", "source": "s", "subject": f"documents/flow_runs/{RUN_ID}"}, protobuf_body({})
+    )
+    worker = threading.Thread(target=on_flow_run_updated, args=(event,))
+    worker.start()
+    worker.join(timeout=10)
+    lines = log_capture.lines()
+    assert lines, "the handler logged nothing"
+    assert all(line.get("service") == "worker-chart-export" and line.get("env") for line in lines)
+
+
+# --- cost of the no-op path ---------------------------------------------------------------
+
+
+def test_noop_event_imports_no_cloud_client_http_client_or_pydantic() -> None:
+    script = textwrap.dedent(
+        f"""
+        import importlib.util, json, sys
+        from worker_chart_export.events import build_document_event_data
+        from worker_chart_export.serve import create_function_app
+
+        body = build_document_event_data(
+            {DOC_NAME!r}, {{"runId": "RUN1", "steps": {{"c": {{"stepType": "CHART_EXPORT",
+                                                           "status": "SUCCEEDED"}}}}}},
+        ).SerializeToString()
+        headers = {binary_headers()!r}
+        response = create_function_app().test_client().post("/", data=body, headers=headers)
+        heavy = {HEAVY_MODULES!r}
+        print(json.dumps({{
+            "status": response.status_code,
+            "loaded": [name for name in heavy if name in sys.modules],
+            # guards against a typo in the list: each name must be importable at all
+            "importable": [importlib.util.find_spec(name) is not None for name in heavy],
+        }}))
+        """
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["status"] == 200
+    assert "no READY CHART_EXPORT step" in completed.stdout
+    assert result["loaded"] == []
+    assert all(result["importable"])
+
+
+def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(
+    client: FlaskClient,
+    log_capture: LogCapture,
+    fake_execution: FakeExecution,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import worker_chart_export.events as events_module
+
+    def broken_decoder(_: Any) -> Any:
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(events_module, "decode_event", broken_decoder)
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 200
+    error = only(log_capture.events("event ignored: the decoder failed"))
+    assert error["severity"] == "ERROR"
+    assert error["reason"] == "RuntimeError: decoder bug"
+    assert "RuntimeError: decoder bug" in error["exception"]
+    assert fake_execution.calls == []

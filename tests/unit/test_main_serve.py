@@ -1,0 +1,114 @@
+"""`serve.run_server`: the production server (gunicorn via functions-framework) in a real
+process, on 127.0.0.1, handling events concurrently."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib import request
+
+import pytest
+
+from worker_chart_export.events import build_document_event_data, document_resource_name
+from worker_chart_export.serve import create_function_app, main_source_path
+
+HANDLER_SECONDS = 0.6
+CONCURRENT_EVENTS = 4
+
+# Serves the real function; each decode is slowed down so overlap is measurable.
+SLOW_SERVER = textwrap.dedent(
+    f"""
+    import sys, time
+    import worker_chart_export.events as events
+
+    decode = events.decode_event
+
+    def slow_decode(cloud_event):
+        time.sleep({HANDLER_SECONDS})
+        return decode(cloud_event)
+
+    events.decode_event = slow_decode
+    from worker_chart_export.serve import run_server
+    run_server(int(sys.argv[1]), host="127.0.0.1", threads={CONCURRENT_EVENTS})
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def slow_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    port, log_path = free_port(), tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-c", SLOW_SERVER, str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        yield port, log_path
+    finally:
+        server.terminate()  # gunicorn's arbiter stops its worker on SIGTERM
+        server.wait(timeout=30)
+
+
+def post_noop_event(port: int, event_id: str) -> int:
+    name = document_resource_name("p", "flow_runs/RUN1")
+    body = build_document_event_data(name, {"steps": {}}).SerializeToString()
+    headers = {
+        "ce-id": event_id,
+        "ce-source": "//firestore.googleapis.com/test",
+        "ce-specversion": "1.0",
+        "ce-type": "google.cloud.firestore.document.v1.updated",
+        "ce-subject": "documents/flow_runs/RUN1",
+        "content-type": "application/protobuf",
+    }
+    reply = request.urlopen(
+        request.Request(f"http://127.0.0.1:{port}/", data=body, headers=headers), timeout=30
+    )
+    with reply:
+        return int(reply.status)
+
+
+def test_events_are_handled_concurrently(slow_server: tuple[int, Path]) -> None:
+    port, log_path = slow_server
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=CONCURRENT_EVENTS) as pool:
+        statuses = list(pool.map(lambda i: post_noop_event(port, f"evt-{i}"), range(CONCURRENT_EVENTS)))
+    elapsed = time.monotonic() - started
+    assert statuses == [200] * CONCURRENT_EVENTS
+    # one after the other would take CONCURRENT_EVENTS * HANDLER_SECONDS = 2.4 s
+    assert elapsed < 2 * HANDLER_SECONDS, f"{elapsed:.2f}s: events were serialized"
+    time.sleep(0.2)  # the last lines may still be on their way to the file
+    assert (
+        log_path.read_text().count('"message": "event received: no READY CHART_EXPORT step"')
+        == CONCURRENT_EVENTS
+    )
+
+
+def test_the_app_serves_main_py_and_leaves_sys_path_alone() -> None:
+    before = list(sys.path)
+    app = create_function_app()
+    assert sys.path == before  # functions-framework appended the package dir; we took it out
+    assert main_source_path().name == "main.py" and main_source_path().is_file()
+    assert app.test_client().get("/").status_code == 405  # CloudEvents are POSTed
