@@ -89,7 +89,8 @@ def test_templates_are_cached_until_the_ttl(firestore_client: firestore.Client) 
     assert len(counting.get_all_calls) == 1
     clock.now += 2
     assert source.get_templates(["later_v1", "rsi_v1"]) == {
-        "later_v1": template("later_v1"), "rsi_v1": template("rsi_v1"),
+        "later_v1": template("later_v1"),
+        "rsi_v1": template("rsi_v1"),
     }
     assert counting.get_all_calls[1:] == [["later_v1", "rsi_v1"]]
 
@@ -153,7 +154,8 @@ def test_sync_creates_then_leaves_unchanged_then_updates(
     assert created.ok
     assert dict(created.actions) == {"rsi_v1": SyncAction.CREATED, "macd_v1": SyncAction.CREATED}
     assert stored_templates(firestore_client) == {
-        "rsi_v1": template("rsi_v1"), "macd_v1": template("macd_v1", version=2, tags=["momentum"]),
+        "rsi_v1": template("rsi_v1"),
+        "macd_v1": template("macd_v1", version=2, tags=["momentum"]),
     }
     update_times = {s.id: s.update_time for s in firestore_client.collection(COLLECTION).stream()}
 
@@ -232,3 +234,35 @@ def test_run_templates_sync_for_the_cli(
     assert code == EXIT_INVALID
     assert "rsi_v1.json: $: Additional properties are not allowed ('extra' was unexpected)" in text
     assert stored_templates(firestore_client)["rsi_v1"] == template("rsi_v1")
+
+
+@pytest.mark.emulators
+def test_templates_sync_console_command_loads_the_repo_templates(
+    firestore_client: Any, firestore_emulator: Any
+) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    command = [
+        str(Path(sys.executable).parent / "worker-chart-export"),
+        "templates",
+        "sync",
+        "--dir",
+        str(repo / "chart-templates"),
+    ]
+    env = {
+        **os.environ,
+        "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
+        "GOOGLE_CLOUD_PROJECT": firestore_emulator.project,
+    }
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "4 template(s): 4 created, 0 updated, 0 unchanged" in first.stdout
+    stored = {doc.id for doc in firestore_client.collection("chart_templates").stream()}
+    assert {"price_psar_adi_v1", "price_ema_volume_v1", "momentum_rsi_macd_v1"} <= stored
+    second = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert second.returncode == 0
+    assert "4 template(s): 0 created, 0 updated, 4 unchanged" in second.stdout
