@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from harness.firestore_emulator import (
     start_firestore_emulator,
 )
 from harness.gcs_emulator import GcsEmulator, storage_client_for
+from harness.processes import stop_process_group
 
 if TYPE_CHECKING:
     from google.cloud import firestore, storage
@@ -46,14 +46,19 @@ if TYPE_CHECKING:
 WORKER_START_TIMEOUT_SECONDS = 30.0
 # env the worker must not inherit from the test process: the stack sets its own
 _STACK_ENV = (
-    "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "CHARTS_BUCKET",
-    "CHARTS_API_MODE", "CHART_IMG_ACCOUNTS_JSON", "CHART_IMG_BASE_URL", "APP_ENV", "PORT",
+    "FIRESTORE_EMULATOR_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_CLOUD_PROJECT",
+    "CHARTS_BUCKET",
+    "CHARTS_API_MODE",
+    "CHART_IMG_ACCOUNTS_JSON",
+    "CHART_IMG_BASE_URL",
+    "APP_ENV",
+    "PORT",
 )
 
 
-def wait_until(
-    condition: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str
-) -> Any:
+def wait_until(condition: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str) -> Any:
     """Poll until `condition()` is truthy; returns its value, fails the test on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -86,7 +91,8 @@ class Worker:
 
     def lines_for(self, run_id: str, message: str | None = None) -> list[dict[str, Any]]:
         return [
-            line for line in self.log_lines()
+            line
+            for line in self.log_lines()
             if line.get("runId") == run_id and (message is None or line.get("message") == message)
         ]
 
@@ -94,22 +100,16 @@ class Worker:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)  # gunicorn stops its worker too
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+        stop_process_group(self.process, grace=10)  # gunicorn stops its worker too
 
 
 def worker_command(port: int) -> list[str]:
     script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
     if script is None:
-        pytest.fail("console script worker-chart-export not installed next to the interpreter "
-                    "(pip install -e .)", pytrace=False)
+        pytest.fail(
+            "console script worker-chart-export not installed next to the interpreter (pip install -e .)",
+            pytrace=False,
+        )
     return [script, "serve", "--port", str(port)]
 
 
@@ -118,23 +118,25 @@ def start_worker(port: int, env_overrides: dict[str, str], log_path: Path) -> Wo
     env.update(env_overrides)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            worker_command(port), env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            worker_command(port),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     worker = Worker(process, port, log_path)
     deadline = time.monotonic() + WORKER_START_TIMEOUT_SECONDS
     while True:
         if process.poll() is not None:
-            pytest.fail(f"worker exited with {process.returncode}:\n{worker.log_tail()}",
-                        pytrace=False)
+            pytest.fail(f"worker exited with {process.returncode}:\n{worker.log_tail()}", pytrace=False)
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return worker
         except OSError:
             if time.monotonic() > deadline:
                 worker.stop()
-                pytest.fail(f"worker did not listen on {port}:\n{worker.log_tail()}",
-                            pytrace=False)
+                pytest.fail(f"worker did not listen on {port}:\n{worker.log_tail()}", pytrace=False)
             time.sleep(0.1)
 
 

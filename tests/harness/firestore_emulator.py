@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from harness.processes import stop_process_group
 from harness.secret_scan import scan_text
 
 if TYPE_CHECKING:
@@ -100,16 +100,7 @@ class FirestoreEmulator:
             raise FirestoreEmulatorError(f"reset failed: HTTP {status}: {text[:300]}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            # the JVM is the process group leader (start_new_session): kill the group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+        stop_process_group(self.process)  # the JVM leads its own group (start_new_session)
         with contextlib.suppress(OSError):
             self.log_path.unlink()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.processes import stop_process_group
 from harness.secret_scan import scan_text
 
 if TYPE_CHECKING:
@@ -94,15 +94,7 @@ class GcsEmulator:
 
     def stop(self) -> None:
         """Kill the whole process group (start_new_session=True made it ours alone)."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+        stop_process_group(self.process)
         with contextlib.suppress(OSError):
             self.log_path.unlink()
 

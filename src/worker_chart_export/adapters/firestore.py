@@ -135,6 +135,13 @@ def _transient_error(exc: BaseException, operation: str) -> TransientStoreError 
     return TransientStoreError(f"{operation}: Firestore unavailable ({_describe(cause)})")
 
 
+def _as_store_error(exc: BaseException, operation: str) -> TransientStoreError | None:
+    """Contention the client gave up on, or an outage: both worth a retry by the caller."""
+    if is_contention(exc):
+        return TransientStoreError(f"{operation}: gave up on contention")
+    return _transient_error(exc, operation)
+
+
 def bounded_retry(rpc_timeout: float) -> Retry:
     # The client's defaults retry UNAVAILABLE for 60-300 s; a step budget cannot afford that.
     return Retry(
@@ -151,9 +158,7 @@ def bounded_retry(rpc_timeout: float) -> Retry:
     )
 
 
-def _in_transaction(
-    client: firestore.Client, max_attempts: int, body: Callable[..., _T], *args: Any
-) -> _T:
+def _in_transaction(client: firestore.Client, max_attempts: int, body: Callable[..., _T], *args: Any) -> _T:
     """Run `body(transaction, *args)` under firestore.transactional, retried on contention.
 
     The wrapper is built per call on purpose: firestore.transactional() keeps the ids of the
@@ -196,9 +201,7 @@ def _step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, A
 # --- flow_runs ---------------------------------------------------------------------------
 
 
-def _claim_refusal(
-    run_id: str, step_id: str, document: Mapping[str, Any] | None
-) -> ClaimOutcome | None:
+def _claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimOutcome | None:
     """Why the step cannot be claimed, or None when it is a READY CHART_EXPORT step."""
     if document is None:
         return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
@@ -347,7 +350,12 @@ class FirestoreFlowRunStore:
             if refusal is not None:
                 return refusal  # no transaction, no lock for a step nobody may claim
             outcome: ClaimOutcome = _in_transaction(
-                self._client, self._max_attempts, _claim_in_transaction, ref, request, self._retry,
+                self._client,
+                self._max_attempts,
+                _claim_in_transaction,
+                ref,
+                request,
+                self._retry,
                 self._timeout,
             )
             return outcome
@@ -374,13 +382,9 @@ class FirestoreFlowRunStore:
         refusal = _claim_refusal(request.run_id, request.step_id, document)
         if refusal is not None:
             return ClaimOutcome(refusal.status, f"{refusal.reason} (lost the claim race)")
-        raise RedeliverEvent(
-            f"{operation}: transaction gave up on contention and the step is still READY"
-        )
+        raise RedeliverEvent(f"{operation}: transaction gave up on contention and the step is still READY")
 
-    def finalize_step(
-        self, run_id: str, step_id: str, *, token: str, final: StepFinal
-    ) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
         operation = f"finalize of step {step_id} in flow_runs/{run_id}"
         ref = self._collection.document(run_id)
         fields = _final_fields(step_id, final)
@@ -389,18 +393,25 @@ class FirestoreFlowRunStore:
             if refusal is not None:
                 return refusal
             outcome: FinalizeOutcome = _in_transaction(
-                self._client, self._max_attempts, _finalize_in_transaction, ref, run_id, step_id, token,
-                fields, self._retry, self._timeout,
+                self._client,
+                self._max_attempts,
+                _finalize_in_transaction,
+                ref,
+                run_id,
+                step_id,
+                token,
+                fields,
+                self._retry,
+                self._timeout,
             )
             return outcome
         except Exception as exc:
-            if is_contention(exc):
-                # other workers update the same run document; the caller retries in its budget
-                raise TransientStoreError(f"{operation}: gave up on contention") from exc
-            transient = _transient_error(exc, operation)
-            if transient is not None:
-                raise transient from exc
-            raise
+            # other workers update the same run document: contention, like an outage, is
+            # for the caller to retry within its finalize budget
+            store_error = _as_store_error(exc, operation)
+            if store_error is None:
+                raise
+            raise store_error from exc
 
 
 # --- chart_templates ---------------------------------------------------------------------
@@ -545,15 +556,19 @@ class FirestoreUsageStore:
                 raise transient from exc
             raise
         docs = {s.id: s.to_dict() for s in snapshots if s.exists}
-        return [
-            current_usage(a, docs.get(a), default_limit=default_limits[a], now=now) for a in account_ids
-        ]
+        return [current_usage(a, docs.get(a), default_limit=default_limits[a], now=now) for a in account_ids]
 
     def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
         def attempt() -> Reservation:
             reservation: Reservation = _in_transaction(
-                self._client, self._max_attempts, _reserve_in_transaction,
-                self._collection.document(account_id), account_id, default_limit, now, self._retry,
+                self._client,
+                self._max_attempts,
+                _reserve_in_transaction,
+                self._collection.document(account_id),
+                account_id,
+                default_limit,
+                now,
+                self._retry,
                 self._timeout,
             )
             return reservation
@@ -563,8 +578,14 @@ class FirestoreUsageStore:
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         def attempt() -> None:
             _in_transaction(
-                self._client, self._max_attempts, _exhaust_in_transaction,
-                self._collection.document(account_id), account_id, default_limit, now, self._retry,
+                self._client,
+                self._max_attempts,
+                _exhaust_in_transaction,
+                self._collection.document(account_id),
+                account_id,
+                default_limit,
+                now,
+                self._retry,
                 self._timeout,
             )
 
@@ -575,9 +596,7 @@ class FirestoreUsageStore:
             # copy(): a fresh controller per call, so concurrent callers share no retry state
             return self._retrying.copy()(attempt)
         except Exception as exc:
-            if is_contention(exc):
-                raise TransientStoreError(f"{operation}: gave up on contention") from exc
-            transient = _transient_error(exc, operation)
-            if transient is not None:
-                raise transient from exc
-            raise
+            store_error = _as_store_error(exc, operation)
+            if store_error is None:
+                raise
+            raise store_error from exc
