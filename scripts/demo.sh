@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-rm -rf out/demo
+rm -rf out/demo && mkdir -p out
 .venv/bin/worker-chart-export run-local \
   --flow-run-path fixtures/flow_run.sample.json \
   --charts-api-mode mock \
