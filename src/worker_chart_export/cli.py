@@ -183,8 +183,13 @@ def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool)
 
 def serve(args: argparse.Namespace) -> int:
     from worker_chart_export.serve import run_server
+    from worker_chart_export.wiring import check_configuration
 
-    port = args.port if args.port is not None else load_settings().port
+    settings = load_settings()
+    configure_logging(service=SERVICE_NAME, env=settings.env)
+    summary = check_configuration(settings)  # a ConfigError stops here: exit 2, nothing served
+    port = args.port if args.port is not None else settings.port
+    get_logger().info("serving the CloudEvent function", port=port, **summary)
     run_server(port, host=args.host)
     return EXIT_SUCCEEDED
 

@@ -108,9 +108,12 @@ def _execute(run_id: str, step_id: str, log: Any, identity: dict[str, Any]) -> N
             runtime = production_runtime()
             report = execute_step(run_id, step_id, ports=runtime.ports, settings=runtime.settings)
     except RedeliverEvent as exc:
+        # Either the claim could not be made while the step is still READY, or a claimed
+        # step's result could not be recorded (FinalizeFailed): the reason says which.
         log.error(
-            "step not claimed and still READY: failing the invocation so Eventarc redelivers",
+            "failing the invocation so Eventarc redelivers the event",
             reason=str(exc),
+            errorType=type(exc).__name__,
         )
         # An HTTP 500 without a traceback: this is an expected, retryable condition.
         raise InternalServerError(description=f"redelivery requested for step {step_id}") from exc

@@ -35,6 +35,25 @@ def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> Ch
     return build_http_chart_api(settings, usage_store)
 
 
+def check_configuration(settings: Settings) -> dict[str, object]:
+    """What the first event with work would trip on, checked at start-up instead: a bad
+    deployment then fails to start with a message naming the problem, rather than failing
+    every event. Returns a key-free summary for the start-up log line."""
+    summary: dict[str, object] = {
+        "chartsApiMode": settings.charts_api_mode.value,
+        "chartsBucket": settings.charts_bucket,
+    }
+    if settings.charts_api_mode is not ChartsApiMode.MOCK:
+        from worker_chart_export.adapters.accounts import load_accounts
+        from worker_chart_export.adapters.chart_img import NO_ACCOUNTS_MESSAGE
+
+        accounts = load_accounts(settings)
+        if not accounts:
+            raise ConfigError(NO_ACCOUNTS_MESSAGE)
+        summary["chartImgAccounts"] = [account.id for account in accounts]
+    return summary
+
+
 def gcs_artifacts(settings: Settings) -> ArtifactStore:
     from google.auth.exceptions import DefaultCredentialsError
 

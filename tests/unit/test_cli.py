@@ -273,3 +273,23 @@ def test_bad_bucket_name_is_a_usage_error_before_any_work(tmp_path: Path, capsys
     )
     assert code == 2 and out == "" and "CHARTS_BUCKET" in err and "bucket name" in err
     assert not (tmp_path / "flow_runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("accounts_json", "message"),
+    [
+        ("", "no CHART-IMG accounts configured"),
+        ('[{"id": "acc1", "apiKey": "' + SECRET_KEY + '"', "not valid JSON"),
+        ('[{"id": "acc1"}]', "apiKey"),
+    ],
+    ids=["none", "truncated", "no-key"],
+)
+def test_serve_refuses_to_start_on_bad_account_config(
+    tmp_path: Path, accounts_json: str, message: str
+) -> None:
+    script = str(Path(sys.executable).parent / "worker-chart-export")
+    env = {**os.environ, "CHARTS_API_MODE": "real", "CHART_IMG_ACCOUNTS_JSON": accounts_json, "PORT": "0"}
+    result = subprocess.run([script, "serve"], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert SECRET_KEY not in result.stdout + result.stderr

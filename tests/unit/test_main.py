@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 from google.protobuf import json_format
 
 from harness.logs import LogCapture
-from worker_chart_export.core.errors import RedeliverEvent
+from worker_chart_export.core.errors import FinalizeFailed, RedeliverEvent
 from worker_chart_export.events import build_document_event_data, document_resource_name
 from worker_chart_export.serve import create_function_app
 
@@ -224,6 +224,17 @@ def test_claim_contention_fails_the_invocation_so_eventarc_redelivers(
     assert "Eventarc redelivers" in error["message"]
     assert error["reason"] == "claim gave up after contention; step still READY"
     assert (error["runId"], error["stepId"]) == (RUN_ID, "s")
+
+
+def test_a_result_that_could_not_be_recorded_fails_the_invocation_and_says_so(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    fake_execution.raises = FinalizeFailed("step s could not be finalized within 30s: 503")
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 500
+    error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
+    assert error["errorType"] == "FinalizeFailed" and "could not be finalized" in error["reason"]
+    assert "still READY" not in error["message"]
 
 
 def test_an_unexpected_crash_is_logged_with_its_traceback_and_gives_500(
