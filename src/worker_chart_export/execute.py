@@ -142,12 +142,14 @@ def _execute(run_id: str, step_id: str, ports: Ports, settings: Settings, clocks
 
     try:
         final, report = _run_claimed(claim.flow_run, run_id, step_id, ports, settings, clocks, budget, log)
-    except Exception as exc:
-        # A defect or an unexpected failure: record it on the step, then let the caller see it.
+    except BaseException as exc:
+        # A defect, an unexpected failure or an interrupt (Ctrl-C, shutdown): stop what is
+        # still running, record it on the step, then let the caller see it.
+        budget.cancel()
         log.exception("step crashed", error={"code": ErrorCode.WORKER_INTERNAL_ERROR.value})
         crash = StepError(
             ErrorCode.WORKER_INTERNAL_ERROR,
-            f"the worker failed unexpectedly: {type(exc).__name__}",
+            f"the worker failed unexpectedly: {type(exc).__name__}: {str(exc)[:300]}".rstrip(": "),
             {"exception": type(exc).__name__},
         )
         _finalize(
@@ -400,8 +402,47 @@ def _finalize(
         raise FinalizeFailed(
             f"step {step_id} could not be finalized within {settings.finalize_budget_seconds:.0f}s: {exc}"
         ) from exc
+    except Exception as exc:
+        # The store refused this result itself (a document grown too large, a field of the
+        # wrong shape...): record the bare failure instead, so the step does not stay RUNNING.
+        outcome = _finalize_bare_failure(ports, run_id, step_id, token, final, clocks, log, exc)
     if not outcome.written:
         log.info(
             "finalize skipped: no-op", code=ErrorCode.STEP_FINALIZE_CONFLICT.value, reason=outcome.reason
         )
     return outcome.written
+
+
+def _finalize_bare_failure(
+    ports: Ports,
+    run_id: str,
+    step_id: str,
+    token: str,
+    refused: StepFinal,
+    clocks: Clocks,
+    log: Any,
+    cause: Exception,
+) -> Any:
+    reason = f"{type(cause).__name__}: {str(cause)[:300]}"
+    log.error(
+        "finalize refused: recording a bare failure instead",
+        error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason},
+        intendedStatus=refused.status.value,
+    )
+    bare = StepFinal(
+        StepStatus.FAILED,
+        clocks.now(),
+        error=StepError(
+            ErrorCode.FIRESTORE_FINALIZE_FAILED,
+            f"the step's result ({refused.status.value}"
+            + (f", {refused.error.code.value}" if refused.error else "")
+            + f") could not be recorded: {reason}",
+        ),
+    )
+    try:
+        return ports.flow_runs.finalize_step(run_id, step_id, token=token, final=bare)
+    except Exception as exc:
+        log.error(
+            "finalize failed", error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason}
+        )
+        raise FinalizeFailed(f"step {step_id} could not be finalized: {reason}") from exc

@@ -309,3 +309,82 @@ def test_previous_attempt_error_is_cleared_on_a_new_claim(tmp_path: Path) -> Non
     execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
     state = world.step()
     assert state["attempt"] == 3 and "error" not in state and state["status"] == "SUCCEEDED"
+
+
+@dataclass
+class RefusingFinalizeStore:
+    """Refuses results it cannot store (as Firestore does a too-large document) a number of times."""
+
+    inner: LocalFlowRunStore
+    refusals_left: int
+    finals: list[Any] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: Any) -> Any:
+        self.finals.append(final)
+        if self.refusals_left:
+            self.refusals_left -= 1
+            raise ValueError("400 maximum entity size is 1048576 bytes")
+        return self.inner.finalize_step(run_id, step_id, token=token, final=final)
+
+
+def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    refusing = RefusingFinalizeStore(base.store, refusals_left=1)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
+    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    step = base.store.read()["steps"]["charts"]
+    assert step["status"] == "FAILED" and step["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
+    assert (
+        "(SUCCEEDED) could not be recorded: ValueError: 400 maximum entity size" in step["error"]["message"]
+    )
+    assert [f.status.value for f in refusing.finals] == ["SUCCEEDED", "FAILED"]
+    assert log_capture.events("finalize refused: recording a bare failure instead")[0]["severity"] == "ERROR"
+
+
+def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    refusing = RefusingFinalizeStore(base.store, refusals_left=2)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
+    with pytest.raises(FinalizeFailed, match="could not be finalized"):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
+
+
+def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(outputs=[1])}))
+    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert report.outcome == "SUCCEEDED"
+    assert world.step()["outputs"] == {"outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json"}
+
+
+class InterruptingChartApi:
+    mode = "mock"
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        raise KeyboardInterrupt
+
+
+def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=InterruptingChartApi())
+    with pytest.raises(KeyboardInterrupt):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    step = world.step()
+    assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
+    assert "KeyboardInterrupt" in step["error"]["message"]
+
+
+def test_crash_message_names_the_cause(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
+    with pytest.raises(KeyError):
+        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    assert world.step()["error"]["message"] == "the worker failed unexpectedly: KeyError: 'a defect'"
+
+
+def test_cancelled_budget_has_no_time_left() -> None:
+    budget = Budget.starting_now(60)
+    assert budget.remaining() > 59
+    budget.cancel()
+    assert budget.remaining() == 0.0 and budget.expired()

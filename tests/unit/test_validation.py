@@ -203,3 +203,29 @@ def test_requested_template_ids_tolerates_garbage() -> None:
         }
     ) == ["a", "b"]
     assert requested_template_ids({"inputs": None}) == []
+
+
+def test_too_many_requests() -> None:
+    step = chart_step()
+    step["inputs"]["requests"] = [{"chartTemplateId": f"t{i}"} for i in range(101)]
+    step["inputs"]["minImages"] = 0
+    problems = problems_of(run(flow_run({"charts": step})))
+    assert problems == ["steps.charts.inputs.requests: 101 requests, at most 100 allowed"]
+
+
+@pytest.mark.parametrize("extra", [float("nan"), float("inf"), b"bytes", object()])
+def test_requests_must_be_plain_json(extra: Any) -> None:
+    step = chart_step()
+    step["inputs"]["requests"][0]["weight"] = extra
+    problems = problems_of(run(flow_run({"charts": step})))
+    assert any(p.startswith("steps.charts.inputs.requests[0]: must hold plain JSON") for p in problems)
+
+
+def test_problem_list_is_capped_so_the_error_stays_small() -> None:
+    step = chart_step()
+    step["inputs"]["requests"] = [{"chartTemplateId": f"missing_{i}"} for i in range(60)]
+    result = run(flow_run({"charts": step}, symbol="x" * 10_000))
+    assert isinstance(result, StepError)
+    assert len(result.details["problems"]) == 20 and result.details["problemCount"] == 61
+    assert all(len(p) <= 300 for p in result.details["problems"])
+    assert len(result.message) < 400

@@ -108,7 +108,8 @@ class LocalFlowRunStore:
             step["status"] = final.status.value
             step["finishedAt"] = rfc3339_utc(final.finished_at)
             if final.outputs:
-                step["outputs"] = {**(step.get("outputs") or {}), **final.outputs}
+                previous = step.get("outputs")
+                step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **final.outputs}
             if final.error:
                 step["error"] = final.error.to_dict()
             else:

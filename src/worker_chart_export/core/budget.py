@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MonotonicClock = Callable[[], float]
 
@@ -13,13 +14,20 @@ MonotonicClock = Callable[[], float]
 class Budget:
     expires_at: float
     clock: MonotonicClock = time.monotonic
+    # set by cancel(): work still running (render threads, retries) sees no time left
+    _cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @classmethod
     def starting_now(cls, seconds: float, clock: MonotonicClock = time.monotonic) -> Budget:
         return cls(expires_at=clock() + seconds, clock=clock)
 
     def remaining(self) -> float:
+        if self._cancelled.is_set():
+            return 0.0
         return max(0.0, self.expires_at - self.clock())
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def expired(self) -> bool:
         return self.remaining() <= 0.0

@@ -89,4 +89,5 @@ def check_manifest(manifest: dict[str, Any]) -> None:
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
-    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    # allow_nan=False: NaN/Infinity are not JSON, and downstream parsers reject them
+    return (json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

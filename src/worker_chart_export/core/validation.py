@@ -6,6 +6,7 @@ VALIDATION_FAILED and a message listing them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ CHART_IMG_INTERVALS = (
 # What may surround {symbol} in a template: exchange prefixes and suffixes like `.P`.
 CHART_IMG_SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9_:.!-]{1,64}$")
 FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")
+# Far above any real step (an account renders 44 charts a day), low enough that a step's
+# error and manifest stay small documents.
+MAX_REQUESTS = 100
+# What a step error keeps of the problems: Firestore documents and log entries have limits.
+MAX_PROBLEMS_KEPT = 20
+MAX_PROBLEM_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,8 @@ def validate_step(
     request_list: list[dict[str, Any]] = []
     if not isinstance(requests, list) or not requests:
         problems.append(f"{prefix}.inputs.requests: must be a non-empty list")
+    elif len(requests) > MAX_REQUESTS:
+        problems.append(f"{prefix}.inputs.requests: {len(requests)} requests, at most {MAX_REQUESTS} allowed")
     else:
         seen: set[str] = set()
         for index, request in enumerate(requests):
@@ -137,6 +146,8 @@ def validate_step(
                 )
             elif template_id in seen:
                 problems.append(f"{where}.chartTemplateId: {template_id!r} is requested twice")
+            elif not _is_plain_json(request):
+                problems.append(f"{where}: must hold plain JSON values only (it is copied into the manifest)")
             else:
                 seen.add(template_id)
                 request_list.append(dict(request))
@@ -185,6 +196,18 @@ def validate_step(
     )
 
 
+def _is_plain_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _failed(problems: list[str]) -> StepError:
-    head = problems[0] if len(problems) == 1 else f"{problems[0]} (and {len(problems) - 1} more)"
-    return StepError(ErrorCode.VALIDATION_FAILED, f"invalid step inputs: {head}", {"problems": problems})
+    kept = [p if len(p) <= MAX_PROBLEM_CHARS else p[: MAX_PROBLEM_CHARS - 1] + "…" for p in problems]
+    head = kept[0] if len(kept) == 1 else f"{kept[0]} (and {len(kept) - 1} more)"
+    details: dict[str, Any] = {"problems": kept[:MAX_PROBLEMS_KEPT]}
+    if len(kept) > MAX_PROBLEMS_KEPT:
+        details["problemCount"] = len(kept)
+    return StepError(ErrorCode.VALIDATION_FAILED, f"invalid step inputs: {head}", details)
