@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, then runs the bundled sample flow_run in mock mode (no cloud account, no network).
-# Output: out/demo/ (PNGs + manifest under gcs/<bucket>/charts/..., the updated flow_run).
+# Output: out/demo/ (PNGs + manifest under gcs/<bucket>/charts/..., the updated flow_run under flow_runs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh

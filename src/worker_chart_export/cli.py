@@ -17,6 +17,7 @@ from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.settings import load_settings
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 
 class UsageError(Exception):
@@ -75,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"worker-chart-export: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # execute_step has already recorded the step FAILED if it had claimed one
+        print("worker-chart-export: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _read_accounts_file(path: Path | None) -> str | None:
@@ -97,6 +102,8 @@ def _read_flow_run(path: Path) -> dict[str, Any]:
         raise UsageError(f"--flow-run-path {path}: a flow_run must be a JSON object")
     if not isinstance(document.get("runId"), str) or not document["runId"]:
         raise UsageError(f"--flow-run-path {path}: the flow_run has no runId")
+    if not isinstance(document.get("steps"), dict):
+        raise UsageError(f"--flow-run-path {path}: steps must be a map of stepId to step")
     return document
 
 
@@ -117,7 +124,8 @@ def run_local(args: argparse.Namespace) -> int:
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
-    layout = LocalLayout.under(settings.local_output_dir, args.flow_run_path)
+    run_id = _read_flow_run(args.flow_run_path)["runId"]
+    layout = LocalLayout.under(settings.local_output_dir, run_id)
     log.info(
         "run-local started",
         mode="local",
@@ -125,11 +133,27 @@ def run_local(args: argparse.Namespace) -> int:
         flowRunPath=str(args.flow_run_path),
         stepId=args.step_id,
     )
-
-    run_id = _read_flow_run(args.flow_run_path)["runId"]
-    ports = build_local_ports(settings, args.flow_run_path, layout)
+    try:
+        layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
+    try:
+        ports = build_local_ports(settings, args.flow_run_path, layout)
+    except ConfigError as exc:
+        if args.accounts_config_path is None:
+            raise
+        # the flag's content stands in for CHART_IMG_ACCOUNTS_JSON: name the file instead
+        message = str(exc).replace(
+            "CHART_IMG_ACCOUNTS_JSON", f"--accounts-config-path {args.accounts_config_path}"
+        )
+        raise UsageError(message) from None
     assert isinstance(ports.flow_runs, LocalFlowRunStore)
-    flow_run = ports.flow_runs.read()  # the state beside the sample once a run has written it
+    try:
+        flow_run = ports.flow_runs.read()  # the state beside the sample once a run has written it
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
+        ) from None
     log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
     try:
         step_id = choose_step(flow_run, args.step_id)
@@ -157,7 +181,7 @@ def run_local(args: argparse.Namespace) -> int:
 
 
 def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool) -> None:
-    local_copy = None if bucket_configured else str(layout.bucket_root)
+    local_copy = None if bucket_configured or not report.manifest_uri else str(layout.bucket_root)
     if kind == "json":
         summary = {
             **report.to_summary(),
@@ -171,14 +195,16 @@ def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool)
         else:
             line = (
                 f"CHART_EXPORT {report.outcome}: manifest={report.manifest_uri or '-'}, "
-                f"items={report.items_count}, failures={report.failures_count}, minImages={report.min_images}"
+                f"items={report.items_count}, failures={report.failures_count}, "
+                f"minImages={'-' if report.min_images is None else report.min_images}"
             )
             if report.error_code:
                 line += f", error={report.error_code}: {report.message}"
             print(line)
         if local_copy:
             print(f"artifacts written locally under {local_copy}/ (mirrors the bucket layout)")
-        print(f"flow_run state: {layout.flow_run_state}")
+        if layout.flow_run_state.exists():
+            print(f"flow_run state: {layout.flow_run_state}")
 
 
 def serve(args: argparse.Namespace) -> int:

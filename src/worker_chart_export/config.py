@@ -57,8 +57,8 @@ class Settings(BaseModel):
         bucket = value.removeprefix("gs://").strip("/")
         if not BUCKET_NAME.fullmatch(bucket):
             raise ValueError(
-                f"expected a GCS bucket name or gs://<bucket> (3-63 characters: lowercase letters, digits, "
-                f"'-', '_', '.'; starting and ending with a letter or digit), got {value!r}"
+                f"expected a GCS bucket name or gs://<bucket> (3-63 characters, up to 222 with dots: "
+                f"lowercase letters, digits, '-', '_', '.'; first and last a letter or digit), got {value!r}"
             )
         return bucket
 

@@ -3,6 +3,7 @@ for the adapters actually used."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from worker_chart_export.adapters.local import (
 )
 from worker_chart_export.config import ChartsApiMode, Settings
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.naming import is_safe_segment
 from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
 from worker_chart_export.settings import load_settings
 
@@ -115,10 +117,15 @@ class LocalLayout:
     usage_file: Path
 
     @classmethod
-    def under(cls, output_dir: Path, flow_run_path: Path) -> LocalLayout:
+    def under(cls, output_dir: Path, run_id: str) -> LocalLayout:
+        # One state per run, as Firestore keeps one document per run; an id unfit for a file
+        # name is hashed rather than trusted.
+        name = (
+            run_id if is_safe_segment(run_id) else "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:16]
+        )
         return cls(
             output_dir=output_dir,
-            flow_run_state=output_dir / "flow_runs" / flow_run_path.name,
+            flow_run_state=output_dir / "flow_runs" / f"{name}.json",
             bucket_root=output_dir / "gcs",
             usage_file=output_dir / "chart_img_accounts_usage.json",
         )

@@ -76,7 +76,7 @@ def test_bucket_without_credentials_is_a_clear_error(tmp_path: Path, capsys: Any
     )
     assert code == 2 and out == ""
     assert "bucket 'my-bucket' is configured but no Google Cloud credentials" in err or "none.json" in err
-    assert not (tmp_path / "flow_runs").exists()  # nothing was claimed
+    assert not list(tmp_path.rglob("*.json"))  # nothing was claimed
 
 
 def test_json_summary_local(tmp_path: Path, capsys: Any) -> None:
@@ -240,7 +240,7 @@ def test_malformed_accounts_file_is_a_clear_error_without_the_key(tmp_path: Path
         str(accounts),
         "--charts-api-mode=real",
     )
-    assert code == 2 and "CHART_IMG_ACCOUNTS_JSON" in err
+    assert code == 2 and f"--accounts-config-path {accounts}: not valid JSON" in err
     assert SECRET_KEY not in out + err
 
 
@@ -272,7 +272,7 @@ def test_bad_bucket_name_is_a_usage_error_before_any_work(tmp_path: Path, capsys
         f"--charts-bucket={bucket}",
     )
     assert code == 2 and out == "" and "CHARTS_BUCKET" in err and "bucket name" in err
-    assert not (tmp_path / "flow_runs").exists()
+    assert not list(tmp_path.rglob("*.json"))
 
 
 @pytest.mark.parametrize(
@@ -293,3 +293,63 @@ def test_serve_refuses_to_start_on_bad_account_config(
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert SECRET_KEY not in result.stdout + result.stderr
+
+
+def test_two_flow_runs_with_the_same_file_name_keep_separate_state(tmp_path: Path, capsys: Any) -> None:
+    out_dir = tmp_path / "out"
+    for name, run_id in (("a", "run_a"), ("b", "run_b")):
+        (tmp_path / name).mkdir()
+        path = write_flow_run(tmp_path / name, flow_run({"charts": chart_step()}, run_id=run_id))
+        code, out, err = run_cli(
+            capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(out_dir)
+        )
+        assert code == 0, err
+        assert out.startswith("CHART_EXPORT SUCCEEDED")
+    assert sorted(p.name for p in (out_dir / "flow_runs").glob("*.json")) == ["run_a.json", "run_b.json"]
+
+
+@pytest.mark.parametrize("trouble", ["output-dir-is-a-file", "corrupt-state"])
+def test_unusable_output_is_a_usage_error_naming_it(tmp_path: Path, capsys: Any, trouble: str) -> None:
+    out_dir = tmp_path / "out"
+    if trouble == "output-dir-is-a-file":
+        out_dir.write_text("not a folder")
+        expected = f"--output-dir {out_dir}: cannot be used"
+    else:
+        (out_dir / "flow_runs").mkdir(parents=True)
+        (out_dir / "flow_runs" / "run_20261122_btcusdt_0001.json").write_text("{oops")
+        expected = "is unreadable"
+    code, out, err = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(out_dir)
+    )
+    assert code == 2 and out == "" and expected in err and "Traceback" not in err
+
+
+def test_steps_that_are_not_a_map_are_named(tmp_path: Path, capsys: Any) -> None:
+    path = write_flow_run(tmp_path, {"runId": "r", "steps": [chart_step()]})
+    code, _, err = run_cli(
+        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
+    )
+    assert code == 2 and "steps must be a map" in err
+
+
+def test_noop_summary_does_not_claim_local_artifacts(tmp_path: Path, capsys: Any) -> None:
+    path = write_flow_run(tmp_path, flow_run({"charts": chart_step(status="SUCCEEDED")}))
+    code, out, _ = run_cli(
+        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
+    )
+    assert (
+        code == 1 and out == "CHART_EXPORT NOOP: no READY CHART_EXPORT step in the flow_run (NO_READY_STEP)\n"
+    )
+
+
+def test_interrupt_exits_130(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import worker_chart_export.execute as execute
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute, "execute_step", interrupted)
+    code, _, err = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)
+    )
+    assert code == 130 and "interrupted" in err
