@@ -125,7 +125,8 @@ def _execute(run_id: str, step_id: str, ports: Ports, settings: Settings, clocks
             lease_expires_at=started_at + timedelta(seconds=settings.request_timeout_seconds),
         )
     except TransientStoreError as exc:
-        # Nothing was claimed, so a redelivery is safe and is the only way to get the work done.
+        # The store confirmed no claim of ours (it re-reads after an outage), so a redelivery
+        # is safe and is the only way to get the work done.
         log.error("claim failed", error={"code": ErrorCode.FIRESTORE_CLAIM_FAILED.value, "message": str(exc)})
         raise RedeliverEvent(f"claim of {step_id} could not reach the store: {exc}") from exc
 

@@ -388,3 +388,37 @@ def test_unreachable_firestore_raises_transient_error_quickly(
             store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded())
 
     assert time.monotonic() - started < 10
+
+
+def test_claim_whose_commit_landed_but_answer_was_lost_is_still_ours(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    real_in_transaction = firestore_adapter._in_transaction
+
+    def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
+        real_in_transaction(*args, **kwargs)
+        raise api_exceptions.ServiceUnavailable("connection reset after commit")
+
+    monkeypatch.setattr(firestore_adapter, "_in_transaction", commit_then_lose_the_answer)
+    outcome = claim(FirestoreFlowRunStore(firestore_client), token="tok-lost")
+    assert outcome.status is ClaimStatus.CLAIMED and "confirmed by a re-read" in outcome.reason
+    assert outcome.claim is not None and outcome.claim.token == "tok-lost" and outcome.claim.attempt == 1
+    assert outcome.flow_run is not None and outcome.flow_run["steps"][STEP_ID]["status"] == "RUNNING"
+    after, _ = stored(ref)
+    assert after is not None and after["steps"][STEP_ID]["claimToken"] == "tok-lost"
+
+
+def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    before = stored(ref)
+
+    def outage(*args: Any, **kwargs: Any) -> Any:
+        raise api_exceptions.ServiceUnavailable("connection refused")
+
+    monkeypatch.setattr(firestore_adapter, "_in_transaction", outage)
+    with pytest.raises(TransientStoreError, match="unavailable"):
+        claim(FirestoreFlowRunStore(firestore_client), token="tok-never")
+    assert stored(ref) == before

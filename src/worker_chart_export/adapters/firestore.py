@@ -363,9 +363,39 @@ class FirestoreFlowRunStore:
             if is_contention(exc):
                 return self._after_contention(ref, request, operation)
             transient = _transient_error(exc, operation)
-            if transient is not None:
-                raise transient from exc
-            raise
+            if transient is None:
+                raise
+            confirmed = self._claim_confirmed(ref, request)
+            if confirmed is not None:
+                return confirmed
+            raise transient from exc
+
+    def _claim_confirmed(
+        self, ref: firestore.DocumentReference, request: _ClaimRequest
+    ) -> ClaimOutcome | None:
+        """After an outage mid-claim: did our commit land although its answer was lost?
+
+        The step then holds our token, and only this invocation can finish it: a redelivery
+        would find it RUNNING and do nothing until the lease ran out.
+        """
+        try:
+            document = self._read(ref)
+        except Exception:
+            return None  # still unreachable: the caller reports the outage
+        step = ((document or {}).get("steps") or {}).get(request.step_id)
+        if (
+            not isinstance(step, dict)
+            or step.get("claimToken") != request.token
+            or step.get("status") != "RUNNING"
+        ):
+            return None
+        attempt = step.get("attempt") if isinstance(step.get("attempt"), int) else 1
+        return ClaimOutcome(
+            ClaimStatus.CLAIMED,
+            f"step {request.step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
+            document,
+            Claim(request.token, attempt, request.now, request.lease_expires_at),
+        )
 
     def _after_contention(
         self, ref: firestore.DocumentReference, request: _ClaimRequest, operation: str
