@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from worker_chart_export.config import Settings
 
 
+MANIFEST_RESERVE_SECONDS = 20.0
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -204,7 +207,9 @@ def _run_claimed(
         log.warning("step inputs invalid", error=validated.to_dict())
         return _failed(run_id, step_id, mode, validated, clocks)
 
-    rendered = _render_all(validated, ports, settings, clocks, budget, log)
+    # Charts may not eat the time the manifest write needs: without a manifest the step fails.
+    manifest_reserve = min(MANIFEST_RESERVE_SECONDS, settings.step_budget_seconds * 0.2)
+    rendered = _render_all(validated, ports, settings, clocks, budget.ending_earlier(manifest_reserve), log)
     manifest = build_manifest(
         run_id=run_id,
         step_id=step_id,

@@ -388,3 +388,33 @@ def test_cancelled_budget_has_no_time_left() -> None:
     assert budget.remaining() > 59
     budget.cancel()
     assert budget.remaining() == 0.0 and budget.expired()
+
+
+def test_budget_ending_earlier_shares_cancellation() -> None:
+    budget = Budget.starting_now(100)
+    earlier = budget.ending_earlier(20)
+    assert 79 < earlier.remaining() <= 80
+    budget.cancel()
+    assert earlier.remaining() == 0.0
+
+
+class BudgetRecordingChartApi:
+    mode = "mock"
+
+    def __init__(self) -> None:
+        self.remaining: list[float] = []
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        self.remaining.append(budget.remaining())
+        return self.inner.render(call, budget)
+
+
+def test_charts_leave_time_for_the_manifest(tmp_path: Path) -> None:
+    api = BudgetRecordingChartApi()
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
+    settings = load_settings(
+        {"charts_api_mode": "mock", "request_timeout_seconds": 300, "finalize_budget_seconds": 30}, {}
+    )
+    execute_step("run1", "charts", ports=world.ports, settings=settings, clocks=FakeClock().clocks())
+    assert api.remaining == [250.0, 250.0, 250.0]  # 300 - 30 finalize reserve - 20 manifest reserve

@@ -29,5 +29,9 @@ class Budget:
     def cancel(self) -> None:
         self._cancelled.set()
 
+    def ending_earlier(self, seconds: float) -> Budget:
+        """A budget that ends `seconds` sooner and is cancelled together with this one."""
+        return Budget(self.expires_at - seconds, self.clock, self._cancelled)
+
     def expired(self) -> bool:
         return self.remaining() <= 0.0
