@@ -24,7 +24,6 @@ class ChartsApiMode(StrEnum):
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    service: str = "worker-chart-export"
     env: str = "local"  # APP_ENV: shows up as `env` on every log line
     charts_api_mode: ChartsApiMode = ChartsApiMode.REAL
     charts_bucket: str = DEFAULT_BUCKET  # bucket name, without gs://
@@ -47,7 +46,6 @@ class Settings(BaseModel):
     finalize_budget_seconds: float = Field(default=30.0, gt=0)
     google_cloud_project: str | None = None
     firestore_emulator_host: str | None = None
-    storage_emulator_host: str | None = None
     local_output_dir: Path = Path("out")
     port: int = 8080
 

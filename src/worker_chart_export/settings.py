@@ -37,7 +37,6 @@ ENV_FIELDS: dict[str, str] = {
     "FINALIZE_BUDGET_SECONDS": "finalize_budget_seconds",
     "GOOGLE_CLOUD_PROJECT": "google_cloud_project",
     "FIRESTORE_EMULATOR_HOST": "firestore_emulator_host",
-    "STORAGE_EMULATOR_HOST": "storage_emulator_host",
     "CHARTS_LOCAL_OUTPUT_DIR": "local_output_dir",
     "PORT": "port",
 }
