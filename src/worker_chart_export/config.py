@@ -60,6 +60,13 @@ class Settings(BaseModel):
             )
         return bucket
 
+    @field_validator("chart_img_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
+        return value.rstrip("/")
+
     @property
     def step_budget_seconds(self) -> float:
         return max(1.0, self.request_timeout_seconds - self.finalize_budget_seconds)

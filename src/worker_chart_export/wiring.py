@@ -28,6 +28,9 @@ class Runtime:
 
 
 def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> ChartApi:
+    if settings.charts_api_mode is not ChartsApiMode.REAL:
+        # mock and record read fixtures: a wrong folder would fail every chart as "missing"
+        _require_dir(settings.charts_fixtures_dir, "CHARTS_FIXTURES_DIR")
     if settings.charts_api_mode is ChartsApiMode.MOCK:
         # mock never needs accounts, a usage store or an HTTP client
         return MockChartApi(FixtureLibrary(settings.charts_fixtures_dir))
@@ -131,8 +134,15 @@ class LocalLayout:
         )
 
 
+def _require_dir(path: Path, setting: str) -> None:
+    if not path.is_dir():
+        raise ConfigError(f"{setting}: {path} is not a folder")
+
+
 def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> Ports:
     """Local files for everything, except GCS when a bucket was configured explicitly."""
+    # a wrong folder would fail the step as "template not found": say what is wrong instead
+    _require_dir(settings.chart_templates_dir, "CHART_TEMPLATES_DIR")
     artifacts: ArtifactStore
     if settings.charts_bucket_configured:
         artifacts = gcs_artifacts(settings)

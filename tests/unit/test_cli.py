@@ -353,3 +353,30 @@ def test_interrupt_exits_130(tmp_path: Path, capsys: Any, monkeypatch: pytest.Mo
         capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)
     )
     assert code == 130 and "interrupted" in err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "CHART_TEMPLATES_DIR",
+            "/nonexistent/templates",
+            "CHART_TEMPLATES_DIR: /nonexistent/templates is not a folder",
+        ),
+        (
+            "CHARTS_FIXTURES_DIR",
+            "/nonexistent/fixtures",
+            "CHARTS_FIXTURES_DIR: /nonexistent/fixtures is not a folder",
+        ),
+        ("CHART_IMG_BASE_URL", "api.chart-img.com", "CHART_IMG_BASE_URL"),
+    ],
+)
+def test_misconfigured_folders_and_urls_stop_before_the_step_is_claimed(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    code, out, err = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)
+    )
+    assert code == 2 and out == "" and message in err
+    assert not list(tmp_path.rglob("*.json"))  # nothing claimed

@@ -64,10 +64,12 @@ def test_symbol_must_be_a_base_symbol(symbol: Any, field: str) -> None:
     assert any(p.startswith(f"{field}:") for p in problems), problems
 
 
-def test_missing_scope() -> None:
+@pytest.mark.parametrize("scope", [None, "BTCUSDT", ["BTCUSDT"]])
+def test_scope_must_be_an_object(scope: Any) -> None:
     doc = flow_run({"charts": chart_step()})
-    del doc["scope"]
-    assert any(p.startswith("scope.symbol:") for p in problems_of(run(doc)))
+    doc["scope"] = scope
+    problems = problems_of(run(doc))
+    assert any(p.startswith("scope: must be an object with a symbol") for p in problems), problems
 
 
 @pytest.mark.parametrize("timeframe", ["1H", "2d", "", None, 60, "1h "])

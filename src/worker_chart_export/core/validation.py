@@ -105,7 +105,9 @@ def validate_step(
 
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
-    if not isinstance(symbol, str) or not SYMBOL_PATTERN.fullmatch(symbol):
+    if not isinstance(scope, Mapping):
+        problems.append(f"scope: must be an object with a symbol, got {type(scope).__name__}")
+    elif not isinstance(symbol, str) or not SYMBOL_PATTERN.fullmatch(symbol):
         problems.append(
             f"scope.symbol: {symbol!r} must be a base symbol like 'BTCUSDT' "
             f"({SYMBOL_PATTERN.pattern}; no '/', ':' or spaces)"
