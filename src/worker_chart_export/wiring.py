@@ -28,10 +28,9 @@ class Runtime:
 
 
 def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> ChartApi:
-    if settings.charts_api_mode is not ChartsApiMode.REAL:
-        # mock and record read fixtures: a wrong folder would fail every chart as "missing"
-        _require_dir(settings.charts_fixtures_dir, "CHARTS_FIXTURES_DIR")
     if settings.charts_api_mode is ChartsApiMode.MOCK:
+        # a wrong folder would fail every chart as "missing" (record mode creates its folder)
+        _require_dir(settings.charts_fixtures_dir, "CHARTS_FIXTURES_DIR")
         # mock never needs accounts, a usage store or an HTTP client
         return MockChartApi(FixtureLibrary(settings.charts_fixtures_dir))
     from worker_chart_export.adapters.chart_img import build_chart_api as build_http_chart_api
