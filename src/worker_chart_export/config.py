@@ -40,7 +40,7 @@ class Settings(BaseModel):
     chart_img_burst: int = Field(default=3, ge=1)
     chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
     chart_img_max_attempts: int = Field(default=3, ge=1, le=10)
-    chart_concurrency: int = Field(default=4, ge=1, le=64)
+    chart_concurrency: int = Field(default=8, ge=1, le=64)
     # Cloud Run request timeout; the step's budget is this minus the finalize reserve.
     request_timeout_seconds: float = Field(default=300.0, gt=0)
     finalize_budget_seconds: float = Field(default=30.0, gt=0)
