@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,7 @@ def _execute(run_id: str, step_id: str, ports: Ports, settings: Settings, clocks
         outputsManifestGcsUri=report.manifest_uri,
         finalized=written,
     )
-    return StepReport(**{**report.__dict__, "finalized": written})
+    return replace(report, finalized=written)
 
 
 def _run_claimed(
@@ -238,7 +238,7 @@ def _run_claimed(
         )
         log.error("manifest write failed", error=error.to_dict())
         final, report = _failed(run_id, step_id, mode, error, clocks)
-        return final, StepReport(**{**report.__dict__, **counts})
+        return final, replace(report, **counts)
     log.info("manifest written", gcsUri=manifest_uri, **counts_details(counts))
 
     status = step_status(len(rendered.items), validated.min_images)
