@@ -277,9 +277,13 @@ def _claim_in_transaction(
     transaction.update(ref, fields)
     step.update(written)
     document["steps"] = {**document["steps"], request.step_id: step}
+    return _claimed(request, attempt, document)
+
+
+def _claimed(request: _ClaimRequest, attempt: int, document: JsonDict, how: str = "") -> ClaimOutcome:
     return ClaimOutcome(
         ClaimStatus.CLAIMED,
-        f"step {request.step_id} claimed (attempt {attempt})",
+        f"step {request.step_id} claimed (attempt {attempt}{how})",
         document,
         Claim(request.token, attempt, request.now, request.lease_expires_at),
     )
@@ -390,12 +394,8 @@ class FirestoreFlowRunStore:
         ):
             return None
         attempt = step.get("attempt") if isinstance(step.get("attempt"), int) else 1
-        return ClaimOutcome(
-            ClaimStatus.CLAIMED,
-            f"step {request.step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
-            document,
-            Claim(request.token, attempt, request.now, request.lease_expires_at),
-        )
+        assert document is not None  # a step was found in it
+        return _claimed(request, attempt, document, "; commit confirmed by a re-read")
 
     def _after_contention(
         self, ref: firestore.DocumentReference, request: _ClaimRequest, operation: str
