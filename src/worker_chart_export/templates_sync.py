@@ -66,8 +66,7 @@ class SyncReport:
     def to_text(self) -> str:
         if self.problems:
             lines = [
-                f"templates sync: {len(self.problems)} problem(s) in {self.directory}; "
-                "nothing was written:"
+                f"templates sync: {len(self.problems)} problem(s) in {self.directory}; nothing was written:"
             ]
             lines += [f"  {p}" for p in self.problems]
             return "\n".join(lines)
@@ -161,7 +160,9 @@ def sync_templates(
         else:
             actions[template_id] = SyncAction.UNCHANGED
     report = SyncReport(
-        directory, collection, dry_run,
+        directory,
+        collection,
+        dry_run,
         actions=actions,
         not_in_directory=tuple(sorted(stored_ids - templates.keys())),
     )

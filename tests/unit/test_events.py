@@ -36,12 +36,12 @@ def step(step_type: str = "CHART_EXPORT", status: str = "READY", **extra: Any) -
 
 
 def flow_run_fields(steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"runId": RUN_ID, "flowKey": "daily", "scope": {"symbol": "BTCUSDT"}, "steps": steps,
-            **extra}
+    return {"runId": RUN_ID, "flowKey": "daily", "scope": {"symbol": "BTCUSDT"}, "steps": steps, **extra}
 
 
-def protobuf_payload(fields: dict[str, Any] | None, *, name: str = DOC_NAME,
-                     old_fields: dict[str, Any] | None = None) -> bytes:
+def protobuf_payload(
+    fields: dict[str, Any] | None, *, name: str = DOC_NAME, old_fields: dict[str, Any] | None = None
+) -> bytes:
     return build_document_event_data(name, fields, old_fields).SerializeToString()
 
 
@@ -51,8 +51,7 @@ def json_payload(fields: dict[str, Any], *, name: str = DOC_NAME) -> dict[str, A
 
 
 def cloud_event(data: Any, **attributes: str) -> CloudEvent:
-    return CloudEvent({"type": UPDATED, "source": "//firestore.googleapis.com/test", **attributes},
-                      data)
+    return CloudEvent({"type": UPDATED, "source": "//firestore.googleapis.com/test", **attributes}, data)
 
 
 def subject_event(data: Any, run_id: str = RUN_ID) -> CloudEvent:
@@ -91,8 +90,9 @@ def test_base64_with_trailing_newline_is_accepted() -> None:
 def test_json_payload_with_typed_rest_values() -> None:
     payload = json_payload(flow_run_fields({"charts_1h": step(inputs={"minImages": 2})}))
     # the REST shape really is what we think it is: camelCase, integers as strings
-    assert payload["value"]["fields"]["steps"]["mapValue"]["fields"]["charts_1h"]["mapValue"][
-        "fields"]["inputs"]["mapValue"]["fields"]["minImages"] == {"integerValue": "2"}
+    assert payload["value"]["fields"]["steps"]["mapValue"]["fields"]["charts_1h"]["mapValue"]["fields"][
+        "inputs"
+    ]["mapValue"]["fields"]["minImages"] == {"integerValue": "2"}
     decoded = decode_event(subject_event(payload))
     assert decoded.payload_format == "json"
     assert decoded.ready_step_ids == ("charts_1h",)
@@ -124,14 +124,14 @@ def test_all_three_shapes_decode_the_same_document() -> None:
 
 
 def test_run_id_from_subject() -> None:
-    decoded = decode_event(cloud_event(protobuf_payload(flow_run_fields({})),
-                                       subject="documents/flow_runs/RUN1"))
+    decoded = decode_event(
+        cloud_event(protobuf_payload(flow_run_fields({})), subject="documents/flow_runs/RUN1")
+    )
     assert decoded.run_id == "RUN1"
 
 
 def test_run_id_from_document_attribute() -> None:
-    decoded = decode_event(cloud_event(protobuf_payload(flow_run_fields({})),
-                                       document="flow_runs/RUN1"))
+    decoded = decode_event(cloud_event(protobuf_payload(flow_run_fields({})), document="flow_runs/RUN1"))
     assert decoded.run_id == "RUN1"
 
 
@@ -148,8 +148,12 @@ def test_subject_and_payload_naming_different_runs_is_poison() -> None:
 def test_unsafe_run_id_is_still_decoded() -> None:
     # execute_step finalizes such a step FAILED (VALIDATION_FAILED): the filter must not hide it
     name = document_resource_name("p", "flow_runs/run with space")
-    decoded = decode_event(cloud_event(protobuf_payload(flow_run_fields({"s": step()}), name=name),
-                                       subject="documents/flow_runs/run with space"))
+    decoded = decode_event(
+        cloud_event(
+            protobuf_payload(flow_run_fields({"s": step()}), name=name),
+            subject="documents/flow_runs/run with space",
+        )
+    )
     assert (decoded.run_id, decoded.chosen_step_id) == ("run with space", "s")
 
 
@@ -179,8 +183,12 @@ def test_chart_export_steps_not_ready_are_ignored(status: str) -> None:
 
 
 def test_malformed_steps_are_skipped_not_fatal() -> None:
-    steps = {"a_string": "READY", "b_list": ["CHART_EXPORT", "READY"],
-             "c_int_status": {"stepType": "CHART_EXPORT", "status": 1}, "d_ok": step()}
+    steps = {
+        "a_string": "READY",
+        "b_list": ["CHART_EXPORT", "READY"],
+        "c_int_status": {"stepType": "CHART_EXPORT", "status": 1},
+        "d_ok": step(),
+    }
     decoded = decode_event(subject_event(protobuf_payload(flow_run_fields(steps))))
     assert decoded.ready_step_ids == ("d_ok",)
 
@@ -208,8 +216,10 @@ def test_odd_step_ids_are_kept_verbatim_and_sorted_plainly(step_ids: list[str]) 
 
 
 def test_filter_agrees_with_the_dict_selection_of_the_core() -> None:
-    steps = {f"s{i:02d}": step(("CHART_EXPORT", "LLM_REPORT")[i % 2],
-                               ("READY", "RUNNING", "PENDING")[i % 3]) for i in range(30)}
+    steps = {
+        f"s{i:02d}": step(("CHART_EXPORT", "LLM_REPORT")[i % 2], ("READY", "RUNNING", "PENDING")[i % 3])
+        for i in range(30)
+    }
     fields = flow_run_fields(steps)
     decoded = decode_event(subject_event(protobuf_payload(fields)))
     assert list(decoded.ready_step_ids) == ready_chart_export_step_ids(fields)
@@ -244,8 +254,7 @@ def test_deleted_document_with_an_empty_value_is_decoded_as_deleted() -> None:
         (None, "empty payload"),
         (b"{not json", "does not parse"),
         ([1, 2, 3], "unsupported payload type"),
-        ({"value": {"name": DOC_NAME, "fields": {"n": {"integerValue": "abc"}}}},
-         "not a DocumentEventData"),
+        ({"value": {"name": DOC_NAME, "fields": {"n": {"integerValue": "abc"}}}}, "not a DocumentEventData"),
         (b"\n\x00", "payload carries no document"),
     ],
 )
@@ -263,8 +272,7 @@ def test_undecodable_payloads_are_poison(data: Any, reason: str) -> None:
     ],
 )
 def test_documents_outside_flow_runs_are_poison(path: str, reason: str) -> None:
-    payload = protobuf_payload(flow_run_fields({"s": step()}),
-                               name=document_resource_name("p", path))
+    payload = protobuf_payload(flow_run_fields({"s": step()}), name=document_resource_name("p", path))
     with pytest.raises(PoisonEvent, match=reason):
         decode_event(cloud_event(payload, subject=f"documents/{path}"))
     with pytest.raises(PoisonEvent, match=reason):  # same verdict from the payload alone
@@ -300,9 +308,18 @@ def test_steps_that_is_not_a_map_is_not_a_flow_run() -> None:
 def test_integers_stay_integers_and_types_round_trip() -> None:
     moment = datetime(2026, 11, 22, 4, 12, 3, 123000, tzinfo=UTC)
     original = {
-        "int": 2, "big": 2**53 + 1, "negative": -7, "float": 1.5, "bool": True, "none": None,
-        "text": "x", "bytes": b"\x00\x01", "when": moment, "list": [1, "a", [2], {"k": 3}],
-        "empty_map": {}, "empty_list": [],
+        "int": 2,
+        "big": 2**53 + 1,
+        "negative": -7,
+        "float": 1.5,
+        "bool": True,
+        "none": None,
+        "text": "x",
+        "bytes": b"\x00\x01",
+        "when": moment,
+        "list": [1, "a", [2], {"k": 3}],
+        "empty_map": {},
+        "empty_list": [],
     }
     value = python_to_firestore_value(original)
     converted = firestore_value_to_python(value)
@@ -317,13 +334,18 @@ def test_converter_accepts_proto_plus_values_too() -> None:
 
 
 def test_converter_reads_geo_points_references_and_json_integers() -> None:
-    payload = {"value": {"name": DOC_NAME, "fields": {
-        "steps": {"mapValue": {}},
-        "where": {"geoPointValue": {"latitude": 1.5, "longitude": -2.0}},
-        "ref": {"referenceValue": "projects/p/databases/(default)/documents/a/b"},
-        "count": {"integerValue": "12"},
-        "at": {"timestampValue": "2026-11-22T04:12:03.123Z"},
-    }}}
+    payload = {
+        "value": {
+            "name": DOC_NAME,
+            "fields": {
+                "steps": {"mapValue": {}},
+                "where": {"geoPointValue": {"latitude": 1.5, "longitude": -2.0}},
+                "ref": {"referenceValue": "projects/p/databases/(default)/documents/a/b"},
+                "count": {"integerValue": "12"},
+                "at": {"timestampValue": "2026-11-22T04:12:03.123Z"},
+            },
+        }
+    }
     document = document_to_python(decode_event(subject_event(payload)).document)
     assert document["where"] == {"latitude": 1.5, "longitude": -2.0}
     assert document["ref"] == "projects/p/databases/(default)/documents/a/b"
