@@ -35,7 +35,6 @@ def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> Ch
         return MockChartApi(FixtureLibrary(settings.charts_fixtures_dir))
     from worker_chart_export.adapters.chart_img import build_chart_api as build_http_chart_api
 
-    assert usage_store is not None, "real/record modes need a usage store"
     return build_http_chart_api(settings, usage_store)
 
 
@@ -48,13 +47,9 @@ def check_configuration(settings: Settings) -> dict[str, object]:
         "chartsBucket": settings.charts_bucket,
     }
     if settings.charts_api_mode is not ChartsApiMode.MOCK:
-        from worker_chart_export.adapters.accounts import load_accounts
-        from worker_chart_export.adapters.chart_img import NO_ACCOUNTS_MESSAGE
+        from worker_chart_export.adapters.accounts import require_accounts
 
-        accounts = load_accounts(settings)
-        if not accounts:
-            raise ConfigError(NO_ACCOUNTS_MESSAGE)
-        summary["chartImgAccounts"] = [account.id for account in accounts]
+        summary["chartImgAccounts"] = [account.id for account in require_accounts(settings)]
     return summary
 
 

@@ -18,8 +18,8 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
 from harness.logs import LogCapture
+from worker_chart_export.adapters.accounts import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img import (
-    NO_ACCOUNTS_MESSAGE,
     RealChartApi,
     RecordChartApi,
     build_chart_api,

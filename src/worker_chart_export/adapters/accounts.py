@@ -182,6 +182,22 @@ def load_accounts(
     return ()
 
 
+NO_ACCOUNTS_MESSAGE = (
+    "no CHART-IMG accounts configured: set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path "
+    "or CHART_IMG_ACCOUNTS_SECRET"
+)
+
+
+def require_accounts(
+    settings: Settings, *, secret_client: SecretClient | None = None
+) -> tuple[AccountConfig, ...]:
+    """load_accounts, for modes that call CHART-IMG: none at all is a configuration error."""
+    accounts = load_accounts(settings, secret_client=secret_client)
+    if not accounts:
+        raise ConfigError(NO_ACCOUNTS_MESSAGE)
+    return accounts
+
+
 # --- the limiter ---------------------------------------------------------------------------
 
 

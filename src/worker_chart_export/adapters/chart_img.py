@@ -31,7 +31,7 @@ from worker_chart_export.adapters.accounts import (
     Refusal,
     SecretClient,
     WallClock,
-    load_accounts,
+    require_accounts,
     utc_now,
 )
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi, replay
@@ -56,10 +56,6 @@ if TYPE_CHECKING:
     from worker_chart_export.config import Settings
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
-NO_ACCOUNTS_MESSAGE = (
-    "no CHART-IMG accounts configured: set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path "
-    "or CHART_IMG_ACCOUNTS_SECRET"
-)
 Sleep = Callable[[float], None]
 
 
@@ -447,9 +443,7 @@ def build_chart_api(
     library = FixtureLibrary(settings.charts_fixtures_dir)
     if settings.charts_api_mode is ChartsApiMode.MOCK:
         return MockChartApi(library)
-    accounts = load_accounts(settings, secret_client=secret_client)
-    if not accounts:
-        raise ConfigError(NO_ACCOUNTS_MESSAGE)
+    accounts = require_accounts(settings, secret_client=secret_client)
     if usage_store is None:
         raise ConfigError(f"CHARTS_API_MODE={settings.charts_api_mode.value} needs a usage store")
     limiter = AccountLimiter(
