@@ -116,7 +116,7 @@ def execute_step(
 def _execute(run_id: str, step_id: str, ports: Ports, settings: Settings, clocks: Clocks) -> StepReport:
     mode = ports.chart_api.mode
     log = get_logger().bind(chartsApi={"mode": mode})
-    budget = Budget.starting_now(settings.step_budget_seconds, clocks.monotonic)
+    budget = Budget.starting_now(settings.step_budget_seconds, clocks)
     token = clocks.new_token()
     started_at = clocks.now()
     try:
@@ -380,7 +380,7 @@ def _finalize(
     log: Any,
 ) -> bool:
     """Retries transient store errors within the finalize budget; raises FinalizeFailed after it."""
-    budget = Budget.starting_now(settings.finalize_budget_seconds, clocks.monotonic)
+    budget = Budget.starting_now(settings.finalize_budget_seconds, clocks)
 
     def out_of_budget(state: RetryCallState) -> bool:
         return budget.expired()

@@ -81,7 +81,7 @@ class Rig:
     logs: LogCapture
 
     def render(self, budget_seconds: float = 60.0, **call: Any) -> ChartResult:
-        budget = Budget.starting_now(budget_seconds, clock=self.clock.monotonic)
+        budget = Budget.starting_now(budget_seconds, clock=self.clock)
         result = self.api.render(chart_call(call.pop("template", "tpl_a"), **call), budget)
         assert not find_secrets([repr(result), json.dumps(_dict(result), default=str)], KEYS.values())
         return result

@@ -1,30 +1,28 @@
-"""A time budget measured on an injected monotonic clock, so tests control time."""
+"""A time budget measured on the injected clock's monotonic time, so tests control it."""
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-MonotonicClock = Callable[[], float]
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 
 
 @dataclass(frozen=True)
 class Budget:
     expires_at: float
-    clock: MonotonicClock = time.monotonic
+    clock: Clock = SYSTEM_CLOCK
     # set by cancel(): work still running (render threads, retries) sees no time left
     _cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @classmethod
-    def starting_now(cls, seconds: float, clock: MonotonicClock = time.monotonic) -> Budget:
-        return cls(expires_at=clock() + seconds, clock=clock)
+    def starting_now(cls, seconds: float, clock: Clock = SYSTEM_CLOCK) -> Budget:
+        return cls(expires_at=clock.monotonic() + seconds, clock=clock)
 
     def remaining(self) -> float:
         if self._cancelled.is_set():
             return 0.0
-        return max(0.0, self.expires_at - self.clock())
+        return max(0.0, self.expires_at - self.clock.monotonic())
 
     def cancel(self) -> None:
         self._cancelled.set()
