@@ -73,5 +73,7 @@ def load_settings(
         for err in exc.errors():
             name = str(err["loc"][0]) if err["loc"] else "settings"
             # never echo the input: it may be the accounts JSON with keys in it
-            problems.append(f"{env_names.get(name, name)}: {err['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+            problems.append((env_names.get(name, name), err["msg"]))
+        setting, first = problems[0]
+        rest = "".join(f"; {var}: {msg}" for var, msg in problems[1:])
+        raise ConfigError(setting, first + rest) from None

@@ -62,7 +62,8 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
         client = make_storage_client(settings.google_cloud_project)
     except DefaultCredentialsError:
         raise ConfigError(
-            f"CHARTS_BUCKET: bucket {settings.charts_bucket!r} is configured but no Google Cloud credentials "
+            "CHARTS_BUCKET",
+            f"bucket {settings.charts_bucket!r} is configured but no Google Cloud credentials "
             "were found (run `gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST for an "
             "emulator, or leave the bucket unset to write to the local folder)"
         ) from None
@@ -130,7 +131,7 @@ class LocalLayout:
 
 def _require_dir(path: Path, setting: str) -> None:
     if not path.is_dir():
-        raise ConfigError(f"{setting}: {path} is not a folder")
+        raise ConfigError(setting, f"{path} is not a folder")
 
 
 def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> Ports:

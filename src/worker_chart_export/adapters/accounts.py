@@ -64,18 +64,22 @@ class AccountConfig(BaseModel):
 # --- parsing -------------------------------------------------------------------------------
 
 
-def parse_accounts(text: str, *, source: str = JSON_SOURCE) -> tuple[AccountConfig, ...]:
+def parse_accounts(
+    text: str, *, setting: str = JSON_SOURCE, source: str | None = None
+) -> tuple[AccountConfig, ...]:
     """The validated account list, or ConfigError naming the problem (never a key)."""
+
+    def problem(text: str) -> ConfigError:
+        return ConfigError(setting, text, source=source)
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:  # its msg/lineno/colno carry no document text
-        raise ConfigError(
-            f"{source}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})"
-        ) from None
+        raise problem(f"not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
     if not isinstance(data, list):
-        raise ConfigError(f"{source}: expected a JSON array of accounts, got {_json_type(data)}")
+        raise problem(f"expected a JSON array of accounts, got {_json_type(data)}")
     if not data:
-        raise ConfigError(f"{source}: empty list: configure at least one account")
+        raise problem("empty list: configure at least one account")
     problems: list[str] = []
     accounts: list[AccountConfig] = []
     for index, item in enumerate(data, start=1):
@@ -92,7 +96,7 @@ def parse_accounts(text: str, *, source: str = JSON_SOURCE) -> tuple[AccountConf
             problems.append(f"duplicate account id '{account.id}'")
         seen.add(account.id)
     if problems:
-        raise ConfigError(_redact(f"{source}: " + "; ".join(problems), data))
+        raise problem(_redact("; ".join(problems), data))
     return tuple(accounts)
 
 
@@ -148,8 +152,9 @@ def secret_version_name(secret: str, project: str | None) -> str:
         return secret if "/versions/" in secret else f"{secret}/versions/latest"
     if not project:
         raise ConfigError(
-            f"{SECRET_SOURCE}: '{secret}' is not a full resource name "
-            "(projects/<p>/secrets/<s>/versions/<v>) and GOOGLE_CLOUD_PROJECT is not set"
+            SECRET_SOURCE,
+            f"'{secret}' is not a full resource name "
+            "(projects/<p>/secrets/<s>/versions/<v>) and GOOGLE_CLOUD_PROJECT is not set",
         )
     return f"projects/{project}/secrets/{secret}/versions/latest"
 
@@ -162,11 +167,11 @@ def read_secret(name: str, client: SecretClient | None = None) -> str:
     try:
         response = client.access_secret_version(name=name)
     except Exception as exc:  # whatever the API raised, the worker cannot start without it
-        raise ConfigError(f"{SECRET_SOURCE}: cannot read {name}: {type(exc).__name__}") from None
+        raise ConfigError(SECRET_SOURCE, f"cannot read {name}: {type(exc).__name__}") from None
     try:
         return bytes(response.payload.data).decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{SECRET_SOURCE}: {name} is not UTF-8 text") from None
+        raise ConfigError(SECRET_SOURCE, f"{name} is not UTF-8 text") from None
 
 
 def load_accounts(
@@ -175,17 +180,18 @@ def load_accounts(
     """CHART_IMG_ACCOUNTS_JSON first; the secret only when the JSON is absent; else ()."""
     raw = settings.chart_img_accounts_json
     if raw is not None and raw.get_secret_value().strip():
-        return parse_accounts(raw.get_secret_value(), source=JSON_SOURCE)
+        return parse_accounts(raw.get_secret_value(), setting=JSON_SOURCE)
     if settings.chart_img_accounts_secret:
         name = secret_version_name(settings.chart_img_accounts_secret, settings.google_cloud_project)
-        return parse_accounts(read_secret(name, secret_client), source=f"{SECRET_SOURCE} {name}")
+        return parse_accounts(read_secret(name, secret_client), setting=SECRET_SOURCE, source=name)
     return ()
 
 
-NO_ACCOUNTS_MESSAGE = (
+NO_ACCOUNTS_PROBLEM = (
     "no CHART-IMG accounts configured: set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path "
     "or CHART_IMG_ACCOUNTS_SECRET"
 )
+NO_ACCOUNTS_MESSAGE = f"{JSON_SOURCE}: {NO_ACCOUNTS_PROBLEM}"
 
 
 def require_accounts(
@@ -194,7 +200,7 @@ def require_accounts(
     """load_accounts, for modes that call CHART-IMG: none at all is a configuration error."""
     accounts = load_accounts(settings, secret_client=secret_client)
     if not accounts:
-        raise ConfigError(NO_ACCOUNTS_MESSAGE)
+        raise ConfigError(JSON_SOURCE, NO_ACCOUNTS_PROBLEM)
     return accounts
 
 

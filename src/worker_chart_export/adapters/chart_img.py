@@ -445,7 +445,7 @@ def build_chart_api(
         return MockChartApi(library)
     accounts = require_accounts(settings, secret_client=secret_client)
     if usage_store is None:
-        raise ConfigError(f"CHARTS_API_MODE={settings.charts_api_mode.value} needs a usage store")
+        raise ConfigError("CHARTS_API_MODE", f"{settings.charts_api_mode.value} mode needs a usage store")
     limiter = AccountLimiter(
         accounts,
         usage_store,

@@ -49,7 +49,24 @@ class WorkerError(Exception):
 
 
 class ConfigError(WorkerError):
-    """The worker's own configuration is unusable (bad env, malformed accounts JSON...)."""
+    """The worker's own configuration is unusable (bad env, malformed accounts JSON...).
+
+    It carries the setting it is about, by the environment variable a user sets it with,
+    and the problem on its own, so that an edge which took the value from somewhere else
+    (a CLI flag, a file) names that instead: `render(label)`. `source` says where exactly,
+    when the setting only points at the value (e.g. the secret version read).
+    """
+
+    def __init__(self, setting: str, problem: str, *, source: str | None = None) -> None:
+        self.setting = setting
+        self.problem = problem
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self, label: str | None = None) -> str:
+        if label is None:
+            label = f"{self.setting} {self.source}" if self.source else self.setting
+        return f"{label}: {self.problem}"
 
 
 class TransientStoreError(WorkerError):
