@@ -35,18 +35,19 @@ from google.events.cloud.firestore import Document, DocumentEventData, MapValue,
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
+from worker_chart_export.core.step_rules import is_ready_chart_export
+from worker_chart_export.core.types import CHART_EXPORT, StepStatus
+
 # The raw upb message classes behind the proto-plus wrappers: parsing and field access on
 # these skips proto-plus marshalling entirely.
 RawDocumentEventData: Any = DocumentEventData.pb()
 RawDocument: Any = Document.pb()
 RawValue: Any = Value.pb()
 
-FLOW_RUNS_COLLECTION = "flow_runs"
-CHART_EXPORT = "CHART_EXPORT"
-READY = "READY"
 _CHART_EXPORT_BYTES = CHART_EXPORT.encode()
 # a C-level predicate for filter(): ~2x cheaper per step than a Python-level `in`
-_READY_BYTES = READY.encode()
+_READY_BYTES = StepStatus.READY.value.encode()
 # bound `search` methods, so that filter() scans the entries without a Python-level loop
 _mentions_ready = re.compile(re.escape(_READY_BYTES)).search
 _mentions_chart_export = re.compile(re.escape(_CHART_EXPORT_BYTES)).search
@@ -288,16 +289,14 @@ def _parse_step_entry(entry_bytes: bytes) -> tuple[str, Any]:
 
 
 def _is_ready_chart_export(step_fields: Any) -> bool:
-    """The exact check; a step that is not a map reads as an empty map, a non-string field
-    as "": simply not READY."""
-    status = step_fields.get("status")
-    step_type = step_fields.get("stepType")
-    return (
-        status is not None
-        and status.string_value == READY
-        and step_type is not None
-        and step_type.string_value == CHART_EXPORT
-    )
+    """The core's predicate on the step's two string fields; a step that is not a map reads
+    as an empty map, a non-string field as "": simply not READY."""
+    summary = {
+        name: value.string_value
+        for name in ("status", "stepType")
+        if (value := step_fields.get(name)) is not None
+    }
+    return is_ready_chart_export(summary)
 
 
 def firestore_value_to_python(value: Any) -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.contracts import CHART_TEMPLATE, schema_errors
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -123,7 +123,7 @@ def sync_templates(
     directory: Path,
     client: firestore.Client,
     *,
-    collection: str = "chart_templates",
+    collection: str = CHART_TEMPLATES_COLLECTION,
     dry_run: bool = False,
 ) -> SyncReport:
     """Validate every file, then upsert the templates that differ from Firestore.
@@ -131,14 +131,14 @@ def sync_templates(
     Raises TransientStoreError when Firestore cannot be reached (nothing, or only whole
     batches, written: each batch commits atomically and a re-run finishes the job).
     """
-    from worker_chart_export.adapters.firestore import bounded_retry, is_transient
+    from worker_chart_export.adapters.firestore import bounded_retry, translated
 
     templates, problems = load_templates(directory)
     if problems:
         return SyncReport(directory, collection, dry_run, problems=tuple(problems))
     ref_of = client.collection(collection)
     retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
-    try:
+    with translated(f"read of {collection}", contention=False):
         stored = {
             s.id: s.to_dict()
             for s in client.get_all(
@@ -147,10 +147,6 @@ def sync_templates(
             if s.exists
         }
         stored_ids = {ref.id for ref in ref_of.list_documents(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)}
-    except Exception as exc:
-        if is_transient(exc):
-            raise TransientStoreError(f"read of {collection}: Firestore unavailable ({exc})") from exc
-        raise
     actions: dict[str, SyncAction] = {}
     for template_id, document in templates.items():
         if template_id not in stored:
@@ -169,16 +165,12 @@ def sync_templates(
     if dry_run:
         return report
     changed = report.written
-    try:
+    with translated(f"write of {collection}", contention=False):
         for start in range(0, len(changed), _BATCH_LIMIT):
             batch = client.batch()
             for template_id in changed[start : start + _BATCH_LIMIT]:
                 batch.set(ref_of.document(template_id), templates[template_id])  # full overwrite
             batch.commit(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)
-    except Exception as exc:
-        if is_transient(exc):
-            raise TransientStoreError(f"write of {collection}: Firestore unavailable ({exc})") from exc
-        raise
     return report
 
 
@@ -192,9 +184,13 @@ def run_templates_sync(
     # Validate first: a bad file should be reported even without Firestore credentials.
     _, problems = load_templates(directory)
     if problems:
-        return EXIT_INVALID, SyncReport(directory, "chart_templates", dry_run, tuple(problems)).to_text()
+        return EXIT_INVALID, SyncReport(
+            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems)
+        ).to_text()
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
+
+    from worker_chart_export.core.errors import TransientStoreError
 
     try:
         client = make_firestore_client(project, emulator_host=emulator_host)

@@ -65,7 +65,7 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
             "CHARTS_BUCKET",
             f"bucket {settings.charts_bucket!r} is configured but no Google Cloud credentials "
             "were found (run `gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST for an "
-            "emulator, or leave the bucket unset to write to the local folder)"
+            "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
     return GcsArtifactStore(client, settings.charts_bucket, max_attempts=3, timeout=15.0)

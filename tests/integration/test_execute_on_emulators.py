@@ -21,6 +21,7 @@ from worker_chart_export.core.errors import FinalizeFailed
 from worker_chart_export.execute import execute_step
 from worker_chart_export.ports import Ports
 from worker_chart_export.settings import load_settings
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -37,9 +38,7 @@ def world(firestore_client: Any, gcs_bucket: tuple[Any, str]) -> Callable[..., P
         return Ports(
             flow_runs=overrides.get("flow_runs", FirestoreFlowRunStore(firestore_client)),
             templates=FirestoreTemplateSource(firestore_client),
-            artifacts=overrides.get(
-                "artifacts", GcsArtifactStore(storage_client, bucket, sleep=lambda _: None)
-            ),
+            artifacts=overrides.get("artifacts", GcsArtifactStore(storage_client, bucket, clock=FakeClock())),
             chart_api=MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api")),
         )
 
@@ -83,7 +82,7 @@ def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
 ) -> None:
     _, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=1000, status=503)
-    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, sleep=lambda _: None)
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=SETTINGS)
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
@@ -98,7 +97,7 @@ def test_gcs_failing_png_writes_only_records_gcs_write_failed(
 ) -> None:
     storage_client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
-    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, sleep=lambda _: None)
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
     settings = load_settings({"charts_api_mode": "mock", "chart_concurrency": 1}, {})
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=settings)

@@ -11,8 +11,7 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from worker_chart_export.adapters import firestore as firestore_adapter
-from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, run_transaction
 from worker_chart_export.core.errors import ErrorCode, RedeliverEvent, StepError, TransientStoreError
 from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
 
@@ -208,19 +207,18 @@ def _give_up(*args: Any, **kwargs: Any) -> Any:
 
 
 def test_claim_that_gives_up_on_contention_redelivers_while_step_is_ready(
-    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    firestore_client: firestore.Client,
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     before = stored(ref)
-    monkeypatch.setattr(firestore_adapter, "_claim_in_transaction", _give_up)
 
     with pytest.raises(RedeliverEvent, match="still READY"):
-        claim(FirestoreFlowRunStore(firestore_client))
+        claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=_give_up))
     assert stored(ref) == before
 
 
 def test_claim_that_gives_up_on_contention_is_a_conflict_once_someone_else_won(
-    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    firestore_client: firestore.Client,
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
 
@@ -229,9 +227,7 @@ def test_claim_that_gives_up_on_contention_is_a_conflict_once_someone_else_won(
         ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "winner"})
         return _give_up()
 
-    monkeypatch.setattr(firestore_adapter, "_claim_in_transaction", winner_then_give_up)
-
-    outcome = claim(FirestoreFlowRunStore(firestore_client))
+    outcome = claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=winner_then_give_up))
 
     assert outcome.status is ClaimStatus.CONFLICT
     assert "RUNNING" in outcome.reason
@@ -391,17 +387,16 @@ def test_unreachable_firestore_raises_transient_error_quickly(
 
 
 def test_claim_whose_commit_landed_but_answer_was_lost_is_still_ours(
-    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    firestore_client: firestore.Client,
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
-    real_in_transaction = firestore_adapter._in_transaction
 
     def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
-        real_in_transaction(*args, **kwargs)
+        run_transaction(*args, **kwargs)
         raise api_exceptions.ServiceUnavailable("connection reset after commit")
 
-    monkeypatch.setattr(firestore_adapter, "_in_transaction", commit_then_lose_the_answer)
-    outcome = claim(FirestoreFlowRunStore(firestore_client), token="tok-lost")
+    store = FirestoreFlowRunStore(firestore_client, run_in_transaction=commit_then_lose_the_answer)
+    outcome = claim(store, token="tok-lost")
     assert outcome.status is ClaimStatus.CLAIMED and "confirmed by a re-read" in outcome.reason
     assert outcome.claim is not None and outcome.claim.token == "tok-lost" and outcome.claim.attempt == 1
     assert outcome.flow_run is not None and outcome.flow_run["steps"][STEP_ID]["status"] == "RUNNING"
@@ -410,7 +405,7 @@ def test_claim_whose_commit_landed_but_answer_was_lost_is_still_ours(
 
 
 def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
-    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    firestore_client: firestore.Client,
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     before = stored(ref)
@@ -418,7 +413,6 @@ def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
     def outage(*args: Any, **kwargs: Any) -> Any:
         raise api_exceptions.ServiceUnavailable("connection refused")
 
-    monkeypatch.setattr(firestore_adapter, "_in_transaction", outage)
     with pytest.raises(TransientStoreError, match="unavailable"):
-        claim(FirestoreFlowRunStore(firestore_client), token="tok-never")
+        claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=outage), token="tok-never")
     assert stored(ref) == before

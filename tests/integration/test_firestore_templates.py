@@ -21,6 +21,7 @@ from worker_chart_export.templates_sync import (
     run_templates_sync,
     sync_templates,
 )
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -60,14 +61,6 @@ class CountingClient:
         return self._client.get_all(refs, **kwargs)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 # --- FirestoreTemplateSource ---------------------------------------------------------------
 
 
@@ -84,10 +77,10 @@ def test_templates_are_cached_until_the_ttl(firestore_client: firestore.Client) 
 
     # a template synced later is invisible until the cached "missing" expires
     firestore_client.collection(COLLECTION).document("later_v1").set(template("later_v1"))
-    clock.now += 59
+    clock.advance(59)
     assert "later_v1" not in source.get_templates(["later_v1"])
     assert len(counting.get_all_calls) == 1
-    clock.now += 2
+    clock.advance(2)
     assert source.get_templates(["later_v1", "rsi_v1"]) == {
         "later_v1": template("later_v1"),
         "rsi_v1": template("rsi_v1"),

@@ -53,7 +53,10 @@ def test_daily_limit_in_the_document_overrides_the_default(firestore_client: fir
     assert second == Reservation("acc-1", False, 1, 1)
     # merge: fields the worker does not own survive
     assert usage_doc(firestore_client, "acc-1") == {
-        "dailyLimit": 1, "usageToday": 1, "windowStart": TODAY, "note": "kept",
+        "dailyLimit": 1,
+        "usageToday": 1,
+        "windowStart": TODAY,
+        "note": "kept",
     }
 
 

@@ -21,6 +21,7 @@ from harness.gcs_emulator import (
 )
 from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
 from worker_chart_export.core.errors import ArtifactWriteError
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -33,12 +34,10 @@ Bucket = tuple[storage.Client, str]
 ProxyFactory = Callable[..., FaultyGcsProxy]
 
 
-class SleepRecorder:
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
+class SleepRecorder(FakeClock):
+    @property
+    def calls(self) -> list[float]:
+        return self.sleeps
 
 
 def store_via(
@@ -56,7 +55,7 @@ def store_via(
         max_attempts=max_attempts,
         initial_wait=initial_wait,
         max_wait=max_wait,
-        sleep=sleep,
+        clock=sleep,
         timeout=10.0,
     )
 
@@ -187,7 +186,7 @@ def test_403_fails_at_once_without_retry(gcs_bucket: Bucket, faulty_gcs_proxy: P
 
 def test_missing_bucket_fails_at_once_naming_the_bucket(gcs_emulator: GcsEmulator) -> None:
     sleep = SleepRecorder()
-    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), "no-such-bucket", sleep=sleep)
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), "no-such-bucket", clock=sleep)
 
     with pytest.raises(ArtifactWriteError) as err:
         store.create_png(PNG_PATH, PNG_A)
@@ -210,7 +209,7 @@ def test_connection_refused_is_transient_and_bounded() -> None:
         storage_client_for(f"http://127.0.0.1:{port}"),
         "b",
         max_attempts=2,
-        sleep=sleep,
+        clock=sleep,
         timeout=5.0,
     )
 
@@ -233,7 +232,7 @@ def test_error_message_never_carries_credentials(gcs_bucket: Bucket, faulty_gcs_
         credentials=Credentials(token=token),
         client_options={"api_endpoint": proxy.url},
     )
-    store = GcsArtifactStore(client, bucket, sleep=SleepRecorder())
+    store = GcsArtifactStore(client, bucket, clock=SleepRecorder())
 
     with pytest.raises(ArtifactWriteError) as err:
         store.create_png(PNG_PATH, PNG_A)

@@ -2,16 +2,14 @@
 
 PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
 path is fixed per step and is overwritten by the latest execution (contract §9, DESIGN §4.4).
-Retries are ours and bounded (tenacity, injected sleep): the client library's own retry is
+Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
 switched off, since its default keeps retrying for up to 120 s on its own schedule.
 """
 
 from __future__ import annotations
 
 import http.client
-import random
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +17,9 @@ import requests
 import urllib3
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ArtifactWriteError
 from worker_chart_export.core.naming import gcs_uri
 
@@ -118,20 +117,6 @@ def _server_message(exc: api_exceptions.GoogleAPICallError) -> str:
     return message
 
 
-def _backoff(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
-    """initial * 2^(n-1) plus up to `initial` of jitter, capped at `maximum`.
-
-    The jitter keeps concurrent writers that failed together from retrying together. (Written
-    out rather than tenacity's wait_exponential_jitter, whose arguments moved within 9.x.)
-    """
-
-    def wait(state: RetryCallState) -> float:
-        base = initial * 2 ** (state.attempt_number - 1)
-        return min(maximum, base + random.uniform(0, initial))
-
-    return wait
-
-
 class GcsArtifactStore:
     """ArtifactStore over one bucket. Safe to share across threads (one Blob per call)."""
 
@@ -143,7 +128,7 @@ class GcsArtifactStore:
         max_attempts: int = 4,
         initial_wait: float = 0.2,
         max_wait: float = 2.0,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
         timeout: float = 30.0,
     ) -> None:
         if max_attempts < 1:
@@ -153,9 +138,11 @@ class GcsArtifactStore:
         self._timeout = timeout
         self._retrying = Retrying(
             stop=stop_after_attempt(max_attempts),
-            wait=_backoff(initial_wait, max_wait),
+            # initial * 2^(n-1) plus up to `initial` of jitter, so concurrent writers that
+            # failed together do not retry together
+            wait=wait_exponential_jitter(multiplier=initial_wait, jitter=initial_wait, max=max_wait),
             retry=retry_if_exception(is_transient),
-            sleep=sleep,
+            sleep=clock.sleep,
             reraise=True,
         )
 

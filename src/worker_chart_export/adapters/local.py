@@ -1,5 +1,6 @@
 """Local adapters for run-local: a flow_run JSON file, the templates directory, a folder
-that mirrors the bucket. Same protocols and the same claim/finalize rules as production."""
+that mirrors the bucket. Same protocols as production, and the flow_run store executes the
+same claim/finalize plans (core/step_rules.py) under a file lock."""
 
 from __future__ import annotations
 
@@ -9,20 +10,14 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.errors import ArtifactWriteError
-from worker_chart_export.core.naming import gcs_uri, is_safe_segment, rfc3339_utc
-from worker_chart_export.core.types import (
-    CHART_EXPORT,
-    Claim,
-    ClaimOutcome,
-    ClaimStatus,
-    FinalizeOutcome,
-    StepFinal,
-    StepStatus,
-)
+from worker_chart_export.core.naming import gcs_uri, is_safe_segment
+from worker_chart_export.core.step_rules import apply_to_step, finalized, plan_claim, plan_finalize
+from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -64,58 +59,35 @@ class LocalFlowRunStore:
     def _write(self, document: Mapping[str, Any]) -> None:
         _atomic_write(self.state, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode())
 
+    def _document_of(self, run_id: str) -> dict[str, Any] | None:
+        document = self.read()
+        return document if document.get("runId") == run_id else None
+
     def claim_step(
-        self, run_id: str, step_id: str, *, token: str, now: Any, lease_expires_at: Any
+        self, run_id: str, step_id: str, *, token: str, now: datetime, lease_expires_at: datetime
     ) -> ClaimOutcome:
         with self._locked():
-            document = self.read()
-            if document.get("runId") != run_id:
-                return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id!r} is not in {self.source}")
-            step = (document.get("steps") or {}).get(step_id)
-            if not isinstance(step, dict):
-                return ClaimOutcome(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
-            if step.get("stepType") != CHART_EXPORT or step.get("status") != StepStatus.READY:
-                return ClaimOutcome(
-                    ClaimStatus.CONFLICT,
-                    f"step {step_id} is {step.get('stepType')} {step.get('status')}, "
-                    f"not a READY {CHART_EXPORT}",
-                )
-            attempt = (step.get("attempt") if isinstance(step.get("attempt"), int) else 0) + 1
-            step.pop("finishedAt", None)
-            step.pop("error", None)
-            step.update(
-                status=StepStatus.RUNNING.value,
-                startedAt=rfc3339_utc(now),
-                attempt=attempt,
-                claimToken=token,
-                leaseExpiresAt=rfc3339_utc(lease_expires_at),
+            document = self._document_of(run_id)
+            plan = plan_claim(
+                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
             )
+            if isinstance(plan, ClaimOutcome):
+                return plan
+            assert document is not None  # the plan found the step in it
+            apply_to_step(document["steps"][step_id], plan)
             self._write(document)
-            return ClaimOutcome(
-                ClaimStatus.CLAIMED, "claimed", document, Claim(token, attempt, now, lease_expires_at)
-            )
+            return plan.outcome()
 
     def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
         with self._locked():
-            document = self.read()
-            step = (document.get("steps") or {}).get(step_id)
-            if not isinstance(step, dict):
-                return FinalizeOutcome(False, f"step {step_id} no longer exists")
-            if step.get("status") != StepStatus.RUNNING:
-                return FinalizeOutcome(False, f"step {step_id} is {step.get('status')}, not RUNNING")
-            if step.get("claimToken") != token:
-                return FinalizeOutcome(False, "claim token differs: another execution owns the step")
-            step["status"] = final.status.value
-            step["finishedAt"] = rfc3339_utc(final.finished_at)
-            if final.outputs:
-                previous = step.get("outputs")
-                step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **final.outputs}
-            if final.error:
-                step["error"] = final.error.to_dict()
-            else:
-                step.pop("error", None)
+            document = self._document_of(run_id)
+            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
+            if isinstance(plan, FinalizeOutcome):
+                return plan
+            assert document is not None
+            apply_to_step(document["steps"][step_id], plan)
             self._write(document)
-            return FinalizeOutcome(True, "finalized")
+            return finalized(step_id)
 
 
 class LocalTemplateSource:

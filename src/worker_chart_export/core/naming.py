@@ -8,6 +8,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+# Firestore collections (worker contract §14, orchestration rules).
+FLOW_RUNS_COLLECTION = "flow_runs"
+CHART_TEMPLATES_COLLECTION = "chart_templates"
+ACCOUNTS_USAGE_COLLECTION = "chart_img_accounts_usage"
+
 # runId, stepId and chartTemplateId become path segments: only this shape is accepted.
 SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CHARTS_PREFIX = "charts"

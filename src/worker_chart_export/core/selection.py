@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worker_chart_export.core.types import CHART_EXPORT, StepStatus
+from worker_chart_export.core.step_rules import is_ready_chart_export
+from worker_chart_export.core.types import CHART_EXPORT
 
 
 class StepSelectionError(ValueError):
@@ -22,9 +23,7 @@ def ready_chart_export_step_ids(flow_run: Mapping[str, Any]) -> list[str]:
     return sorted(
         step_id
         for step_id, step in steps_of(flow_run).items()
-        if isinstance(step, Mapping)
-        and step.get("stepType") == CHART_EXPORT
-        and step.get("status") == StepStatus.READY
+        if isinstance(step, Mapping) and is_ready_chart_export(step)
     )
 
 

@@ -1,0 +1,103 @@
+"""The Firestore client, bounded RPC retries, the transaction runner, documents as plain values.
+
+Bounds: every read we issue carries our own retry deadline and timeout (`rpc_timeout`).
+BeginTransaction/Commit/Rollback accept neither through the transaction API and keep the
+client's defaults (retry on UNAVAILABLE for up to 60 s), which is why the stores first read
+outside the transaction: the cheap refusal path, and one that fails within `rpc_timeout`
+when Firestore is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from google.api_core import exceptions as api_exceptions
+from google.api_core.retry import Retry, if_exception_type
+from google.cloud import firestore
+
+EMULATOR_DEFAULT_PROJECT = "demo-worker-chart-export"
+DEFAULT_RPC_TIMEOUT_SECONDS = 10.0
+DEFAULT_TRANSACTION_ATTEMPTS = 5
+
+T = TypeVar("T")
+TransactionBody = Callable[[firestore.Transaction], T]
+
+
+def make_firestore_client(project: str | None, *, emulator_host: str | None = None) -> firestore.Client:
+    """A Firestore client for `project`.
+
+    The library itself points at the emulator and goes anonymous when FIRESTORE_EMULATOR_HOST
+    is set. `emulator_host` only decides the default project: with an emulator and no
+    project, `demo-worker-chart-export`; in production, None lets the library infer the
+    project from the credentials (Cloud Run does not set GOOGLE_CLOUD_PROJECT), and a
+    made-up project there would only produce PermissionDenied.
+    """
+    if project is None and emulator_host:
+        project = EMULATOR_DEFAULT_PROJECT
+    return firestore.Client(project=project)
+
+
+def bounded_retry(rpc_timeout: float) -> Retry:
+    # The client's defaults retry UNAVAILABLE for 60-300 s; a step budget cannot afford that.
+    return Retry(
+        predicate=if_exception_type(
+            api_exceptions.ServiceUnavailable,
+            api_exceptions.DeadlineExceeded,
+            api_exceptions.InternalServerError,
+            api_exceptions.ResourceExhausted,
+        ),
+        initial=0.1,
+        maximum=1.0,
+        multiplier=1.5,
+        timeout=rpc_timeout,
+    )
+
+
+class TransactionRunner(Protocol):
+    """Runs `body(transaction)` to commit, re-running it on contention. The seam tests use
+    to inject contention or a lost commit answer."""
+
+    def __call__(self, client: firestore.Client, body: TransactionBody[T], *, max_attempts: int) -> T: ...
+
+
+def run_transaction(client: firestore.Client, body: TransactionBody[T], *, max_attempts: int) -> T:
+    # A wrapper per call on purpose: firestore.transactional() keeps the ids of the running
+    # transaction on the wrapper object, so one shared by threads would mix them up.
+    result: T = firestore.transactional(body)(client.transaction(max_attempts=max_attempts))
+    return result
+
+
+class RpcOptions:
+    """The retry and timeout every read of ours carries."""
+
+    def __init__(self, rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS) -> None:
+        self.timeout = rpc_timeout
+        self.retry = bounded_retry(rpc_timeout)
+
+    def get(self, ref: firestore.DocumentReference, transaction: Any = None) -> Any:
+        return ref.get(transaction=transaction, retry=self.retry, timeout=self.timeout)
+
+    def get_all(self, client: firestore.Client, refs: list[firestore.DocumentReference]) -> list[Any]:
+        return list(client.get_all(refs, retry=self.retry, timeout=self.timeout))
+
+
+def plain(value: Any) -> Any:
+    """Firestore values as JSON-like values: timestamps become RFC 3339 UTC strings."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC)
+        spec = "milliseconds" if moment.microsecond % 1000 == 0 else "microseconds"
+        return moment.isoformat(timespec=spec).replace("+00:00", "Z")
+    if isinstance(value, firestore.DocumentReference):
+        return value.path
+    return value
+
+
+def snapshot_dict(snapshot: Any) -> dict[str, Any] | None:
+    """A snapshot's document as plain values, None when it does not exist."""
+    return plain(snapshot.to_dict()) if snapshot.exists else None

@@ -1,0 +1,204 @@
+"""The state rules of one step, written once: what may be claimed, what a claim writes, when
+a finalize is ours (worker contract §3, error model: idempotency).
+
+Each store (Firestore in a transaction, the local file under a lock) reads the document,
+asks these functions for a plan, and executes it; a refusal is returned to the caller as it
+is. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.types import (
+    CHART_EXPORT,
+    Claim,
+    ClaimOutcome,
+    ClaimStatus,
+    FinalizeOutcome,
+    JsonDict,
+    StepFinal,
+    StepStatus,
+)
+
+# What a previous attempt left on the step that a new claim must not carry over.
+STALE_AFTER_CLAIM = ("finishedAt", "error")
+
+
+def step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, Any] | None:
+    """`steps[step_id]` when the document has a steps map holding a map there, else None."""
+    steps = (document or {}).get("steps")
+    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    return step if isinstance(step, Mapping) else None
+
+
+def is_ready_chart_export(step: Mapping[str, Any]) -> bool:
+    """The step this worker may take (contract §2.1)."""
+    return step.get("stepType") == CHART_EXPORT and step.get("status") == StepStatus.READY
+
+
+def attempt_of(step: Mapping[str, Any]) -> int:
+    """The attempts made so far; anything but a non-negative integer counts as none."""
+    attempt = step.get("attempt")
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0 else 0
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """READY -> RUNNING for one step: the fields to set and those to delete on it."""
+
+    step_id: str
+    set_fields: JsonDict
+    delete_fields: tuple[str, ...]
+    claim: Claim
+    # the document as it will be once the claim is written: the step's authoritative inputs
+    claimed_document: JsonDict
+
+    def outcome(self, how: str = "") -> ClaimOutcome:
+        return ClaimOutcome(
+            ClaimStatus.CLAIMED,
+            f"step {self.step_id} claimed (attempt {self.claim.attempt}{how})",
+            self.claimed_document,
+            self.claim,
+        )
+
+
+def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimOutcome | None:
+    """Why the step cannot be claimed, or None when it is a READY CHART_EXPORT step."""
+    if document is None:
+        return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
+    step = step_of(document, step_id)
+    if step is None:
+        return ClaimOutcome(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
+    if step.get("stepType") != CHART_EXPORT:
+        return ClaimOutcome(
+            ClaimStatus.CONFLICT, f"step {step_id} is a {step.get('stepType')} step, not {CHART_EXPORT}"
+        )
+    if not is_ready_chart_export(step):
+        return ClaimOutcome(ClaimStatus.CONFLICT, f"step {step_id} is {step.get('status')}, not READY")
+    return None
+
+
+def plan_claim(
+    document: Mapping[str, Any] | None,
+    run_id: str,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimPlan | ClaimOutcome:
+    """The claim to write, or the refusal (NOT_FOUND / CONFLICT) to return as it is."""
+    refusal = claim_refusal(run_id, step_id, document)
+    if refusal is not None:
+        return refusal
+    assert document is not None  # claim_refusal found the step in it
+    step = dict(step_of(document, step_id) or {})
+    attempt = attempt_of(step) + 1
+    set_fields: JsonDict = {
+        "status": StepStatus.RUNNING.value,
+        "startedAt": rfc3339_utc(now),
+        "attempt": attempt,
+        "claimToken": token,
+        "leaseExpiresAt": rfc3339_utc(lease_expires_at),
+    }
+    delete_fields = tuple(name for name in STALE_AFTER_CLAIM if name in step)
+    for name in delete_fields:
+        del step[name]
+    step.update(set_fields)
+    claimed = {**document, "steps": {**document["steps"], step_id: step}}
+    return ClaimPlan(
+        step_id, set_fields, delete_fields, Claim(token, attempt, now, lease_expires_at), claimed
+    )
+
+
+def confirmed_claim(
+    document: Mapping[str, Any] | None,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimOutcome | None:
+    """After an outage mid-claim: the claim, when the step is RUNNING under our token (the
+    commit landed though its answer was lost), else None."""
+    step = step_of(document, step_id)
+    if step is None or step.get("claimToken") != token or step.get("status") != StepStatus.RUNNING:
+        return None
+    assert document is not None
+    attempt = attempt_of(step) or 1
+    return ClaimOutcome(
+        ClaimStatus.CLAIMED,
+        f"step {step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
+        dict(document),
+        Claim(token, attempt, now, lease_expires_at),
+    )
+
+
+@dataclass(frozen=True)
+class FinalizePlan:
+    """RUNNING (ours) -> SUCCEEDED/FAILED: fields to set on the step, one output at a time
+    (outputs other workers or earlier attempts wrote stay), and whether `error` goes."""
+
+    step_id: str
+    set_fields: JsonDict
+    set_outputs: JsonDict
+    delete_error: bool
+
+
+def finalize_refusal(
+    run_id: str, step_id: str, token: str, document: Mapping[str, Any] | None
+) -> FinalizeOutcome | None:
+    """Why finalize must not write, or None when the step is RUNNING under our token."""
+    if document is None:
+        return FinalizeOutcome(False, f"flow_run {run_id} deleted")
+    step = step_of(document, step_id)
+    if step is None:
+        return FinalizeOutcome(False, f"step {step_id} no longer exists")
+    status = step.get("status")
+    if status != StepStatus.RUNNING:
+        # Ours when an earlier finalize landed although its answer was lost (e.g. a timeout).
+        ours = " (finalized by this claim)" if step.get("claimToken") == token else ""
+        return FinalizeOutcome(False, f"step {step_id} is {status}, not RUNNING{ours}")
+    if step.get("claimToken") != token:
+        return FinalizeOutcome(False, "claim token differs: another execution owns the step")
+    return None
+
+
+def plan_finalize(
+    document: Mapping[str, Any] | None, run_id: str, step_id: str, *, token: str, final: StepFinal
+) -> FinalizePlan | FinalizeOutcome:
+    """The finalize to write, or the refusal (written=False) to return as it is."""
+    refusal = finalize_refusal(run_id, step_id, token, document)
+    if refusal is not None:
+        return refusal
+    set_fields: JsonDict = {
+        "status": final.status.value,
+        "finishedAt": rfc3339_utc(final.finished_at),
+    }
+    if final.error is not None:
+        set_fields["error"] = final.error.to_dict()
+    return FinalizePlan(step_id, set_fields, dict(final.outputs), delete_error=final.error is None)
+
+
+def finalized(step_id: str) -> FinalizeOutcome:
+    return FinalizeOutcome(True, f"step {step_id} finalized")
+
+
+def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan) -> None:
+    """Execute a plan on a plain step dict (the local store's document)."""
+    if isinstance(plan, ClaimPlan):
+        for name in plan.delete_fields:
+            step.pop(name, None)
+        step.update(plan.set_fields)
+        return
+    step.update(plan.set_fields)
+    if plan.delete_error:
+        step.pop("error", None)
+    if plan.set_outputs:
+        previous = step.get("outputs")
+        step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **plan.set_outputs}
