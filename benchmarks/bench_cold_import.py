@@ -60,7 +60,10 @@ def self_import_ms(code: str) -> dict[str, float]:
     """module -> its own import time in ms (children excluded), from `-X importtime`."""
     completed = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code],
-        capture_output=True, text=True, check=True, env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=CHILD_ENV,
     )
     times: dict[str, float] = {}
     for line in completed.stderr.splitlines():
@@ -75,7 +78,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--importtime", action="store_true", help="list what the entry adds")
     parser.add_argument(
-        "--as-is", action="store_true",
+        "--as-is",
+        action="store_true",
         help="inherit the bytecode settings of this environment instead of a private .pyc cache",
     )
     args = parser.parse_args()
@@ -90,8 +94,10 @@ def measure(args: argparse.Namespace) -> None:
     baseline, entry = interleaved_medians_ms(BASELINE, ENTRY, args.runs)
     ratio = entry / baseline
     cache_note = "inherited" if args.as_is else "private .pyc cache for both sides"
-    print(f"interpreter: {sys.executable}  runs per side: {args.runs} (median wall time, "
-          f"interleaved; bytecode: {cache_note})")
+    print(
+        f"interpreter: {sys.executable}  runs per side: {args.runs} (median wall time, "
+        f"interleaved; bytecode: {cache_note})"
+    )
     print(f"baseline  {BASELINE!r}: {baseline:7.1f} ms")
     print(f"entry     {ENTRY!r}: {entry:7.1f} ms")
     verdict = "OK" if ratio <= TARGET_RATIO else "OVER TARGET"
@@ -99,11 +105,11 @@ def measure(args: argparse.Namespace) -> None:
 
     if args.importtime or ratio > TARGET_RATIO:
         baseline_modules = self_import_ms(BASELINE)
-        extra = {
-            name: ms for name, ms in self_import_ms(ENTRY).items() if name not in baseline_modules
-        }
-        print(f"modules the entry imports beyond the baseline: {len(extra)}, "
-              f"{sum(extra.values()):.1f} ms of own import time; heaviest:")
+        extra = {name: ms for name, ms in self_import_ms(ENTRY).items() if name not in baseline_modules}
+        print(
+            f"modules the entry imports beyond the baseline: {len(extra)}, "
+            f"{sum(extra.values()):.1f} ms of own import time; heaviest:"
+        )
         for name, ms in sorted(extra.items(), key=lambda item: -item[1])[:15]:
             print(f"  {ms:7.1f}  {name}")
 

@@ -36,8 +36,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.events import build_document_event_data, document_resource_name
 from worker_chart_export.serve import FUNCTION_TARGET
+from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 TARGET_RATIO = 1.2
 STEPS = 200
@@ -89,8 +89,11 @@ def flow_run_with_no_ready_chart_export(document: str, steps: int = STEPS) -> di
             "dependsOn": [f"step_{index - 1:03d}"] if index else [],
         }
     return {
-        "runId": RUN_ID, "flowKey": "daily_crypto_report", "status": "RUNNING",
-        "scope": {"symbol": "BTCUSDT"}, "steps": all_steps,
+        "runId": RUN_ID,
+        "flowKey": "daily_crypto_report",
+        "status": "RUNNING",
+        "scope": {"symbol": "BTCUSDT"},
+        "steps": all_steps,
     }
 
 
@@ -149,7 +152,9 @@ def served(code: str, *args: str) -> Iterator[int]:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", code, str(port), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -180,9 +185,7 @@ def http_poster(port: int, body: bytes, headers: dict[str, str]) -> Post:
 
 
 @contextmanager
-def gunicorn_posters(
-    bare_source: Path, body: bytes, headers: dict[str, str]
-) -> Iterator[tuple[Post, Post]]:
+def gunicorn_posters(bare_source: Path, body: bytes, headers: dict[str, str]) -> Iterator[tuple[Post, Post]]:
     with served(SERVE_OURS) as ours_port, served(SERVE_BARE, str(bare_source)) as bare_port:
         yield http_poster(ours_port, body, headers), http_poster(bare_port, body, headers)
 
@@ -215,14 +218,18 @@ def percentile(values: list[float], fraction: float) -> float:
 def report(label: str, ours_ms: list[float], bare_ms: list[float]) -> float:
     print(f"[{label}]")
     for name, values in ((FUNCTION_TARGET, ours_ms), ("bare function", bare_ms)):
-        print(f"  {name:>20}: p50 {statistics.median(values):6.3f} ms   "
-              f"p90 {percentile(values, 0.9):6.3f} ms   min {min(values):6.3f} ms")
+        print(
+            f"  {name:>20}: p50 {statistics.median(values):6.3f} ms   "
+            f"p90 {percentile(values, 0.9):6.3f} ms   min {min(values):6.3f} ms"
+        )
     ratio = statistics.median(ours_ms) / statistics.median(bare_ms)
     verdict = "OK" if ratio <= TARGET_RATIO else "OVER TARGET"
     # min/min is less sensitive to other load on the machine; the target is on p50
-    print(f"  ratio p50 ours/bare: {ratio:.2f} (target <= {TARGET_RATIO}) {verdict}   "
-          f"[min/min {min(ours_ms) / min(bare_ms):.2f}, "
-          f"p50 overhead {statistics.median(ours_ms) - statistics.median(bare_ms):.3f} ms]")
+    print(
+        f"  ratio p50 ours/bare: {ratio:.2f} (target <= {TARGET_RATIO}) {verdict}   "
+        f"[min/min {min(ours_ms) / min(bare_ms):.2f}, "
+        f"p50 overhead {statistics.median(ours_ms) - statistics.median(bare_ms):.3f} ms]"
+    )
     return ratio
 
 
@@ -230,16 +237,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument(
-        "--transport", choices=("test-client", "gunicorn", "both"), default="both"
-    )
+    parser.add_argument("--transport", choices=("test-client", "gunicorn", "both"), default="both")
     parser.add_argument("--document", choices=(*DOCUMENT_STATUSES, "both"), default="both")
     args = parser.parse_args()
 
     transports = ("test-client", "gunicorn") if args.transport == "both" else (args.transport,)
     documents = tuple(DOCUMENT_STATUSES) if args.document == "both" else (args.document,)
-    print(f"{STEPS} steps, no READY CHART_EXPORT step; {args.events} events per function "
-          f"after {args.warmup} warm-up, interleaved")
+    print(
+        f"{STEPS} steps, no READY CHART_EXPORT step; {args.events} events per function "
+        f"after {args.warmup} warm-up, interleaved"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         bare_source = write_bare_function(Path(tmp))
         for document in documents:

@@ -24,9 +24,9 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from functools import cached_property
 from typing import Any, Literal, Protocol
 from urllib.parse import unquote
@@ -344,59 +344,6 @@ def step_to_python(document: Any, step_id: str) -> dict[str, Any] | None:
         return None
     step_value = steps_value.map_value.fields.get(step_id)
     return None if step_value is None else firestore_value_to_python(step_value)
-
-
-def python_to_firestore_value(value: Any) -> Any:
-    """Plain Python -> raw Firestore `Value`: the inverse of `firestore_value_to_python`.
-
-    Used to build events for tests and benchmarks the way Firestore would encode them.
-    """
-    result = RawValue()
-    if value is None:
-        result.null_value = 0
-    elif isinstance(value, bool):  # before int: bool is an int
-        result.boolean_value = value
-    elif isinstance(value, int):
-        result.integer_value = value
-    elif isinstance(value, float):
-        result.double_value = value
-    elif isinstance(value, str):
-        result.string_value = value
-    elif isinstance(value, bytes):
-        result.bytes_value = value
-    elif isinstance(value, datetime):
-        result.timestamp_value.FromDatetime(value)
-    elif isinstance(value, Mapping):
-        result.map_value.SetInParent()  # an empty map is still a map
-        for name, item in value.items():
-            result.map_value.fields[name].CopyFrom(python_to_firestore_value(item))
-    elif isinstance(value, Sequence):
-        result.array_value.SetInParent()
-        result.array_value.values.extend(python_to_firestore_value(item) for item in value)
-    else:
-        raise TypeError(f"cannot encode {type(value).__name__} as a Firestore value")
-    return result
-
-
-def document_resource_name(project: str, path: str, database: str = "(default)") -> str:
-    return f"projects/{project}/databases/{database}/documents/{path}"
-
-
-def build_document_event_data(
-    document_name: str,
-    fields: Mapping[str, Any] | None,
-    old_fields: Mapping[str, Any] | None = None,
-) -> Any:
-    """A raw DocumentEventData as Firestore sends it: `fields=None` is a delete,
-    `old_fields=None` a create. `.SerializeToString()` gives the production payload."""
-    event_data = RawDocumentEventData()
-    for target, source in ((event_data.value, fields), (event_data.old_value, old_fields)):
-        if source is None:
-            continue
-        target.name = document_name
-        for name, value in source.items():
-            target.fields[name].CopyFrom(python_to_firestore_value(value))
-    return event_data
 
 
 def _json_documents(payload: Mapping[str, Any]) -> tuple[bytes | None, bytes | None]:

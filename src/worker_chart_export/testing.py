@@ -6,7 +6,11 @@ way Firestore does. Nothing in the service imports this module.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from worker_chart_export.events import RawDocumentEventData, RawValue
 
 
 class FakeClock:
@@ -40,3 +44,56 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.elapsed += seconds
+
+
+# --- Firestore events, encoded the way Firestore encodes them --------------------------------
+
+
+def python_to_firestore_value(value: Any) -> Any:
+    """Plain Python -> raw Firestore `Value`: the inverse of `events.firestore_value_to_python`."""
+    result = RawValue()
+    if value is None:
+        result.null_value = 0
+    elif isinstance(value, bool):  # before int: bool is an int
+        result.boolean_value = value
+    elif isinstance(value, int):
+        result.integer_value = value
+    elif isinstance(value, float):
+        result.double_value = value
+    elif isinstance(value, str):
+        result.string_value = value
+    elif isinstance(value, bytes):
+        result.bytes_value = value
+    elif isinstance(value, datetime):
+        result.timestamp_value.FromDatetime(value)
+    elif isinstance(value, Mapping):
+        result.map_value.SetInParent()  # an empty map is still a map
+        for name, item in value.items():
+            result.map_value.fields[name].CopyFrom(python_to_firestore_value(item))
+    elif isinstance(value, Sequence):
+        result.array_value.SetInParent()
+        result.array_value.values.extend(python_to_firestore_value(item) for item in value)
+    else:
+        raise TypeError(f"cannot encode {type(value).__name__} as a Firestore value")
+    return result
+
+
+def document_resource_name(project: str, path: str, database: str = "(default)") -> str:
+    return f"projects/{project}/databases/{database}/documents/{path}"
+
+
+def build_document_event_data(
+    document_name: str,
+    fields: Mapping[str, Any] | None,
+    old_fields: Mapping[str, Any] | None = None,
+) -> Any:
+    """A raw DocumentEventData as Firestore sends it: `fields=None` is a delete,
+    `old_fields=None` a create. `.SerializeToString()` gives the production payload."""
+    event_data = RawDocumentEventData()
+    for target, source in ((event_data.value, fields), (event_data.old_value, old_fields)):
+        if source is None:
+            continue
+        target.name = document_name
+        for name, value in source.items():
+            target.fields[name].CopyFrom(python_to_firestore_value(value))
+    return event_data

@@ -16,7 +16,7 @@ import pytest
 from e2e.stack import E2EStack, new_run_id, running_e2e_stack, wait_until
 from harness.builders import SAMPLE_FLOW_RUN, chart_step, flow_run
 from harness.gcs_emulator import GcsEmulator
-from worker_chart_export.events import build_document_event_data, document_resource_name
+from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 pytestmark = pytest.mark.emulators
 

@@ -17,13 +17,15 @@ from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.core.selection import ready_chart_export_step_ids
 from worker_chart_export.events import (
     PoisonEvent,
-    build_document_event_data,
     decode_event,
-    document_resource_name,
     document_to_python,
     firestore_value_to_python,
-    python_to_firestore_value,
     step_to_python,
+)
+from worker_chart_export.testing import (
+    build_document_event_data,
+    document_resource_name,
+    python_to_firestore_value,
 )
 
 RUN_ID = "RUN1"

@@ -19,8 +19,8 @@ from google.protobuf import json_format
 
 from harness.logs import LogCapture
 from worker_chart_export.core.errors import FinalizeFailed, RedeliverEvent
-from worker_chart_export.events import build_document_event_data, document_resource_name
 from worker_chart_export.serve import create_function_app
+from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 RUN_ID = "RUN1"
 DOC_NAME = document_resource_name("demo-project", f"flow_runs/{RUN_ID}")
@@ -274,7 +274,7 @@ def test_noop_event_imports_no_cloud_client_http_client_or_pydantic() -> None:
     script = textwrap.dedent(
         f"""
         import importlib.util, json, sys
-        from worker_chart_export.events import build_document_event_data
+        from worker_chart_export.testing import build_document_event_data
         from worker_chart_export.serve import create_function_app
 
         body = build_document_event_data(

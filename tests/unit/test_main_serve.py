@@ -15,8 +15,8 @@ from urllib import request
 
 import pytest
 
-from worker_chart_export.events import build_document_event_data, document_resource_name
 from worker_chart_export.serve import create_function_app, main_source_path
+from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 HANDLER_SECONDS = 0.6
 CONCURRENT_EVENTS = 4
