@@ -36,7 +36,6 @@ from pydantic import SecretStr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from harness.chart_img_server import new_key
-from worker_chart_export.adapters.chart_img import build_chart_api
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.config import REPO_ROOT as REPO
@@ -44,6 +43,7 @@ from worker_chart_export.config import ChartsApiMode, Settings
 from worker_chart_export.execute import execute_step
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.ports import Ports
+from worker_chart_export.wiring import build_chart_api
 
 LATENCY = 0.3
 TEMPLATES = 8

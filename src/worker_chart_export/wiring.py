@@ -4,9 +4,12 @@ for the adapters actually used."""
 from __future__ import annotations
 
 import hashlib
+import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import (
@@ -15,10 +18,18 @@ from worker_chart_export.adapters.local import (
     LocalTemplateSource,
 )
 from worker_chart_export.config import ChartsApiMode, Settings
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.core.naming import is_safe_segment
+from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
 from worker_chart_export.settings import load_settings
+
+if TYPE_CHECKING:
+    import httpx
+
+    from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
+    from worker_chart_export.adapters.chart_img import ChartImgOptions
 
 
 @dataclass(frozen=True)
@@ -27,15 +38,65 @@ class Runtime:
     ports: Ports
 
 
-def build_chart_api(settings: Settings, *, usage_store: UsageStore | None) -> ChartApi:
+def build_chart_api(
+    settings: Settings,
+    usage_store: UsageStore | None = None,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    transport: httpx.BaseTransport | None = None,
+    secret_client: SecretClient | None = None,
+    retry_policy: RetryPolicy | None = None,
+    rand: Callable[[], float] = random.random,
+) -> ChartApi:
+    """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
+    Real and record need accounts and a usage store; mock needs neither."""
+    library = FixtureLibrary(settings.charts_fixtures_dir)
     if settings.charts_api_mode is ChartsApiMode.MOCK:
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
         _require_dir(settings.charts_fixtures_dir, "CHARTS_FIXTURES_DIR")
-        # mock never needs accounts, a usage store or an HTTP client
-        return MockChartApi(FixtureLibrary(settings.charts_fixtures_dir))
-    from worker_chart_export.adapters.chart_img import build_chart_api as build_http_chart_api
+        return MockChartApi(library)
+    from worker_chart_export.adapters.chart_img import build_http_chart_api
 
-    return build_http_chart_api(settings, usage_store)
+    accounts = _require_accounts(settings, secret_client)
+    if usage_store is None:
+        raise ConfigError("CHARTS_API_MODE", f"{settings.charts_api_mode.value} mode needs a usage store")
+    return build_http_chart_api(
+        chart_img_options(settings),
+        accounts,
+        usage_store,
+        record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
+        clock=clock,
+        transport=transport,
+        retry_policy=retry_policy,
+        rand=rand,
+    )
+
+
+def chart_img_options(settings: Settings) -> ChartImgOptions:
+    from worker_chart_export.adapters.chart_img import ChartImgOptions
+
+    return ChartImgOptions(
+        base_url=settings.chart_img_base_url,
+        request_timeout_seconds=settings.chart_img_request_timeout_seconds,
+        max_attempts=settings.chart_img_max_attempts,
+        max_connections=settings.chart_concurrency,
+        daily_limit=settings.chart_img_daily_limit,
+        rate_per_second=settings.chart_img_rate_per_second,
+        burst=settings.chart_img_burst,
+    )
+
+
+def _require_accounts(
+    settings: Settings, secret_client: SecretClient | None = None
+) -> tuple[AccountConfig, ...]:
+    from worker_chart_export.adapters.accounts_config import require_accounts
+
+    return require_accounts(
+        settings.chart_img_accounts_json,
+        settings.chart_img_accounts_secret,
+        settings.google_cloud_project,
+        secret_client=secret_client,
+    )
 
 
 def check_configuration(settings: Settings) -> dict[str, object]:
@@ -47,9 +108,7 @@ def check_configuration(settings: Settings) -> dict[str, object]:
         "chartsBucket": settings.charts_bucket,
     }
     if settings.charts_api_mode is not ChartsApiMode.MOCK:
-        from worker_chart_export.adapters.accounts import require_accounts
-
-        summary["chartImgAccounts"] = [account.id for account in require_accounts(settings)]
+        summary["chartImgAccounts"] = [account.id for account in _require_accounts(settings)]
     return summary
 
 

@@ -24,12 +24,13 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from worker_chart_export import testing
 from worker_chart_export.core.naming import fixture_key
 from worker_chart_export.core.types import ChartCall
 
@@ -358,31 +359,11 @@ def find_secrets(haystacks: Iterable[str], keys: Iterable[str]) -> list[str]:
     return [key for key in keys if any(key in text for text in texts)]
 
 
-class FakeClock:
-    """Monotonic time, wall time and sleep that move together, only when told to."""
+class FakeClock(testing.FakeClock):
+    """worker_chart_export.testing.FakeClock, starting mid-day on a fixed date."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self.start = start or datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
-        self.elapsed = 0.0
-        self.sleeps: list[float] = []
-        self._lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return 1000.0 + self.elapsed
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self.start + timedelta(seconds=self.elapsed)
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.sleeps.append(seconds)
-            self.elapsed += max(0.0, seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.elapsed += seconds
+        super().__init__(start or datetime(2025, 1, 15, 12, 0, tzinfo=UTC))
 
 
 # --- as a process of its own -------------------------------------------------------------

@@ -21,13 +21,25 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, ChartImgServer, FakeClock, chart_call, find_secrets
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import build_chart_api
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.config import Settings
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK, SystemClock
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
+from worker_chart_export.wiring import build_chart_api
+
+
+class WallClockFrom(SystemClock):
+    """Real monotonic time and sleep (pacing, latency), the wall clock from `now`."""
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+
+    def now(self) -> datetime:
+        return self._now()
+
 
 FAST_RETRIES = RetryPolicy(initial_backoff=0.02, max_backoff=0.1, jitter=0.02, min_attempt_seconds=0.2)
 
@@ -59,9 +71,9 @@ class Harness:
             "charts_fixtures_dir": self.tmp_path / "fixtures",
             **settings,
         }
-        extra = {"now": now} if now else {}
+        clock = WallClockFrom(now) if now else SYSTEM_CLOCK
         return build_chart_api(
-            Settings(**values), store or InMemoryUsageStore(), retry_policy=FAST_RETRIES, **extra
+            Settings(**values), store or InMemoryUsageStore(), retry_policy=FAST_RETRIES, clock=clock
         )
 
     def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:

@@ -14,18 +14,14 @@ import pytest
 from pydantic import SecretStr
 
 from harness.chart_img_server import FakeClock, new_key
-from worker_chart_export.adapters.accounts import (
+from worker_chart_export.adapters.accounts_config import (
     AccountConfig,
-    AccountLimiter,
-    Lease,
-    NoAccount,
-    Refusal,
     load_accounts,
     parse_accounts,
     secret_version_name,
 )
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
-from worker_chart_export.config import Settings
 from worker_chart_export.core.errors import ConfigError
 
 KEY = new_key()
@@ -100,35 +96,38 @@ class FakeSecrets:
 
 def test_env_json_wins_over_the_secret() -> None:
     secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
-    settings = Settings(
-        chart_img_accounts_json=SecretStr(json.dumps([{"id": "from-env", "apiKey": KEY}])),
-        chart_img_accounts_secret="projects/p/secrets/chart-img-accounts/versions/3",
-    )
-    assert [a.id for a in load_accounts(settings, secret_client=secrets)] == ["from-env"]
+    accounts_json = SecretStr(json.dumps([{"id": "from-env", "apiKey": KEY}]))
+    secret = "projects/p/secrets/chart-img-accounts/versions/3"
+    assert [a.id for a in load_accounts(accounts_json, secret, None, secret_client=secrets)] == ["from-env"]
     assert secrets.names == []
 
 
 def test_secret_read_when_json_absent() -> None:
     secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
-    settings = Settings(chart_img_accounts_secret="chart-img-accounts", google_cloud_project="proj")
-    assert [a.id for a in load_accounts(settings, secret_client=secrets)] == ["from-secret"]
+    loaded = load_accounts(None, "chart-img-accounts", "proj", secret_client=secrets)
+    assert [a.id for a in loaded] == ["from-secret"]
     assert secrets.names == ["projects/proj/secrets/chart-img-accounts/versions/latest"]
 
 
 def test_nothing_configured_gives_no_accounts() -> None:
-    assert load_accounts(Settings(), secret_client=FakeSecrets()) == ()
+    assert load_accounts(None, None, None, secret_client=FakeSecrets()) == ()
 
 
 def test_unreadable_secret_is_a_config_error() -> None:
-    settings = Settings(chart_img_accounts_secret="projects/p/secrets/s")
     with pytest.raises(ConfigError, match="cannot read projects/p/secrets/s/versions/latest: "):
-        load_accounts(settings, secret_client=FakeSecrets(error=PermissionError("denied")))
+        load_accounts(
+            None, "projects/p/secrets/s", None, secret_client=FakeSecrets(error=PermissionError("denied"))
+        )
 
 
 def test_malformed_secret_names_its_source() -> None:
-    settings = Settings(chart_img_accounts_secret="projects/p/secrets/s/versions/1")
     with pytest.raises(ConfigError) as caught:
-        load_accounts(settings, secret_client=FakeSecrets(json.dumps([{"id": "a"}])))
+        load_accounts(
+            None,
+            "projects/p/secrets/s/versions/1",
+            None,
+            secret_client=FakeSecrets(json.dumps([{"id": "a"}])),
+        )
     assert "CHART_IMG_ACCOUNTS_SECRET projects/p/secrets/s/versions/1: item 1: missing 'apiKey'" in str(
         caught.value
     )
@@ -176,9 +175,7 @@ def limiter(
         default_limit=default_limit,
         default_rate=rate,
         default_burst=burst,
-        now=clock.now,
-        monotonic=clock.monotonic,
-        sleep=clock.sleep,
+        clock=clock,
         pacing_headroom=1.0,
     )
 

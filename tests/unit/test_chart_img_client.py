@@ -18,12 +18,8 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
 from harness.logs import LogCapture
-from worker_chart_export.adapters.accounts import NO_ACCOUNTS_MESSAGE
-from worker_chart_export.adapters.chart_img import (
-    RealChartApi,
-    RecordChartApi,
-    build_chart_api,
-)
+from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
+from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.config import Settings
@@ -31,6 +27,7 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.errors import ConfigError, ErrorCode, TransientStoreError
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
+from worker_chart_export.wiring import build_chart_api
 
 Answer = httpx.Response | Exception
 JSON = "application/json"
@@ -122,9 +119,7 @@ def rig(log_capture: LogCapture, tmp_path: Path) -> Iterator[Callable[..., Rig]]
             Settings(**values),
             store,
             transport=httpx.MockTransport(transport.handler),
-            now=clock.now,
-            sleep=clock.sleep,
-            monotonic=clock.monotonic,
+            clock=clock,
             retry_policy=RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.5),
             rand=lambda: 0.5,
         )

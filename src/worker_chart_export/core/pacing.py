@@ -12,15 +12,14 @@ order and sleep outside the lock. The clock is injected; the bucket itself never
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
-MonotonicClock = Callable[[], float]
+from worker_chart_export.core.clock import Clock
 
 
 class TokenBucket:
     """`rate` tokens per second, at most `burst` banked; starts full."""
 
-    def __init__(self, rate: float, burst: int, *, clock: MonotonicClock) -> None:
+    def __init__(self, rate: float, burst: int, *, clock: Clock) -> None:
         if rate <= 0:
             raise ValueError("rate must be > 0")
         if burst < 1:
@@ -30,7 +29,7 @@ class TokenBucket:
         self._clock = clock
         self._lock = threading.Lock()
         self._tokens = float(burst)
-        self._updated = clock()
+        self._updated = clock.monotonic()
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._updated)
@@ -40,13 +39,13 @@ class TokenBucket:
     def wait_time(self) -> float:
         """Seconds until a token would be free (0 when one is free now); reserves nothing."""
         with self._lock:
-            self._refill(self._clock())
+            self._refill(self._clock.monotonic())
             return self._deficit_wait()
 
     def try_acquire(self) -> bool:
         """Take a token only if one is free right now."""
         with self._lock:
-            self._refill(self._clock())
+            self._refill(self._clock.monotonic())
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 return True
@@ -59,7 +58,7 @@ class TokenBucket:
         nothing, when the slot is further away than `max_wait`.
         """
         with self._lock:
-            self._refill(self._clock())
+            self._refill(self._clock.monotonic())
             wait = self._deficit_wait()
             if wait > max_wait:
                 return None

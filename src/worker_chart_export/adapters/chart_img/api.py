@@ -1,140 +1,40 @@
-"""CHART-IMG over HTTP (contract §13): the `real` and `record` ChartApi adapters.
+"""RealChartApi: modes `real` (and, wrapped by RecordChartApi, `record`) over HTTP.
 
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
 `core.chart_api_errors`, retried per `core.retry_policy`, all inside the step's Budget.
-Thread-safe: execute.py renders a step's requests from a thread pool.
-
-Secrets: the key goes into the `x-api-key` header and nowhere else; logs and failure
-details carry the account id, the HTTP status and the API's message only.
+Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
+details carry the account id, the HTTP status and the API's message, never a key.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
-from pydantic import SecretStr
 from tenacity import Retrying
 
-from worker_chart_export.adapters.accounts import (
-    AccountLimiter,
-    Lease,
-    NoAccount,
-    Refusal,
-    SecretClient,
-    WallClock,
-    require_accounts,
-    utc_now,
-)
-from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi, replay
+from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_api_errors import (
     Disposition,
     accounts_exhausted,
     classify,
-    error_message,
     failure_from_response,
     looks_like_png,
     not_a_png,
 )
-from worker_chart_export.core.errors import ConfigError, ErrorCode, StepError, TransientStoreError
-from worker_chart_export.core.pacing import MonotonicClock
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.errors import ErrorCode, StepError, TransientStoreError
 from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.logs import get_logger
-from worker_chart_export.ports import ChartApi, UsageStore
-
-if TYPE_CHECKING:
-    from worker_chart_export.config import Settings
-
-ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
-Sleep = Callable[[float], None]
-
-
-# --- HTTP ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HttpAnswer:
-    """What CHART-IMG sent back: status, raw bytes, and for errors the body as JSON or text."""
-
-    status: int
-    content: bytes
-    content_type: str
-
-    def without(self, api_key: SecretStr) -> HttpAnswer:
-        """Defensive: an error page that echoed the key must not carry it any further."""
-        key = api_key.get_secret_value().encode("utf-8")
-        if not key or key not in self.content:
-            return self
-        return replace(self, content=self.content.replace(key, b"<redacted>"))
-
-    @property
-    def body(self) -> Any:
-        text = self.content.decode("utf-8", errors="replace")
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-
-
-class ChartImgClient:
-    """One httpx.Client per process, pooled to the step concurrency and reused."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        max_connections: int,
-        transport: httpx.BaseTransport | None = None,
-        monotonic: MonotonicClock = time.monotonic,
-    ) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), transport=transport, limits=limits, follow_redirects=False
-        )
-        self._monotonic = monotonic
-
-    def post_chart(self, body: Mapping[str, Any], api_key: SecretStr, *, timeout: float) -> HttpAnswer:
-        """POST the chart request; raises httpx.TimeoutException / httpx.TransportError.
-
-        httpx timeouts are per phase (connect, each read...), so the body is streamed and
-        the whole exchange is also held to `timeout`: a server that trickles bytes cannot
-        keep us past the budget.
-        """
-        request = self._client.build_request(
-            "POST",
-            ADVANCED_CHART_PATH,
-            json=dict(body),
-            headers={"x-api-key": api_key.get_secret_value()},
-            timeout=httpx.Timeout(timeout),
-        )
-        deadline = self._monotonic() + timeout
-        response = self._client.send(request, stream=True)
-        try:
-            chunks: list[bytes] = []
-            for chunk in response.iter_bytes():
-                chunks.append(chunk)
-                if self._monotonic() > deadline:
-                    raise httpx.ReadTimeout("response not complete within the time left", request=request)
-            content_type = response.headers.get("content-type", "")
-            return HttpAnswer(response.status_code, b"".join(chunks), content_type)
-        finally:
-            response.close()
-
-    def close(self) -> None:
-        self._client.close()
-
-
-# --- one logical request -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -170,8 +70,7 @@ class RealChartApi:
         *,
         request_timeout: float,
         policy: RetryPolicy | None = None,
-        sleep: Sleep = time.sleep,
-        monotonic: MonotonicClock = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         rand: Callable[[], float] = random.random,
         mode: str = "real",
     ) -> None:
@@ -180,8 +79,7 @@ class RealChartApi:
         self.limiter = limiter
         self._request_timeout = request_timeout
         self._policy = policy or RetryPolicy()
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self._clock = clock
         self._rand = rand
         self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._logged_lock = threading.Lock()
@@ -195,7 +93,7 @@ class RealChartApi:
             stop=StopPolicy(self._policy, budget.remaining),
             wait=BackoffWait(self._policy, self._rand),
             retry=wants_retry,
-            sleep=self._sleep,
+            sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
             reraise=True,
         )
@@ -257,7 +155,7 @@ class RealChartApi:
             chartsApi=self._log_context(call, lease.account_id),
         )
         log.info("chart api attempt started", timeoutSeconds=round(timeout, 3))
-        started = self._monotonic()
+        started = self._clock.monotonic()
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)
         except httpx.HTTPError as exc:
@@ -326,7 +224,7 @@ class RealChartApi:
             "status": "failed" if error else "succeeded",
             "httpStatus": http_status,
             "errorCode": error.code.value if error else None,
-            "durationMs": round((self._monotonic() - started) * 1000),
+            "durationMs": round((self._clock.monotonic() - started) * 1000),
         }
         if error is not None:
             fields["errorKind"] = error.details.get("errorKind", "http")
@@ -370,115 +268,3 @@ def _error_dict(result: ChartResult) -> dict[str, Any]:
 def _with_details(result: ChartResult, **extra: Any) -> StepError:
     assert isinstance(result, ChartFailure)
     return replace(result.error, details={**result.error.details, **extra})
-
-
-# --- record mode ---------------------------------------------------------------------------
-
-
-class RecordChartApi:
-    """Mode `record`: replay a fixture when there is one, else call CHART-IMG and save it."""
-
-    mode = "record"
-
-    def __init__(self, library: FixtureLibrary, real: RealChartApi) -> None:
-        self.library = library
-        self.real = real
-
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
-        log = get_logger().bind(
-            runId=call.run_id,
-            stepId=call.step_id,
-            chartTemplateId=call.chart_template_id,
-            chartsApi={"mode": self.mode, "fixtureKey": call.fixture_key},
-        )
-        recorded = self.library.lookup(call.fixture_key)
-        if recorded is not None:
-            result = replay(recorded)
-            error_code = _code(result)
-            log.info(
-                "chart api fixture replayed",
-                status="failed" if error_code else "succeeded",
-                errorCode=error_code.value if error_code else None,
-            )
-            return result
-        rendered = self.real.render_with_answer(call, budget)
-        answer = rendered.answer
-        if answer is None:  # no HTTP answer (transport error) or 200-not-PNG: nothing to keep
-            return rendered.result
-        try:
-            if answer.status == 200:
-                path = self.library.save_png(call.fixture_key, answer.content)
-            else:
-                body = answer.body
-                path = self.library.save_error(
-                    call.fixture_key, answer.status, body, error_message(body) or "ERROR"
-                )
-            log.info("chart api fixture recorded", fixture=path.name, httpStatus=answer.status)
-        except OSError as exc:  # recording is a convenience; the step goes on as in real mode
-            log.warning("chart api fixture not recorded", errorKind=type(exc).__name__)
-        return rendered.result
-
-    def close(self) -> None:
-        self.real.close()
-
-
-# --- wiring --------------------------------------------------------------------------------
-
-
-def build_chart_api(
-    settings: Settings,
-    usage_store: UsageStore | None,
-    *,
-    transport: httpx.BaseTransport | None = None,
-    now: WallClock = utc_now,
-    sleep: Sleep = time.sleep,
-    monotonic: MonotonicClock = time.monotonic,
-    secret_client: SecretClient | None = None,
-    retry_policy: RetryPolicy | None = None,
-    rand: Callable[[], float] = random.random,
-) -> ChartApi:
-    """The ChartApi for settings.charts_api_mode; real/record need accounts and a usage store."""
-    from worker_chart_export.config import ChartsApiMode
-
-    library = FixtureLibrary(settings.charts_fixtures_dir)
-    if settings.charts_api_mode is ChartsApiMode.MOCK:
-        return MockChartApi(library)
-    accounts = require_accounts(settings, secret_client=secret_client)
-    if usage_store is None:
-        raise ConfigError("CHARTS_API_MODE", f"{settings.charts_api_mode.value} mode needs a usage store")
-    limiter = AccountLimiter(
-        accounts,
-        usage_store,
-        default_limit=settings.chart_img_daily_limit,
-        default_rate=settings.chart_img_rate_per_second,
-        default_burst=settings.chart_img_burst,
-        now=now,
-        monotonic=monotonic,
-        sleep=sleep,
-    )
-    client = ChartImgClient(
-        settings.chart_img_base_url,
-        max_connections=settings.chart_concurrency,
-        transport=transport,
-        monotonic=monotonic,
-    )
-    policy = retry_policy or RetryPolicy()
-    policy = replace(
-        policy,
-        max_attempts=settings.chart_img_max_attempts,
-        # an attempt never needs more than its own timeout
-        min_attempt_seconds=min(policy.min_attempt_seconds, settings.chart_img_request_timeout_seconds),
-    )
-    real = RealChartApi(
-        client,
-        limiter,
-        request_timeout=settings.chart_img_request_timeout_seconds,
-        policy=policy,
-        sleep=sleep,
-        monotonic=monotonic,
-        rand=rand,
-        mode=settings.charts_api_mode.value,
-    )
-    if settings.charts_api_mode is ChartsApiMode.RECORD:
-        return RecordChartApi(library, real)
-    return real

@@ -1,0 +1,79 @@
+"""CHART-IMG over HTTP (worker contract §13): the `real` and `record` ChartApi adapters.
+
+`build_http_chart_api` assembles them from plain values; the wiring decides the mode and
+passes what the settings say.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import httpx
+
+from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.chart_img.api import RealChartApi
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.record import RecordChartApi
+from worker_chart_export.adapters.fixtures import FixtureLibrary
+from worker_chart_export.adapters.limiter import AccountLimiter
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.ports import UsageStore
+
+__all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "build_http_chart_api"]
+
+
+@dataclass(frozen=True)
+class ChartImgOptions:
+    base_url: str
+    request_timeout_seconds: float  # one HTTP call
+    max_attempts: int  # per chart, across accounts
+    max_connections: int  # the step's chart concurrency
+    # an account's pacing and daily limit, unless the account (or its usage doc) sets them
+    daily_limit: int
+    rate_per_second: float
+    burst: int
+
+
+def build_http_chart_api(
+    options: ChartImgOptions,
+    accounts: Sequence[AccountConfig],
+    usage_store: UsageStore,
+    *,
+    record_into: FixtureLibrary | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    transport: httpx.BaseTransport | None = None,
+    retry_policy: RetryPolicy | None = None,
+    rand: Callable[[], float] = random.random,
+) -> RealChartApi | RecordChartApi:
+    """Mode `real`, or `record` into `record_into` when it is given."""
+    limiter = AccountLimiter(
+        accounts,
+        usage_store,
+        default_limit=options.daily_limit,
+        default_rate=options.rate_per_second,
+        default_burst=options.burst,
+        clock=clock,
+    )
+    client = ChartImgClient(
+        options.base_url, max_connections=options.max_connections, transport=transport, clock=clock
+    )
+    policy = retry_policy or RetryPolicy()
+    policy = replace(
+        policy,
+        max_attempts=options.max_attempts,
+        # an attempt never needs more than its own timeout
+        min_attempt_seconds=min(policy.min_attempt_seconds, options.request_timeout_seconds),
+    )
+    real = RealChartApi(
+        client,
+        limiter,
+        request_timeout=options.request_timeout_seconds,
+        policy=policy,
+        clock=clock,
+        rand=rand,
+        mode="real" if record_into is None else "record",
+    )
+    return real if record_into is None else RecordChartApi(record_into, real)

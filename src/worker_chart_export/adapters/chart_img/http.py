@@ -1,0 +1,90 @@
+"""The HTTP exchange with CHART-IMG: one POST, held to a deadline, its answer kept as bytes.
+
+The key goes into the `x-api-key` header and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+
+ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """What CHART-IMG sent back: status, raw bytes, and for errors the body as JSON or text."""
+
+    status: int
+    content: bytes
+    content_type: str
+
+    def without(self, api_key: SecretStr) -> HttpAnswer:
+        """Defensive: an error page that echoed the key must not carry it any further."""
+        key = api_key.get_secret_value().encode("utf-8")
+        if not key or key not in self.content:
+            return self
+        return replace(self, content=self.content.replace(key, b"<redacted>"))
+
+    @property
+    def body(self) -> Any:
+        text = self.content.decode("utf-8", errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+class ChartImgClient:
+    """One httpx.Client per process, pooled to the step concurrency and reused."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int,
+        transport: httpx.BaseTransport | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), transport=transport, limits=limits, follow_redirects=False
+        )
+        self._clock = clock
+
+    def post_chart(self, body: Mapping[str, Any], api_key: SecretStr, *, timeout: float) -> HttpAnswer:
+        """POST the chart request; raises httpx.TimeoutException / httpx.TransportError.
+
+        httpx timeouts are per phase (connect, each read...), so the body is streamed and
+        the whole exchange is also held to `timeout`: a server that trickles bytes cannot
+        keep us past the budget.
+        """
+        request = self._client.build_request(
+            "POST",
+            ADVANCED_CHART_PATH,
+            json=dict(body),
+            headers={"x-api-key": api_key.get_secret_value()},
+            timeout=httpx.Timeout(timeout),
+        )
+        deadline = self._clock.monotonic() + timeout
+        response = self._client.send(request, stream=True)
+        try:
+            chunks: list[bytes] = []
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                if self._clock.monotonic() > deadline:
+                    raise httpx.ReadTimeout("response not complete within the time left", request=request)
+            content_type = response.headers.get("content-type", "")
+            return HttpAnswer(response.status_code, b"".join(chunks), content_type)
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,57 @@
+"""Mode `record`: replay a fixture when there is one, else call CHART-IMG and save it."""
+
+from __future__ import annotations
+
+from worker_chart_export.adapters.chart_img.api import RealChartApi
+from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.chart_api_errors import error_message
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
+from worker_chart_export.logs import get_logger
+
+
+class RecordChartApi:
+    """Mode `record`: replay a fixture when there is one, else call CHART-IMG and save it."""
+
+    mode = "record"
+
+    def __init__(self, library: FixtureLibrary, real: RealChartApi) -> None:
+        self.library = library
+        self.real = real
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        log = get_logger().bind(
+            runId=call.run_id,
+            stepId=call.step_id,
+            chartTemplateId=call.chart_template_id,
+            chartsApi={"mode": self.mode, "fixtureKey": call.fixture_key},
+        )
+        recorded = self.library.lookup(call.fixture_key)
+        if recorded is not None:
+            result = replay(recorded)
+            error_code = result.error.code if isinstance(result, ChartFailure) else None
+            log.info(
+                "chart api fixture replayed",
+                status="failed" if error_code else "succeeded",
+                errorCode=error_code.value if error_code else None,
+            )
+            return result
+        rendered = self.real.render_with_answer(call, budget)
+        answer = rendered.answer
+        if answer is None:  # no HTTP answer (transport error) or 200-not-PNG: nothing to keep
+            return rendered.result
+        try:
+            if answer.status == 200:
+                path = self.library.save_png(call.fixture_key, answer.content)
+            else:
+                body = answer.body
+                path = self.library.save_error(
+                    call.fixture_key, answer.status, body, error_message(body) or "ERROR"
+                )
+            log.info("chart api fixture recorded", fixture=path.name, httpStatus=answer.status)
+        except OSError as exc:  # recording is a convenience; the step goes on as in real mode
+            log.warning("chart api fixture not recorded", errorKind=type(exc).__name__)
+        return rendered.result
+
+    def close(self) -> None:
+        self.real.close()
