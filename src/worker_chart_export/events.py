@@ -187,14 +187,15 @@ def decode_event(cloud_event: CloudEventLike) -> DecodedEvent:
         )
     except DecodeError:
         raise PoisonEvent("payload document is not a serialized Firestore Document") from None
-    has_value = value is not None and bool(value.name)
-    if not has_value and (old_value is None or not old_value.name):
+    if value is not None and value.name:
+        document_name = value.name
+    elif old_value is not None and old_value.name:
+        document_name = old_value.name
+    else:
         # a real delete still carries oldValue; nothing at all means the bytes are not an event
         raise PoisonEvent("payload carries no document (neither value nor oldValue has a name)")
-
-    document_name = value.name if has_value else old_value.name
     run_id = _resolve_run_id(cloud_event, document_name)
-    if not has_value:
+    if value is None or not value.name:
         return DecodedEvent(
             run_id=run_id,
             document_name=document_name,

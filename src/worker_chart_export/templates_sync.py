@@ -197,7 +197,7 @@ def run_templates_sync(
         try:
             report = sync_templates(directory, client, dry_run=dry_run)
         finally:
-            client.close()
+            client.close()  # type: ignore[no-untyped-call]  # firestore.Client.close has no annotations
     except (TransientStoreError, GoogleAPICallError, GoogleAuthError) as exc:
         # e.g. no credentials, PermissionDenied: a message, not a traceback
         return EXIT_STORE_FAILED, f"templates sync failed: {type(exc).__name__}: {exc}"

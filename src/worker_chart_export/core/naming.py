@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 # Firestore collections (worker contract §14, orchestration rules).
 FLOW_RUNS_COLLECTION = "flow_runs"
@@ -20,7 +21,7 @@ MANIFEST_NAME = "manifest.json"
 FIXTURE_PROVIDER_DIR = "chart-img/advanced-chart-v2"
 
 
-def is_safe_segment(value: object) -> bool:
+def is_safe_segment(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(SAFE_SEGMENT.fullmatch(value)) and ".." not in value
 
 

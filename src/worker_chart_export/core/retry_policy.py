@@ -34,7 +34,7 @@ class RetryPolicy:
 
     def backoff(self, attempt_number: int, rand: float) -> float:
         """Wait after failed attempt `attempt_number` (1-based); `rand` in [0, 1)."""
-        exponential = self.initial_backoff * 2 ** max(0, attempt_number - 1)
+        exponential = self.initial_backoff * 2.0 ** max(0, attempt_number - 1)
         return min(self.max_backoff, exponential + self.jitter * rand)
 
 
