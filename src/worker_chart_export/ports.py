@@ -9,7 +9,6 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import (
-    AccountUsage,
     ChartCall,
     ChartResult,
     ClaimOutcome,
@@ -17,6 +16,7 @@ from worker_chart_export.core.types import (
     Reservation,
     StepFinal,
 )
+from worker_chart_export.core.usage import Pacing
 
 
 class FlowRunStore(Protocol):
@@ -72,20 +72,27 @@ class ArtifactStore(Protocol):
 
 
 class UsageStore(Protocol):
-    """chart_img_accounts_usage/{accountId}: daily usage windows (contract §14.4)."""
+    """chart_img_accounts_usage/{accountId}: daily usage windows and shared pacing
+    (contract §14.4; the rules are core/usage.py's)."""
 
-    def read_usage(
-        self, account_ids: Sequence[str], *, default_limits: Mapping[str, int], now: datetime
-    ) -> list[AccountUsage]:
-        """Current usage per account, with stale (previous UTC day) windows read as zero."""
-        ...
+    def reserve(
+        self,
+        account_id: str,
+        *,
+        default_limit: int,
+        now: datetime,
+        pacing: Pacing | None = None,
+        max_wait: float = float("inf"),
+    ) -> Reservation:
+        """In one atomic step: reset a stale window, then take one unit of quota and (with
+        `pacing`) the next send slot, unless exhausted or the slot is over `max_wait` away.
 
-    def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
-        """In one transaction: reset a stale window, then take one unit if below the limit."""
+        Raises TransientStoreError when the store cannot be reached.
+        """
         ...
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
-        """After a 429: usageToday = dailyLimit for the rest of the UTC day."""
+        """After a quota 429: usageToday = dailyLimit for the rest of the UTC day."""
         ...
 
 

@@ -1,10 +1,15 @@
 """A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (DESIGN §5).
 
-It answers the way the real service does, on 127.0.0.1 only:
-- `x-api-key` must be a configured key: else 401 {"message": "Unauthorized"};
+It answers the way the real service documents (doc.chart-img.com, Errors / API v2 and
+Request Limit), on 127.0.0.1 only:
+- `x-api-key` must be a configured key: else 403 {"message": "Forbidden"};
 - per key: a token-bucket rate limit (429 "Too Many Requests" past it) and a daily quota
   (429 "Limit Exceeded" once used up);
-- the JSON body needs `symbol` and `interval`; configured bad symbols get 422 "Invalid Symbol";
+- per key's plan: width/height within 400x300 .. the plan's maximum (403 "Exceed Max Usage
+  Resolution Limit (800x600)" above it, a 422 array below the minimum) and studies +
+  drawings within the plan's parameter limit (403 "Exceed Max Usage Parameter Limit (3)");
+- the JSON body needs `symbol` and `interval` (422 array naming the param otherwise);
+  configured bad symbols get 422 {"message": "Invalid Symbol"};
 - scripted behaviours per symbol or per template: latency, hang, N x 500 then success,
   a fixed error (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
@@ -32,6 +37,7 @@ import pytest
 
 from worker_chart_export import testing
 from worker_chart_export.core.naming import fixture_key
+from worker_chart_export.core.plans import Plan, plan_named
 from worker_chart_export.core.types import ChartCall
 
 PATH = "/v2/tradingview/advanced-chart"
@@ -82,6 +88,7 @@ class _Account:
     daily_quota: int | None
     rate: float | None
     burst: int
+    plan: Plan
     used: int = 0
     tokens: float = 0.0
     updated: float = 0.0
@@ -109,6 +116,12 @@ class _Reply:
 
 def _json_reply(status: int, message: str) -> _Reply:
     return _Reply(status, json.dumps({"message": message}).encode())
+
+
+def _validation_reply(*problems: tuple[str, Any, str]) -> _Reply:
+    """422 as an array of {value, msg, param, location}, as API v2 sends body errors."""
+    errors = [{"value": v, "msg": m, "param": p, "location": "body"} for p, v, m in problems]
+    return _Reply(422, json.dumps(errors).encode())
 
 
 def _canonical(request: Mapping[str, Any]) -> str:
@@ -146,12 +159,20 @@ class ChartImgServer:
         daily_quota: int | None = None,
         rate: float | None = None,
         burst: int = 1,
+        plan: str = "ENTERPRISE",
     ) -> str:
-        """Register a key (returned); quota None = unlimited, rate None = unpaced."""
+        """Register a key (returned); quota None = unlimited, rate None = unpaced. The plan's
+        resolution and parameter limits apply (ENTERPRISE: the loosest)."""
         key = key or new_key()
         with self._lock:
             self._accounts_by_key[key] = _Account(
-                account_id, daily_quota, rate, burst, tokens=float(burst), updated=time.monotonic()
+                account_id,
+                daily_quota,
+                rate,
+                burst,
+                plan_named(plan),
+                tokens=float(burst),
+                updated=time.monotonic(),
             )
         return key
 
@@ -232,7 +253,7 @@ class ChartImgServer:
                 account.in_flight += 1
                 account.max_in_flight = max(account.max_in_flight, account.in_flight)
         try:
-            reply = refusal or self._answer(record, body)
+            reply = refusal or self._check_request(account, body) or self._answer(record, body)
         finally:
             if account is not None and refusal is None:
                 with self._lock:
@@ -240,13 +261,42 @@ class ChartImgServer:
         with self._lock:
             record.status = reply.status
             if reply.content_type == "application/json":
-                record.message = json.loads(reply.body).get("message")
+                answer = json.loads(reply.body)
+                record.message = answer.get("message") if isinstance(answer, dict) else "validation"
         return reply
+
+    @staticmethod
+    def _check_request(account: _Account | None, body: Mapping[str, Any]) -> _Reply | None:
+        """The body checks CHART-IMG documents for Snapshot v2, against the key's plan."""
+        assert account is not None  # _admit refused unknown keys
+        missing = [
+            (name, body.get(name), "is required")
+            for name in ("symbol", "interval")
+            if not isinstance(body.get(name), str) or not body.get(name)
+        ]
+        width, height = body.get("width", 800), body.get("height", 600)
+        small = [
+            (n, v, f"must be at least {m}") for n, v, m in (("width", width, 400), ("height", height, 300))
+        ]
+        small = [p for p in small if isinstance(p[1], int) and p[1] < int(p[2].rsplit(" ", 1)[1])]
+        if missing or small:
+            return _validation_reply(*missing, *small)
+        plan = account.plan
+        if (
+            isinstance(width, int)
+            and isinstance(height, int)
+            and (width > plan.max_width or height > plan.max_height)
+        ):
+            return _json_reply(403, f"Exceed Max Usage Resolution Limit ({plan.max_width}x{plan.max_height})")
+        parameters = len(body.get("studies") or []) + len(body.get("drawings") or [])
+        if parameters > plan.max_parameters:
+            return _json_reply(403, f"Exceed Max Usage Parameter Limit ({plan.max_parameters})")
+        return None
 
     def _admit(self, account: _Account | None, now: float) -> _Reply | None:
         """Auth, rate and quota, under the lock (the order CHART-IMG applies them in)."""
         if account is None:
-            return _json_reply(401, "Unauthorized")
+            return _json_reply(403, "Forbidden")
         if account.rate is not None:
             account.tokens = min(account.burst, account.tokens + (now - account.updated) * account.rate)
             account.updated = now
@@ -259,8 +309,6 @@ class ChartImgServer:
         return None
 
     def _answer(self, record: RecordedRequest, body: Mapping[str, Any]) -> _Reply:
-        if not record.symbol or not record.interval:
-            return _json_reply(400, "Invalid Request")
         if record.symbol in self.invalid_symbols:
             return _json_reply(422, "Invalid Symbol")
         with self._lock:

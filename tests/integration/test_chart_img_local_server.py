@@ -165,7 +165,8 @@ def test_daily_window_resets_at_utc_midnight(h: Harness) -> None:
     assert h.server.count() == 0
     clock.advance(15)  # 00:00:05 UTC on July 1st
     assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc1")
-    assert store.snapshot()["acc1"] == {"usageToday": 1, "windowStart": "2025-07-01T00:00:00Z"}
+    window = {k: v for k, v in store.snapshot()["acc1"].items() if k != "tat"}  # tat: the pacing
+    assert window == {"usageToday": 1, "windowStart": "2025-07-01T00:00:00Z"}
 
 
 def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness) -> None:
@@ -233,8 +234,8 @@ def test_200_that_is_not_a_png(h: Harness) -> None:
 def test_422_and_403_are_final_after_one_request(h: Harness) -> None:
     h.server.invalid_symbols.add("BINANCE:NOPE")
     h.server.register_template("tpl_forbidden", {"width": 1920, "theme": "dark"})
-    h.server.script(template="tpl_forbidden", status=403, message="Forbidden")
-    api = h.api([{"id": "acc1"}, {"id": "acc2"}])
+    basic = [{"id": a, "apiKey": h.server.add_account(a, plan="BASIC")} for a in ("acc1", "acc2")]
+    api = h.api(basic)
     invalid = h.render(api, chart_call("tpl_a", symbol="BINANCE:NOPE"))
     assert (code(invalid), details(invalid)["httpStatus"], details(invalid)["message"]) == (
         "CHART_API_FAILED",
@@ -243,15 +244,47 @@ def test_422_and_403_are_final_after_one_request(h: Harness) -> None:
     )
     assert h.server.count() == 1
     forbidden = h.render(api, chart_call("tpl_forbidden", {"width": 1920, "theme": "dark"}))
-    assert (details(forbidden)["httpStatus"], details(forbidden)["message"]) == (403, "Forbidden")
+    assert (details(forbidden)["httpStatus"], details(forbidden)["message"]) == (
+        403,
+        "Exceed Max Usage Resolution Limit (800x600)",
+    )
+    assert "tpl_forbidden" in forbidden.error.message  # type: ignore[union-attr]
     assert [(r.template, r.status) for r in h.server.requests] == [(None, 422), ("tpl_forbidden", 403)]
 
 
-def test_an_unknown_key_is_final(h: Harness) -> None:
+def test_a_422_array_reaches_the_failure_details(h: Harness) -> None:
+    api = h.api([{"id": "acc1"}])
+    result = h.render(api, chart_call("tpl_small", {"width": 300, "height": 200}))
+    assert code(result) == "CHART_API_FAILED" and details(result)["httpStatus"] == 422
+    assert details(result)["errors"] == [
+        {"param": "width", "msg": "must be at least 400"},
+        {"param": "height", "msg": "must be at least 300"},
+    ]
+
+
+def test_a_parameter_limit_403_is_final(h: Harness) -> None:
+    api = h.api([{"id": "acc1", "apiKey": h.server.add_account("acc1", plan="BASIC")}])
+    studies = [{"name": n} for n in ("Volume", "MACD", "Relative Strength Index", "Stochastic")]
+    result = h.render(api, chart_call("tpl_busy", {"studies": studies}))
+    assert details(result)["message"] == "Exceed Max Usage Parameter Limit (3)"
+    assert h.server.count() == 1
+
+
+def test_an_unknown_key_is_skipped_for_the_next_account(h: Harness) -> None:
+    api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}, {"id": "acc2"}])
+    assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200]
+    (event,) = h.logs.events("chart-img account key refused: account disabled")
+    assert event["accountId"] == "acc1" and event["severity"] == "ERROR"
+    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200, 200]  # acc1 never again
+
+
+def test_an_unknown_key_alone_is_final(h: Harness) -> None:
     api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}])
-    h.server.add_account("other")
+    h.server.add_account("other")  # a real key exists: the leak scan then means something
     result = h.render(api, chart_call("tpl_a"))
-    assert (details(result)["httpStatus"], details(result)["message"]) == (401, "Unauthorized")
+    assert (details(result)["httpStatus"], details(result)["message"]) == (403, "Forbidden")
     assert h.server.count() == 1
 
 
@@ -261,11 +294,11 @@ def test_an_unknown_key_is_final(h: Harness) -> None:
 def test_record_then_mock_replay_gives_the_same_results(h: Harness) -> None:
     h.server.invalid_symbols.add("BINANCE:NOPE")
     h.server.register_template("tpl_forbidden", {"width": 1920})
-    h.server.script(template="tpl_forbidden", status=403, message="Forbidden")
+    h.server.script(template="tpl_forbidden", status=403, message="Exceed Max Usage Parameter Limit (3)")
     h.server.register_template("tpl_flaky", {"width": 1000})
     h.server.script(template="tpl_flaky", fail_times=1)  # recorded: the final PNG
     h.server.register_template("tpl_down", {"width": 1001})
-    h.server.script(template="tpl_down", fail_times=99)  # recorded: the last 500
+    h.server.script(template="tpl_down", fail_times=99)  # a 5xx is the moment: never recorded
     calls = [
         chart_call("tpl_ok"),
         chart_call("tpl_bad", symbol="BINANCE:NOPE"),
@@ -279,13 +312,14 @@ def test_record_then_mock_replay_gives_the_same_results(h: Harness) -> None:
     assert sent == 1 + 1 + 1 + 2 + 3
     names = sorted(p.name for p in (h.tmp_path / "fixtures/chart-img/advanced-chart-v2").iterdir())
     assert names == [
-        "BINANCE_BTCUSDT__1h__tpl_down__500_SOMETHING_WENT_WRONG.json",
         "BINANCE_BTCUSDT__1h__tpl_flaky.png",
-        "BINANCE_BTCUSDT__1h__tpl_forbidden__403_FORBIDDEN.json",
+        "BINANCE_BTCUSDT__1h__tpl_forbidden__403_EXCEED_MAX_USAGE_PARAMETER_LIMIT_3.json",
         "BINANCE_BTCUSDT__1h__tpl_ok.png",
         "BINANCE_NOPE__1h__tpl_bad__422_INVALID_SYMBOL.json",
     ]
-    # record mode replays what it has: no new request
+    # record mode replays what it has: no new request, except for what it did not keep
+    calls.pop()  # tpl_down: nothing recorded, so record would call again and mock finds nothing
+    recorded.pop()
     again = h.render_all(recorder, calls)
     mock = MockChartApi(FixtureLibrary(h.tmp_path / "fixtures"))
     replayed = h.render_all(mock, calls)

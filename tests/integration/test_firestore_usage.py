@@ -11,7 +11,8 @@ from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.core.errors import TransientStoreError
-from worker_chart_export.core.types import AccountUsage, Reservation
+from worker_chart_export.core.types import Reservation, ReservationRefusal
+from worker_chart_export.core.usage import Pacing
 
 pytestmark = pytest.mark.emulators
 
@@ -71,26 +72,17 @@ def test_a_new_utc_day_resets_the_window(firestore_client: firestore.Client) -> 
     assert usage_doc(firestore_client, "acc-1") == {"usageToday": 1, "windowStart": TODAY}
 
 
-def test_read_usage_reports_each_account_as_of_now(firestore_client: firestore.Client) -> None:
-    put_usage(firestore_client, "fresh", usageToday=3, windowStart=TODAY)
-    put_usage(firestore_client, "stale", usageToday=40, windowStart=YESTERDAY)
-    put_usage(firestore_client, "custom", usageToday=5, windowStart=TODAY, dailyLimit=5)
+def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: firestore.Client) -> None:
     store = FirestoreUsageStore(firestore_client)
-
-    usages = store.read_usage(
-        ["fresh", "stale", "custom", "never-used", "fresh"],
-        default_limits={"fresh": 44, "stale": 44, "custom": 44, "never-used": 10},
-        now=NOW,
-    )
-
-    assert usages == [
-        AccountUsage("fresh", 3, 44),
-        AccountUsage("stale", 0, 44),
-        AccountUsage("custom", 5, 5),
-        AccountUsage("never-used", 0, 10),
-        AccountUsage("fresh", 3, 44),
-    ]
-    assert usages[2].exhausted
+    pacing = Pacing(rate_per_second=1.0, burst=2)
+    slots = [store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing) for _ in range(3)]
+    assert [(r.send_at - NOW).total_seconds() for r in slots if r.send_at] == [0.0, 0.0, 1.0]
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and doc["usageToday"] == 3
+    assert doc["tat"] == pytest.approx(NOW.timestamp() + 3.0)
+    busy = store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing, max_wait=1.5)
+    assert not busy.reserved and busy.refusal is ReservationRefusal.BUSY
+    assert usage_doc(firestore_client, "acc-1") == doc  # a refusal writes nothing
 
 
 def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:

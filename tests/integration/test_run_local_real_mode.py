@@ -121,7 +121,7 @@ def test_mixed_step_min_images_decides(
 
 def test_record_then_mock_replay_gives_the_same_items(tmp_path: Path, server: ChartImgServer) -> None:
     fixtures = tmp_path / "fixtures"
-    server.script(template="momentum_rsi_macd_v1", status=403, message="Forbidden")
+    server.script(template="momentum_rsi_macd_v1", status=403, message="Exceed Max Usage Parameter Limit (3)")
     accounts, _ = accounts_file(tmp_path, server, "acc1")
     env = {"CHART_IMG_BASE_URL": server.base_url, "CHARTS_FIXTURES_DIR": str(fixtures)}
     doc = flow_run({"charts": chart_step()})
@@ -131,7 +131,7 @@ def test_record_then_mock_replay_gives_the_same_items(tmp_path: Path, server: Ch
     assert code == 0, logs
     saved = sorted(p.name for p in (fixtures / "chart-img" / "advanced-chart-v2").iterdir())
     assert saved == [
-        "BINANCE_BTCUSDT__1h__momentum_rsi_macd_v1__403_FORBIDDEN.json",
+        "BINANCE_BTCUSDT__1h__momentum_rsi_macd_v1__403_EXCEED_MAX_USAGE_PARAMETER_LIMIT_3.json",
         "BINANCE_BTCUSDT__1h__price_ema_volume_v1.png",
         "BINANCE_BTCUSDT__1h__price_psar_adi_v1.png",
     ]

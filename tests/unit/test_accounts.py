@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ from worker_chart_export.adapters.accounts_config import (
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.plans import AccountLimits
 
 KEY = new_key()
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
@@ -144,12 +144,7 @@ def test_bare_secret_id_needs_a_project() -> None:
 class CountingStore(InMemoryUsageStore):
     def __init__(self, docs: dict | None = None) -> None:
         super().__init__(docs)
-        self.reads = 0
         self.reserves: list[str] = []
-
-    def read_usage(self, *args: Any, **kwargs: Any) -> Any:
-        self.reads += 1
-        return super().read_usage(*args, **kwargs)
 
     def reserve(self, account_id: str, **kwargs: Any) -> Any:
         self.reserves.append(account_id)
@@ -172,9 +167,7 @@ def limiter(
     return AccountLimiter(
         configs,
         store,
-        default_limit=default_limit,
-        default_rate=rate,
-        default_burst=burst,
+        defaults=AccountLimits(default_limit, rate, burst),
         clock=clock,
         pacing_headroom=1.0,
     )
@@ -189,14 +182,16 @@ def lease_id(result: Lease | NoAccount) -> str:
     return result.account_id
 
 
-def test_least_used_first_ties_by_id() -> None:
+def test_least_used_first_ties_by_id_from_what_reservations_said() -> None:
+    """No read before choosing: the order comes from what this process's reservations
+    returned; accounts it knows nothing of count as unused."""
     clock = FakeClock(NOON)
-    store = InMemoryUsageStore({"a": usage(5), "b": usage(2), "c": usage(2)})
+    store = CountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
     chosen = limiter(store, accounts("a", "b", "c"), clock)
-    assert lease_id(chosen.acquire(max_wait=1)) == "b"
-    assert lease_id(chosen.acquire(max_wait=1)) == "c"  # b now has 3: reservations count
-    assert lease_id(chosen.acquire(max_wait=1)) == "b"
-    assert store.snapshot()["b"]["usageToday"] == 4
+    picks = [lease_id(chosen.acquire(max_wait=1)) for _ in range(5)]
+    assert picks == ["a", "b", "c", "b", "c"]  # then a=6, b=4, c=4
+    assert store.reserves == picks  # one transaction per acquire, nothing else
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 6, "b": 4, "c": 4}
 
 
 def test_tried_accounts_go_last_but_stay_usable() -> None:
@@ -223,19 +218,30 @@ def test_daily_limit_document_then_config_then_default() -> None:
     assert refused == NoAccount(Refusal.EXHAUSTED, ("cfg", "dflt", "doc"))
 
 
-def test_all_exhausted_makes_no_reservation_and_is_cached_for_a_minute() -> None:
+def test_a_plan_sets_the_account_defaults_and_explicit_values_win() -> None:
+    defaults = AccountLimits(44, 1.0, 3)
+    pro = AccountConfig(id="p", apiKey=SecretStr(new_key()), plan="pro")
+    assert pro.plan == "PRO"
+    assert pro.limits(defaults) == AccountLimits(500, 10.0, 15)
+    tuned = AccountConfig(id="t", apiKey=SecretStr(new_key()), plan="MEGA", dailyLimit=7, burst=2)
+    assert tuned.limits(defaults) == AccountLimits(7, 15.0, 2)
+    plain = AccountConfig(id="b", apiKey=SecretStr(new_key()))
+    assert plain.limits(defaults) == defaults  # no plan named: the configured defaults (44/day)
+
+
+def test_all_exhausted_is_cached_for_a_minute() -> None:
     clock = FakeClock(NOON)
     store = CountingStore({"a": usage(44), "b": usage(44)})
     chosen = limiter(store, accounts("a", "b"), clock)
     assert chosen.acquire(max_wait=1) == NoAccount(Refusal.EXHAUSTED, ("a", "b"))
-    assert store.reserves == []
-    reads = store.reads
+    assert store.reserves == ["a", "b"]  # each refused: no unit taken
+    assert store.snapshot() == {"a": usage(44), "b": usage(44)}
     clock.advance(59)
     assert isinstance(chosen.acquire(max_wait=1), NoAccount)
-    assert store.reads == reads  # answered from the in-process cache
+    assert store.reserves == ["a", "b"]  # answered from the in-process cache
     clock.advance(2)
     assert isinstance(chosen.acquire(max_wait=1), NoAccount)
-    assert store.reads == reads + 1
+    assert store.reserves == ["a", "b", "a", "b"]
 
 
 def test_exhaustion_cache_ends_at_utc_midnight() -> None:
@@ -245,7 +251,8 @@ def test_exhaustion_cache_ends_at_utc_midnight() -> None:
     assert isinstance(chosen.acquire(max_wait=1), NoAccount)
     clock.advance(31)  # 00:00:01 the next day, well inside the 60 s ttl
     assert lease_id(chosen.acquire(max_wait=1)) == "a"
-    assert store.snapshot()["a"] == {"usageToday": 1, "windowStart": "2025-03-11T00:00:00Z"}
+    assert store.snapshot()["a"]["usageToday"] == 1
+    assert store.snapshot()["a"]["windowStart"] == "2025-03-11T00:00:00Z"
 
 
 def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> None:
@@ -263,53 +270,78 @@ def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> 
     assert lease_id(chosen.acquire(max_wait=1)) == "a"
 
 
-def test_prefers_an_account_with_a_token_now() -> None:
+def test_prefers_an_account_with_a_slot_now() -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"busy": usage(0), "idle": usage(10)})
     chosen = limiter(store, accounts("busy", "idle"), clock, rate=1.0, burst=1)
     assert lease_id(chosen.acquire(max_wait=5)) == "busy"
-    assert lease_id(chosen.acquire(max_wait=5)) == "idle"  # busy is less used but has no token
+    assert lease_id(chosen.acquire(max_wait=5)) == "idle"  # busy is less used but has no slot
     assert clock.sleeps == []
-    third = chosen.acquire(max_wait=5)  # nobody has a token: the soonest one, after a wait
+    third = chosen.acquire(max_wait=5)  # nobody has a slot: the soonest one, after a wait
     assert isinstance(third, Lease)
     assert third.paced_seconds == pytest.approx(1.0)
     assert clock.sleeps == [pytest.approx(1.0)]
 
 
-def test_no_token_within_max_wait_is_refused_without_reserving() -> None:
+def test_no_slot_within_max_wait_is_refused_without_a_transaction() -> None:
     clock = FakeClock(NOON)
     store = CountingStore()
     chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
     assert lease_id(chosen.acquire(max_wait=0)) == "a"
     assert chosen.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())
-    assert store.reserves == ["a"]
+    assert store.reserves == ["a"]  # this process already knew a's next slot is 1 s away
 
 
-def test_account_used_up_between_read_and_reserve_moves_on() -> None:
+def test_pacing_is_shared_through_the_store_by_every_instance() -> None:
+    """Two instances (two limiters) on one usage store: together they keep one key's rate."""
     clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    configs = accounts("a")
+    first, second = (limiter(store, configs, clock, rate=1.0, burst=2) for _ in range(2))
+    leases = [first.acquire(max_wait=10), second.acquire(max_wait=10), first.acquire(max_wait=10)]
+    leases.append(second.acquire(max_wait=10))
+    waits = [lease.paced_seconds for lease in leases if isinstance(lease, Lease)]
+    assert waits == [0.0, 0.0, pytest.approx(1.0), pytest.approx(1.0)]  # burst 2, then 1/s
+    assert store.snapshot()["a"]["usageToday"] == 4
 
-    class Racing(InMemoryUsageStore):
-        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
-            result = super().read_usage(*args, **kwargs)
-            self._docs["a"] = usage(44)  # another instance takes a's last unit meanwhile
-            return result
 
-    chosen = limiter(Racing(), accounts("a", "b"), clock)
+def test_account_used_up_by_another_instance_moves_on() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"a": usage(44)})  # this process has not seen it yet
+    chosen = limiter(store, accounts("a", "b"), clock)
     assert lease_id(chosen.acquire(max_wait=1)) == "b"
     assert chosen.exhausted_accounts() == ("a",)
 
 
-def test_concurrent_callers_spread_even_when_they_read_the_same_usage() -> None:
-    """Everyone reads 0/0/0 at once; in-flight picks still count, so nobody piles on acc a."""
+def test_a_rate_limited_key_cools_down_without_being_exhausted() -> None:
     clock = FakeClock(NOON)
-    all_read = threading.Barrier(6)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert chosen.cool_down("a", None) == 1.0  # at least a second
+    assert chosen.cool_down("b", 3600) == 30.0  # Retry-After honoured, within bounds
+    assert chosen.exhausted_accounts() == ()
+    lease = chosen.acquire(max_wait=5)
+    assert lease_id(lease) == "a" and isinstance(lease, Lease) and lease.paced_seconds == 1.0
+    assert "tat" in store.snapshot()["a"] and store.snapshot()["a"]["usageToday"] == 1
+
+
+def test_a_refused_key_is_disabled_and_logged_once(log_capture: Any) -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("bad", "good"), clock)
+    chosen.disable("bad")
+    chosen.disable("bad")
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["good", "good"]
+    (event,) = log_capture.events("chart-img account key refused: account disabled")
+    assert event["severity"] == "ERROR" and event["accountId"] == "bad"
+    chosen.disable("good")
+    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())
+
+
+def test_concurrent_callers_spread_over_the_accounts() -> None:
+    """Nobody has read anything; in-flight picks still count, so nobody piles on acc a."""
+    clock = FakeClock(NOON)
 
     class SlowStore(InMemoryUsageStore):
-        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
-            result = super().read_usage(*args, **kwargs)
-            all_read.wait(timeout=5)  # all six hold the same stale read
-            return result
-
         def reserve(self, account_id: str, **kwargs: Any) -> Any:
             time.sleep(0.02)  # a transaction takes a while
             return super().reserve(account_id, **kwargs)

@@ -185,10 +185,9 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
     ("status", "message"),
     [
         (400, "Invalid Request"),
-        (401, "Unauthorized"),
-        (403, "Forbidden"),
+        (403, "Layout Forbidden"),
         (404, "Not Found"),
-        (409, "Conflict"),
+        (409, "Session Disconnected"),
         (422, "Invalid Symbol"),
     ],
 )
@@ -232,6 +231,62 @@ def test_text_error_body_is_kept_as_text(rig: Callable[..., Rig]) -> None:
 def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig]) -> None:
     r = rig([httpx.Response(401, json={"message": f"Unknown key {KEYS['acc1']}"})])
     assert failure(r.render())["details"]["message"] == "Unknown key <redacted>"
+
+
+def test_a_422_array_keeps_each_param_and_msg(rig: Callable[..., Rig]) -> None:
+    body = [
+        {
+            "value": "X",
+            "msg": "must be a valid tradingview EXCHANGE:SYMBOL",
+            "param": "symbol",
+            "location": "body",
+        },
+        {"value": "7h", "msg": "must be a supported interval", "param": "interval", "location": "body"},
+    ]
+    error = failure(rig([httpx.Response(422, json=body)]).render())
+    assert error["code"] == "CHART_API_FAILED"
+    assert error["details"]["errors"] == [
+        {"param": "symbol", "msg": "must be a valid tradingview EXCHANGE:SYMBOL"},
+        {"param": "interval", "msg": "must be a supported interval"},
+    ]
+    assert "symbol: must be a valid tradingview EXCHANGE:SYMBOL" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "message", ["Exceed Max Usage Resolution Limit (800x600)", "Exceed Max Usage Parameter Limit (3)"]
+)
+def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig], message: str) -> None:
+    r = rig([answer(403, message), png()], accounts=("acc1", "acc2"))
+    error = failure(r.render(template="big_chart_v1"))
+    assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "plan_limit"
+    assert "big_chart_v1" in error["message"] and message in error["message"]
+    assert len(r.transport.seen) == 1  # another key would refuse it the same way
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
+
+
+@pytest.mark.parametrize(("status", "message"), [(403, "Forbidden"), (401, "Invalid Request")])
+def test_a_refused_key_moves_to_the_next_account_and_is_logged_once(
+    rig: Callable[..., Rig], status: int, message: str
+) -> None:
+    r = rig([answer(status, message), png()], accounts=("acc1", "acc2"))
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    assert not any(r.clock.sleeps)
+    assert r.api.limiter.usable_accounts() == ("acc2",)
+    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not marked exhausted: the key is bad
+    r.render()
+    assert r.transport.accounts == ["acc1", "acc2", "acc2"]  # acc1 never again
+    (event,) = r.logs.events("chart-img account key refused: account disabled")
+    assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
+
+
+def test_every_key_refused_fails_with_the_last_answer(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"))
+    error = failure(r.render())
+    assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "bad_key"
+    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"]
+    assert len(r.transport.seen) == 2
+    again = failure(r.render())  # nothing left to try: no call at all
+    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 2
 
 
 # --- retries -------------------------------------------------------------------------------
@@ -325,8 +380,8 @@ def test_request_timeout_setting_caps_each_attempt(rig: Callable[..., Rig]) -> N
 # --- limits and rotation -------------------------------------------------------------------
 
 
-def test_429_rotates_without_backoff_and_marks_the_account(rig: Callable[..., Rig]) -> None:
-    r = rig([answer(429, "Too Many Requests"), png()], accounts=("acc1", "acc2"))
+def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(429, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     assert r.store.snapshot()["acc1"]["usageToday"] == 44  # exhausted for the UTC day
@@ -334,6 +389,29 @@ def test_429_rotates_without_backoff_and_marks_the_account(rig: Callable[..., Ri
     assert r.logs.events("chart-img accounts exhausted") == []
     r.render()
     assert r.transport.accounts == ["acc1", "acc2", "acc2"]
+
+
+def test_a_429_that_says_nothing_else_is_the_quota(rig: Callable[..., Rig]) -> None:
+    r = rig([httpx.Response(429, json={}), png()], accounts=("acc1", "acc2"))
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+
+
+def test_a_rate_429_cools_the_key_down_without_exhausting_it(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(429, "Too Many Requests"), png()], accounts=("acc1", "acc2"))
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    assert not any(r.clock.sleeps)  # another key at once, no backoff
+    assert r.api.limiter.exhausted_accounts() == ()
+    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not the day's quota
+
+
+def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig]) -> None:
+    limited = httpx.Response(429, json={"message": "Too Many Requests"}, headers={"retry-after": "2"})
+    r = rig([limited, png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert [s for s in r.clock.sleeps if s] == [pytest.approx(2.0)]  # the cooldown, then the same key
+    assert r.transport.accounts == ["acc1", "acc1"]
+    assert r.api.limiter.exhausted_accounts() == ()
 
 
 def test_limit_exceeded_message_rotates_whatever_the_status(rig: Callable[..., Rig]) -> None:
@@ -388,7 +466,7 @@ def test_5xx_then_quota_gone_is_limit_exceeded_with_the_last_error(rig: Callable
 
 def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., Rig]) -> None:
     class Down(InMemoryUsageStore):
-        def read_usage(self, *args: Any, **kwargs: Any) -> Any:
+        def reserve(self, *args: Any, **kwargs: Any) -> Any:
             raise TransientStoreError("firestore unavailable")
 
     r = rig([png()], store=Down())
@@ -419,17 +497,37 @@ def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp
     }
 
 
-def test_record_saves_the_error_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
-    r = rig([answer(429, "Limit Exceeded")], mode="record")
+def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    r = rig([answer(422, "Invalid Symbol")], mode="record")
     recorded = failure(r.render(template="tpl_b"))
     path = (
-        tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__429_LIMIT_EXCEEDED.json"
+        tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__422_INVALID_SYMBOL.json"
     )
-    assert json.loads(path.read_text()) == {"status": 429, "body": {"message": "Limit Exceeded"}}
+    assert json.loads(path.read_text()) == {"status": 422, "body": {"message": "Invalid Symbol"}}
     replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(
         chart_call("tpl_b"), Budget.starting_now(1)
     )
-    assert failure(replayed)["code"] == recorded["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert failure(replayed)["message"] == recorded["message"]
+    assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [answer(429, "Limit Exceeded")],
+        [answer(429, "Too Many Requests")],
+        [answer(503, "Service Unavailable")],
+        [answer(403, "Forbidden")],
+        [answer(401, "Invalid Request")],
+    ],
+    ids=["quota-429", "rate-429", "5xx", "bad-key-403", "401"],
+)
+def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
+    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
+) -> None:
+    r = rig(answers, mode="record", chart_img_max_attempts=1)
+    assert isinstance(r.render(template="tpl_c"), ChartFailure)
+    assert not list((tmp_path / "fixtures").rglob("*tpl_c*"))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from worker_chart_export.adapters.usage_local import FileUsageStore, InMemoryUsageStore
-from worker_chart_export.core.types import AccountUsage
+from worker_chart_export.core.types import ReservationRefusal
+from worker_chart_export.core.usage import Pacing
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 TODAY = "2025-03-10T00:00:00Z"
@@ -52,8 +53,9 @@ def test_previous_day_window_resets_at_utc_midnight(make_store: Callable[..., St
 
 def test_document_daily_limit_overrides_default(make_store: Callable[..., Store]) -> None:
     store = make_store({"acc1": {"usageToday": 2, "windowStart": TODAY, "dailyLimit": 2}})
-    assert store.read_usage(["acc1"], default_limits={"acc1": 44}, now=NOON) == [AccountUsage("acc1", 2, 2)]
-    assert not store.reserve("acc1", default_limit=44, now=NOON).reserved
+    refused = store.reserve("acc1", default_limit=44, now=NOON)
+    assert (refused.reserved, refused.usage_today, refused.daily_limit) == (False, 2, 2)
+    assert refused.refusal is ReservationRefusal.EXHAUSTED
     assert store.snapshot()["acc1"]["dailyLimit"] == 2  # never rewritten
 
 
@@ -61,10 +63,8 @@ def test_mark_exhausted_uses_up_the_day(make_store: Callable[..., Store]) -> Non
     store = make_store()
     store.reserve("acc1", default_limit=10, now=NOON)
     store.mark_exhausted("acc1", default_limit=10, now=NOON)
-    assert store.read_usage(["acc1", "acc2"], default_limits={"acc1": 10, "acc2": 5}, now=NOON) == [
-        AccountUsage("acc1", 10, 10),
-        AccountUsage("acc2", 0, 5),
-    ]
+    assert store.snapshot()["acc1"] == {"usageToday": 10, "windowStart": TODAY}
+    assert not store.reserve("acc1", default_limit=10, now=NOON).reserved
     assert store.reserve("acc1", default_limit=10, now=NOON + timedelta(days=1)).reserved
 
 
@@ -109,5 +109,29 @@ def test_file_store_is_shared_by_instances_and_stays_valid_json(tmp_path: Path) 
 
 def test_file_store_missing_file_means_unused(tmp_path: Path) -> None:
     store = FileUsageStore(tmp_path / "absent.json")
-    assert store.read_usage(["a"], default_limits={"a": 3}, now=NOON) == [AccountUsage("a", 0, 3)]
-    assert not (tmp_path / "absent.json").exists()  # reading writes nothing
+    assert store.reserve("a", default_limit=3, now=NOON).usage_today == 1
+    assert json.loads((tmp_path / "absent.json").read_text()) == {
+        "a": {"usageToday": 1, "windowStart": TODAY}
+    }
+
+
+def test_pacing_gives_the_burst_then_one_slot_per_interval(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    pacing = Pacing(rate_per_second=2.0, burst=3)
+    waits = [
+        (r.send_at - NOON).total_seconds() if r.send_at else None
+        for r in (store.reserve("acc1", default_limit=44, now=NOON, pacing=pacing) for _ in range(5))
+    ]
+    assert waits == [0.0, 0.0, 0.0, 0.5, 1.0]
+    later = NOON + timedelta(seconds=10)  # idle long enough: the whole burst is back
+    assert store.reserve("acc1", default_limit=44, now=later, pacing=pacing).send_at == later
+
+
+def test_a_slot_beyond_max_wait_is_refused_and_takes_nothing(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    pacing = Pacing(rate_per_second=1.0, burst=1)
+    assert store.reserve("acc1", default_limit=44, now=NOON, pacing=pacing).reserved
+    before = store.snapshot()
+    busy = store.reserve("acc1", default_limit=44, now=NOON, pacing=pacing, max_wait=0.5)
+    assert not busy.reserved and busy.refusal is ReservationRefusal.BUSY
+    assert store.snapshot() == before

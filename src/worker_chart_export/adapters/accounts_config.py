@@ -1,6 +1,6 @@
 """CHART-IMG accounts: where their keys come from (worker contract §11.1).
 
-`[{"id", "apiKey", "dailyLimit"?, "ratePerSecond"?, "burst"?}]` from CHART_IMG_ACCOUNTS_JSON
+`[{"id", "apiKey", "plan"?, "dailyLimit"?, "ratePerSecond"?, "burst"?}]` from CHART_IMG_ACCOUNTS_JSON
 (the CLI's --accounts-config-path lands there too), else from the Secret Manager version
 CHART_IMG_ACCOUNTS_SECRET. A key never appears in an error message, a repr or a log line: it
 is a SecretStr from parsing on.
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.plans import AccountLimits, account_limits, plan_named
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 JSON_SOURCE = "CHART_IMG_ACCOUNTS_JSON"
@@ -29,6 +30,23 @@ class AccountConfig(BaseModel):
     daily_limit: int | None = Field(default=None, alias="dailyLimit", ge=1, strict=True)
     rate_per_second: float | None = Field(default=None, alias="ratePerSecond", gt=0)
     burst: int | None = Field(default=None, ge=1, strict=True)
+    # the CHART-IMG plan (BASIC, PRO, MEGA, ULTRA, ENTERPRISE): its rate, burst and daily
+    # limit become this account's defaults; explicit values above still win
+    plan: str | None = None
+
+    @field_validator("plan")
+    @classmethod
+    def _known_plan(cls, value: str | None) -> str | None:
+        return None if value is None else plan_named(value).name
+
+    def limits(self, defaults: AccountLimits) -> AccountLimits:
+        return account_limits(
+            defaults,
+            plan=self.plan,
+            daily_limit=self.daily_limit,
+            rate_per_second=self.rate_per_second,
+            burst=self.burst,
+        )
 
     @field_validator("api_key")
     @classmethod

@@ -1,8 +1,10 @@
 """Which CHART-IMG account the next HTTP attempt uses (worker contract §14.4).
 
-Before each attempt: reserve one unit of an account's daily quota in the UsageStore (least
-used first, ties by id), then take a token from that account's bucket so the provider never
-sees more than its rate. Time comes from the injected Clock.
+One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` that takes a
+unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
+shared by every instance through that document. This process only keeps a cheap view to
+choose well without reading: what the last reservations said (usage, pacing state), which
+accounts are exhausted (cached), cooling down after a rate 429, or refused their key.
 """
 
 from __future__ import annotations
@@ -10,33 +12,42 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import SecretStr
 
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.pacing import TokenBucket
-from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import least_used_first
+from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.types import Reservation, ReservationRefusal
+from worker_chart_export.core.usage import Pacing, next_utc_midnight
 from worker_chart_export.logs import get_logger
 from worker_chart_export.ports import UsageStore
+
+# Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
+# instances' clocks and network paths differ by milliseconds.
+PACING_HEADROOM = 0.9
+# A rate 429 without Retry-After cools the key down this long; Retry-After is honoured up
+# to MAX_COOLDOWN_SECONDS (a longer wait belongs to the quota, not the rate).
+MIN_COOLDOWN_SECONDS = 1.0
+MAX_COOLDOWN_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
 class Lease:
-    """Permission for one HTTP attempt: a reserved quota unit and a rate token, both taken."""
+    """Permission for one HTTP attempt: a reserved quota unit and a send slot, both taken."""
 
     account_id: str
     api_key: SecretStr
     reservation: Reservation
-    paced_seconds: float  # how long we waited for the rate token
+    paced_seconds: float  # how long we waited for the send slot
 
 
 class Refusal(StrEnum):
-    EXHAUSTED = "EXHAUSTED"  # every account is at its daily limit (no call may be made)
-    NO_TIME = "NO_TIME"  # no rate token frees up within the time left
+    EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
+    NO_TIME = "NO_TIME"  # no send slot frees up within the time left
+    NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key was refused by CHART-IMG
 
 
 @dataclass(frozen=True)
@@ -45,118 +56,145 @@ class NoAccount:
     exhausted_accounts: tuple[str, ...]
 
 
-def next_utc_midnight(now: datetime) -> datetime:
-    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    return day + timedelta(days=1)
+@dataclass
+class _AccountView:
+    """This process's last knowledge of one account; only used to choose the order."""
+
+    config: AccountConfig
+    daily_limit: int
+    pacing: Pacing
+    usage_today: int = 0
+    tat: float | None = None  # the shared pacing state as the last reservation saw it
+    in_flight: int = 0  # picked, reservation not yet returned
+    exhausted_until: datetime | None = None
+    cool_until: float = 0.0  # monotonic
+    disabled: bool = False
 
 
 class AccountLimiter:
     """Chooses, reserves and paces accounts. Thread-safe; one per process, shared by steps."""
-
-    # Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
-    # scheduling jitter between the two must not turn into a 429 that burns the account.
-    PACING_HEADROOM = 0.9
 
     def __init__(
         self,
         accounts: Sequence[AccountConfig],
         store: UsageStore,
         *,
-        default_limit: int,
-        default_rate: float,
-        default_burst: int,
+        defaults: AccountLimits,
         clock: Clock,
         exhausted_ttl: float = 60.0,
         pacing_headroom: float = PACING_HEADROOM,
     ) -> None:
         if not accounts:
             raise ValueError("AccountLimiter needs at least one account")
-        self._accounts = {a.id: a for a in accounts}
+        self._views: dict[str, _AccountView] = {}
+        for account in accounts:
+            limits = account.limits(defaults)
+            pacing = Pacing(limits.rate_per_second * pacing_headroom, limits.burst)
+            self._views[account.id] = _AccountView(account, limits.daily_limit, pacing)
         self._store = store
-        self._limits = {a.id: a.daily_limit or default_limit for a in accounts}
-        self._buckets = {
-            a.id: TokenBucket(
-                (a.rate_per_second or default_rate) * pacing_headroom,
-                a.burst or default_burst,
-                clock=clock,
-            )
-            for a in accounts
-        }
         self._clock = clock
         self._ttl = timedelta(seconds=exhausted_ttl)
         self._lock = threading.Lock()
+        # One reservation per account at a time in this process: concurrent transactions
+        # on one usage document would only contend (Firestore aborts and retries them).
         self._reserve_locks = {a.id: threading.Lock() for a in accounts}
-        self._in_flight = {a.id: 0 for a in accounts}  # picked, reservation not yet returned
-        self._exhausted_until: dict[str, datetime] = {}
 
     @property
     def account_ids(self) -> tuple[str, ...]:
-        return tuple(self._accounts)
+        return tuple(self._views)
 
     def acquire(self, *, tried: Collection[str] = (), max_wait: float) -> Lease | NoAccount:
-        """Reserve quota on the best account and wait for its rate token (at most max_wait).
+        """Reserve quota and a send slot on the best account, then wait for the slot.
 
-        Order: not yet tried for this request, then least used, then id; among those, one
-        with a token free now wins. "Used" is the store's usageToday plus this process's
-        reservations still in flight, so concurrent requests that read the same usage still
-        spread over the accounts instead of all queueing on the first one.
+        Order: not yet tried for this request, then the soonest expected slot, then least
+        used (this process's in-flight picks counted, so concurrent requests spread), then
+        id. A refused account costs one transaction and the next is tried.
         """
-        now = self._clock.now()
-        live = [a for a in self._accounts if not self._cached_exhausted(a, now)]
-        if not live:
-            return NoAccount(Refusal.EXHAUSTED, self.exhausted_accounts())
-        usages = self._store.read_usage(live, default_limits=self._limits, now=now)
-        for usage in usages:
-            if usage.exhausted:
-                self._cache_exhausted(usage.account_id, now, until_midnight=False)
-        open_usages = {u.account_id: u.usage_today for u in least_used_first(usages)}
-        while open_usages:
-            with self._lock:  # rank and take a token atomically: the next caller sees our pick
-                ranked = sorted(
-                    open_usages,
-                    key=lambda a: (a in tried, open_usages[a] + self._in_flight[a], a),
-                )
-                picked = self._take_token(ranked, max_wait)
-                if picked is None:
-                    return NoAccount(Refusal.NO_TIME, self._exhausted_now(now))
-                account_id, send_at = picked
-                self._in_flight[account_id] += 1
-            try:
-                # One reservation per account at a time in this process: concurrent
-                # transactions on one usage document only contend (Firestore aborts them).
-                with self._reserve_locks[account_id]:
-                    reservation = self._store.reserve(
-                        account_id, default_limit=self._limits[account_id], now=now
-                    )
-            finally:
-                with self._lock:
-                    self._in_flight[account_id] -= 1
-            if reservation.reserved:
-                wait = max(0.0, send_at - self._clock.monotonic())
-                if wait > 0:
-                    self._clock.sleep(wait)
-                key = self._accounts[account_id].api_key
-                return Lease(account_id, key, reservation, wait)
-            # someone else used it up since we read: the token is simply not used
-            self._cache_exhausted(account_id, now, until_midnight=False)
-            del open_usages[account_id]
-        return NoAccount(Refusal.EXHAUSTED, self.exhausted_accounts())
+        busy, refused = False, set[str]()
+        while (account_id := self._pick(tried, refused)) is not None:
+            outcome = self._try(account_id, max_wait)
+            if isinstance(outcome, Lease):
+                return outcome
+            refused.add(account_id)
+            busy = busy or outcome is ReservationRefusal.BUSY
+        return self._no_account(busy)
 
-    def _take_token(self, candidates: list[str], max_wait: float) -> tuple[str, float] | None:
-        """(account, monotonic time it may send at): a free token first, else the soonest one."""
-        for account_id in candidates:
-            if self._buckets[account_id].try_acquire():
-                return account_id, self._clock.monotonic()
-        soonest = min(candidates, key=lambda a: self._buckets[a].wait_time())
-        wait = self._buckets[soonest].reserve(max(0.0, max_wait))
-        return None if wait is None else (soonest, self._clock.monotonic() + wait)
+    def _pick(self, tried: Collection[str], refused: Collection[str]) -> str | None:
+        """The best account not yet refused in this acquire, counted in flight at once so
+        the next concurrent caller ranks with this pick in mind."""
+        now, moment = self._clock.now(), self._clock.monotonic()
+        with self._lock:
+            usable = [v for v in self._views.values() if v.config.id not in refused and self._usable(v, now)]
+            if not usable:
+                return None
+            best = min(
+                usable,
+                key=lambda v: (
+                    v.config.id in tried,
+                    max(v.pacing.send_time(v.tat, now.timestamp()) - now.timestamp(), v.cool_until - moment),
+                    v.usage_today + v.in_flight,
+                    v.config.id,
+                ),
+            )
+            best.in_flight += 1
+            return best.config.id
+
+    def _try(self, account_id: str, max_wait: float) -> Lease | ReservationRefusal:
+        view = self._views[account_id]
+        try:
+            cooling = max(0.0, view.cool_until - self._clock.monotonic())
+            # The shared state only moves forward, so the slot this process last saw is a
+            # lower bound: when even that is too far, no transaction can do better.
+            now = self._clock.now().timestamp()
+            if max(cooling, view.pacing.send_time(view.tat, now) - now) > max_wait:
+                return ReservationRefusal.BUSY
+            with self._reserve_locks[account_id]:
+                reservation = self._store.reserve(
+                    account_id,
+                    default_limit=view.daily_limit,
+                    now=self._clock.now(),
+                    pacing=view.pacing,
+                    max_wait=max_wait - cooling,
+                )
+        finally:
+            with self._lock:
+                view.in_flight -= 1
+        self._learn(view, reservation)
+        if not reservation.reserved:
+            return reservation.refusal or ReservationRefusal.EXHAUSTED
+        assert reservation.send_at is not None  # a reservation always says when
+        wait = max(cooling, (reservation.send_at - self._clock.now()).total_seconds())
+        if wait > 0:
+            self._clock.sleep(wait)
+        return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
+
+    def _learn(self, view: _AccountView, reservation: Reservation) -> None:
+        now = self._clock.now()
+        with self._lock:
+            view.usage_today = reservation.usage_today
+            if reservation.tat is not None:
+                view.tat = reservation.tat
+            if reservation.refusal is ReservationRefusal.EXHAUSTED:
+                view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+
+    def _no_account(self, busy: bool) -> NoAccount:
+        exhausted = self.exhausted_accounts()
+        if busy:
+            return NoAccount(Refusal.NO_TIME, exhausted)
+        with self._lock:
+            all_disabled = all(v.disabled for v in self._views.values())
+        return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
+
+    # --- what CHART-IMG said about an account ---
 
     def mark_exhausted(self, account_id: str) -> None:
-        """After a 429 / "Limit Exceeded": out until the next UTC midnight (store + cache)."""
+        """After a quota 429 / "Limit Exceeded": out until the next UTC midnight (store + cache)."""
+        view = self._views[account_id]
         now = self._clock.now()
-        self._cache_exhausted(account_id, now, until_midnight=True)
+        with self._lock:
+            view.exhausted_until = next_utc_midnight(now)
         try:
-            self._store.mark_exhausted(account_id, default_limit=self._limits[account_id], now=now)
+            self._store.mark_exhausted(account_id, default_limit=view.daily_limit, now=now)
         except Exception as exc:  # best effort (§14.4): this process already stays off it
             get_logger().warning(
                 "chart-img account exhaustion not persisted",
@@ -164,21 +202,44 @@ class AccountLimiter:
                 errorKind=type(exc).__name__,
             )
 
+    def cool_down(self, account_id: str, retry_after: float | None) -> float:
+        """After a rate 429: no call on this key for a short, bounded time. Returns it."""
+        seconds = min(MAX_COOLDOWN_SECONDS, max(MIN_COOLDOWN_SECONDS, retry_after or 0.0))
+        with self._lock:
+            view = self._views[account_id]
+            view.cool_until = max(view.cool_until, self._clock.monotonic() + seconds)
+        return seconds
+
+    def disable(self, account_id: str) -> None:
+        """After CHART-IMG refused the key: never used again by this process; one ERROR."""
+        with self._lock:
+            view = self._views[account_id]
+            first = not view.disabled
+            view.disabled = True
+        if first:
+            get_logger().error(
+                "chart-img account key refused: account disabled",
+                accountId=account_id,
+                error={"code": "CHART_API_KEY_REFUSED"},
+            )
+
     def exhausted_accounts(self) -> tuple[str, ...]:
         now = self._clock.now()
         with self._lock:
-            return self._exhausted_now(now)
+            return tuple(
+                sorted(
+                    a
+                    for a, v in self._views.items()
+                    if v.exhausted_until is not None and v.exhausted_until > now
+                )
+            )
 
-    def _exhausted_now(self, now: datetime) -> tuple[str, ...]:
-        return tuple(sorted(a for a, until in self._exhausted_until.items() if until > now))
-
-    def _cached_exhausted(self, account_id: str, now: datetime) -> bool:
+    def usable_accounts(self) -> tuple[str, ...]:
+        """Accounts whose key has not been refused."""
         with self._lock:
-            until = self._exhausted_until.get(account_id)
-            return until is not None and until > now
+            return tuple(a for a, v in self._views.items() if not v.disabled)
 
-    def _cache_exhausted(self, account_id: str, now: datetime, *, until_midnight: bool) -> None:
-        midnight = next_utc_midnight(now)
-        until = midnight if until_midnight else min(now + self._ttl, midnight)
-        with self._lock:
-            self._exhausted_until[account_id] = max(until, self._exhausted_until.get(account_id, until))
+    @staticmethod
+    def _usable(view: _AccountView, now: datetime) -> bool:
+        exhausted = view.exhausted_until is not None and view.exhausted_until > now
+        return not view.disabled and not exhausted

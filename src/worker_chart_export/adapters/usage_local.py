@@ -12,13 +12,13 @@ import copy
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.types import AccountUsage, Reservation
-from worker_chart_export.core.usage import current_usage, exhausted_fields, reserve_one
+from worker_chart_export.core.types import Reservation
+from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
 
 try:  # POSIX: also serialise separate processes sharing one file (two run-local shells)
     import fcntl
@@ -34,18 +34,23 @@ class _DocsUsageStore:
     def _transaction(self) -> contextlib.AbstractContextManager[Docs]:
         raise NotImplementedError
 
-    def read_usage(
-        self, account_ids: Sequence[str], *, default_limits: Mapping[str, int], now: datetime
-    ) -> list[AccountUsage]:
-        with self._transaction() as docs:
-            return [
-                current_usage(a, docs.get(a), default_limit=default_limits[a], now=now) for a in account_ids
-            ]
-
-    def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
+    def reserve(
+        self,
+        account_id: str,
+        *,
+        default_limit: int,
+        now: datetime,
+        pacing: Pacing | None = None,
+        max_wait: float = float("inf"),
+    ) -> Reservation:
         with self._transaction() as docs:
             update, reservation = reserve_one(
-                account_id, docs.get(account_id), default_limit=default_limit, now=now
+                account_id,
+                docs.get(account_id),
+                default_limit=default_limit,
+                now=now,
+                pacing=pacing,
+                max_wait=max_wait,
             )
             if update is not None:
                 docs.setdefault(account_id, {}).update(update)
@@ -53,7 +58,7 @@ class _DocsUsageStore:
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         with self._transaction() as docs:
-            fields = exhausted_fields(account_id, docs.get(account_id), default_limit=default_limit, now=now)
+            fields = exhausted_fields(docs.get(account_id), default_limit=default_limit, now=now)
             docs.setdefault(account_id, {}).update(fields)
 
 

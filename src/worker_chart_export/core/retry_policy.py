@@ -4,7 +4,8 @@ The decisions are tenacity strategies over plain values: the attempt loop in
 `adapters/chart_img.py` runs them with an injected sleep, so tests never wait for real.
 
 - RETRY (5xx, timeout, connection error): back off exponentially, with jitter.
-- ROTATE (429 / "Limit Exceeded"): no backoff, the next account is a different key.
+- EXHAUSTED, RATE_LIMITED, BAD_KEY: no backoff: the next attempt goes to another key (or,
+  after a rate 429 on the only key, waits in the limiter for the key's cooldown).
 - at most `max_attempts` attempts in total, across accounts;
 - never sleep into, or start an attempt in, the last `min_attempt_seconds` of the budget.
 """
@@ -18,9 +19,9 @@ from typing import Protocol
 
 from tenacity import RetryCallState
 
-from worker_chart_export.core.chart_api_errors import Disposition
+from worker_chart_export.core.chart_api_errors import ROTATING, Disposition
 
-AGAIN = frozenset({Disposition.RETRY, Disposition.ROTATE})
+AGAIN = frozenset({Disposition.RETRY, *ROTATING})
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,13 @@ def wants_retry(retry_state: RetryCallState) -> bool:
 
 @dataclass(frozen=True)
 class BackoffWait:
-    """Exponential backoff with jitter after a transient error; none when rotating accounts."""
+    """Exponential backoff with jitter after a transient error; none when moving to another key."""
 
     policy: RetryPolicy
     rand: Callable[[], float] = random.random
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        if _last(retry_state).disposition is Disposition.ROTATE:
+        if _last(retry_state).disposition in ROTATING:
             return 0.0
         return self.policy.backoff(retry_state.attempt_number, self.rand())
 

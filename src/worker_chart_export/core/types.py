@@ -92,22 +92,20 @@ class FinalizeOutcome:
     reason: str
 
 
-@dataclass(frozen=True)
-class AccountUsage:
-    account_id: str
-    usage_today: int
-    daily_limit: int
-
-    @property
-    def exhausted(self) -> bool:
-        return self.usage_today >= self.daily_limit
+class ReservationRefusal(StrEnum):
+    EXHAUSTED = "EXHAUSTED"  # today's quota is used up
+    BUSY = "BUSY"  # the account's next send slot is further away than the caller can wait
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """Result of trying to take one unit of an account's daily quota."""
+    """Result of trying to take one unit of an account's daily quota (and its next send slot)."""
 
     account_id: str
     reserved: bool
     usage_today: int  # after the reservation, if reserved
     daily_limit: int
+    # Not part of a reservation's identity (account, outcome, usage, limit):
+    send_at: datetime | None = field(default=None, compare=False)  # when to send, if reserved
+    refusal: ReservationRefusal | None = field(default=None, compare=False)  # why not, if not
+    tat: float | None = field(default=None, compare=False)  # the pacing state as last seen

@@ -1,16 +1,28 @@
-"""The daily usage window of one CHART-IMG account (contract §14.4), as pure functions.
+"""One CHART-IMG account's shared state (worker contract §14.4), as pure functions: the daily
+usage window, and the pacing every instance shares.
 
-Both usage stores (Firestore, in-memory/file) run these inside their own atomic section,
-so the rule lives in one place.
+Both usage stores (Firestore in a transaction, in-memory/file under a lock) run these
+inside their own atomic section, so the rules live in one place. The document
+`chart_img_accounts_usage/{accountId}` holds:
+- `usageToday`, `windowStart` (`YYYY-MM-DDT00:00:00Z`), optional `dailyLimit`: the window;
+- `tat`: the pacing state, a GCRA "theoretical arrival time" in epoch seconds: the moment
+  the next request would be due if requests were sent at exactly the paced rate.
+
+GCRA with emission interval T = 1/rate and burst b (tolerance τ = (b-1)·T): a request
+arriving at `now` may be sent at `max(now, tat - τ)`, and moves `tat` to `max(tat, now) + T`.
+So b requests go at once, then one every T. Because the reservation and the pacing are one
+read-modify-write of one document, and Firestore transactions are serializable, every
+instance sees every earlier reservation: the rate holds across any number of instances.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from worker_chart_export.core.types import AccountUsage, Reservation
+from worker_chart_export.core.types import Reservation, ReservationRefusal
 
 
 def window_start(now: datetime) -> str:
@@ -18,51 +30,97 @@ def window_start(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT00:00:00Z")
 
 
-def current_usage(
-    account_id: str, doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime
-) -> AccountUsage:
-    """Usage as of `now`: a missing or previous-day window counts as zero used."""
+def next_utc_midnight(now: datetime) -> datetime:
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day + timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How fast one account may be called: `rate_per_second` with `burst` banked."""
+
+    rate_per_second: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if self.rate_per_second <= 0 or self.burst < 1:
+            raise ValueError("pacing needs rate_per_second > 0 and burst >= 1")
+
+    @property
+    def interval(self) -> float:
+        return 1.0 / self.rate_per_second
+
+    @property
+    def tolerance(self) -> float:
+        return (self.burst - 1) * self.interval
+
+    def send_time(self, tat: float | None, now: float) -> float:
+        """When a request arriving at `now` may be sent (epoch seconds)."""
+        return now if tat is None else max(now, tat - self.tolerance)
+
+    def next_tat(self, tat: float | None, now: float) -> float:
+        return (now if tat is None else max(tat, now)) + self.interval
+
+
+def daily_limit_of(doc: Mapping[str, Any] | None, default_limit: int) -> int:
+    """The document's `dailyLimit` overrides the configured one (contract §14.4)."""
+    limit = (doc or {}).get("dailyLimit")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+        return limit
+    return default_limit
+
+
+def usage_today(doc: Mapping[str, Any] | None, now: datetime) -> int:
+    """Units used in `now`'s UTC day: a missing or previous-day window counts as zero."""
     doc = doc or {}
-    limit = doc.get("dailyLimit")
-    daily_limit = limit if isinstance(limit, int) and limit >= 0 else default_limit
     used = doc.get("usageToday")
     fresh = doc.get("windowStart") == window_start(now)
-    usage_today = used if fresh and isinstance(used, int) and used >= 0 else 0
-    return AccountUsage(account_id=account_id, usage_today=usage_today, daily_limit=daily_limit)
+    return used if fresh and isinstance(used, int) and used >= 0 else 0
+
+
+def tat_of(doc: Mapping[str, Any] | None) -> float | None:
+    tat = (doc or {}).get("tat")
+    return float(tat) if isinstance(tat, int | float) and not isinstance(tat, bool) else None
 
 
 def reserve_one(
-    account_id: str, doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime
+    account_id: str,
+    doc: Mapping[str, Any] | None,
+    *,
+    default_limit: int,
+    now: datetime,
+    pacing: Pacing | None = None,
+    max_wait: float = float("inf"),
 ) -> tuple[dict[str, Any] | None, Reservation]:
-    """(fields to write or None when nothing changes, the reservation).
+    """(fields to write, or None when nothing changes; the reservation).
 
-    A stale window is reset even when the account is then found exhausted, so the stored
-    document always describes today.
+    Takes one unit of today's quota and, with `pacing`, the next send slot, unless the
+    account is exhausted or its next slot is more than `max_wait` seconds away. A stale
+    window is reset even when nothing is reserved, so the document always describes today.
     """
-    usage = current_usage(account_id, doc, default_limit=default_limit, now=now)
+    limit = daily_limit_of(doc, default_limit)
+    used = usage_today(doc, now)
     today = window_start(now)
-    stale = (doc or {}).get("windowStart") != today
-    if usage.exhausted:
-        update = {"windowStart": today, "usageToday": usage.usage_today} if stale else None
-        return update, Reservation(account_id, False, usage.usage_today, usage.daily_limit)
-    used = usage.usage_today + 1
-    return (
-        {"windowStart": today, "usageToday": used},
-        Reservation(account_id, True, used, usage.daily_limit),
-    )
+    reset = {"windowStart": today, "usageToday": used} if (doc or {}).get("windowStart") != today else None
+    if used >= limit:
+        return reset, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.EXHAUSTED)
+    update: dict[str, Any] = {"windowStart": today, "usageToday": used + 1}
+    send_at = now
+    if pacing is not None:
+        moment, tat = now.timestamp(), tat_of(doc)
+        wait = pacing.send_time(tat, moment) - moment
+        if wait > max_wait:
+            busy = Reservation(account_id, False, used, limit, refusal=ReservationRefusal.BUSY, tat=tat)
+            return reset, busy
+        update["tat"] = pacing.next_tat(tat, moment)
+        send_at = now + timedelta(seconds=wait)
+    reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
+    return update, reservation
 
 
-def exhausted_fields(
-    account_id: str, doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime
-) -> dict[str, Any]:
-    """Fields that mark the account used up until the end of the UTC day (after a 429)."""
-    usage = current_usage(account_id, doc, default_limit=default_limit, now=now)
+def exhausted_fields(doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime) -> dict[str, Any]:
+    """Fields that mark the account used up until the end of the UTC day (after a quota 429)."""
     return {
         "windowStart": window_start(now),
-        "usageToday": max(usage.usage_today, usage.daily_limit),
+        "usageToday": max(usage_today(doc, now), daily_limit_of(doc, default_limit)),
     }
-
-
-def least_used_first(usages: list[AccountUsage]) -> list[AccountUsage]:
-    """Accounts with quota left, least used first, ties by id: deterministic and spreading."""
-    return sorted((u for u in usages if not u.exhausted), key=lambda u: (u.usage_today, u.account_id))

@@ -19,6 +19,7 @@ from worker_chart_export.adapters.chart_img.record import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.adapters.limiter import AccountLimiter
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.ports import UsageStore
 
@@ -31,7 +32,7 @@ class ChartImgOptions:
     request_timeout_seconds: float  # one HTTP call
     max_attempts: int  # per chart, across accounts
     max_connections: int  # the step's chart concurrency
-    # an account's pacing and daily limit, unless the account (or its usage doc) sets them
+    # an account's pacing and daily limit, unless the account (its plan, or its usage doc) sets them
     daily_limit: int
     rate_per_second: float
     burst: int
@@ -49,14 +50,8 @@ def build_http_chart_api(
     rand: Callable[[], float] = random.random,
 ) -> RealChartApi | RecordChartApi:
     """Mode `real`, or `record` into `record_into` when it is given."""
-    limiter = AccountLimiter(
-        accounts,
-        usage_store,
-        default_limit=options.daily_limit,
-        default_rate=options.rate_per_second,
-        default_burst=options.burst,
-        clock=clock,
-    )
+    defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
+    limiter = AccountLimiter(accounts, usage_store, defaults=defaults, clock=clock)
     client = ChartImgClient(
         options.base_url, max_connections=options.max_connections, transport=transport, clock=clock
     )

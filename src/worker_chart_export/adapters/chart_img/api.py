@@ -177,16 +177,27 @@ class RealChartApi:
             error = not_a_png(answer.content_type, len(answer.content))
             self._log_request(log, started, 200, error)
             return _Outcome(None, ChartFailure(error))  # not recorded as a fixture
-        error = failure_from_response(answer.status, answer.body)
-        if disposition is Disposition.ROTATE:
-            self.limiter.mark_exhausted(lease.account_id)
+        error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
         self._log_request(log, started, answer.status, error)
+        self._note_refusal(disposition, lease.account_id, answer, log)
         next_step = None if disposition is Disposition.FINAL else disposition
         return _Outcome(next_step, ChartFailure(error), answer)
 
+    def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
+        """What an answer says about the account, told to the limiter."""
+        if disposition is Disposition.EXHAUSTED:
+            self.limiter.mark_exhausted(account_id)
+        elif disposition is Disposition.RATE_LIMITED:
+            seconds = self.limiter.cool_down(account_id, answer.retry_after)
+            log.warning("chart-img key rate-limited: cooling down", cooldownSeconds=seconds)
+        elif disposition is Disposition.BAD_KEY:
+            self.limiter.disable(account_id)
+
     def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> _Outcome:
-        """No attempt possible: all accounts exhausted, or no time left in the budget."""
+        """No attempt possible: all accounts exhausted or refused, or no time left."""
         last = request.last
+        if refusal is not None and refusal.reason is Refusal.NO_USABLE_KEY:
+            return _Outcome(None, ChartFailure(self._no_usable_key(last)), last.answer if last else None)
         if refusal is not None and refusal.reason is Refusal.EXHAUSTED:
             if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
                 error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
@@ -208,6 +219,16 @@ class RealChartApi:
             {"errorKind": "budget", "remainingSeconds": round(request.budget.remaining(), 3)},
         )
         return _Outcome(None, ChartFailure(error))
+
+    def _no_usable_key(self, last: _Outcome | None) -> StepError:
+        disabled = sorted(set(self.limiter.account_ids) - set(self.limiter.usable_accounts()))
+        if last is not None and isinstance(last.result, ChartFailure):
+            return _with_details(last.result, disabledAccounts=disabled)
+        return StepError(
+            ErrorCode.CHART_API_FAILED,
+            "CHART-IMG refused the key of every configured account; no request was sent",
+            {"errorKind": "bad_key", "disabledAccounts": disabled},
+        )
 
     # --- logs ---
 
@@ -238,7 +259,8 @@ class RealChartApi:
         if error.code is not ErrorCode.CHART_API_LIMIT_EXCEEDED:
             return
         exhausted = self.limiter.exhausted_accounts()
-        if set(exhausted) != set(self.limiter.account_ids):
+        usable = set(self.limiter.usable_accounts())
+        if not usable or not usable <= set(exhausted):
             return
         step = (call.run_id, call.step_id)
         with self._logged_lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ class HttpAnswer:
     status: int
     content: bytes
     content_type: str
+    retry_after: float | None = None  # seconds, from a Retry-After header
 
     def without(self, api_key: SecretStr) -> HttpAnswer:
         """Defensive: an error page that echoed the key must not carry it any further."""
@@ -40,6 +42,22 @@ class HttpAnswer:
             return json.loads(text)
         except ValueError:
             return text
+
+
+def parse_retry_after(value: str | None, clock: Clock) -> float | None:
+    """Retry-After as seconds (RFC 9110: delay-seconds or an HTTP-date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    return max(0.0, (moment - clock.now()).total_seconds())
 
 
 class ChartImgClient:
@@ -82,7 +100,8 @@ class ChartImgClient:
                 if self._clock.monotonic() > deadline:
                     raise httpx.ReadTimeout("response not complete within the time left", request=request)
             content_type = response.headers.get("content-type", "")
-            return HttpAnswer(response.status_code, b"".join(chunks), content_type)
+            retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock)
+            return HttpAnswer(response.status_code, b"".join(chunks), content_type, retry_after)
         finally:
             response.close()
 

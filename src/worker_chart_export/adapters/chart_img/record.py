@@ -5,7 +5,7 @@ from __future__ import annotations
 from worker_chart_export.adapters.chart_img.api import RealChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_api_errors import error_message
+from worker_chart_export.core.chart_api_errors import NOT_ABOUT_THE_REQUEST, classify, error_message
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 from worker_chart_export.logs import get_logger
 
@@ -40,11 +40,16 @@ class RecordChartApi:
         answer = rendered.answer
         if answer is None:  # no HTTP answer (transport error) or 200-not-PNG: nothing to keep
             return rendered.result
+        body = None if answer.status == 200 else answer.body
+        if classify(answer.status, body) in NOT_ABOUT_THE_REQUEST:
+            # a 429, a 5xx or a refused key describes the moment or the key, not the chart:
+            # frozen as a fixture it would fail every later replay
+            log.info("chart api answer not recorded: transient", httpStatus=answer.status)
+            return rendered.result
         try:
             if answer.status == 200:
                 path = self.library.save_png(call.fixture_key, answer.content)
             else:
-                body = answer.body
                 path = self.library.save_error(
                     call.fixture_key, answer.status, body, error_message(body) or "ERROR"
                 )

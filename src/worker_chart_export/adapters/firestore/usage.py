@@ -1,13 +1,14 @@
 """UsageStore over `chart_img_accounts_usage/{accountId}` (contract §14.4).
 
-The window rules are core.usage's; this class only runs them inside transactions.
+The window and pacing rules are core.usage's; this class runs them inside transactions:
+one transaction per HTTP attempt both reserves quota and says when the call may be sent.
 Concurrent reservations on one account contend: the whole transaction is retried a few
 times with short jittered waits, then the caller gets a TransientStoreError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
@@ -24,8 +25,8 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.adapters.firestore.errors import is_contention, translated
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
-from worker_chart_export.core.types import AccountUsage, Reservation
-from worker_chart_export.core.usage import current_usage, exhausted_fields, reserve_one
+from worker_chart_export.core.types import Reservation
+from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
 
 T = TypeVar("T")
 
@@ -58,23 +59,23 @@ class FirestoreUsageStore:
             reraise=True,
         )
 
-    def read_usage(
-        self, account_ids: Sequence[str], *, default_limits: Mapping[str, int], now: datetime
-    ) -> list[AccountUsage]:
-        unique = list(dict.fromkeys(account_ids))  # BatchGet rejects duplicates
-        refs = [self._collection.document(a) for a in unique]
-        with translated("read of chart_img_accounts_usage", contention=False):
-            snapshots = self._rpc.get_all(self._client, refs)
-        docs = {s.id: s.to_dict() for s in snapshots if s.exists}
-        return [current_usage(a, docs.get(a), default_limit=default_limits[a], now=now) for a in account_ids]
-
-    def reserve(self, account_id: str, *, default_limit: int, now: datetime) -> Reservation:
+    def reserve(
+        self,
+        account_id: str,
+        *,
+        default_limit: int,
+        now: datetime,
+        pacing: Pacing | None = None,
+        max_wait: float = float("inf"),
+    ) -> Reservation:
         ref = self._collection.document(account_id)
 
         def reserve(transaction: firestore.Transaction) -> Reservation:
             snapshot = self._rpc.get(ref, transaction)
             doc = snapshot.to_dict() if snapshot.exists else None
-            update, reservation = reserve_one(account_id, doc, default_limit=default_limit, now=now)
+            update, reservation = reserve_one(
+                account_id, doc, default_limit=default_limit, now=now, pacing=pacing, max_wait=max_wait
+            )
             if update is not None:
                 transaction.set(ref, update, merge=True)
             return reservation
@@ -87,9 +88,7 @@ class FirestoreUsageStore:
         def exhaust(transaction: firestore.Transaction) -> None:
             snapshot = self._rpc.get(ref, transaction)
             doc = snapshot.to_dict() if snapshot.exists else None
-            transaction.set(
-                ref, exhausted_fields(account_id, doc, default_limit=default_limit, now=now), merge=True
-            )
+            transaction.set(ref, exhausted_fields(doc, default_limit=default_limit, now=now), merge=True)
 
         self._with_retries(exhaust, f"marking account {account_id} exhausted")
 
