@@ -27,6 +27,11 @@ STEP_STATUSES = frozenset(s.value for s in StepStatus)
 CANCEL_FLAG = "cancelRequested"
 
 
+def is_one_of(value: object, allowed: frozenset[str]) -> bool:
+    """Membership that never raises: a document may hold a list or a map where a status belongs."""
+    return isinstance(value, str) and value in allowed
+
+
 @dataclass(frozen=True)
 class GraphProblems:
     """Everything wrong with a flow_run, each list sorted so reports are deterministic."""
@@ -80,19 +85,19 @@ def dependency_map(steps: Mapping[Any, Any]) -> dict[str, list[str]]:
 
 def _malformed_fields(flow_run: Mapping[str, Any]) -> list[str]:
     bad: list[str] = []
-    if flow_run.get("status") not in RUN_STATUSES:
+    if not is_one_of(flow_run.get("status"), RUN_STATUSES):
         bad.append("status")
     if CANCEL_FLAG in flow_run and not isinstance(flow_run[CANCEL_FLAG], bool):
         bad.append(CANCEL_FLAG)
     steps = flow_run.get("steps")
     if not isinstance(steps, Mapping):
-        return [*bad, "steps"]
+        return sorted([*bad, "steps"])
     for step_id, step in steps.items():
         path = f"steps.{step_id}" if isinstance(step_id, str) else f"steps[{step_id!r}]"
         if not isinstance(step_id, str) or not isinstance(step, Mapping):
             bad.append(path)
             continue
-        if step.get("status") not in STEP_STATUSES:
+        if not is_one_of(step.get("status"), STEP_STATUSES):
             bad.append(f"{path}.status")
         if _depends_on(step) is None:
             bad.append(f"{path}.dependsOn")

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker_chart_export.core.errors import ErrorCode, StepError
-from worker_chart_export.core.flow_graph import CANCEL_FLAG, RunStatus, find_problems
+from worker_chart_export.core.flow_graph import CANCEL_FLAG, RunStatus, find_problems, is_one_of
 from worker_chart_export.core.types import StepStatus
 
 DONE_STEP_STATUSES = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 ACTIVE_STEP_STATUSES = frozenset({StepStatus.READY, StepStatus.RUNNING})
-TERMINAL_RUN_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_RUN_STATUSES: frozenset[str] = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
 
 # The only direction a run status moves: PENDING -> RUNNING -> one terminal status, which is final.
 _RUN_RANK: dict[str, int] = {
@@ -96,7 +98,7 @@ def plan_advance(flow_run: Mapping[str, Any]) -> AdvancePlan:
     """The plan for one flow_run snapshot. Precedence: terminal run (final) > cancel flag >
     invalid document > a FAILED step > advancing. Never raises on a malformed document."""
     current = flow_run.get("status")
-    if current in TERMINAL_RUN_STATUSES:
+    if is_one_of(current, TERMINAL_RUN_STATUSES):
         return AdvancePlan(f"run is {current}, which is final")
     if flow_run.get(CANCEL_FLAG) is True:
         return AdvancePlan(f"{CANCEL_FLAG} is set", run_status=RunStatus.CANCELLED)
@@ -127,7 +129,7 @@ def apply_plan(flow_run: Mapping[str, Any], plan: AdvancePlan) -> dict[str, Any]
     only PENDING -> READY, the run status only forward, the run error only with FAILED.
     """
     out = dict(flow_run)
-    if out.get("status") in TERMINAL_RUN_STATUSES:
+    if is_one_of(out.get("status"), TERMINAL_RUN_STATUSES):
         return out
     steps = flow_run.get("steps")
     if plan.ready_step_ids and isinstance(steps, Mapping):
