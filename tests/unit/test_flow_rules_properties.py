@@ -21,6 +21,13 @@ STEP_STATUSES = ["PENDING", "READY", "RUNNING", "SUCCEEDED", "FAILED", "SKIPPED"
 RUN_STATUSES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 RUN_ORDER = {"PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 2, "CANCELLED": 2}
+# Drawn with weights (repeats) so the interesting cases are common: a run still open, steps
+# mostly progressing, FAILED / CANCELLED / the cancel flag now and then.
+STEP_DRAW = (
+    ["PENDING"] * 6 + ["SUCCEEDED"] * 4 + ["SKIPPED", "READY", "RUNNING"] * 2 + ["FAILED", "CANCELLED"]
+)
+RUN_DRAW = ["PENDING", "RUNNING"] * 4 + ["SUCCEEDED", "FAILED", "CANCELLED"]
+FLAG_DRAW = [None] * 4 + [False, True]
 IDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 UNKNOWN_IDS = ["x", "y", "z"]
 
@@ -128,7 +135,7 @@ def flow_runs(draw: st.DrawFn, *, acyclic: bool, unknown: bool = False) -> dict[
         targets = ids[:i] if acyclic else ids
         pool = list(targets) + (UNKNOWN_IDS if unknown else [])
         deps = draw(st.lists(st.sampled_from(pool), max_size=3)) if pool else []
-        step: dict[str, Any] = {"stepType": "X", "status": draw(st.sampled_from(STEP_STATUSES))}
+        step: dict[str, Any] = {"stepType": "X", "status": draw(st.sampled_from(STEP_DRAW))}
         if deps or draw(st.booleans()):
             step["dependsOn"] = deps
         if draw(st.booleans()):
@@ -137,10 +144,10 @@ def flow_runs(draw: st.DrawFn, *, acyclic: bool, unknown: bool = False) -> dict[
     order = draw(st.permutations(list(steps)))  # insertion order must not matter
     doc: dict[str, Any] = {
         "runId": "r",
-        "status": draw(st.sampled_from(RUN_STATUSES)),
+        "status": draw(st.sampled_from(RUN_DRAW)),
         "steps": {s: steps[s] for s in order},
     }
-    flag = draw(st.sampled_from([None, False, True]))
+    flag = draw(st.sampled_from(FLAG_DRAW))
     if flag is not None:
         doc["cancelRequested"] = flag
     return doc
