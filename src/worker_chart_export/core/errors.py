@@ -20,6 +20,9 @@ class ErrorCode(StrEnum):
     FIRESTORE_CLAIM_FAILED = "FIRESTORE_CLAIM_FAILED"
     FIRESTORE_FINALIZE_FAILED = "FIRESTORE_FINALIZE_FAILED"
     FIRESTORE_UNAVAILABLE = "FIRESTORE_UNAVAILABLE"
+    # the reaper: a RUNNING step's lease ran out and `attempt` reached the maximum, so it is
+    # FAILED instead of READY again (its instance died between claim and finalize)
+    STEP_LEASE_EXPIRED = "STEP_LEASE_EXPIRED"
     # a defect in the worker itself; recorded so the step never stays RUNNING
     WORKER_INTERNAL_ERROR = "WORKER_INTERNAL_ERROR"
     # error model: outcomes that are not failures and never set steps[].error
