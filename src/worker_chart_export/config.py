@@ -1,72 +1,8 @@
-"""The typed configuration. Built by `settings.load_settings`, the only reader of the environment."""
+"""Transitional alias: `Settings` and `ChartsApiMode` now live in `worker_chart_export.settings`.
 
-from __future__ import annotations
+Kept only while adapters/ still import from here; delete it once they take plain values.
+"""
 
-import re
-from enum import StrEnum
-from pathlib import Path
+from worker_chart_export.settings import ChartsApiMode, Settings
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-
-# The repo root when running from a checkout (src layout); used for bundled defaults.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BUCKET = "worker-chart-export-local"
-# GCS bucket naming rules (dotted names may be longer, up to 222 characters)
-BUCKET_NAME = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$")
-
-
-class ChartsApiMode(StrEnum):
-    REAL = "real"
-    MOCK = "mock"
-    RECORD = "record"
-
-
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    env: str = "local"  # APP_ENV: shows up as `env` on every log line
-    charts_api_mode: ChartsApiMode = ChartsApiMode.REAL
-    charts_bucket: str = DEFAULT_BUCKET  # bucket name, without gs://
-    charts_bucket_configured: bool = False  # False when charts_bucket is only the default
-    charts_default_timezone: str = "Etc/UTC"
-    charts_fixtures_dir: Path = REPO_ROOT / "fixtures" / "chart-api"
-    chart_templates_dir: Path = REPO_ROOT / "chart-templates"
-    chart_img_base_url: str = "https://api.chart-img.com"
-    chart_img_accounts_json: SecretStr | None = None
-    # Secret Manager version, e.g. projects/p/secrets/chart-img-accounts/versions/latest
-    chart_img_accounts_secret: str | None = None
-    chart_img_daily_limit: int = Field(default=44, ge=1)
-    chart_img_rate_per_second: float = Field(default=1.0, gt=0)
-    chart_img_burst: int = Field(default=3, ge=1)
-    chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
-    chart_img_max_attempts: int = Field(default=3, ge=1, le=10)
-    chart_concurrency: int = Field(default=8, ge=1, le=64)
-    # Cloud Run request timeout; the step's budget is this minus the finalize reserve.
-    request_timeout_seconds: float = Field(default=300.0, gt=0)
-    finalize_budget_seconds: float = Field(default=30.0, gt=0)
-    google_cloud_project: str | None = None
-    firestore_emulator_host: str | None = None
-    local_output_dir: Path = Path("out")
-    port: int = 8080
-
-    @field_validator("charts_bucket")
-    @classmethod
-    def _strip_scheme(cls, value: str) -> str:
-        bucket = value.removeprefix("gs://").strip("/")
-        if not BUCKET_NAME.fullmatch(bucket):
-            raise ValueError(
-                f"expected a GCS bucket name or gs://<bucket> (3-63 characters, up to 222 with dots: "
-                f"lowercase letters, digits, '-', '_', '.'; first and last a letter or digit), got {value!r}"
-            )
-        return bucket
-
-    @field_validator("chart_img_base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
-        return value.rstrip("/")
-
-    @property
-    def step_budget_seconds(self) -> float:
-        return max(1.0, self.request_timeout_seconds - self.finalize_budget_seconds)
+__all__ = ["ChartsApiMode", "Settings"]
