@@ -11,7 +11,6 @@ the manifest -> decide the status -> finalize (retried within its own budget).
 from __future__ import annotations
 
 import contextvars
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -20,8 +19,6 @@ from typing import Any, NamedTuple
 
 import structlog
 from structlog.typing import FilteringBoundLogger
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
-from tenacity.stop import stop_base
 
 from worker_chart_export.core import step_errors
 from worker_chart_export.core.budget import Budget
@@ -29,7 +26,6 @@ from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import (
     ArtifactWriteError,
     ErrorCode,
-    FinalizeFailed,
     RedeliverEvent,
     StepError,
     TransientStoreError,
@@ -44,82 +40,22 @@ from worker_chart_export.core.types import (
     ChartFailure,
     ClaimOutcome,
     ClaimStatus,
-    FinalizeOutcome,
     StepFinal,
     StepStatus,
 )
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
+from worker_chart_export.finalize import finalize
 from worker_chart_export.logs import get_logger
 from worker_chart_export.ports import Ports
+from worker_chart_export.step_context import (
+    StepContext,
+    StepReport,
+    StepResult,
+    new_claim_token,
+    step_report,
+)
 
-
-def new_claim_token() -> str:
-    return uuid.uuid4().hex
-
-
-@dataclass(frozen=True)
-class StepReport:
-    run_id: str
-    step_id: str
-    outcome: str  # SUCCEEDED | FAILED | NOOP
-    charts_api_mode: str
-    error_code: str | None = None
-    message: str = ""
-    manifest_uri: str | None = None
-    items_count: int = 0
-    failures_count: int = 0
-    min_images: int | None = None
-    finalized: bool = False  # False when another execution finalized first (or NOOP)
-
-    def to_summary(self) -> dict[str, Any]:
-        return {
-            "status": self.outcome,
-            "runId": self.run_id,
-            "stepId": self.step_id,
-            "outputsManifestGcsUri": self.manifest_uri,
-            "itemsCount": self.items_count,
-            "failuresCount": self.failures_count,
-            "minImages": self.min_images,
-            "chartsApiMode": self.charts_api_mode,
-            "errorCode": self.error_code,
-            "message": self.message,
-        }
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """Everything one claimed step runs with, passed as one value."""
-
-    run_id: str
-    step_id: str
-    token: str
-    ports: Ports
-    clock: Clock
-    limits: StepLimits
-    budget: Budget  # the step's: claim to the last artifact write
-    log: FilteringBoundLogger
-
-    @property
-    def mode(self) -> str:
-        return self.ports.chart_api.mode
-
-    def failed(self, error: StepError) -> StepResult:
-        return StepResult(StepFinal(StepStatus.FAILED, self.clock.now(), error=error))
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What a claimed step came to, before it is recorded."""
-
-    final: StepFinal
-    items_count: int = 0
-    failures_count: int = 0
-    min_images: int | None = None
-
-    @property
-    def manifest_uri(self) -> str | None:
-        uri = self.final.outputs.get("outputsManifestGcsUri") if self.final.outputs else None
-        return uri if isinstance(uri, str) else None
+__all__ = ["StepReport", "execute_step"]
 
 
 class _Counts(NamedTuple):
@@ -165,9 +101,9 @@ def execute_step(
             flowKey=claim.flow_run.get("flowKey"),
         )
         result = _run_claimed_or_record_crash(ctx, claim.flow_run)
-        written = _finalize(ctx, result.final)
+        written = finalize(ctx, result.final)
         _log_completed(ctx, result, written)
-        return _report(ctx, result, finalized=written)
+        return step_report(ctx, result, finalized=written)
 
 
 def _claim(ctx: StepContext) -> ClaimOutcome:
@@ -207,7 +143,7 @@ def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any]) -> 
         # still running, record it on the step, then let the caller see it.
         ctx.budget.cancel()
         ctx.log.exception("step crashed", error={"code": ErrorCode.WORKER_INTERNAL_ERROR.value})
-        _finalize(ctx, ctx.failed(step_errors.worker_crashed(exc)).final)
+        finalize(ctx, ctx.failed(step_errors.worker_crashed(exc)).final)
         raise
 
 
@@ -346,78 +282,6 @@ def _render_one(
     return ManifestItem(call.chart_template_id, description, generated_at, uri, call.chart_img_symbol)
 
 
-# --- finalize ------------------------------------------------------------------------------
-
-
-class stop_when_expired(stop_base):  # lower case, as tenacity names its stops
-    """Stop retrying once `budget` has no time left: read on the budget's own clock, so a
-    FakeClock-driven test runs the same retries without sleeping."""
-
-    def __init__(self, budget: Budget) -> None:
-        self.budget = budget
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.budget.expired()
-
-
-def _finalize(ctx: StepContext, final: StepFinal) -> bool:
-    """Retries transient store errors within the finalize budget; raises FinalizeFailed after it."""
-    budget = Budget.starting_now(ctx.limits.finalize_budget_seconds, ctx.clock)
-
-    def note_retry(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        ctx.log.warning("finalize retrying", attempt=state.attempt_number, reason=str(exc))
-
-    retrying = Retrying(
-        retry=retry_if_exception_type(TransientStoreError),
-        stop=stop_when_expired(budget),
-        wait=wait_exponential_jitter(multiplier=0.2, max=5.0),
-        sleep=ctx.clock.sleep,
-        before_sleep=note_retry,
-        reraise=True,
-    )
-    try:
-        outcome = retrying(
-            ctx.ports.flow_runs.finalize_step, ctx.run_id, ctx.step_id, token=ctx.token, final=final
-        )
-    except TransientStoreError as exc:
-        ctx.log.error(
-            "finalize failed",
-            error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": str(exc)},
-            intendedStatus=final.status.value,
-        )
-        budget_s = ctx.limits.finalize_budget_seconds
-        raise FinalizeFailed(
-            f"step {ctx.step_id} could not be finalized within {budget_s:.0f}s: {exc}"
-        ) from exc
-    except Exception as exc:
-        # The store refused this result itself (a document grown too large, a field of the
-        # wrong shape...): record the bare failure instead, so the step does not stay RUNNING.
-        outcome = _finalize_bare_failure(ctx, final, exc)
-    if not outcome.written:
-        ctx.log.info(
-            "finalize skipped: no-op", code=ErrorCode.STEP_FINALIZE_CONFLICT.value, reason=outcome.reason
-        )
-    return outcome.written
-
-
-def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exception) -> FinalizeOutcome:
-    reason = step_errors.finalize_refusal_reason(cause)
-    ctx.log.error(
-        "finalize refused: recording a bare failure instead",
-        error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason},
-        intendedStatus=refused.status.value,
-    )
-    bare = ctx.failed(step_errors.result_not_recordable(refused, reason)).final
-    try:
-        return ctx.ports.flow_runs.finalize_step(ctx.run_id, ctx.step_id, token=ctx.token, final=bare)
-    except Exception as exc:
-        ctx.log.error(
-            "finalize failed", error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason}
-        )
-        raise FinalizeFailed(f"step {ctx.step_id} could not be finalized: {reason}") from exc
-
-
 # --- the report ----------------------------------------------------------------------------
 
 
@@ -432,21 +296,4 @@ def _log_completed(ctx: StepContext, result: StepResult, written: bool) -> None:
         minImages=result.min_images,
         outputsManifestGcsUri=result.manifest_uri,
         finalized=written,
-    )
-
-
-def _report(ctx: StepContext, result: StepResult, *, finalized: bool) -> StepReport:
-    error = result.final.error
-    return StepReport(
-        ctx.run_id,
-        ctx.step_id,
-        result.final.status.value,
-        ctx.mode,
-        error_code=error.code.value if error else None,
-        message=error.message if error else "",
-        manifest_uri=result.manifest_uri,
-        items_count=result.items_count,
-        failures_count=result.failures_count,
-        min_images=result.min_images,
-        finalized=finalized,
     )

@@ -36,13 +36,7 @@ def on_flow_run_updated(cloud_event: CloudEvent) -> None:
     log = _configured_logger().bind(**identity)
     # Contract §10's "received event": its attributes go on the first line of every event.
     # Most events are no-ops, so for them it is also the only line (half the logging cost).
-    received = {
-        "eventType": cloud_event.get("type"),
-        "eventSource": cloud_event.get("source"),
-        "eventSubject": cloud_event.get("subject"),
-        "eventTime": cloud_event.get("time"),
-        "payloadSize": _payload_size(cloud_event.data),
-    }
+    received = _received_attributes(cloud_event)
     try:
         decoded = events.decode_event(cloud_event)
     except events.PoisonEvent as poison:
@@ -143,6 +137,16 @@ def _configured_logger() -> Any:
                     logs.configure_logging(service=service, env=env)
                 _logging_checked = True
     return logs.get_logger()
+
+
+def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
+    return {
+        "eventType": cloud_event.get("type"),
+        "eventSource": cloud_event.get("source"),
+        "eventSubject": cloud_event.get("subject"),
+        "eventTime": cloud_event.get("time"),
+        "payloadSize": _payload_size(cloud_event.data),
+    }
 
 
 def _payload_size(data: object) -> int | None:
