@@ -14,18 +14,18 @@ WORKDIR /app
 COPY requirements.prod.lock ./
 RUN pip install -r requirements.prod.lock
 
-# The code finds contracts/, chart-templates/ and fixtures/ from the repo root
-# (config.REPO_ROOT = parents[2] of config.py), so the repo layout is kept under /app and
-# the package is installed editable: REPO_ROOT then resolves to /app.
-COPY pyproject.toml README.md ./
-COPY src/ src/
-COPY contracts/ contracts/
-COPY chart-templates/ chart-templates/
-COPY fixtures/ fixtures/
-# Bytecode is compiled at build time: the non-root user cannot write it at run time, and
-# cold starts should not pay for it.
-RUN pip install --no-deps -e . \
-    && python -m compileall -q src \
+# The package is installed as a wheel (not editable): contracts/, chart-templates/ and
+# fixtures/ travel inside it as package data, so nothing at run time reads /app or the repo
+# layout. The sources are built in a scratch folder that is removed afterwards.
+COPY pyproject.toml README.md /tmp/build/
+COPY src/ /tmp/build/src/
+COPY contracts/ /tmp/build/contracts/
+COPY chart-templates/ /tmp/build/chart-templates/
+COPY fixtures/ /tmp/build/fixtures/
+# Bytecode is compiled at install time (pip's default for wheels): the non-root user cannot
+# write it at run time, and cold starts should not pay for it.
+RUN pip install --no-deps --compile /tmp/build \
+    && rm -rf /tmp/build \
     && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin app
 
 USER 10001

@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from harness.chart_img_server import new_key
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
-from worker_chart_export.config import REPO_ROOT as REPO
-from worker_chart_export.config import ChartsApiMode, Settings
+from worker_chart_export.bootstrap import build_chart_api, step_limits
 from worker_chart_export.execute import execute_step
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.ports import Ports
-from worker_chart_export.wiring import build_chart_api
+from worker_chart_export.settings import ChartsApiMode, Settings
 
+REPO = Path(__file__).resolve().parents[1]
 LATENCY = 0.3
 TEMPLATES = 8
 TARGET = 1.15
@@ -157,7 +157,7 @@ def run_once(scenario: Scenario) -> tuple[float, int, int]:
                 chart_api=api,
             )
             started = time.monotonic()
-            report = execute_step("bench", "charts", ports=ports, settings=settings)
+            report = execute_step("bench", "charts", ports=ports, limits=step_limits(settings))
             wall = time.monotonic() - started
             api.close()
         return wall, report.items_count, server.finish().count(429)

@@ -11,4 +11,5 @@ JAR=${FIRESTORE_EMULATOR_JAR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore
 command -v java >/dev/null || { echo "java not found: the Firestore emulator needs a JRE (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
 [ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
 .venv/bin/ruff check src tests scripts benchmarks
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -8,13 +8,23 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.core.errors import ConfigError, RedeliverEvent
 from worker_chart_export.core.selection import StepSelectionError, choose_step
+from worker_chart_export.environment import (
+    CHART_IMG_ACCOUNTS_JSON,
+    CHARTS_API_MODE,
+    CHARTS_BUCKET,
+    CHARTS_LOCAL_OUTPUT_DIR,
+)
 from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.settings import load_settings
+
+if TYPE_CHECKING:
+    from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.execute import StepReport
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
@@ -60,7 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     sync = template_commands.add_parser(
         "sync", help="validate chart-templates/*.json and upsert them into Firestore chart_templates/{id}"
     )
-    sync.add_argument("--dir", type=Path, help="templates folder (default: the repo's chart-templates/)")
+    sync.add_argument(
+        "--dir",
+        type=Path,
+        help="templates folder (default: CHART_TEMPLATES_DIR, else the bundled chart-templates/)",
+    )
     sync.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
     return parser
 
@@ -73,13 +87,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return serve(args)
         return templates_sync(args)
-    except (UsageError, ConfigError) as exc:
+    except UsageError as exc:
         print(f"worker-chart-export: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        # name what the user actually set: the flag when one supplied the setting, else the variable
+        label = _flags_given(args).get(exc.setting)
+        print(f"worker-chart-export: error: {exc.render(label)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         # execute_step has already recorded the step FAILED if it had claimed one
         print("worker-chart-export: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _flags_given(args: argparse.Namespace) -> dict[str, str]:
+    """The run-local flags given, by the environment variable they stand in for, as an
+    error message should name them."""
+    if args.command != "run-local":
+        return {}  # serve and templates take their settings from the environment only
+    labels: dict[str, str] = {}
+    if args.accounts_config_path is not None:
+        # the file's content stands in for the variable: name the file
+        labels[CHART_IMG_ACCOUNTS_JSON] = f"--accounts-config-path {args.accounts_config_path}"
+    for var, flag, value in (
+        (CHARTS_API_MODE, "--charts-api-mode", args.charts_api_mode),
+        (CHARTS_BUCKET, "--charts-bucket", args.charts_bucket),
+        (CHARTS_LOCAL_OUTPUT_DIR, "--output-dir", args.output_dir),
+    ):
+        if value is not None:
+            labels[var] = f"{flag} (over {var})"
+    return labels
 
 
 def _read_accounts_file(path: Path | None) -> str | None:
@@ -108,9 +146,8 @@ def _read_flow_run(path: Path) -> dict[str, Any]:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from worker_chart_export.adapters.local import LocalFlowRunStore
+    from worker_chart_export.bootstrap import LocalLayout, build_local_ports, step_limits
     from worker_chart_export.execute import StepReport, execute_step
-    from worker_chart_export.wiring import LocalLayout, build_local_ports
 
     settings = load_settings(
         {
@@ -137,19 +174,9 @@ def run_local(args: argparse.Namespace) -> int:
         layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
+    local = build_local_ports(settings, args.flow_run_path, layout)
     try:
-        ports = build_local_ports(settings, args.flow_run_path, layout)
-    except ConfigError as exc:
-        if args.accounts_config_path is None:
-            raise
-        # the flag's content stands in for CHART_IMG_ACCOUNTS_JSON: name the file instead
-        message = str(exc).replace(
-            "CHART_IMG_ACCOUNTS_JSON", f"--accounts-config-path {args.accounts_config_path}"
-        )
-        raise UsageError(message) from None
-    assert isinstance(ports.flow_runs, LocalFlowRunStore)
-    try:
-        flow_run = ports.flow_runs.read()  # the state beside the sample once a run has written it
+        flow_run = local.flow_runs.read()  # the state beside the sample once a run has written it
     except (OSError, ValueError) as exc:
         raise UsageError(
             f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
@@ -172,7 +199,7 @@ def run_local(args: argparse.Namespace) -> int:
         )
     else:
         try:
-            report = execute_step(run_id, step_id, ports=ports, settings=settings)
+            report = execute_step(run_id, step_id, ports=local.ports, limits=step_limits(settings))
         except RedeliverEvent as exc:
             print(f"worker-chart-export: {exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -180,7 +207,7 @@ def run_local(args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED if report.outcome == "SUCCEEDED" else EXIT_FAILED
 
 
-def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool) -> None:
+def _print_summary(kind: str, report: StepReport, layout: LocalLayout, bucket_configured: bool) -> None:
     local_copy = None if bucket_configured or not report.manifest_uri else str(layout.bucket_root)
     if kind == "json":
         summary = {
@@ -208,12 +235,13 @@ def _print_summary(kind: str, report: Any, layout: Any, bucket_configured: bool)
 
 
 def serve(args: argparse.Namespace) -> int:
+    from worker_chart_export.bootstrap import check_configuration
     from worker_chart_export.serve import run_server
-    from worker_chart_export.wiring import check_configuration
 
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env)
-    summary = check_configuration(settings)  # a ConfigError stops here: exit 2, nothing served
+    # a ConfigError stops here (exit 2, nothing served), naming the environment variable
+    summary = check_configuration(settings)
     port = args.port if args.port is not None else settings.port
     get_logger().info("serving the CloudEvent function", port=port, **summary)
     run_server(port, host=args.host)

@@ -1,4 +1,4 @@
-"""Access to the JSON Schemas in contracts/, compiled once per process."""
+"""Access to the JSON Schemas in contracts/ (shipped with the package), compiled once per process."""
 
 from __future__ import annotations
 
@@ -7,19 +7,20 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
+# jsonschema ships no annotations and types-jsonschema is not in the locks
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from worker_chart_export.config import REPO_ROOT
+from worker_chart_export.bundled import contracts_dir
 
-CONTRACTS_DIR = REPO_ROOT / "contracts"
+CONTRACTS_DIR = contracts_dir()
 FLOW_RUN = "flow_run.schema.json"
 MANIFEST = "charts_outputs_manifest.schema.json"
 CHART_TEMPLATE = "chart_template.schema.json"
 
 
 @cache
-def validator(schema_name: str, contracts_dir: Path = CONTRACTS_DIR) -> Draft202012Validator:
-    schema = json.loads((contracts_dir / schema_name).read_text(encoding="utf-8"))
+def validator(schema_name: str, folder: Path = CONTRACTS_DIR) -> Draft202012Validator:
+    schema = json.loads((folder / schema_name).read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any, TextIO
 
 import structlog
+from structlog.typing import EventDict
 
 _SEVERITY = {
     "debug": "DEBUG",
@@ -19,7 +20,7 @@ _SEVERITY = {
 }
 
 
-def _cloud_logging_shape(_: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _cloud_logging_shape(_: Any, method_name: str, event_dict: EventDict) -> EventDict:
     event_dict["severity"] = _SEVERITY.get(method_name, "DEFAULT")
     event_dict["message"] = event_dict.pop("event", "")
     return event_dict
@@ -30,7 +31,7 @@ def configure_logging(*, service: str, env: str, stream: TextIO | None = None) -
     global _base_logger
     identity = {"service": service, "env": env}
 
-    def add_identity(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    def add_identity(_: Any, __: str, event_dict: EventDict) -> EventDict:
         # A processor, not a context variable: request threads (gunicorn) start with an
         # empty context, and every line must still say which service and env wrote it.
         for key, value in identity.items():

@@ -2,7 +2,7 @@
 
 Most events are no-ops (every write to any flow_run, including our own claim and finalize,
 arrives here), so this module and the no-op path import no Firestore, GCS or HTTP client
-and no pydantic: `execute`, `wiring` and their dependencies are imported only when a READY
+and no pydantic: `execute`, `bootstrap` and their dependencies are imported only when a READY
 CHART_EXPORT step is found.
 """
 
@@ -15,7 +15,7 @@ import functions_framework
 
 from worker_chart_export import events
 from worker_chart_export.core.errors import ErrorCode
-from worker_chart_export.settings import log_identity
+from worker_chart_export.environment import log_identity
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
@@ -36,13 +36,7 @@ def on_flow_run_updated(cloud_event: CloudEvent) -> None:
     log = _configured_logger().bind(**identity)
     # Contract §10's "received event": its attributes go on the first line of every event.
     # Most events are no-ops, so for them it is also the only line (half the logging cost).
-    received = {
-        "eventType": cloud_event.get("type"),
-        "eventSource": cloud_event.get("source"),
-        "eventSubject": cloud_event.get("subject"),
-        "eventTime": cloud_event.get("time"),
-        "payloadSize": _payload_size(cloud_event.data),
-    }
+    received = _received_attributes(cloud_event)
     try:
         decoded = events.decode_event(cloud_event)
     except events.PoisonEvent as poison:
@@ -98,15 +92,15 @@ def _execute(run_id: str, step_id: str, log: Any, identity: dict[str, Any]) -> N
     import structlog
     from werkzeug.exceptions import InternalServerError
 
+    from worker_chart_export.bootstrap import production_runtime
     from worker_chart_export.core.errors import RedeliverEvent
     from worker_chart_export.execute import execute_step
-    from worker_chart_export.wiring import production_runtime
 
     try:
         # execute_step's own lines take service/env/eventId from the context
         with structlog.contextvars.bound_contextvars(**identity):
             runtime = production_runtime()
-            report = execute_step(run_id, step_id, ports=runtime.ports, settings=runtime.settings)
+            report = execute_step(run_id, step_id, ports=runtime.ports, limits=runtime.limits)
     except RedeliverEvent as exc:
         # Either the claim could not be made while the step is still READY, or a claimed
         # step's result could not be recorded (FinalizeFailed): the reason says which.
@@ -143,6 +137,16 @@ def _configured_logger() -> Any:
                     logs.configure_logging(service=service, env=env)
                 _logging_checked = True
     return logs.get_logger()
+
+
+def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
+    return {
+        "eventType": cloud_event.get("type"),
+        "eventSource": cloud_event.get("source"),
+        "eventSubject": cloud_event.get("subject"),
+        "eventTime": cloud_event.get("time"),
+        "payloadSize": _payload_size(cloud_event.data),
+    }
 
 
 def _payload_size(data: object) -> int | None:

@@ -26,7 +26,8 @@ def create_function_app() -> Any:
 
     source = main_source_path()
     path_before = list(sys.path)
-    app = functions_framework.create_app(
+    # functions-framework ships no annotations: its calls are untyped
+    app = functions_framework.create_app(  # type: ignore[no-untyped-call]
         target=FUNCTION_TARGET, source=str(source), signature_type=SIGNATURE_TYPE
     )
     # create_app appends the source's directory to sys.path so a function can import its
@@ -45,4 +46,5 @@ def run_server(port: int, host: str = "0.0.0.0", *, threads: int | None = None) 
     from functions_framework._http import create_server
 
     options: dict[str, Any] = {} if threads is None else {"threads": threads}
-    create_server(create_function_app(), debug=False, **options).run(host, port)
+    server = create_server(create_function_app(), debug=False, **options)  # type: ignore[no-untyped-call]
+    server.run(host, port)

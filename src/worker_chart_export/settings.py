@@ -1,51 +1,79 @@
-"""The one place that reads the environment.
-
-Kept free of heavy imports: the CloudEvent entry reads the log identity from here on its
-no-op path, and pydantic (the typed `config.Settings`) is imported only when a step runs.
+"""The typed configuration (`Settings`) and `load_settings`, its one builder from flags,
+environment and defaults. Only `bootstrap` and the edges (CLI, serve) read Settings: the
+rest of the worker takes plain values (`core.limits.StepLimits`, adapter arguments).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
-from worker_chart_export import SERVICE_NAME
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from worker_chart_export import bundled
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.environment import ENV_VARS
 
-if TYPE_CHECKING:
-    from worker_chart_export.config import Settings
-
-# env var -> Settings field
-ENV_FIELDS: dict[str, str] = {
-    "APP_ENV": "env",
-    "CHARTS_API_MODE": "charts_api_mode",
-    "CHARTS_BUCKET": "charts_bucket",
-    "CHARTS_DEFAULT_TIMEZONE": "charts_default_timezone",
-    "CHARTS_FIXTURES_DIR": "charts_fixtures_dir",
-    "CHART_TEMPLATES_DIR": "chart_templates_dir",
-    "CHART_IMG_BASE_URL": "chart_img_base_url",
-    "CHART_IMG_ACCOUNTS_JSON": "chart_img_accounts_json",
-    "CHART_IMG_ACCOUNTS_SECRET": "chart_img_accounts_secret",
-    "CHART_IMG_DAILY_LIMIT": "chart_img_daily_limit",
-    "CHART_IMG_RATE_PER_SECOND": "chart_img_rate_per_second",
-    "CHART_IMG_BURST": "chart_img_burst",
-    "CHART_IMG_REQUEST_TIMEOUT_SECONDS": "chart_img_request_timeout_seconds",
-    "CHART_IMG_MAX_ATTEMPTS": "chart_img_max_attempts",
-    "CHART_CONCURRENCY": "chart_concurrency",
-    "REQUEST_TIMEOUT_SECONDS": "request_timeout_seconds",
-    "FINALIZE_BUDGET_SECONDS": "finalize_budget_seconds",
-    "GOOGLE_CLOUD_PROJECT": "google_cloud_project",
-    "FIRESTORE_EMULATOR_HOST": "firestore_emulator_host",
-    "CHARTS_LOCAL_OUTPUT_DIR": "local_output_dir",
-    "PORT": "port",
-}
+DEFAULT_BUCKET = "worker-chart-export-local"
+# GCS bucket naming rules (dotted names may be longer, up to 222 characters)
+BUCKET_NAME = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$")
 
 
-def log_identity(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(service, env) for log lines, without building the full Settings."""
-    source = os.environ if environ is None else environ
-    return SERVICE_NAME, source.get("APP_ENV") or "local"
+class ChartsApiMode(StrEnum):
+    REAL = "real"
+    MOCK = "mock"
+    RECORD = "record"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: str = "local"  # APP_ENV: shows up as `env` on every log line
+    charts_api_mode: ChartsApiMode = ChartsApiMode.REAL
+    charts_bucket: str = DEFAULT_BUCKET  # bucket name, without gs://
+    charts_bucket_configured: bool = False  # False when charts_bucket is only the default
+    charts_default_timezone: str = "Etc/UTC"
+    charts_fixtures_dir: Path = Field(default_factory=lambda: bundled.fixtures_dir() / "chart-api")
+    chart_templates_dir: Path = Field(default_factory=bundled.chart_templates_dir)
+    chart_img_base_url: str = "https://api.chart-img.com"
+    chart_img_accounts_json: SecretStr | None = None
+    # Secret Manager version, e.g. projects/p/secrets/chart-img-accounts/versions/latest
+    chart_img_accounts_secret: str | None = None
+    chart_img_daily_limit: int = Field(default=44, ge=1)
+    chart_img_rate_per_second: float = Field(default=1.0, gt=0)
+    chart_img_burst: int = Field(default=3, ge=1)
+    chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
+    chart_img_max_attempts: int = Field(default=3, ge=1, le=10)
+    chart_concurrency: int = Field(default=8, ge=1, le=64)
+    # Cloud Run request timeout; the step's budget is this minus the finalize reserve.
+    request_timeout_seconds: float = Field(default=300.0, gt=0)
+    finalize_budget_seconds: float = Field(default=30.0, gt=0)
+    google_cloud_project: str | None = None
+    firestore_emulator_host: str | None = None
+    local_output_dir: Path = Path("out")
+    port: int = 8080
+
+    @field_validator("charts_bucket")
+    @classmethod
+    def _strip_scheme(cls, value: str) -> str:
+        bucket = value.removeprefix("gs://").strip("/")
+        if not BUCKET_NAME.fullmatch(bucket):
+            raise ValueError(
+                f"expected a GCS bucket name or gs://<bucket> (3-63 characters, up to 222 with dots: "
+                f"lowercase letters, digits, '-', '_', '.'; first and last a letter or digit), got {value!r}"
+            )
+        return bucket
+
+    @field_validator("chart_img_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
+        return value.rstrip("/")
 
 
 def load_settings(
@@ -55,25 +83,24 @@ def load_settings(
     defaults: Mapping[str, Any] | None = None,
 ) -> Settings:
     """Flags (overrides, by field name; None means "not given") over env over `defaults`
-    (a caller's own defaults, e.g. run-local's mock mode) over the Settings defaults."""
-    from pydantic import ValidationError
+    (a caller's own defaults, e.g. run-local's mock mode) over the Settings defaults.
 
-    from worker_chart_export.config import Settings
-
+    Raises ConfigError naming the environment variable of the first bad setting; an edge
+    that took the value from a flag renders the flag instead (`ConfigError.render`).
+    """
     source = os.environ if environ is None else environ
-    from_env = {field_name: source[var] for var, field_name in ENV_FIELDS.items() if source.get(var)}
+    from_env = {field_name: source[var] for field_name, var in ENV_VARS.items() if source.get(var)}
     from_flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     values: dict[str, Any] = {**(defaults or {}), **from_env, **from_flags}
     values["charts_bucket_configured"] = "charts_bucket" in from_env or "charts_bucket" in from_flags
     try:
         return Settings(**values)
     except ValidationError as exc:
-        env_names = {field_name: var for var, field_name in ENV_FIELDS.items()}
         problems = []
         for err in exc.errors():
             name = str(err["loc"][0]) if err["loc"] else "settings"
             # never echo the input: it may be the accounts JSON with keys in it
-            problems.append((env_names.get(name, name), err["msg"]))
+            problems.append((ENV_VARS.get(name, name), err["msg"]))
         setting, first = problems[0]
         rest = "".join(f"; {var}: {msg}" for var, msg in problems[1:])
         raise ConfigError(setting, first + rest) from None

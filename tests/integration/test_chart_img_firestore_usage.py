@@ -15,10 +15,10 @@ from pydantic import SecretStr
 from harness.chart_img_server import ChartImgServer, chart_call, find_secrets
 from harness.logs import LogCapture
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
-from worker_chart_export.config import Settings
+from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
-from worker_chart_export.wiring import build_chart_api
+from worker_chart_export.settings import Settings
 
 pytestmark = pytest.mark.emulators
 

@@ -18,14 +18,14 @@ from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, Firest
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.core.errors import FinalizeFailed
+from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.execute import execute_step
 from worker_chart_export.ports import Ports
-from worker_chart_export.settings import load_settings
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
-SETTINGS = load_settings({"charts_api_mode": "mock", "finalize_budget_seconds": 3}, {})
+LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=3)
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_step_succeeds_with_pngs_and_manifest_in_gcs(
         firestore_client,
         flow_run({"charts": chart_step(), "other": {"stepType": "LLM_REPORT", "status": "PENDING"}}),
     )
-    report = execute_step("run1", "charts", ports=world(), settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world(), limits=LIMITS)
     assert report.outcome == "SUCCEEDED" and report.items_count == 3
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "SUCCEEDED" and step["attempt"] == 1
@@ -84,7 +84,7 @@ def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
     proxy = faulty_gcs_proxy(fail_first=1000, status=503)
     artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
-    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "FAILED" and step["error"]["code"] == "MANIFEST_WRITE_FAILED"
@@ -98,9 +98,11 @@ def test_gcs_failing_png_writes_only_records_gcs_write_failed(
     storage_client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
     artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
-    settings = load_settings({"charts_api_mode": "mock", "chart_concurrency": 1}, {})
+    limits = StepLimits.within_request(
+        request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
+    )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
-    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), settings=settings)
+    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), limits=limits)
     assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
     manifest = json.loads(read_object(storage_client, bucket, "charts/run1/charts/manifest.json")[0])
     assert [f["error"]["code"] for f in manifest["failures"]] == ["GCS_WRITE_FAILED"] * 3
@@ -129,7 +131,7 @@ def test_firestore_unavailable_during_finalize_fails_the_invocation(
     )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
-        execute_step("run1", "charts", ports=world(flow_runs=store), settings=SETTINGS)
+        execute_step("run1", "charts", ports=world(flow_runs=store), limits=LIMITS)
     # The result could not be recorded: the step keeps its lease for recovery, and the loss is loud.
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "RUNNING" and step["leaseExpiresAt"]
@@ -143,7 +145,7 @@ def test_step_id_full_of_odd_characters_is_failed_cleanly(
     world: Any, firestore_client: Any, gcs_bucket: Any
 ) -> None:
     put_flow_run(firestore_client, flow_run({ODD_STEP_ID: chart_step(), "charts": chart_step()}))
-    report = execute_step("run1", ODD_STEP_ID, ports=world(), settings=SETTINGS)
+    report = execute_step("run1", ODD_STEP_ID, ports=world(), limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     step = step_of(firestore_client, "run1", ODD_STEP_ID)
     assert step["status"] == "FAILED" and "stepId" in step["error"]["message"]
@@ -156,7 +158,7 @@ def test_run_id_that_would_escape_the_prefix_writes_nothing(
     world: Any, firestore_client: Any, gcs_bucket: Any, run_id: str
 ) -> None:
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}, run_id=run_id))
-    report = execute_step(run_id, "charts", ports=world(), settings=SETTINGS)
+    report = execute_step(run_id, "charts", ports=world(), limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     assert step_of(firestore_client, run_id, "charts")["status"] == "FAILED"
     assert list_objects(gcs_bucket[0], gcs_bucket[1]) == []

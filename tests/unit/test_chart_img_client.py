@@ -22,12 +22,12 @@ from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
-from worker_chart_export.config import Settings
+from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.errors import ConfigError, ErrorCode, TransientStoreError
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
-from worker_chart_export.wiring import build_chart_api
+from worker_chart_export.settings import Settings
 
 Answer = httpx.Response | Exception
 JSON = "application/json"

@@ -380,3 +380,35 @@ def test_misconfigured_folders_and_urls_stop_before_the_step_is_claimed(
     )
     assert code == 2 and out == "" and message in err
     assert not list(tmp_path.rglob("*.json"))  # nothing claimed
+
+
+def test_a_setting_from_a_flag_is_named_by_the_flag_and_its_problem_kept_whole(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accounts = tmp_path / "accounts.json"
+    accounts.write_text("")  # no accounts at all: the problem text itself names the variable
+    code, out, err = run_cli(
+        capsys,
+        "run-local",
+        "--flow-run-path",
+        str(SAMPLE_FLOW_RUN),
+        "--output-dir",
+        str(tmp_path / "o"),
+        f"--accounts-config-path={accounts}",
+        "--charts-api-mode=real",
+    )
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"worker-chart-export: error: --accounts-config-path {accounts}: no CHART-IMG accounts configured: "
+        "set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path or CHART_IMG_ACCOUNTS_SECRET"
+    )
+    # the same bad bucket names the flag when a flag gave it, the variable when the environment did
+    code, _, from_flag = run_cli(
+        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--charts-bucket=Bad_Bucket"
+    )
+    assert code == 2 and from_flag.startswith(
+        "worker-chart-export: error: --charts-bucket (over CHARTS_BUCKET): "
+    )
+    monkeypatch.setenv("CHARTS_BUCKET", "Bad_Bucket")
+    code, _, from_env = run_cli(capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN))
+    assert code == 2 and from_env.startswith("worker-chart-export: error: CHARTS_BUCKET: ")

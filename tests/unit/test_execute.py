@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +20,14 @@ from worker_chart_export.core.errors import (
     RedeliverEvent,
     TransientStoreError,
 )
+from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.types import ChartCall, ChartResult
-from worker_chart_export.execute import Clocks, execute_step
+from worker_chart_export.execute import execute_step
 from worker_chart_export.ports import Ports
-from worker_chart_export.settings import load_settings
+from worker_chart_export.testing import FakeClock
 
-SETTINGS = load_settings(
-    {"charts_api_mode": "mock", "charts_bucket": "bkt", "finalize_budget_seconds": 2}, {}
-)
-
-
-class FakeClock:
-    """Monotonic + wall time that only moves when slept on."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-        self.start = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def now(self) -> datetime:
-        return self.start + timedelta(seconds=self.t - 1000.0)
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += seconds
-
-    def clocks(self) -> Clocks:
-        return Clocks(now=self.now, monotonic=self.monotonic, sleep=self.sleep, new_token=lambda: "token-1")
+# the defaults' request timeout (300 s) with a short finalize budget
+LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=2)
 
 
 @dataclass
@@ -87,7 +64,7 @@ def make_world(tmp_path: Path, doc: dict[str, Any], **port_overrides: Any) -> Wo
 
 def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture: Any) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}))
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=FakeClock().clocks())
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
     assert report.outcome == "SUCCEEDED" and report.items_count == 3 and report.failures_count == 0
     step = world.step()
     assert step["status"] == "SUCCEEDED" and step["attempt"] == 1 and "error" not in step
@@ -111,9 +88,9 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
 
 def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}))
-    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     before = world.store.read()
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
     assert world.store.read() == before
 
@@ -121,7 +98,7 @@ def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
 def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(status=status)}))
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "NOOP"
     assert not world.store.state.exists()  # nothing was ever written
     assert not (tmp_path / "gcs").exists()
@@ -131,7 +108,7 @@ def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
     # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
     doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
     world = make_world(tmp_path, doc)
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "FAILED" and report.items_count == 0 and report.failures_count == 3
     step = world.step()
     assert step["status"] == "FAILED"
@@ -145,13 +122,13 @@ def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
     step = chart_step()
     step["inputs"]["minImages"] = 0
     world = make_world(tmp_path, flow_run({"charts": step}, symbol="ETHUSDT"))
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "SUCCEEDED" and report.items_count == 0 and report.failures_count == 3
 
 
 def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "steps.charts.timeframe" in step["error"]["message"]
@@ -160,7 +137,7 @@ def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path:
 
 def test_run_id_escaping_the_prefix_fails_validation_and_writes_nothing(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}, run_id="../../etc"))
-    report = execute_step("../../etc", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("../../etc", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     assert world.step()["status"] == "FAILED"
     assert not (tmp_path / "gcs").exists() and not (tmp_path.parent / "etc").exists()
@@ -186,7 +163,7 @@ def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
     world = make_world(
         tmp_path, flow_run({"charts": chart_step()}), artifacts=FailingArtifacts(base.artifacts, png=True)
     )
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
     assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
 
@@ -198,7 +175,7 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
         flow_run({"charts": chart_step()}),
         artifacts=FailingArtifacts(base.artifacts, manifest=True),
     )
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "outputs" not in step
@@ -215,7 +192,7 @@ class CrashingChartApi:
 def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
     with pytest.raises(KeyError):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     step = world.step()
     assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
 
@@ -237,11 +214,9 @@ class SlowChartApi:
 def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
     api = SlowChartApi("momentum_rsi_macd_v1")
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
-    tight = load_settings(
-        {"charts_api_mode": "mock", "request_timeout_seconds": 1.3, "finalize_budget_seconds": 0.3}, {}
-    )
+    tight = StepLimits.within_request(request_timeout_seconds=1.3, finalize_budget_seconds=0.3)
     try:
-        report = execute_step("run1", "charts", ports=world.ports, settings=tight)
+        report = execute_step("run1", "charts", ports=world.ports, limits=tight)
     finally:
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
@@ -271,7 +246,7 @@ def test_transient_finalize_errors_are_retried_within_budget(tmp_path: Path) -> 
     flaky = FlakyFinalizeStore(base.store, failures_left=2)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
     clock = FakeClock()
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=clock.clocks())
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
     assert report.outcome == "SUCCEEDED" and report.finalized
     assert len(flaky.calls) == 3 and len(clock.sleeps) == 2
     assert base.store.read()["steps"]["charts"]["status"] == "SUCCEEDED"
@@ -283,7 +258,7 @@ def test_finalize_budget_exhausted_fails_the_invocation_loudly(tmp_path: Path, l
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
     clock = FakeClock()
     with pytest.raises(FinalizeFailed, match="could not be finalized within 2s"):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS, clocks=clock.clocks())
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
     assert sum(clock.sleeps) <= 2 + 5  # bounded by the budget plus at most one capped wait
     [event] = log_capture.events("finalize failed")
     assert event["severity"] == "ERROR" and event["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
@@ -300,13 +275,13 @@ class UnavailableStore:
 def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
     with pytest.raises(RedeliverEvent, match="could not reach the store"):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
 
 
 def test_previous_attempt_error_is_cleared_on_a_new_claim(tmp_path: Path) -> None:
     step = chart_step(attempt=2, error={"code": "CHART_API_FAILED", "message": "old"}, finishedAt="x")
     world = make_world(tmp_path, flow_run({"charts": step}))
-    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     state = world.step()
     assert state["attempt"] == 3 and "error" not in state and state["status"] == "SUCCEEDED"
 
@@ -334,7 +309,7 @@ def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Pat
     base = make_world(tmp_path, flow_run({"charts": chart_step()}))
     refusing = RefusingFinalizeStore(base.store, refusals_left=1)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
-    execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     step = base.store.read()["steps"]["charts"]
     assert step["status"] == "FAILED" and step["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
     assert (
@@ -349,13 +324,13 @@ def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_c
     refusing = RefusingFinalizeStore(base.store, refusals_left=2)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
 
 
 def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(outputs=[1])}))
-    report = execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert report.outcome == "SUCCEEDED"
     assert world.step()["outputs"] == {"outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json"}
 
@@ -370,7 +345,7 @@ class InterruptingChartApi:
 def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=InterruptingChartApi())
     with pytest.raises(KeyboardInterrupt):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     step = world.step()
     assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
     assert "KeyboardInterrupt" in step["error"]["message"]
@@ -379,7 +354,7 @@ def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) 
 def test_crash_message_names_the_cause(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
     with pytest.raises(KeyError):
-        execute_step("run1", "charts", ports=world.ports, settings=SETTINGS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
     assert world.step()["error"]["message"] == "the worker failed unexpectedly: KeyError: 'a defect'"
 
 
@@ -413,8 +388,6 @@ class BudgetRecordingChartApi:
 def test_charts_leave_time_for_the_manifest(tmp_path: Path) -> None:
     api = BudgetRecordingChartApi()
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
-    settings = load_settings(
-        {"charts_api_mode": "mock", "request_timeout_seconds": 300, "finalize_budget_seconds": 30}, {}
-    )
-    execute_step("run1", "charts", ports=world.ports, settings=settings, clocks=FakeClock().clocks())
+    limits = StepLimits.within_request(request_timeout_seconds=300, finalize_budget_seconds=30)
+    execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
     assert api.remaining == [250.0, 250.0, 250.0]  # 300 - 30 finalize reserve - 20 manifest reserve

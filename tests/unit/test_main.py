@@ -31,7 +31,7 @@ HEAVY_MODULES = (
     "pydantic",
     # what pulls them in: imported by the handler only when a step is to be executed
     "worker_chart_export.execute",
-    "worker_chart_export.wiring",
+    "worker_chart_export.bootstrap",
 )
 
 
@@ -80,8 +80,8 @@ class FakeExecution:
     outcome: str = "SUCCEEDED"
     raises: BaseException | None = None
 
-    def __call__(self, run_id: str, step_id: str, *, ports: Any, settings: Any) -> Any:
-        assert ports == "fake-ports" and settings == "fake-settings"
+    def __call__(self, run_id: str, step_id: str, *, ports: Any, limits: Any) -> Any:
+        assert ports == "fake-ports" and limits == "fake-limits"
         self.calls.append((run_id, step_id))
         if self.raises is not None:
             raise self.raises
@@ -94,12 +94,12 @@ class FakeExecution:
 
 @pytest.fixture
 def fake_execution(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeExecution]:
+    import worker_chart_export.bootstrap as bootstrap_module
     import worker_chart_export.execute as execute_module
-    import worker_chart_export.wiring as wiring_module
 
     fake = FakeExecution(calls=[])
-    runtime = SimpleNamespace(settings="fake-settings", ports="fake-ports")
-    monkeypatch.setattr(wiring_module, "production_runtime", lambda: runtime)
+    runtime = SimpleNamespace(limits="fake-limits", ports="fake-ports")
+    monkeypatch.setattr(bootstrap_module, "production_runtime", lambda: runtime)
     monkeypatch.setattr(execute_module, "execute_step", fake)
     yield fake
 

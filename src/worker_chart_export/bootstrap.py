@@ -1,5 +1,7 @@
-"""Chooses and builds adapters. Heavy client libraries are imported here, lazily, and only
-for the adapters actually used."""
+"""Where configuration meets adapters: the one module that reads `Settings` to build the
+ports and the step's limits. Heavy client libraries are imported here, lazily, and only for
+the adapters actually used. The chart-API mode is decided here, once (`calls_chart_img`).
+"""
 
 from __future__ import annotations
 
@@ -17,13 +19,19 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
-from worker_chart_export.config import ChartsApiMode, Settings
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import is_safe_segment
 from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.environment import (
+    CHART_TEMPLATES_DIR,
+    CHARTS_API_MODE,
+    CHARTS_BUCKET,
+    CHARTS_FIXTURES_DIR,
+)
 from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
-from worker_chart_export.settings import load_settings
+from worker_chart_export.settings import ChartsApiMode, Settings, load_settings
 
 if TYPE_CHECKING:
     import httpx
@@ -34,8 +42,24 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Runtime:
-    settings: Settings
+    """What a warm instance keeps between events: the step's limits and the ports."""
+
+    limits: StepLimits
     ports: Ports
+
+
+def step_limits(settings: Settings) -> StepLimits:
+    return StepLimits.within_request(
+        settings.request_timeout_seconds,
+        settings.finalize_budget_seconds,
+        chart_concurrency=settings.chart_concurrency,
+        default_timezone=settings.charts_default_timezone,
+    )
+
+
+def calls_chart_img(settings: Settings) -> bool:
+    """real and record call CHART-IMG (accounts, usage store, HTTP); mock reads fixtures only."""
+    return settings.charts_api_mode is not ChartsApiMode.MOCK
 
 
 def build_chart_api(
@@ -51,15 +75,15 @@ def build_chart_api(
     """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
     Real and record need accounts and a usage store; mock needs neither."""
     library = FixtureLibrary(settings.charts_fixtures_dir)
-    if settings.charts_api_mode is ChartsApiMode.MOCK:
+    if not calls_chart_img(settings):
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
-        _require_dir(settings.charts_fixtures_dir, "CHARTS_FIXTURES_DIR")
+        _require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
         return MockChartApi(library)
     from worker_chart_export.adapters.chart_img import build_http_chart_api
 
     accounts = _require_accounts(settings, secret_client)
     if usage_store is None:
-        raise ConfigError("CHARTS_API_MODE", f"{settings.charts_api_mode.value} mode needs a usage store")
+        raise ConfigError(CHARTS_API_MODE, f"{settings.charts_api_mode.value} mode needs a usage store")
     return build_http_chart_api(
         chart_img_options(settings),
         accounts,
@@ -107,7 +131,7 @@ def check_configuration(settings: Settings) -> dict[str, object]:
         "chartsApiMode": settings.charts_api_mode.value,
         "chartsBucket": settings.charts_bucket,
     }
-    if settings.charts_api_mode is not ChartsApiMode.MOCK:
+    if calls_chart_img(settings):
         summary["chartImgAccounts"] = [account.id for account in _require_accounts(settings)]
     return summary
 
@@ -121,7 +145,7 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
         client = make_storage_client(settings.google_cloud_project)
     except DefaultCredentialsError:
         raise ConfigError(
-            "CHARTS_BUCKET",
+            CHARTS_BUCKET,
             f"bucket {settings.charts_bucket!r} is configured but no Google Cloud credentials "
             "were found (run `gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST for an "
             "emulator, or leave the bucket unset to write to the local folder)",
@@ -141,12 +165,13 @@ def build_production_ports(settings: Settings) -> Ports:
     client = make_firestore_client(
         settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
     )
-    usage = None if settings.charts_api_mode is ChartsApiMode.MOCK else FirestoreUsageStore(client)
     return Ports(
         flow_runs=FirestoreFlowRunStore(client),
         templates=FirestoreTemplateSource(client),
         artifacts=gcs_artifacts(settings),
-        chart_api=build_chart_api(settings, usage_store=usage),
+        chart_api=build_chart_api(
+            settings, FirestoreUsageStore(client) if calls_chart_img(settings) else None
+        ),
     )
 
 
@@ -160,7 +185,7 @@ def production_runtime() -> Runtime:
     with _runtime_lock:
         if _runtime is None:
             settings = load_settings()
-            _runtime = Runtime(settings, build_production_ports(settings))
+            _runtime = Runtime(step_limits(settings), build_production_ports(settings))
         return _runtime
 
 
@@ -193,23 +218,34 @@ def _require_dir(path: Path, setting: str) -> None:
         raise ConfigError(setting, f"{path} is not a folder")
 
 
-def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> Ports:
+@dataclass(frozen=True)
+class LocalPorts:
+    """run-local's ports, with its flow_run store typed as the local one (it reads the state)."""
+
+    flow_runs: LocalFlowRunStore
+    ports: Ports
+
+
+def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> LocalPorts:
     """Local files for everything, except GCS when a bucket was configured explicitly."""
     # a wrong folder would fail the step as "template not found": say what is wrong instead
-    _require_dir(settings.chart_templates_dir, "CHART_TEMPLATES_DIR")
+    _require_dir(settings.chart_templates_dir, CHART_TEMPLATES_DIR)
     artifacts: ArtifactStore
     if settings.charts_bucket_configured:
         artifacts = gcs_artifacts(settings)
     else:
         artifacts = LocalArtifactStore(layout.bucket_root, settings.charts_bucket)
-    usage = None
-    if settings.charts_api_mode is not ChartsApiMode.MOCK:
+
+    usage: UsageStore | None = None
+    if calls_chart_img(settings):
         from worker_chart_export.adapters.usage_local import FileUsageStore
 
         usage = FileUsageStore(layout.usage_file)
-    return Ports(
-        flow_runs=LocalFlowRunStore(flow_run_path, layout.flow_run_state),
+    flow_runs = LocalFlowRunStore(flow_run_path, layout.flow_run_state)
+    ports = Ports(
+        flow_runs=flow_runs,
         templates=LocalTemplateSource(settings.chart_templates_dir),
         artifacts=artifacts,
-        chart_api=build_chart_api(settings, usage_store=usage),
+        chart_api=build_chart_api(settings, usage),
     )
+    return LocalPorts(flow_runs, ports)

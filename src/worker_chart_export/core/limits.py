@@ -1,0 +1,46 @@
+"""The limits one step runs under, as plain values: execute_step never sees Settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Charts may not eat the time the manifest write needs: without a manifest the step fails.
+MANIFEST_RESERVE_SECONDS = 20.0
+MIN_STEP_BUDGET_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class StepLimits:
+    step_budget_seconds: float  # claim to the last artifact write
+    finalize_budget_seconds: float  # recording the result, retries included
+    lease_seconds: float  # how long a claim holds before another execution may take it over
+    chart_concurrency: int = 8
+    default_timezone: str = "Etc/UTC"
+    manifest_reserve_seconds: float = MANIFEST_RESERVE_SECONDS  # at most; see charts_reserve
+
+    @classmethod
+    def within_request(
+        cls,
+        request_timeout_seconds: float,
+        finalize_budget_seconds: float,
+        *,
+        chart_concurrency: int = 8,
+        default_timezone: str = "Etc/UTC",
+    ) -> StepLimits:
+        """The step runs inside one request: its budget is the request's timeout minus the
+        finalize reserve, and its claim's lease lasts as long as the request may."""
+        return cls(
+            step_budget_seconds=max(
+                MIN_STEP_BUDGET_SECONDS, request_timeout_seconds - finalize_budget_seconds
+            ),
+            finalize_budget_seconds=finalize_budget_seconds,
+            lease_seconds=request_timeout_seconds,
+            chart_concurrency=chart_concurrency,
+            default_timezone=default_timezone,
+        )
+
+    @property
+    def charts_reserve_seconds(self) -> float:
+        """How much sooner than the step's budget rendering must stop (a short budget keeps
+        most of its time for charts)."""
+        return min(self.manifest_reserve_seconds, self.step_budget_seconds * 0.2)

@@ -1,0 +1,66 @@
+"""The environment variables the worker reads: each name defined once, here.
+
+A leaf module (stdlib only): the CloudEvent entry's no-op path imports it for the log
+identity, and must not pay for pydantic. `settings.load_settings` builds the typed
+`Settings` from these names; errors about a setting carry the variable's name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from worker_chart_export import SERVICE_NAME
+
+APP_ENV = "APP_ENV"
+CHARTS_API_MODE = "CHARTS_API_MODE"
+CHARTS_BUCKET = "CHARTS_BUCKET"
+CHARTS_DEFAULT_TIMEZONE = "CHARTS_DEFAULT_TIMEZONE"
+CHARTS_FIXTURES_DIR = "CHARTS_FIXTURES_DIR"
+CHART_TEMPLATES_DIR = "CHART_TEMPLATES_DIR"
+CHART_IMG_BASE_URL = "CHART_IMG_BASE_URL"
+CHART_IMG_ACCOUNTS_JSON = "CHART_IMG_ACCOUNTS_JSON"
+CHART_IMG_ACCOUNTS_SECRET = "CHART_IMG_ACCOUNTS_SECRET"
+CHART_IMG_DAILY_LIMIT = "CHART_IMG_DAILY_LIMIT"
+CHART_IMG_RATE_PER_SECOND = "CHART_IMG_RATE_PER_SECOND"
+CHART_IMG_BURST = "CHART_IMG_BURST"
+CHART_IMG_REQUEST_TIMEOUT_SECONDS = "CHART_IMG_REQUEST_TIMEOUT_SECONDS"
+CHART_IMG_MAX_ATTEMPTS = "CHART_IMG_MAX_ATTEMPTS"
+CHART_CONCURRENCY = "CHART_CONCURRENCY"
+REQUEST_TIMEOUT_SECONDS = "REQUEST_TIMEOUT_SECONDS"
+FINALIZE_BUDGET_SECONDS = "FINALIZE_BUDGET_SECONDS"
+GOOGLE_CLOUD_PROJECT = "GOOGLE_CLOUD_PROJECT"
+FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
+CHARTS_LOCAL_OUTPUT_DIR = "CHARTS_LOCAL_OUTPUT_DIR"
+PORT = "PORT"
+
+# Settings field -> the variable that sets it
+ENV_VARS: dict[str, str] = {
+    "env": APP_ENV,
+    "charts_api_mode": CHARTS_API_MODE,
+    "charts_bucket": CHARTS_BUCKET,
+    "charts_default_timezone": CHARTS_DEFAULT_TIMEZONE,
+    "charts_fixtures_dir": CHARTS_FIXTURES_DIR,
+    "chart_templates_dir": CHART_TEMPLATES_DIR,
+    "chart_img_base_url": CHART_IMG_BASE_URL,
+    "chart_img_accounts_json": CHART_IMG_ACCOUNTS_JSON,
+    "chart_img_accounts_secret": CHART_IMG_ACCOUNTS_SECRET,
+    "chart_img_daily_limit": CHART_IMG_DAILY_LIMIT,
+    "chart_img_rate_per_second": CHART_IMG_RATE_PER_SECOND,
+    "chart_img_burst": CHART_IMG_BURST,
+    "chart_img_request_timeout_seconds": CHART_IMG_REQUEST_TIMEOUT_SECONDS,
+    "chart_img_max_attempts": CHART_IMG_MAX_ATTEMPTS,
+    "chart_concurrency": CHART_CONCURRENCY,
+    "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS,
+    "finalize_budget_seconds": FINALIZE_BUDGET_SECONDS,
+    "google_cloud_project": GOOGLE_CLOUD_PROJECT,
+    "firestore_emulator_host": FIRESTORE_EMULATOR_HOST,
+    "local_output_dir": CHARTS_LOCAL_OUTPUT_DIR,
+    "port": PORT,
+}
+
+
+def log_identity(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(service, env) for log lines, without building the full Settings."""
+    source = os.environ if environ is None else environ
+    return SERVICE_NAME, source.get(APP_ENV) or "local"
