@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol
 from urllib.parse import unquote
@@ -446,3 +446,34 @@ def _flow_run_id(path: str, source: str) -> str:
     if len(segments) != 2 or segments[0] != FLOW_RUNS_COLLECTION or not segments[1]:
         raise PoisonEvent(f"{source} {path!r} is not a {FLOW_RUNS_COLLECTION}/{{runId}} document")
     return segments[1]
+
+
+@dataclass(frozen=True)
+class DocumentVersion:
+    """One version of a flow_run as an event carries it (advance_flow reads all of it)."""
+
+    run_id: str
+    document: dict[str, Any] | None  # None: the document was deleted
+    update_time: datetime | None  # the version's update time, for a precondition
+
+
+def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
+    """The new document of a Firestore event, converted whole, with its update time.
+
+    Raises PoisonEvent when the payload cannot be decoded or names no flow_runs document.
+    """
+    value_bytes, old_value_bytes, _ = split_event_payload(cloud_event.data)
+    try:
+        value = RawDocument.FromString(value_bytes) if value_bytes is not None else None
+        old_value = RawDocument.FromString(old_value_bytes) if old_value_bytes is not None else None
+    except DecodeError:
+        raise PoisonEvent("payload document is not a serialized Firestore Document") from None
+    current = value if value is not None and value.name else None
+    named = current or (old_value if old_value is not None and old_value.name else None)
+    if named is None:
+        raise PoisonEvent("payload carries no document (neither value nor oldValue has a name)")
+    run_id = _resolve_run_id(cloud_event, named.name)
+    if current is None:
+        return DocumentVersion(run_id, None, None)
+    updated = current.update_time.ToDatetime(tzinfo=UTC) if current.HasField("update_time") else None
+    return DocumentVersion(run_id, document_to_python(current), updated)

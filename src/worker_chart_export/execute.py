@@ -25,6 +25,7 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import (
     ArtifactWriteError,
+    ClaimSuperseded,
     ErrorCode,
     RedeliverEvent,
     StepError,
@@ -180,9 +181,16 @@ def _write_manifest_and_decide(ctx: StepContext, validated: ValidatedStep, rende
     counts = _Counts(len(rendered.items), len(rendered.failures), validated.min_images)
     try:
         manifest_uri = ctx.ports.artifacts.put_manifest(
-            manifest_object_path(ctx.run_id, ctx.step_id), manifest_bytes(manifest)
+            manifest_object_path(ctx.run_id, ctx.step_id),
+            manifest_bytes(manifest),
+            still_ours=lambda: ctx.ports.flow_runs.claim_is_current(ctx.run_id, ctx.step_id, ctx.token),
         )
-    except ArtifactWriteError as exc:
+    except ClaimSuperseded as exc:
+        # The reaper took the step back (our lease expired): a newer execution owns its
+        # outputs. Nothing of ours is written over them; the finalize will be refused too.
+        ctx.log.warning("manifest not written: claim superseded", reason=str(exc))
+        return StepResult(ctx.failed(step_errors.claim_superseded()).final, *counts)
+    except (ArtifactWriteError, TransientStoreError) as exc:
         write_error = step_errors.manifest_write_failed(exc, **counts._asdict())
         ctx.log.error("manifest write failed", error=write_error.to_dict())
         return StepResult(ctx.failed(write_error).final, *counts)

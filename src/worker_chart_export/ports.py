@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -39,6 +39,13 @@ class FlowRunStore(Protocol):
         """
         ...
 
+    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
+        """The step is still RUNNING under our claim: the fence before the manifest write.
+
+        Raises TransientStoreError when the store cannot be read.
+        """
+        ...
+
 
 class TemplateSource(Protocol):
     """chart_templates/{id}: Firestore in production, the chart-templates/ directory locally."""
@@ -63,9 +70,14 @@ class ArtifactStore(Protocol):
         """
         ...
 
-    def put_manifest(self, object_path: str, data: bytes) -> str:
+    def put_manifest(
+        self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
+    ) -> str:
         """Overwriting write of application/json. Returns the gs:// URI.
 
+        With `still_ours`, the write happens only while it answers True, and never over a
+        version written after it was asked (a reaped execution that finishes late must not
+        replace the newer execution's manifest): raises ClaimSuperseded otherwise.
         Raises ArtifactWriteError after bounded retries.
         """
         ...

@@ -49,7 +49,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, str]:
+def _http(method: str, url: str, body: bytes | None = None, timeout: float = 30.0) -> tuple[int, str]:
     request = urllib.request.Request(url, data=body, method=method)
     if body is not None:
         request.add_header("Content-Type", "application/json")

@@ -118,6 +118,9 @@ class ClaimHereFinalizeThere:
     def claim_step(self, *args: Any, **kwargs: Any) -> Any:
         return self.claim_store.claim_step(*args, **kwargs)
 
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.claim_store.claim_is_current(*args)
+
     def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
         return self.finalize_store.finalize_step(*args, **kwargs)
 

@@ -152,10 +152,10 @@ class FailingArtifacts:
             raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
         return self.inner.create_png(object_path, data)
 
-    def put_manifest(self, object_path: str, data: bytes) -> str:
+    def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
         if self.manifest_fails:
             raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
-        return self.inner.put_manifest(object_path, data)
+        return self.inner.put_manifest(object_path, data, **fence)
 
 
 def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
@@ -233,6 +233,9 @@ class FlakyFinalizeStore:
     def claim_step(self, *args: Any, **kwargs: Any) -> Any:
         return self.inner.claim_step(*args, **kwargs)
 
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
     def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append("finalize")
         if self.failures_left:
@@ -296,6 +299,9 @@ class RefusingFinalizeStore:
 
     def claim_step(self, *args: Any, **kwargs: Any) -> Any:
         return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
 
     def finalize_step(self, run_id: str, step_id: str, *, token: str, final: Any) -> Any:
         self.finals.append(final)

@@ -20,7 +20,7 @@ from google.auth import exceptions as auth_exceptions
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
-from worker_chart_export.core.errors import ArtifactWriteError
+from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.naming import gcs_uri
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)\b(access_token|token|key|api_key|apikey)=[^&\s\"']+"), r"\1=<redacted>"),
 )
 _MAX_DETAIL_CHARS = 200
+MAX_FENCED_WRITES = 3
 
 
 def make_storage_client(project: str | None) -> StorageClient:
@@ -167,18 +168,42 @@ class GcsArtifactStore:
         self._write(uri, upload)
         return uri
 
-    def put_manifest(self, object_path: str, data: bytes) -> str:
+    def put_manifest(
+        self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
+    ) -> str:
         uri = gcs_uri(self.bucket, object_path)
 
         def upload() -> None:
             blob = self._bucket.blob(object_path)
             blob.cache_control = MANIFEST_CACHE_CONTROL
             blob.upload_from_string(
-                data, content_type=MANIFEST_CONTENT_TYPE, retry=None, timeout=self._timeout
+                data,
+                content_type=MANIFEST_CONTENT_TYPE,
+                if_generation_match=self._fenced_generation(object_path, still_ours),
+                retry=None,
+                timeout=self._timeout,
             )
 
-        self._write(uri, upload)
-        return uri
+        for _ in range(MAX_FENCED_WRITES):
+            try:
+                self._write(uri, upload)
+                return uri
+            except ArtifactWriteError as exc:
+                # another writer since our look: look again (the fence decides who goes on)
+                if not isinstance(exc.__cause__, api_exceptions.PreconditionFailed):
+                    raise
+        raise ArtifactWriteError(f"writing {uri}: the object kept changing under {MAX_FENCED_WRITES} tries")
+
+    def _fenced_generation(self, object_path: str, still_ours: Callable[[], bool] | None) -> int | None:
+        """The generation to overwrite (0: none yet), read *before* asking the fence: a
+        version written after the fence said yes makes our write fail (412) instead of
+        replacing it. None (no precondition) without a fence."""
+        if still_ours is None:
+            return None
+        current = self._bucket.get_blob(object_path, retry=None, timeout=self._timeout)
+        if not still_ours():
+            raise ClaimSuperseded(f"{object_path}: the claim was taken back before the manifest was written")
+        return int(current.generation) if current is not None else 0
 
     def _write(self, uri: str, upload: Callable[[], None]) -> None:
         attempts = 0
@@ -191,6 +216,8 @@ class GcsArtifactStore:
         try:
             # copy(): a fresh controller per write, so concurrent writes share no state
             self._retrying.copy()(attempt)
+        except ClaimSuperseded:
+            raise
         except Exception as exc:
             raise ArtifactWriteError(self._failure_message(uri, exc, attempts)) from exc
 

@@ -8,15 +8,21 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.errors import ArtifactWriteError
+from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
-from worker_chart_export.core.step_rules import apply_to_step, finalized, plan_claim, plan_finalize
+from worker_chart_export.core.step_rules import (
+    apply_to_step,
+    claim_is_current,
+    finalized,
+    plan_claim,
+    plan_finalize,
+)
 from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
 
 
@@ -89,6 +95,10 @@ class LocalFlowRunStore:
             self._write(document)
             return finalized(step_id)
 
+    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
+        with self._locked():
+            return claim_is_current(self._document_of(run_id), step_id, token)
+
 
 class LocalTemplateSource:
     """chart-templates/<id>.json, read on every call: local edits show up at once."""
@@ -132,7 +142,11 @@ class LocalArtifactStore:
             raise ArtifactWriteError(f"cannot write {target}: {exc.strerror}") from exc
         return gcs_uri(self.bucket, object_path)
 
-    def put_manifest(self, object_path: str, data: bytes) -> str:
+    def put_manifest(
+        self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
+    ) -> str:
+        if still_ours is not None and not still_ours():
+            raise ClaimSuperseded(f"{object_path}: the claim was taken back before the manifest was written")
         try:
             _atomic_write(self.local_path(object_path), data)
         except OSError as exc:

@@ -84,5 +84,10 @@ class RedeliverEvent(WorkerError):
     """The invocation must fail (HTTP 5xx) so that Eventarc delivers the event again."""
 
 
+class ClaimSuperseded(WorkerError):
+    """Our claim was taken back (its lease expired and the reaper made the step READY or
+    FAILED) before our result was written: a newer execution owns the step's outputs."""
+
+
 class FinalizeFailed(RedeliverEvent):
     """The step's result could not be recorded within the finalize budget."""

@@ -5,6 +5,7 @@ The rules are written down in contracts/charts_images_naming.md; keep the two in
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import TypeGuard
@@ -13,12 +14,20 @@ from typing import TypeGuard
 FLOW_RUNS_COLLECTION = "flow_runs"
 CHART_TEMPLATES_COLLECTION = "chart_templates"
 ACCOUNTS_USAGE_COLLECTION = "chart_img_accounts_usage"
+# One document per RUNNING step with a lease: what the reaper queries (by expiresAt).
+STEP_LEASES_COLLECTION = "step_leases"
 
 # runId, stepId and chartTemplateId become path segments: only this shape is accepted.
 SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CHARTS_PREFIX = "charts"
 MANIFEST_NAME = "manifest.json"
 FIXTURE_PROVIDER_DIR = "chart-img/advanced-chart-v2"
+
+
+def lease_document_id(run_id: str, step_id: str) -> str:
+    """The step_leases document of one step: a digest, so any ids (even ones unfit for a
+    document id) map to a valid, unique one; the ids themselves are fields of the document."""
+    return hashlib.sha256(f"{run_id}\x00{step_id}".encode()).hexdigest()[:40]
 
 
 def is_safe_segment(value: object) -> TypeGuard[str]:

@@ -68,3 +68,11 @@ def result_not_recordable(refused: StepFinal, reason: str) -> StepError:
         ErrorCode.FIRESTORE_FINALIZE_FAILED,
         f"the step's result ({refused.status.value}{code}) could not be recorded: {reason}",
     )
+
+
+def claim_superseded() -> StepError:
+    return StepError(
+        ErrorCode.STEP_LEASE_EXPIRED,
+        "the step's lease expired and it was taken back before this execution wrote its manifest; "
+        "a newer execution owns the step's outputs",
+    )

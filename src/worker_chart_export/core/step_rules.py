@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from worker_chart_export.core.errors import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import (
     CHART_EXPORT,
@@ -189,9 +190,9 @@ def finalized(step_id: str) -> FinalizeOutcome:
     return FinalizeOutcome(True, f"step {step_id} finalized")
 
 
-def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan) -> None:
+def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
     """Execute a plan on a plain step dict (the local store's document)."""
-    if isinstance(plan, ClaimPlan):
+    if isinstance(plan, ClaimPlan | ReapPlan):
         for name in plan.delete_fields:
             step.pop(name, None)
         step.update(plan.set_fields)
@@ -202,3 +203,59 @@ def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan) -> None:
     if plan.set_outputs:
         previous = step.get("outputs")
         step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **plan.set_outputs}
+
+
+def claim_is_current(document: Mapping[str, Any] | None, step_id: str, token: str) -> bool:
+    """The fence before side effects that could override a newer execution: the step is
+    still RUNNING under our claim (not reaped, not finalized by someone else)."""
+    step = step_of(document, step_id)
+    return step is not None and step.get("status") == StepStatus.RUNNING and step.get("claimToken") == token
+
+
+# --- lease expiry (the reaper) -------------------------------------------------------------
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class ReapPlan:
+    """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
+
+    step_id: str
+    set_fields: JsonDict
+    delete_fields: tuple[str, ...]
+    retried: bool  # True: READY again; False: FAILED STEP_LEASE_EXPIRED
+
+
+def plan_reap(
+    document: Mapping[str, Any] | None,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> ReapPlan | None:
+    """What to write for an expired lease held by `token`, or None: the step finished, was
+    claimed again, or its lease is still valid. Never touches outputs."""
+    step = step_of(document, step_id)
+    if step is None or not claim_is_current(document, step_id, token):
+        return None
+    lease = step.get("leaseExpiresAt")
+    if not isinstance(lease, str) or lease > rfc3339_utc(now):
+        return None  # RFC 3339 UTC with fixed precision: string order is time order
+    attempt = attempt_of(step)
+    if attempt < max_attempts:
+        return ReapPlan(
+            step_id, {"status": StepStatus.READY.value}, ("claimToken", "leaseExpiresAt"), retried=True
+        )
+    error = StepError(
+        ErrorCode.STEP_LEASE_EXPIRED,
+        f"the step's lease expired {attempt} time(s) without a result (max {max_attempts} attempts)",
+        {"attempt": attempt, "maxAttempts": max_attempts, "leaseExpiresAt": lease},
+    )
+    return ReapPlan(
+        step_id,
+        {"status": StepStatus.FAILED.value, "finishedAt": rfc3339_utc(now), "error": error.to_dict()},
+        ("leaseExpiresAt",),
+        retried=False,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
@@ -23,10 +24,16 @@ from worker_chart_export.adapters.firestore.client import (
 )
 from worker_chart_export.adapters.firestore.errors import is_contention, outage_error, translated
 from worker_chart_export.core.errors import RedeliverEvent
-from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
+from worker_chart_export.core.flow_rules import AdvancePlan
+from worker_chart_export.core.naming import (
+    FLOW_RUNS_COLLECTION,
+    STEP_LEASES_COLLECTION,
+    lease_document_id,
+)
 from worker_chart_export.core.step_rules import (
     ClaimPlan,
     FinalizePlan,
+    claim_is_current,
     claim_refusal,
     confirmed_claim,
     finalized,
@@ -56,20 +63,38 @@ def finalize_update(plan: FinalizePlan) -> dict[str, Any]:
     return fields
 
 
+def lease_fields(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
+    """The step_leases document a claim writes: what the reaper needs, nothing else."""
+    return {
+        "runId": run_id,
+        "stepId": plan.step_id,
+        "claimToken": plan.claim.token,
+        "expiresAt": plan.set_fields["leaseExpiresAt"],
+        "attempt": plan.claim.attempt,
+    }
+
+
+def advance_update(plan: AdvancePlan) -> dict[str, Any]:
+    return {FieldPath(*parts).to_api_repr(): value for parts, value in plan.updates().items()}
+
+
 class FirestoreFlowRunStore:
-    """FlowRunStore over `flow_runs/{runId}`."""
+    """FlowRunStore over `flow_runs/{runId}`; a claim also writes the step's lease into
+    `step_leases/{digest}` in the same transaction, and its finalize deletes it."""
 
     def __init__(
         self,
         client: firestore.Client,
         *,
         collection: str = FLOW_RUNS_COLLECTION,
+        leases_collection: str = STEP_LEASES_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         max_transaction_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
         run_in_transaction: TransactionRunner = run_transaction,
     ) -> None:
         self._client = client
         self._collection = client.collection(collection)
+        self._leases = client.collection(leases_collection)
         self._rpc = RpcOptions(rpc_timeout)
         self._max_attempts = max_transaction_attempts
         self._run_in_transaction = run_in_transaction
@@ -98,6 +123,7 @@ class FirestoreFlowRunStore:
             if isinstance(plan, ClaimOutcome):
                 return plan
             transaction.update(ref, claim_update(plan))
+            transaction.set(self._lease_ref(run_id, step_id), lease_fields(run_id, plan))
             return plan.outcome()
 
         try:
@@ -157,6 +183,7 @@ class FirestoreFlowRunStore:
             if isinstance(decided, FinalizeOutcome):
                 return decided
             transaction.update(ref, finalize_update(decided))
+            transaction.delete(self._lease_ref(run_id, step_id))  # ours: the step held our token
             return finalized(step_id)
 
         # other workers update the same run document: contention, like an outage, is for
@@ -166,3 +193,26 @@ class FirestoreFlowRunStore:
             if isinstance(early, FinalizeOutcome):
                 return early
             return self._run_in_transaction(self._client, finalize, max_attempts=self._max_attempts)
+
+    # --- the fence before the manifest, advance_flow's write ---
+
+    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
+        with translated(f"check of the claim on step {step_id} in flow_runs/{run_id}", contention=False):
+            document = self._read(self._collection.document(run_id))
+        return claim_is_current(document, step_id, token)
+
+    def write_advance(self, run_id: str, plan: AdvancePlan, *, last_update_time: datetime) -> bool:
+        """advance_flow's one write, only onto the version the plan was made from: False when
+        the document changed since (a newer event brings the newer version) or is gone."""
+        if not plan.changed:
+            return False
+        option = self._client.write_option(last_update_time=last_update_time)
+        try:
+            with translated(f"advance of flow_runs/{run_id}", contention=False):
+                self._collection.document(run_id).update(advance_update(plan), option=option)
+        except (api_exceptions.FailedPrecondition, api_exceptions.NotFound):
+            return False
+        return True
+
+    def _lease_ref(self, run_id: str, step_id: str) -> firestore.DocumentReference:
+        return self._leases.document(lease_document_id(run_id, step_id))
