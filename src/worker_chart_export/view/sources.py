@@ -141,7 +141,9 @@ def local_png_candidates(uri: str, manifest_path: Path, manifest: Mapping[str, A
     expected = [manifest["stepId"], manifest["runId"], "charts"]
     if [folder.name, folder.parent.name, folder.parents[1].name] == expected and len(folder.parents) > 3:
         candidates.append(folder.parents[3] / bucket / name)
-    candidates.append(folder / name.rsplit("/", 1)[-1])
+    beside = folder / name.rsplit("/", 1)[-1]
+    if beside not in candidates:
+        candidates.append(beside)
     return candidates
 
 

@@ -224,6 +224,10 @@ th,td {
 tbody tr:last-child td {
   border-bottom:0;
 }
+td.template {
+  word-break:normal;
+  overflow-wrap:break-word;
+}
 td.message {
   word-break:break-word;
 }
