@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from harness.builders import REPO, SAMPLE_FLOW_RUN
-from worker_chart_export.view import EXIT_OK, add_view_arguments, run_view
+from worker_chart_export.view import EXIT_BAD_INPUT, EXIT_OK, add_view_arguments, run_view
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -210,3 +210,33 @@ def test_gs_manifest_through_fake_gcs_server_in_chromium(
     seen = _open(browser, page, "view-gcs.png")
     assert len(seen["images"]) == 3 and seen["status"] == "SUCCEEDED"
     _assert_page(seen, manifest)
+
+
+@pytest.mark.emulators
+def test_gs_prefix_default_page_missing_object_and_absent_manifest(
+    tmp_path: Path,
+    gcs_bucket: tuple[Any, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client, bucket = gcs_bucket
+    _run_local(SAMPLE_FLOW_RUN, tmp_path / "run", f"--charts-bucket=gs://{bucket}")
+    prefix = f"charts/{RUN_ID}/{STEP_ID}/"
+    manifest = json.loads(client.bucket(bucket).blob(f"{prefix}manifest.json").download_as_bytes())
+    lost = manifest["items"][0]["png_gcs_uri"]
+    client.bucket(bucket).blob(lost.removeprefix(f"gs://{bucket}/")).delete()
+    monkeypatch.chdir(tmp_path)
+    _view(f"gs://{bucket}/{prefix}")  # the step's prefix: manifest.json is implied
+    out, err = capsys.readouterr()
+    page = tmp_path / f"chart-view-{RUN_ID}-{STEP_ID}.html"
+    assert (
+        page.as_uri() in out
+        and f"problem: {manifest['items'][0]['chartTemplateId']}: {lost} does not exist" in err
+    )
+    assert page.read_text().count("<img ") == 2 and "Image unavailable" in page.read_text()
+
+    parser = argparse.ArgumentParser()
+    add_view_arguments(parser)
+    absent = f"gs://{bucket}/charts/{RUN_ID}/no_such_step/manifest.json"
+    assert run_view(parser.parse_args([absent])) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == f"view: {absent} does not exist\n"
