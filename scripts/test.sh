@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/install_browser.sh  # Debian chromium + chromedriver for the HTML view test
 mkdir -p out
 # The Firestore emulator ships with the Google Cloud CLI (component cloud-firestore-emulator) and
 # needs Java; fail here with a clear message rather than deep inside a fixture.
