@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import (
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+    from worker_chart_export.reaper import LeaseReaper
 
 
 @dataclass(frozen=True)
@@ -249,3 +251,34 @@ def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayo
         chart_api=build_chart_api(settings, usage),
     )
     return LocalPorts(flow_runs, ports)
+
+
+# --- advance_flow and the reaper ---------------------------------------------------------
+
+_firestore_clients: dict[str, Any] = {}
+_firestore_lock = threading.Lock()
+
+
+def _firestore_client(settings: Settings) -> Any:
+    """One Firestore client per process for the flow functions, reused while warm."""
+    from worker_chart_export.adapters.firestore import make_firestore_client
+
+    with _firestore_lock:
+        key = settings.google_cloud_project or ""
+        if key not in _firestore_clients:
+            _firestore_clients[key] = make_firestore_client(
+                settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
+            )
+        return _firestore_clients[key]
+
+
+def advance_store(settings: Settings | None = None) -> FirestoreFlowRunStore:
+    from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+
+    return FirestoreFlowRunStore(_firestore_client(settings or load_settings()))
+
+
+def lease_reaper(settings: Settings) -> LeaseReaper:
+    from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
+
+    return FirestoreLeaseReaper(_firestore_client(settings))

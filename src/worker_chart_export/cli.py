@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +20,11 @@ from worker_chart_export.environment import (
     CHARTS_BUCKET,
     CHARTS_LOCAL_OUTPUT_DIR,
 )
+from worker_chart_export.flow_commands import add_flow_commands, run_advance, run_reap
 from worker_chart_export.logs import configure_logging, get_logger
+from worker_chart_export.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.settings import load_settings
+from worker_chart_export.view import add_view_arguments, run_view
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
@@ -64,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the CloudEvent function over HTTP")
     serve.add_argument("--port", type=int, help="default $PORT or 8080")
     serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument(
+        "--target",
+        choices=sorted(SIGNATURES),
+        default=os.environ.get("FUNCTION_TARGET") or FUNCTION_TARGET,
+        help="the function to serve (over env FUNCTION_TARGET; default the worker)",
+    )
 
     templates = commands.add_parser("templates", help="chart template commands")
     template_commands = templates.add_subparsers(dest="templates_command", required=True)
@@ -76,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
         help="templates folder (default: CHART_TEMPLATES_DIR, else the bundled chart-templates/)",
     )
     sync.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
+
+    view = commands.add_parser("view", help="render a run's manifest as one HTML page")
+    add_view_arguments(view)
+    add_flow_commands(commands)
     return parser
 
 
@@ -86,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_local(args)
         if args.command == "serve":
             return serve(args)
+        if args.command == "view":
+            return run_view(args)
+        if args.command == "advance":
+            return run_advance(args)
+        if args.command == "reap":
+            return run_reap(args)
         return templates_sync(args)
     except UsageError as exc:
         print(f"worker-chart-export: error: {exc}", file=sys.stderr)
@@ -129,7 +149,7 @@ def _read_accounts_file(path: Path | None) -> str | None:
         raise UsageError(f"--accounts-config-path {path}: {exc.strerror}") from None
 
 
-def _read_flow_run(path: Path) -> dict[str, Any]:
+def read_flow_run(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -161,7 +181,7 @@ def run_local(args: argparse.Namespace) -> int:
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
-    run_id = _read_flow_run(args.flow_run_path)["runId"]
+    run_id = read_flow_run(args.flow_run_path)["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     log.info(
         "run-local started",
@@ -241,10 +261,10 @@ def serve(args: argparse.Namespace) -> int:
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env)
     # a ConfigError stops here (exit 2, nothing served), naming the environment variable
-    summary = check_configuration(settings)
+    summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
     port = args.port if args.port is not None else settings.port
-    get_logger().info("serving the CloudEvent function", port=port, **summary)
-    run_server(port, host=args.host)
+    get_logger().info("serving the function", target=args.target, port=port, **summary)
+    run_server(port, host=args.host, target=args.target)
     return EXIT_SUCCEEDED
 
 

@@ -33,6 +33,7 @@ GOOGLE_CLOUD_PROJECT = "GOOGLE_CLOUD_PROJECT"
 FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
 CHARTS_LOCAL_OUTPUT_DIR = "CHARTS_LOCAL_OUTPUT_DIR"
 PORT = "PORT"
+REAPER_MAX_ATTEMPTS = "REAPER_MAX_ATTEMPTS"
 
 # Settings field -> the variable that sets it
 ENV_VARS: dict[str, str] = {
@@ -57,6 +58,7 @@ ENV_VARS: dict[str, str] = {
     "firestore_emulator_host": FIRESTORE_EMULATOR_HOST,
     "local_output_dir": CHARTS_LOCAL_OUTPUT_DIR,
     "port": PORT,
+    "reaper_max_attempts": REAPER_MAX_ATTEMPTS,
 }
 
 

@@ -151,3 +151,41 @@ def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
 
 def _payload_size(data: object) -> int | None:
     return len(data) if isinstance(data, str | bytes | bytearray) else None
+
+
+@functions_framework.cloud_event
+def advance_flow(cloud_event: CloudEvent) -> None:
+    """advance_flow on `flow_runs/{runId}` events (orchestration rules): READY and the run
+    status, written only when something changes, conditional on the event's version."""
+    log = _configured_logger().bind(eventId=cloud_event.get("id"), function="advance_flow")
+    try:
+        version = events.decode_document_version(cloud_event)
+    except events.PoisonEvent as poison:
+        log.warning(
+            "advance_flow: event ignored, not a decodable flow_run event",
+            reason=poison.reason,
+            code=ErrorCode.FLOW_RUN_INVALID.value,
+        )
+        return
+    if version.document is None or version.update_time is None:
+        log.info("advance_flow: flow_run deleted, nothing to advance", runId=version.run_id)
+        return
+    from worker_chart_export.advance import advance_version
+    from worker_chart_export.bootstrap import advance_store
+
+    # A store outage raises: HTTP 500, Eventarc redelivers (advancing is idempotent).
+    result = advance_version(version.run_id, version.document, version.update_time, advance_store())
+    log.info("advance_flow", **result.log_fields())
+
+
+@functions_framework.http
+def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
+    """The reaper, for Cloud Scheduler: one pass, its summary as JSON."""
+    from worker_chart_export.bootstrap import lease_reaper
+    from worker_chart_export.reaper import reap_once
+    from worker_chart_export.settings import load_settings
+
+    _configured_logger()
+    settings = load_settings()
+    report = reap_once(lease_reaper(settings), max_attempts=settings.reaper_max_attempts)
+    return report.to_summary(), 200

@@ -25,7 +25,7 @@ class LeaseReaper(Protocol):
     def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome: ...
 
 
-def reap_expired_leases(
+def reap_once(
     reaper: LeaseReaper,
     *,
     clock: Clock = SYSTEM_CLOCK,

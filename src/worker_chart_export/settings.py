@@ -56,6 +56,8 @@ class Settings(BaseModel):
     firestore_emulator_host: str | None = None
     local_output_dir: Path = Path("out")
     port: int = 8080
+    # the reaper: a step whose lease expired goes back to READY while attempt < this, else FAILED
+    reaper_max_attempts: int = Field(default=3, ge=1, le=100)
 
     @field_validator("charts_bucket")
     @classmethod

@@ -18,7 +18,7 @@ from worker_chart_export.core.errors import ClaimSuperseded
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.reaping import ReapOutcome
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
-from worker_chart_export.reaper import reap_expired_leases
+from worker_chart_export.reaper import reap_once
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -67,7 +67,7 @@ def test_a_claim_writes_its_lease_and_the_finalize_removes_it(firestore_client: 
 
 
 def reap_at(client: firestore.Client, moment: datetime, max_attempts: int = 3) -> Any:
-    return reap_expired_leases(
+    return reap_once(
         FirestoreLeaseReaper(client), clock=FakeClock(moment), max_attempts=max_attempts
     )
 

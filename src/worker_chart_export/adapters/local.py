@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
 from worker_chart_export.core.step_rules import (
     apply_to_step,
@@ -94,6 +95,15 @@ class LocalFlowRunStore:
             apply_to_step(document["steps"][step_id], plan)
             self._write(document)
             return finalized(step_id)
+
+    def advance(self) -> AdvancePlan:
+        """advance_flow on the local state: plan, apply and write under the lock."""
+        with self._locked():
+            document = self.read()
+            plan = plan_advance(document)
+            if plan.changed:
+                self._write(apply_plan(document, plan))
+            return plan
 
     def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
         with self._locked():

@@ -214,5 +214,13 @@ class FirestoreFlowRunStore:
             return False
         return True
 
+    def read_version(self, run_id: str) -> tuple[JsonDict, datetime] | None:
+        """The document and its update time (what an event would carry); None if absent."""
+        with translated(f"read of flow_runs/{run_id}", contention=False):
+            snapshot = self._rpc.get(self._collection.document(run_id))
+        if not snapshot.exists:
+            return None
+        return snapshot.to_dict() or {}, snapshot.update_time
+
     def _lease_ref(self, run_id: str, step_id: str) -> firestore.DocumentReference:
         return self._leases.document(lease_document_id(run_id, step_id))
