@@ -1,6 +1,6 @@
 """Concurrent rendering of one step's charts against the local CHART-IMG stand-in.
 
-DESIGN §4.5: a step with N templates should take about as long as its slowest chart, not
+docs/design.md, "Charts, artifacts and the outcome" and "Shared pacing": a step with N templates should take about as long as its slowest chart, not
 the sum, yet never faster than each account's plan allows. Three scenarios, 8 templates,
 a server that takes 300 ms per chart. Each run is one whole step through `execute_step`
 (claim, render in real mode over real HTTP on 127.0.0.1, PNG writes, manifest, finalize),

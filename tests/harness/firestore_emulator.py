@@ -2,7 +2,7 @@
 
 Started straight from its jar (the `gcloud` wrapper leaves java running when killed), in
 its own process group so that `stop()` takes the JVM with it. Facts it relies on are in
-/work/shared/LOCAL_STACK.md. Never skipped: a missing jar or java fails the test loudly.
+docs/design.md, "How it is tested". Never skipped: a missing jar or java fails the test loudly.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The charts bucket on Cloud Storage: the production ArtifactStore.
 
 PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
-path is fixed per step and is overwritten by the latest execution (contract §9, DESIGN §4.4).
+path is fixed per step and is overwritten by the latest execution (contract §9; docs/design.md, "Charts, artifacts and the outcome").
 Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
 switched off, since its default keeps retrying for up to 120 s on its own schedule.
 """

@@ -1,4 +1,4 @@
-"""Error codes of the worker contract (§8) and of the shared error model that apply here."""
+"""Error codes of the worker contract (§8) and of the error and retry model (docs/contract.md, part 3) that apply here."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """When to try a CHART-IMG request again, and how long to wait first (contract §13.5).
 
 The decisions are tenacity strategies over plain values: the attempt loop in
-`adapters/chart_img.py` runs them with an injected sleep, so tests never wait for real.
+`adapters/chart_img/api.py` runs them with an injected sleep, so tests never wait for real.
 
 - RETRY (5xx, timeout, connection error): back off exponentially, with jitter.
 - EXHAUSTED, RATE_LIMITED, BAD_KEY: no backoff: the next attempt goes to another key (or,

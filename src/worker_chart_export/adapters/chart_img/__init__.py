@@ -1,6 +1,6 @@
 """CHART-IMG over HTTP (worker contract §13): the `real` and `record` ChartApi adapters.
 
-`build_http_chart_api` assembles them from plain values; the wiring decides the mode and
+`build_http_chart_api` assembles them from plain values; bootstrap.py decides the mode and
 passes what the settings say.
 """
 
