@@ -1,18 +1,18 @@
 """Concurrent rendering of one step's charts against the local CHART-IMG stand-in.
 
-docs/design.md, "Charts, artifacts and the outcome" and "Shared pacing": a step with N templates should take about as long as its slowest chart, not
-the sum, yet never faster than each account's plan allows. Three scenarios, 8 templates,
-a server that takes 300 ms per chart. Each run is one whole step through `execute_step`
-(claim, render in real mode over real HTTP on 127.0.0.1, PNG writes, manifest, finalize),
-on the local adapters so that only CHART-IMG's latency and pacing are in the measurement:
+docs/design.md, "Charts, artifacts and the outcome" and "Shared pacing": a step with N
+templates should take about as long as its slowest chart, not the sum, yet never faster than
+each account's plan allows. Three scenarios, 8 templates, a server that takes 300 ms per
+chart. Each run is one whole step through `execute_step` (claim, render in real mode over
+real HTTP on 127.0.0.1, PNG writes, manifest, finalize), on the local adapters so that only
+CHART-IMG's latency and pacing are in the measurement:
 
 1. concurrency 8, three accounts paced far above need: bound = one latency (target <= 1.15);
-2. concurrency 1, same accounts: for comparison (sequential would be ~8.0);
-3. concurrency 8, one BASIC account (1/s burst 3, enforced by the server with 429s):
-   bound = (8 - 3) / 1 s + latency = 5.3 s (target <= 1.15, zero 429s).
+2. concurrency 1, same accounts: for comparison (sequential would be ~8.0); 3. concurrency
+8, one BASIC account (1/s burst 3, enforced by the server with 429s): bound = (8 - 3) / 1 s
++ latency = 5.3 s (target <= 1.15, zero 429s).
 
-    .venv/bin/python benchmarks/bench_chart_concurrency.py [--runs 3]
-"""
+.venv/bin/python benchmarks/bench_chart_concurrency.py [--runs 3]"""
 
 from __future__ import annotations
 

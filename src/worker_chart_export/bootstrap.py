@@ -141,7 +141,7 @@ def check_configuration(settings: Settings) -> dict[str, object]:
 def gcs_artifacts(settings: Settings) -> ArtifactStore:
     from google.auth.exceptions import DefaultCredentialsError
 
-    from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
+    from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
 
     try:
         client = make_storage_client(settings.google_cloud_project)
@@ -153,7 +153,7 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
             "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
-    return GcsArtifactStore(client, settings.charts_bucket, max_attempts=3, timeout=15.0)
+    return GcsArtifactStore(client, settings.charts_bucket, policy=WritePolicy(max_attempts=3, timeout=15.0))
 
 
 def build_production_ports(settings: Settings) -> Ports:

@@ -32,7 +32,13 @@ from worker_chart_export.core.errors import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.manifest import ManifestFailure, ManifestItem, build_manifest, manifest_bytes
+from worker_chart_export.core.manifest import (
+    ManifestFailure,
+    ManifestHeader,
+    ManifestItem,
+    build_manifest,
+    manifest_bytes,
+)
 from worker_chart_export.core.naming import manifest_object_path, png_object_path
 from worker_chart_export.core.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.selection import steps_of
@@ -166,18 +172,16 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any]) -> StepResult:
 
 
 def _write_manifest_and_decide(ctx: StepContext, validated: ValidatedStep, rendered: _Rendered) -> StepResult:
-    manifest = build_manifest(
-        run_id=ctx.run_id,
-        step_id=ctx.step_id,
-        symbol=validated.symbol,
-        timeframe=validated.timeframe,
-        min_images=validated.min_images,
-        requested=validated.requests,
-        items=rendered.items,
-        failures=rendered.failures,
-        created_at=ctx.clock.now(),
-        charts_api_mode=ctx.mode,
+    header = ManifestHeader(
+        ctx.run_id,
+        ctx.step_id,
+        validated.symbol,
+        validated.timeframe,
+        validated.min_images,
+        validated.requests,
+        ctx.mode,
     )
+    manifest = build_manifest(header, rendered.items, rendered.failures, created_at=ctx.clock.now())
     counts = _Counts(len(rendered.items), len(rendered.failures), validated.min_images)
     try:
         manifest_uri = ctx.ports.artifacts.put_manifest(

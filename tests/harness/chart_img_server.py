@@ -1,4 +1,5 @@
-"""A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (docs/design.md, "How it is tested"; the answers: "CHART-IMG answers").
+"""A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (docs/design.md, "How it is tested";
+the answers: "CHART-IMG answers").
 
 It answers the way the real service documents (doc.chart-img.com, Errors / API v2 and
 Request Limit), on 127.0.0.1 only:

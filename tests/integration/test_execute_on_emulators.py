@@ -16,7 +16,7 @@ from harness.builders import REPO, chart_step, flow_run, load_templates
 from harness.gcs_emulator import list_objects, read_object, storage_client_for
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.adapters.gcs import GcsArtifactStore
+from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy
 from worker_chart_export.core.errors import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.execute import execute_step
@@ -82,7 +82,9 @@ def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
 ) -> None:
     _, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=1000, status=503)
-    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
+    artifacts = GcsArtifactStore(
+        storage_client_for(proxy.url), bucket, policy=WritePolicy(max_attempts=2), clock=FakeClock()
+    )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     report = execute_step("run1", "charts", ports=world(artifacts=artifacts), limits=LIMITS)
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
@@ -97,7 +99,9 @@ def test_gcs_failing_png_writes_only_records_gcs_write_failed(
 ) -> None:
     storage_client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
-    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, max_attempts=2, clock=FakeClock())
+    artifacts = GcsArtifactStore(
+        storage_client_for(proxy.url), bucket, policy=WritePolicy(max_attempts=2), clock=FakeClock()
+    )
     limits = StepLimits.within_request(
         request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
     )

@@ -19,7 +19,7 @@ from harness.gcs_emulator import (
     read_object,
     storage_client_for,
 )
-from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
+from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
 from worker_chart_export.core.errors import ArtifactWriteError
 from worker_chart_export.testing import FakeClock
 
@@ -52,11 +52,8 @@ def store_via(
     return GcsArtifactStore(
         storage_client_for(proxy.url),
         bucket,
-        max_attempts=max_attempts,
-        initial_wait=initial_wait,
-        max_wait=max_wait,
+        policy=WritePolicy(max_attempts, initial_wait, max_wait, timeout=10.0),
         clock=sleep,
-        timeout=10.0,
     )
 
 
@@ -208,9 +205,8 @@ def test_connection_refused_is_transient_and_bounded() -> None:
     store = GcsArtifactStore(
         storage_client_for(f"http://127.0.0.1:{port}"),
         "b",
-        max_attempts=2,
+        policy=WritePolicy(max_attempts=2, timeout=5.0),
         clock=sleep,
-        timeout=5.0,
     )
 
     with pytest.raises(ArtifactWriteError) as err:

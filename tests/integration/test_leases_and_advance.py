@@ -67,9 +67,7 @@ def test_a_claim_writes_its_lease_and_the_finalize_removes_it(firestore_client: 
 
 
 def reap_at(client: firestore.Client, moment: datetime, max_attempts: int = 3) -> Any:
-    return reap_once(
-        FirestoreLeaseReaper(client), clock=FakeClock(moment), max_attempts=max_attempts
-    )
+    return reap_once(FirestoreLeaseReaper(client), clock=FakeClock(moment), max_attempts=max_attempts)
 
 
 def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(

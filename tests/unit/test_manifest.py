@@ -8,6 +8,7 @@ from worker_chart_export.core.errors import ErrorCode, StepError
 from worker_chart_export.core.manifest import (
     InvalidManifestError,
     ManifestFailure,
+    ManifestHeader,
     ManifestItem,
     build_manifest,
     check_manifest,
@@ -36,7 +37,13 @@ def build(**overrides: object) -> dict:
         charts_api_mode="mock",
     )
     arguments.update(overrides)
-    return build_manifest(**arguments)  # type: ignore[arg-type]
+    items, failures, created_at = (
+        arguments.pop("items"),
+        arguments.pop("failures"),
+        arguments.pop("created_at"),
+    )
+    header = ManifestHeader(**arguments)  # type: ignore[arg-type]
+    return build_manifest(header, items, failures, created_at=created_at)  # type: ignore[arg-type]
 
 
 def test_manifest_follows_contract_and_request_order() -> None:

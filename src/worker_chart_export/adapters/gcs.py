@@ -1,7 +1,8 @@
 """The charts bucket on Cloud Storage: the production ArtifactStore.
 
 PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
-path is fixed per step and is overwritten by the latest execution (contract §9; docs/design.md, "Charts, artifacts and the outcome").
+path is fixed per step and is overwritten by the latest execution (contract §9; docs/design.md,
+"Charts, artifacts and the outcome"), never by an execution whose claim was taken back.
 Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
 switched off, since its default keeps retrying for up to 120 s on its own schedule.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import http.client
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -118,6 +120,21 @@ def _server_message(exc: api_exceptions.GoogleAPICallError) -> str:
     return message
 
 
+@dataclass(frozen=True)
+class WritePolicy:
+    """How hard one object write tries: attempts, backoff (initial doubling to max, with up to
+    `initial` of jitter) and each request's timeout."""
+
+    max_attempts: int = 4
+    initial_wait: float = 0.2
+    max_wait: float = 2.0
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+
+
 class GcsArtifactStore:
     """ArtifactStore over one bucket. Safe to share across threads (one Blob per call)."""
 
@@ -126,22 +143,19 @@ class GcsArtifactStore:
         client: StorageClient,
         bucket: str,
         *,
-        max_attempts: int = 4,
-        initial_wait: float = 0.2,
-        max_wait: float = 2.0,
+        policy: WritePolicy = WritePolicy(),
         clock: Clock = SYSTEM_CLOCK,
-        timeout: float = 30.0,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
         self.bucket = bucket
         self._bucket = client.bucket(bucket)
-        self._timeout = timeout
+        self._timeout = policy.timeout
         self._retrying = Retrying(
-            stop=stop_after_attempt(max_attempts),
+            stop=stop_after_attempt(policy.max_attempts),
             # initial * 2^(n-1) plus up to `initial` of jitter, so concurrent writers that
             # failed together do not retry together
-            wait=wait_exponential_jitter(multiplier=initial_wait, jitter=initial_wait, max=max_wait),
+            wait=wait_exponential_jitter(
+                multiplier=policy.initial_wait, jitter=policy.initial_wait, max=policy.max_wait
+            ),
             retry=retry_if_exception(is_transient),
             sleep=clock.sleep,
             reraise=True,

@@ -1,4 +1,5 @@
-"""Error codes of the worker contract (§8) and of the error and retry model (docs/contract.md, part 3) that apply here."""
+"""Error codes of the worker contract (§8) and of the error and retry model that apply here
+(docs/contract.md, part 3), and the worker's exception tree."""
 
 from __future__ import annotations
 

@@ -44,31 +44,38 @@ class InvalidManifestError(ValueError):
     """The worker built a manifest its own contract rejects: a bug, never written out."""
 
 
+@dataclass(frozen=True)
+class ManifestHeader:
+    """What a manifest says about its step, whatever the charts gave."""
+
+    run_id: str
+    step_id: str
+    symbol: str
+    timeframe: str
+    min_images: int
+    requested: list[dict[str, Any]]
+    charts_api_mode: str
+
+
 def build_manifest(
-    *,
-    run_id: str,
-    step_id: str,
-    symbol: str,
-    timeframe: str,
-    min_images: int,
-    requested: list[dict[str, Any]],
+    header: ManifestHeader,
     items: list[ManifestItem],
     failures: list[ManifestFailure],
+    *,
     created_at: datetime,
-    charts_api_mode: str,
 ) -> dict[str, Any]:
     """Items and failures follow the order of `requested`, so the document is deterministic."""
-    order = {r["chartTemplateId"]: i for i, r in enumerate(requested)}
+    order = {r["chartTemplateId"]: i for i, r in enumerate(header.requested)}
     manifest = {
         "schemaVersion": SCHEMA_VERSION,
-        "runId": run_id,
-        "stepId": step_id,
+        "runId": header.run_id,
+        "stepId": header.step_id,
         "createdAt": rfc3339_utc(created_at),
-        "symbol": symbol,
-        "timeframe": timeframe,
-        "minImages": min_images,
-        "chartsApiMode": charts_api_mode,
-        "requested": requested,
+        "symbol": header.symbol,
+        "timeframe": header.timeframe,
+        "minImages": header.min_images,
+        "chartsApiMode": header.charts_api_mode,
+        "requested": header.requested,
         "items": [i.to_dict() for i in sorted(items, key=lambda i: order[i.chart_template_id])],
         "failures": [
             f.to_dict() for f in sorted(failures, key=lambda f: order[f.request["chartTemplateId"]])
