@@ -8,11 +8,12 @@ real HTTP on 127.0.0.1, PNG writes, manifest, finalize), on the local adapters s
 CHART-IMG's latency and pacing are in the measurement:
 
 1. concurrency 8, three accounts paced far above need: bound = one latency (target <= 1.15);
-2. concurrency 1, same accounts: for comparison (sequential would be ~8.0); 3. concurrency
-8, one BASIC account (1/s burst 3, enforced by the server with 429s): bound = (8 - 3) / 1 s
-+ latency = 5.3 s (target <= 1.15, zero 429s).
+2. concurrency 1, same accounts: for comparison (sequential would be ~8.0);
+3. concurrency 8, one BASIC account (1/s burst 3, enforced by the server with 429s):
+   bound = (8 - 3) / 1 s + latency = 5.3 s (target <= 1.15, zero 429s).
 
-.venv/bin/python benchmarks/bench_chart_concurrency.py [--runs 3]"""
+    .venv/bin/python benchmarks/bench_chart_concurrency.py [--runs 3]
+"""
 
 from __future__ import annotations
 
