@@ -31,19 +31,20 @@ from functools import cached_property
 from typing import Any, Literal, Protocol
 from urllib.parse import unquote
 
-from google.events.cloud.firestore import Document, DocumentEventData, MapValue, Value
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
-
-# The raw upb message classes behind the proto-plus wrappers: parsing and field access on
-# these skips proto-plus marshalling entirely.
-RawDocumentEventData: Any = DocumentEventData.pb()
-RawDocument: Any = Document.pb()
-RawValue: Any = Value.pb()
+from worker_chart_export.event_values import document_to_python
+from worker_chart_export.skim import (
+    RawDocument,
+    RawDocumentEventData,
+    RawValue,
+    SkimDocument,
+    SkimEventData,
+    SkimMapEntry,
+)
 
 _CHART_EXPORT_BYTES = CHART_EXPORT.encode()
 # a C-level predicate for filter(): ~2x cheaper per step than a Python-level `in`
@@ -57,79 +58,6 @@ PayloadFormat = Literal["protobuf", "base64-protobuf", "json"]
 # A raw DocumentEventData starts with the tag byte of field 1, 2 or 3 (0x0a/0x12/0x1a),
 # none of which is a base64 character; base64 text always starts with one.
 _BASE64_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
-
-
-def _build_skim_classes() -> tuple[Any, Any, Any]:
-    """Message types that read the serialized event without building its documents:
-
-        message SkimEventData { repeated bytes value; repeated bytes old_value; }
-        message SkimDocument { string name; map<string, SkimValue> fields; }
-        message SkimValue    { string string_value; SkimMap map_value; }  // others: unknown
-        message SkimMap      { repeated bytes entries; }  // map entries, left serialized
-        message SkimMapEntry { string key; bytes value; }  // one of those, when needed
-
-    A message field and a map entry are length-delimited on the wire, so reading them as
-    `bytes` is wire-compatible and parses nothing inside them. Field numbers are copied from
-    the real descriptors, so the two schemas stay in step.
-    """
-    field_type = descriptor_pb2.FieldDescriptorProto
-    package = "worker_chart_export.skim"
-    proto_file = descriptor_pb2.FileDescriptorProto(
-        name="worker_chart_export/skim.proto", package=package, syntax="proto3"
-    )
-
-    def number(message_class: Any, field_name: str) -> int:
-        return int(message_class.pb().DESCRIPTOR.fields_by_name[field_name].number)
-
-    def add_field(
-        message: Any, name: str, field_number: int, kind: int, type_name: str = "", repeated: bool = False
-    ) -> None:
-        added = message.field.add(
-            name=name,
-            number=field_number,
-            type=kind,
-            label=field_type.LABEL_REPEATED if repeated else field_type.LABEL_OPTIONAL,
-        )
-        if type_name:
-            added.type_name = f".{package}.{type_name}"
-
-    skim_event = proto_file.message_type.add(name="SkimEventData")
-    # repeated, so that a field given twice (protobuf merges those) can be noticed
-    for name in ("value", "old_value"):
-        add_field(skim_event, name, number(DocumentEventData, name), field_type.TYPE_BYTES, repeated=True)
-    skim_map_entry = proto_file.message_type.add(name="SkimMapEntry")
-    add_field(skim_map_entry, "key", 1, field_type.TYPE_STRING)
-    add_field(skim_map_entry, "value", 2, field_type.TYPE_BYTES)
-    skim_map = proto_file.message_type.add(name="SkimMap")
-    add_field(skim_map, "entries", number(MapValue, "fields"), field_type.TYPE_BYTES, repeated=True)
-    skim_value = proto_file.message_type.add(name="SkimValue")
-    add_field(skim_value, "string_value", number(Value, "string_value"), field_type.TYPE_STRING)
-    add_field(skim_value, "map_value", number(Value, "map_value"), field_type.TYPE_MESSAGE, "SkimMap")
-    skim_document = proto_file.message_type.add(name="SkimDocument")
-    add_field(skim_document, "name", number(Document, "name"), field_type.TYPE_STRING)
-    fields_entry = skim_document.nested_type.add(name="FieldsEntry")
-    fields_entry.options.map_entry = True
-    add_field(fields_entry, "key", 1, field_type.TYPE_STRING)
-    add_field(fields_entry, "value", 2, field_type.TYPE_MESSAGE, "SkimValue")
-    add_field(
-        skim_document,
-        "fields",
-        number(Document, "fields"),
-        field_type.TYPE_MESSAGE,
-        "SkimDocument.FieldsEntry",
-        repeated=True,
-    )
-
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto_file)
-
-    def message_class(name: str) -> Any:
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-
-    return (message_class("SkimEventData"), message_class("SkimDocument"), message_class("SkimMapEntry"))
-
-
-SkimEventData, SkimDocument, SkimMapEntry = _build_skim_classes()
 
 
 class CloudEventLike(Protocol):
@@ -298,53 +226,6 @@ def _is_ready_chart_export(step_fields: Any) -> bool:
         if (value := step_fields.get(name)) is not None
     }
     return is_ready_chart_export(summary)
-
-
-def firestore_value_to_python(value: Any) -> Any:
-    """A Firestore `Value` (raw or proto-plus) -> plain Python; integers stay `int`.
-
-    Timestamps become aware UTC datetimes, bytes stay bytes, geo points become
-    {"latitude", "longitude"}, references stay their resource-name string.
-    """
-    return _raw_value_to_python(getattr(value, "_pb", value))
-
-
-def fields_to_python(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A raw Document's / MapValue's `fields` -> dict."""
-    return {name: _raw_value_to_python(value) for name, value in fields.items()}
-
-
-def _raw_value_to_python(raw: Any) -> Any:
-    kind = raw.WhichOneof("value_type")
-    if kind == "string_value":  # by far the most common: checked first
-        return raw.string_value
-    if kind == "map_value":
-        return {name: _raw_value_to_python(item) for name, item in raw.map_value.fields.items()}
-    if kind == "array_value":
-        return [_raw_value_to_python(item) for item in raw.array_value.values]
-    if kind is None or kind == "null_value":
-        return None
-    if kind == "timestamp_value":
-        return raw.timestamp_value.ToDatetime(tzinfo=UTC)
-    if kind == "geo_point_value":
-        point = raw.geo_point_value
-        return {"latitude": point.latitude, "longitude": point.longitude}
-    # boolean_value, integer_value, double_value, bytes_value, reference_value
-    return getattr(raw, kind)
-
-
-def document_to_python(document: Any) -> dict[str, Any]:
-    """The whole raw Document as a flow_run dict (debugging, tests): ~2 ms for 200 steps."""
-    return fields_to_python(getattr(document, "_pb", document).fields)
-
-
-def step_to_python(document: Any, step_id: str) -> dict[str, Any] | None:
-    """Only `steps[step_id]` of a raw Document; None when absent."""
-    steps_value = getattr(document, "_pb", document).fields.get("steps")
-    if steps_value is None:
-        return None
-    step_value = steps_value.map_value.fields.get(step_id)
-    return None if step_value is None else firestore_value_to_python(step_value)
 
 
 def _json_documents(payload: Mapping[str, Any]) -> tuple[bytes | None, bytes | None]:

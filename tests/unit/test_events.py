@@ -15,13 +15,8 @@ from google.protobuf.message import DecodeError
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.core.selection import ready_chart_export_step_ids
-from worker_chart_export.events import (
-    PoisonEvent,
-    decode_event,
-    document_to_python,
-    firestore_value_to_python,
-    step_to_python,
-)
+from worker_chart_export.event_values import document_to_python, firestore_value_to_python, step_to_python
+from worker_chart_export.events import PoisonEvent, decode_event
 from worker_chart_export.testing import (
     build_document_event_data,
     document_resource_name,
@@ -434,7 +429,7 @@ def test_documents_lacking_either_word_skip_the_per_step_scan(
 
 
 def test_a_corrupt_candidate_step_makes_the_event_poison_not_a_crash() -> None:
-    from worker_chart_export.events import SkimDocument, SkimEventData
+    from worker_chart_export.skim import SkimDocument, SkimEventData
 
     # bytes the real Document parser rejects, which the skim only meets at the candidate
     document = SkimDocument(name=DOC_NAME)
