@@ -11,4 +11,12 @@ JAR=${FIRESTORE_EMULATOR_JAR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore
 command -v java >/dev/null || { echo "java not found: the Firestore emulator needs a JRE (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
 [ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
 .venv/bin/ruff check src tests scripts benchmarks
+# Every shell script passes shellcheck (Debian package); installed here because CI starts clean.
+if ! command -v shellcheck >/dev/null; then
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }; then
+    echo "shellcheck is missing and could not be installed (apt-get install shellcheck)" >&2
+    exit 1
+  fi
+fi
+shellcheck scripts/*.sh deploy/*.sh .ci/run
 .venv/bin/python -m pytest "$@"
