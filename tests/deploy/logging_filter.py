@@ -131,6 +131,8 @@ class _Parser:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
 
     def take(self) -> tuple[str, str]:
+        if self.pos >= len(self.tokens):
+            raise ValueError("the filter ends too early")
         token = self.tokens[self.pos]
         self.pos += 1
         return token
@@ -151,7 +153,7 @@ class _Parser:
         return result
 
     def negation(self) -> bool:
-        if self.peek() in (("word", "NOT"), ("op", "-")):
+        if self.peek() == ("word", "NOT"):
             self.take()
             return not self.primary()
         return self.primary()
