@@ -1,6 +1,9 @@
 # worker-chart-export: the CloudEvent function served on $PORT (Cloud Run).
 # Build from the repo root:  docker build -t worker-chart-export .
-FROM python:3.11-slim
+# BASE_IMAGE: any Debian-like image with python3.11 and pip (scripts/build_image.sh makes one
+# from Debian packages where no container registry is reachable).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -29,6 +32,8 @@ RUN pip install --no-deps --compile /tmp/build \
     && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin app
 
 USER 10001
+# gunicorn writes its control socket under $HOME; the system user's home does not exist
+ENV HOME=/tmp
 EXPOSE 8080
 
 # `serve` runs the CloudEvent function worker_chart_export.main:on_flow_run_updated

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-bash scripts/install_browser.sh  # Debian chromium + chromedriver for the HTML view test
+bash scripts/install_test_tools.sh  # Debian packages: shellcheck, chromium, chromium-driver
 mkdir -p out
 # The Firestore emulator ships with the Google Cloud CLI (component cloud-firestore-emulator) and
 # needs Java; fail here with a clear message rather than deep inside a fixture.
@@ -13,4 +13,5 @@ command -v java >/dev/null || { echo "java not found: the Firestore emulator nee
 [ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
 .venv/bin/ruff check src tests scripts benchmarks
 .venv/bin/mypy
+shellcheck scripts/*.sh deploy/*.sh .ci/run
 .venv/bin/python -m pytest "$@"

@@ -4,7 +4,7 @@ Pages come from real runs (run-local in mock mode, through the installed console
 from the local bucket mirror and from fake-gcs-server. Each test checks that the page loads,
 every <img> decodes (naturalWidth > 0 after img.decode()), nothing is fetched, the console is
 clean and the failures table lists the manifest's codes; a full-page screenshot goes to
-out/test-artifacts/. scripts/install_browser.sh installs chromium; without it these tests fail.
+out/test-artifacts/. scripts/install_test_tools.sh installs chromium; without it these tests fail.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ PAGE_WIDTH = 1280
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run `bash scripts/install_browser.sh` (as root)")
+        pytest.fail(f"{', '.join(missing)} missing: run `bash scripts/install_test_tools.sh` (as root)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

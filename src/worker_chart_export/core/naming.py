@@ -16,6 +16,7 @@ CHART_TEMPLATES_COLLECTION = "chart_templates"
 ACCOUNTS_USAGE_COLLECTION = "chart_img_accounts_usage"
 # One document per RUNNING step with a lease: what the reaper queries (by expiresAt).
 STEP_LEASES_COLLECTION = "step_leases"
+LEASE_EXPIRY_FIELD = "expiresAt"  # the field the reaper's range query (and its index) is on
 
 # runId, stepId and chartTemplateId become path segments: only this shape is accepted.
 SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -27,6 +27,7 @@ from worker_chart_export.core.errors import RedeliverEvent
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
+    LEASE_EXPIRY_FIELD,
     STEP_LEASES_COLLECTION,
     lease_document_id,
 )
@@ -69,7 +70,7 @@ def lease_fields(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
         "runId": run_id,
         "stepId": plan.step_id,
         "claimToken": plan.claim.token,
-        "expiresAt": plan.set_fields["leaseExpiresAt"],
+        LEASE_EXPIRY_FIELD: plan.set_fields["leaseExpiresAt"],
         "attempt": plan.claim.attempt,
     }
 

@@ -25,7 +25,12 @@ from worker_chart_export.adapters.firestore.client import (
 )
 from worker_chart_export.adapters.firestore.errors import translated
 from worker_chart_export.adapters.firestore.flow_runs import step_field
-from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION, rfc3339_utc
+from worker_chart_export.core.naming import (
+    FLOW_RUNS_COLLECTION,
+    LEASE_EXPIRY_FIELD,
+    STEP_LEASES_COLLECTION,
+    rfc3339_utc,
+)
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
 from worker_chart_export.core.step_rules import claim_is_current, plan_reap
 
@@ -54,8 +59,8 @@ class FirestoreLeaseReaper:
 
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:
         query = (
-            self._leases.where(filter=FieldFilter("expiresAt", "<=", rfc3339_utc(now)))
-            .order_by("expiresAt")
+            self._leases.where(filter=FieldFilter(LEASE_EXPIRY_FIELD, "<=", rfc3339_utc(now)))
+            .order_by(LEASE_EXPIRY_FIELD)
             .limit(limit)
         )
         with translated("query of expired step_leases", contention=False):
