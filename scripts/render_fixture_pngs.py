@@ -45,6 +45,7 @@ BAR_COUNT = 120
 SYNTHETIC_START = datetime(2026, 11, 17, tzinfo=UTC)
 INTERVAL_MINUTES: dict[str, int] = {
     "1m": 1,
+    "2m": 2,
     "3m": 3,
     "5m": 5,
     "15m": 15,
@@ -55,10 +56,16 @@ INTERVAL_MINUTES: dict[str, int] = {
     "3h": 180,
     "4h": 240,
     "6h": 360,
+    "8h": 480,
     "12h": 720,
     "1D": 1440,
+    "2D": 2880,
+    "3D": 4320,
     "1W": 10080,
     "1M": 43200,
+    "3M": 129600,
+    "6M": 259200,
+    "1Y": 525600,
 }
 
 RGB = tuple[int, int, int]

@@ -23,6 +23,7 @@ from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import is_safe_segment
+from worker_chart_export.core.plans import plan_named
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
@@ -56,6 +57,7 @@ def step_limits(settings: Settings) -> StepLimits:
         settings.finalize_budget_seconds,
         chart_concurrency=settings.chart_concurrency,
         default_timezone=settings.charts_default_timezone,
+        plan=plan_named(settings.chart_img_plan),
     )
 
 

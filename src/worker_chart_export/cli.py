@@ -269,6 +269,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def templates_sync(args: argparse.Namespace) -> int:
+    from worker_chart_export.core.plans import plan_named
     from worker_chart_export.templates_sync import run_templates_sync
 
     settings = load_settings()
@@ -278,6 +279,7 @@ def templates_sync(args: argparse.Namespace) -> int:
         settings.google_cloud_project,
         args.dry_run,
         emulator_host=settings.firestore_emulator_host,
+        plan=plan_named(settings.chart_img_plan),
     )
     print(text)
     return code

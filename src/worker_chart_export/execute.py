@@ -161,7 +161,12 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any]) -> StepResult:
     except TransientStoreError as exc:
         return ctx.failed(step_errors.templates_unreadable(exc))
     validated = validate_step(
-        flow_run, ctx.run_id, ctx.step_id, templates, default_timezone=ctx.limits.default_timezone
+        flow_run,
+        ctx.run_id,
+        ctx.step_id,
+        templates,
+        default_timezone=ctx.limits.default_timezone,
+        plan=ctx.limits.plan,
     )
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())

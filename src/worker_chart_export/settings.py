@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from worker_chart_export import bundled
 from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.environment import ENV_VARS
 
 DEFAULT_BUCKET = "worker-chart-export-local"
@@ -44,6 +45,9 @@ class Settings(BaseModel):
     # Secret Manager version, e.g. projects/p/secrets/chart-img-accounts/versions/latest
     chart_img_accounts_secret: str | None = None
     chart_img_daily_limit: int = Field(default=44, ge=1)
+    # The accounts' smallest CHART-IMG plan: the resolution and parameter limits templates
+    # are checked against (an account's own `plan` sets its quota and pacing, not this).
+    chart_img_plan: str = DEFAULT_PLAN
     chart_img_rate_per_second: float = Field(default=1.0, gt=0)
     chart_img_burst: int = Field(default=3, ge=1)
     chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
@@ -69,6 +73,11 @@ class Settings(BaseModel):
                 f"lowercase letters, digits, '-', '_', '.'; first and last a letter or digit), got {value!r}"
             )
         return bucket
+
+    @field_validator("chart_img_plan")
+    @classmethod
+    def _known_plan(cls, value: str) -> str:
+        return plan_named(value.strip()).name  # ValueError names the known plans
 
     @field_validator("chart_img_base_url")
     @classmethod

@@ -1,7 +1,9 @@
 """`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
 
-All or nothing: every file is validated (contracts/chart_template.schema.json, and the file
-name must be `<id>.json`) before anything is written; one bad file means no writes at all.
+All or nothing: every file is validated (contracts/chart_template.schema.json, the rules
+CHART-IMG applies under the configured plan — core/template_rules.py, the same ones step
+validation uses — and the file name must be `<id>.json`) before anything is written; one bad
+file means no writes at all.
 Valid templates are compared with the stored documents and only the differing ones are
 written, as full overwrites, so a re-run is a no-op and the report says what changed.
 """
@@ -15,8 +17,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.contracts import CHART_TEMPLATE, schema_errors
+from worker_chart_export.contracts import CHART_TEMPLATE, validator
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
+from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.template_rules import template_problems
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -53,6 +57,7 @@ class SyncReport:
     problems: tuple[SyncProblem, ...] = ()
     actions: Mapping[str, SyncAction] = field(default_factory=dict)  # template id -> action
     not_in_directory: tuple[str, ...] = ()  # stored ids without a file: reported, never deleted
+    plan: str = DEFAULT_PLAN  # the CHART-IMG plan whose limits the templates were checked against
 
     @property
     def ok(self) -> bool:
@@ -66,14 +71,15 @@ class SyncReport:
     def to_text(self) -> str:
         if self.problems:
             lines = [
-                f"templates sync: {len(self.problems)} problem(s) in {self.directory}; nothing was written:"
+                f"templates sync: {len(self.problems)} problem(s) in {self.directory} "
+                f"(checked against the {self.plan} plan); nothing was written:"
             ]
             lines += [f"  {p}" for p in self.problems]
             return "\n".join(lines)
         prefix = "would be " if self.dry_run else ""
         lines = [
             f"templates sync{' (dry run)' if self.dry_run else ''}: {self.directory} -> "
-            f"Firestore {self.collection}/"
+            f"Firestore {self.collection}/ (checked against the {self.plan} plan)"
         ]
         for template_id, action in sorted(self.actions.items()):
             shown = action.value if action is SyncAction.UNCHANGED else prefix + action.value
@@ -88,7 +94,9 @@ class SyncReport:
         return "\n".join(lines)
 
 
-def load_templates(directory: Path) -> tuple[dict[str, dict[str, Any]], list[SyncProblem]]:
+def load_templates(
+    directory: Path, plan: Plan = PLANS[DEFAULT_PLAN]
+) -> tuple[dict[str, dict[str, Any]], list[SyncProblem]]:
     """(valid templates by id, every problem found). Checks all files, stops at none."""
     if not directory.is_dir():
         return {}, [SyncProblem(str(directory), "$", "not a directory")]
@@ -103,10 +111,10 @@ def load_templates(directory: Path) -> tuple[dict[str, dict[str, Any]], list[Syn
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {exc}"))
             continue
-        errors = schema_errors(CHART_TEMPLATE, document)
-        for error in errors:
-            where, _, message = error.partition(": ")
-            problems.append(SyncProblem(path.name, where, message))
+        found = [
+            SyncProblem(path.name, where, message) for where, message in document_problems(document, plan)
+        ]
+        problems += found
         if not isinstance(document, dict):
             continue  # the schema already said so
         template_id = document.get("id")
@@ -114,9 +122,30 @@ def load_templates(directory: Path) -> tuple[dict[str, dict[str, Any]], list[Syn
             problems.append(
                 SyncProblem(path.name, "$.id", f"{template_id!r} does not match the file name {path.stem!r}")
             )
-        if not errors and isinstance(template_id, str):
+        if not found and isinstance(template_id, str):
             templates[template_id] = document
     return templates, problems
+
+
+def document_problems(document: Any, plan: Plan) -> list[tuple[str, str]]:
+    """(JSON path, message) for each problem: the template rules, then what only the schema
+    says. A schema error about a field the rules already named is left out (one message per
+    field, the rules' being the one that names the plan's limit)."""
+    ruled = (
+        [(f"${p.suffix}", p.message) for p in template_problems(document, plan)]
+        if isinstance(document, dict)
+        else []
+    )
+    ruled_paths = {where for where, _ in ruled}
+    schema = []
+    for error in sorted(validator(CHART_TEMPLATE).iter_errors(document), key=lambda e: list(e.path)):
+        where: str = error.json_path
+        # `required` and `not` speak about a child from its parent: the rules name the child
+        covers_children = error.validator in ("required", "not")
+        if where in ruled_paths or (covers_children and any(p.startswith(f"{where}.") for p in ruled_paths)):
+            continue
+        schema.append((where, str(error.message)))
+    return sorted(ruled + schema, key=lambda item: item[0])
 
 
 def sync_templates(
@@ -125,6 +154,7 @@ def sync_templates(
     *,
     collection: str = CHART_TEMPLATES_COLLECTION,
     dry_run: bool = False,
+    plan: Plan = PLANS[DEFAULT_PLAN],
 ) -> SyncReport:
     """Validate every file, then upsert the templates that differ from Firestore.
 
@@ -133,9 +163,9 @@ def sync_templates(
     """
     from worker_chart_export.adapters.firestore import bounded_retry, translated
 
-    templates, problems = load_templates(directory)
+    templates, problems = load_templates(directory, plan)
     if problems:
-        return SyncReport(directory, collection, dry_run, problems=tuple(problems))
+        return SyncReport(directory, collection, dry_run, problems=tuple(problems), plan=plan.name)
     ref_of = client.collection(collection)
     retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
     with translated(f"read of {collection}", contention=False):
@@ -161,6 +191,7 @@ def sync_templates(
         dry_run,
         actions=actions,
         not_in_directory=tuple(sorted(stored_ids - templates.keys())),
+        plan=plan.name,
     )
     if dry_run:
         return report
@@ -175,17 +206,22 @@ def sync_templates(
 
 
 def run_templates_sync(
-    directory: Path, project: str | None, dry_run: bool, *, emulator_host: str | None = None
+    directory: Path,
+    project: str | None,
+    dry_run: bool,
+    *,
+    emulator_host: str | None = None,
+    plan: Plan = PLANS[DEFAULT_PLAN],
 ) -> tuple[int, str]:
     """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates, 2 Firestore failed."""
     from worker_chart_export.adapters.firestore import make_firestore_client
 
     directory = Path(directory)
     # Validate first: a bad file should be reported even without Firestore credentials.
-    _, problems = load_templates(directory)
+    _, problems = load_templates(directory, plan)
     if problems:
         return EXIT_INVALID, SyncReport(
-            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems)
+            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name
         ).to_text()
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
@@ -195,7 +231,7 @@ def run_templates_sync(
     try:
         client = make_firestore_client(project, emulator_host=emulator_host)
         try:
-            report = sync_templates(directory, client, dry_run=dry_run)
+            report = sync_templates(directory, client, dry_run=dry_run, plan=plan)
         finally:
             client.close()  # type: ignore[no-untyped-call]  # firestore.Client.close has no annotations
     except (TransientStoreError, GoogleAPICallError, GoogleAuthError) as exc:

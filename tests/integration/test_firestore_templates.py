@@ -206,8 +206,91 @@ def test_one_invalid_file_means_nothing_is_written(
     assert ("broken.json", "$") in problems
     assert not any(p.file == "good_v1.json" for p in report.problems)
     text = report.to_text()
-    assert "bad_v1.json: $.request.height: 5000 is greater than the maximum of 600" in text
-    assert "nothing was written" in text
+    assert "bad_v1.json: $.request.height: 5000 exceeds the BASIC plan's maximum 600" in text
+    assert "(checked against the BASIC plan); nothing was written" in text
+
+
+def drawing(**fields: Any) -> dict[str, Any]:
+    return {"name": "Horizontal Line", "input": {"price": 100}, **fields}
+
+
+@pytest.mark.parametrize(
+    ("request_change", "path", "message"),
+    [
+        ({"width": 399}, "$.request.width", "399 is below CHART-IMG's minimum 400"),
+        ({"height": 299}, "$.request.height", "299 is below CHART-IMG's minimum 300"),
+        ({"width": 1920}, "$.request.width", "1920 exceeds the BASIC plan's maximum 800"),
+        ({"height": 601}, "$.request.height", "601 exceeds the BASIC plan's maximum 600"),
+        (
+            {"scale": {"mode": "log"}},
+            "$.request.scale",
+            "{'mode': 'log'} must be one of the strings regular, percent, indexedTo100, logarithmic",
+        ),
+        (
+            {"drawings": [{"name": "Horizontal Line"}]},
+            "$.request.drawings[0].input",
+            "missing: CHART-IMG requires a drawing's input object",
+        ),
+        (
+            {"drawings": [drawing(zOrder="front")]},
+            "$.request.drawings[0].zOrder",
+            "'front' must be one of top, bottom",
+        ),
+        (
+            {"drawings": [drawing(), drawing(), drawing()]},
+            "$.request.drawings",
+            "1 studies + 3 drawings = 4 exceed the BASIC plan's parameter limit 3",
+        ),
+    ],
+)
+def test_sync_refuses_what_chart_img_would_refuse_naming_the_field(
+    firestore_client: firestore.Client,
+    tmp_path: Path,
+    request_change: dict[str, Any],
+    path: str,
+    message: str,
+) -> None:
+    bad = template("bad_v1")
+    bad["request"].update(request_change)
+    write_templates(tmp_path, template("good_v1"), bad)
+
+    report = sync_templates(tmp_path, firestore_client)
+
+    assert not report.ok and report.actions == {}
+    assert stored_templates(firestore_client) == {}
+    assert [(p.file, p.path) for p in report.problems] == [("bad_v1.json", path)]  # one line per field
+    assert f"bad_v1.json: {path}: {message}" in report.to_text()
+
+
+def test_the_plan_changes_the_verdict(
+    firestore_emulator: FirestoreEmulator,
+    firestore_client: firestore.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from worker_chart_export.cli import main
+
+    big = template("big_v1")
+    big["request"].update(width=1920, height=1080)
+    write_templates(tmp_path, big)
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_emulator.host)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", firestore_emulator.project)
+    monkeypatch.delenv("CHART_IMG_PLAN", raising=False)
+
+    refused = main(["templates", "sync", "--dir", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert refused == EXIT_INVALID
+    assert "big_v1.json: $.request.width: 1920 exceeds the BASIC plan's maximum 800" in text
+    assert "big_v1.json: $.request.height: 1080 exceeds the BASIC plan's maximum 600" in text
+    assert stored_templates(firestore_client) == {}
+
+    monkeypatch.setenv("CHART_IMG_PLAN", "PRO")
+    accepted = main(["templates", "sync", "--dir", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert accepted == EXIT_OK, text
+    assert "(checked against the PRO plan)" in text and "big_v1: created" in text
+    assert stored_templates(firestore_client) == {"big_v1": big}
 
 
 def test_run_templates_sync_for_the_cli(

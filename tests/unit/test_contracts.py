@@ -11,6 +11,8 @@ from jsonschema import Draft202012Validator
 
 from harness.builders import REPO, SAMPLE_FLOW_RUN, load_templates
 from worker_chart_export.contracts import CHART_TEMPLATE, CONTRACTS_DIR, FLOW_RUN, MANIFEST, schema_errors
+from worker_chart_export.core.plans import PLANS
+from worker_chart_export.core.template_rules import template_problems
 
 
 @pytest.mark.parametrize("name", [FLOW_RUN, MANIFEST, CHART_TEMPLATE])
@@ -42,7 +44,24 @@ def test_templates_validate_and_are_named_by_id() -> None:
     for file_id, template in templates.items():
         assert schema_errors(CHART_TEMPLATE, template) == [], file_id
         assert template["id"] == file_id
-        assert template["request"]["width"] <= 800 and template["request"]["height"] <= 600
+        assert template_problems(template, PLANS["BASIC"]) == [], file_id  # CHART-IMG's own limits
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"width": 399}, "$.request.width"),
+        ({"height": 299}, "$.request.height"),
+        ({"width": 4096}, "$.request.width"),  # above every plan's maximum
+        ({"scale": {"mode": "log"}}, "$.request.scale"),
+        ({"drawings": [{"name": "Horizontal Line"}]}, "$.request.drawings[0]"),  # input required
+        ({"drawings": [{"name": "Text", "input": {}, "zOrder": "front"}]}, "$.request.drawings[0].zOrder"),
+    ],
+)
+def test_template_schema_says_what_chart_img_documents(change: dict[str, object], path: str) -> None:
+    template = load_templates()["price_psar_adi_v1"]
+    bad = {**template, "request": {**template["request"], **change}}
+    assert any(e.startswith(f"{path}: ") for e in schema_errors(CHART_TEMPLATE, bad)), path
 
 
 def test_template_schema_forbids_market_parameters() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from harness.builders import chart_step, flow_run, load_templates
 from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.plans import PLANS, Plan
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 
 TEMPLATES = load_templates()
@@ -19,9 +20,15 @@ def run(
     *,
     run_id: str = "run1",
     templates: dict[str, Any] | None = None,
+    plan: Plan = PLANS["BASIC"],
 ) -> ValidatedStep | StepError:
     return validate_step(
-        doc, run_id, step_id, TEMPLATES if templates is None else templates, default_timezone="Etc/UTC"
+        doc,
+        run_id,
+        step_id,
+        TEMPLATES if templates is None else templates,
+        default_timezone="Etc/UTC",
+        plan=plan,
     )
 
 
@@ -72,10 +79,17 @@ def test_scope_must_be_an_object(scope: Any) -> None:
     assert any(p.startswith("scope: must be an object with a symbol") for p in problems), problems
 
 
-@pytest.mark.parametrize("timeframe", ["1H", "2d", "", None, 60, "1h "])
+@pytest.mark.parametrize("timeframe", ["1H", "2d", "", None, 60, "1h ", "10m", "1d"])
 def test_timeframe_must_be_a_chart_img_interval(timeframe: Any) -> None:
     problems = problems_of(run(flow_run({"charts": chart_step(timeframe=timeframe)})))
     assert any(p.startswith("steps.charts.timeframe:") for p in problems), problems
+
+
+@pytest.mark.parametrize("timeframe", ["2m", "8h", "2D", "3D", "3M", "6M", "1Y"])
+def test_the_intervals_chart_img_added_are_accepted(timeframe: str) -> None:
+    result = run(flow_run({"charts": chart_step(timeframe=timeframe)}))
+    assert isinstance(result, ValidatedStep), result
+    assert {c.body["interval"] for c in result.calls} == {timeframe}
 
 
 @pytest.mark.parametrize(
@@ -154,13 +168,48 @@ def test_missing_template() -> None:
         ({"request": {"symbol": "BINANCE:ETHUSDT"}}, "request.symbol"),
         ({"request": {"interval": "1D"}}, "request.interval"),
         ({"description": ""}, "description"),
+        ({"request": {"width": 1920}}, "request.width: 1920 exceeds the BASIC plan's maximum 800"),
+        ({"request": {"width": 320}}, "request.width: 320 is below CHART-IMG's minimum 400"),
+        ({"request": {"height": 1080}}, "request.height: 1080 exceeds the BASIC plan's maximum 600"),
+        ({"request": {"height": 220}}, "request.height: 220 is below CHART-IMG's minimum 300"),
+        ({"request": {"scale": {"mode": "log"}}}, "request.scale"),
+        ({"request": {"drawings": [{"name": "Horizontal Line"}]}}, "request.drawings[0].input"),
+        (
+            {"request": {"drawings": [{"name": "Horizontal Line", "input": {"price": 1}, "zOrder": "up"}]}},
+            "request.drawings[0].zOrder",
+        ),
+        (
+            {
+                "request": {
+                    "studies": [{"name": "Volume"}] * 2,
+                    "drawings": [{"name": "Text", "input": {}}] * 2,
+                }
+            },
+            "request.drawings: 2 studies + 2 drawings = 4 exceed the BASIC plan's parameter limit 3",
+        ),
     ],
 )
 def test_template_rules(change: dict[str, Any], field: str) -> None:
     templates = {k: dict(v) for k, v in TEMPLATES.items()}
     templates["price_psar_adi_v1"].update(change)
     problems = problems_of(run(flow_run({"charts": chart_step()}), templates=templates))
-    assert any(p.startswith(f"chart_templates/price_psar_adi_v1.{field}:") for p in problems), problems
+    assert any(p.startswith(f"chart_templates/price_psar_adi_v1.{field}") for p in problems), problems
+
+
+def test_the_plan_decides_the_template_limits() -> None:
+    templates = {k: dict(v) for k, v in TEMPLATES.items()}
+    template = templates["price_psar_adi_v1"]
+    template["request"] = {**template["request"], "width": 1920, "height": 1080}
+    doc = flow_run({"charts": chart_step()})
+
+    problems = problems_of(run(doc, templates=templates))
+    assert problems == [
+        "chart_templates/price_psar_adi_v1.request.width: 1920 exceeds the BASIC plan's maximum 800",
+        "chart_templates/price_psar_adi_v1.request.height: 1080 exceeds the BASIC plan's maximum 600",
+    ]
+    result = run(doc, templates=templates, plan=PLANS["PRO"])
+    assert isinstance(result, ValidatedStep)
+    assert result.calls[0].body["width"] == 1920
 
 
 @pytest.mark.parametrize(

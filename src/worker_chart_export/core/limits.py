@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+
 # Charts may not eat the time the manifest write needs: without a manifest the step fails.
 MANIFEST_RESERVE_SECONDS = 20.0
 MIN_STEP_BUDGET_SECONDS = 1.0
@@ -17,6 +19,8 @@ class StepLimits:
     chart_concurrency: int = 8
     default_timezone: str = "Etc/UTC"
     manifest_reserve_seconds: float = MANIFEST_RESERVE_SECONDS  # at most; see charts_reserve
+    # CHART_IMG_PLAN: the resolution and parameter limits templates are checked against
+    plan: Plan = PLANS[DEFAULT_PLAN]
 
     @classmethod
     def within_request(
@@ -26,6 +30,7 @@ class StepLimits:
         *,
         chart_concurrency: int = 8,
         default_timezone: str = "Etc/UTC",
+        plan: Plan = PLANS[DEFAULT_PLAN],
     ) -> StepLimits:
         """The step runs inside one request: its budget is the request's timeout minus the
         finalize reserve, and its claim's lease lasts as long as the request may."""
@@ -37,6 +42,7 @@ class StepLimits:
             lease_seconds=request_timeout_seconds,
             chart_concurrency=chart_concurrency,
             default_timezone=default_timezone,
+            plan=plan,
         )
 
     @property

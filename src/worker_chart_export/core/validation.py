@@ -12,22 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker_chart_export.core.chart_request import (
-    SYMBOL_PLACEHOLDER,
-    build_request_body,
-    resolve_chart_img_symbol,
-)
+from worker_chart_export.core.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.errors import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
+from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.template_rules import interval_problem, template_problems
 from worker_chart_export.core.types import ChartCall
 
 SYMBOL_PATTERN = re.compile(r"^[A-Z0-9][A-Z0-9._-]{0,31}$")
-CHART_IMG_INTERVALS = (
-    "1m", "3m", "5m", "15m", "30m", "45m", "1h", "2h", "3h", "4h", "6h", "12h", "1D", "1W", "1M",
-)  # fmt: skip
-# What may surround {symbol} in a template: exchange prefixes and suffixes like `.P`.
-CHART_IMG_SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9_:.!-]{1,64}$")
-FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")
 # Far above any real step (an account renders 44 charts a day), low enough that a step's
 # error and manifest stay small documents.
 MAX_REQUESTS = 100
@@ -58,32 +50,11 @@ def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
     return sorted({i for i in ids if is_safe_segment(i)})
 
 
-def _check_template(template_id: str, template: Mapping[str, Any] | None) -> list[str]:
+def _check_template(template_id: str, template: Mapping[str, Any] | None, plan: Plan) -> list[str]:
     where = f"chart_templates/{template_id}"
     if template is None:
         return [f"{where}: template not found"]
-    problems = []
-    symbol_template = template.get("chartImgSymbolTemplate")
-    if not isinstance(symbol_template, str) or SYMBOL_PLACEHOLDER not in symbol_template:
-        problems.append(f"{where}.chartImgSymbolTemplate: must be a string containing {{symbol}}")
-    elif not CHART_IMG_SYMBOL_PATTERN.fullmatch(resolve_chart_img_symbol(symbol_template, "X")):
-        problems.append(
-            f"{where}.chartImgSymbolTemplate: {symbol_template!r} has characters "
-            "not allowed in a TradingView symbol"
-        )
-    request = template.get("request")
-    if not isinstance(request, Mapping):
-        problems.append(f"{where}.request: must be an object")
-    else:
-        problems += [
-            f"{where}.request.{name}: must not be set by a template (the worker sets it)"
-            for name in FORBIDDEN_REQUEST_FIELDS
-            if name in request
-        ]
-    description = template.get("description")
-    if not isinstance(description, str) or not description.strip():
-        problems.append(f"{where}.description: must be a non-empty string (it is the manifest kind)")
-    return problems
+    return [f"{where}{p.suffix}: {p.message}" for p in template_problems(template, plan)]
 
 
 def validate_step(
@@ -93,7 +64,10 @@ def validate_step(
     templates: Mapping[str, Mapping[str, Any]],
     *,
     default_timezone: str,
+    plan: Plan = PLANS[DEFAULT_PLAN],
 ) -> ValidatedStep | StepError:
+    """The step's inputs and templates checked as CHART-IMG would check them under `plan`
+    (the CHART_IMG_PLAN setting: the smallest plan among the accounts)."""
     problems: list[str] = []
     if not is_safe_segment(run_id):
         problems.append(f"runId: {run_id!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')")
@@ -120,10 +94,9 @@ def validate_step(
         return _failed([*problems, f"{prefix}: step not found"])
 
     timeframe = step.get("timeframe")
-    if timeframe not in CHART_IMG_INTERVALS:
-        problems.append(
-            f"{prefix}.timeframe: {timeframe!r} is not a CHART-IMG interval ({' '.join(CHART_IMG_INTERVALS)})"
-        )
+    timeframe_problem = interval_problem(timeframe)
+    if timeframe_problem is not None:
+        problems.append(f"{prefix}.timeframe: {timeframe_problem}")
 
     inputs = step.get("inputs")
     if not isinstance(inputs, Mapping):
@@ -164,7 +137,9 @@ def validate_step(
         )
 
     for request in request_list:
-        problems += _check_template(request["chartTemplateId"], templates.get(request["chartTemplateId"]))
+        problems += _check_template(
+            request["chartTemplateId"], templates.get(request["chartTemplateId"]), plan
+        )
 
     if problems:
         return _failed(problems)

@@ -1,0 +1,170 @@
+"""What CHART-IMG accepts in a chart template, as pure rules (doc.chart-img.com, Snapshot v2
+Advanced Chart parameters, Resolution Limit and Parameter Limit tables).
+
+Written once, used twice: step validation (VALIDATION_FAILED before a call is spent) and
+`templates sync` (a template the API would refuse never reaches Firestore). The JSON schema
+says the same about shapes; the plan's maxima live only here because they depend on the
+CHART_IMG_PLAN setting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from worker_chart_export.core.chart_request import SYMBOL_PLACEHOLDER, resolve_chart_img_symbol
+from worker_chart_export.core.plans import MIN_HEIGHT, MIN_WIDTH, Plan
+
+# The Advanced Chart v2 `interval` values (2m, 8h, 2D, 3D added Nov 2025).
+CHART_IMG_INTERVALS = (
+    "1m", "2m", "3m", "5m", "15m", "30m", "45m", "1h", "2h", "3h", "4h", "6h", "8h", "12h",
+    "1D", "2D", "3D", "1W", "1M", "3M", "6M", "1Y",
+)  # fmt: skip
+SCALES = ("regular", "percent", "indexedTo100", "logarithmic")
+Z_ORDERS = ("top", "bottom")
+# What may surround {symbol} in a template: exchange prefixes and suffixes like `.P`.
+CHART_IMG_SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9_:.!-]{1,64}$")
+FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")  # the worker sets the market
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class TemplateProblem:
+    path: Path  # inside the template, e.g. ("request", "drawings", 0, "input")
+    message: str
+
+    @property
+    def suffix(self) -> str:
+        """The path as `.request.drawings[0].input` (JSON path without its `$`)."""
+        return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in self.path)
+
+
+def template_problems(template: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
+    """Every reason CHART-IMG (or the worker) would refuse this template under `plan`."""
+    problems: list[TemplateProblem] = []
+    symbol_template = template.get("chartImgSymbolTemplate")
+    if not isinstance(symbol_template, str) or SYMBOL_PLACEHOLDER not in symbol_template:
+        problems.append(TemplateProblem(("chartImgSymbolTemplate",), "must be a string containing {symbol}"))
+    elif not CHART_IMG_SYMBOL_PATTERN.fullmatch(resolve_chart_img_symbol(symbol_template, "X")):
+        problems.append(
+            TemplateProblem(
+                ("chartImgSymbolTemplate",),
+                f"{symbol_template!r} has characters not allowed in a TradingView symbol",
+            )
+        )
+    description = template.get("description")
+    if not isinstance(description, str) or not description.strip():
+        problems.append(
+            TemplateProblem(("description",), "must be a non-empty string (it is the manifest kind)")
+        )
+    request = template.get("request")
+    if not isinstance(request, Mapping):
+        problems.append(TemplateProblem(("request",), "must be an object"))
+    else:
+        problems += request_problems(request, plan)
+    return problems
+
+
+def request_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
+    """The Advanced Chart body fragment: market left to the worker, size, scale, parameters."""
+    problems = [
+        TemplateProblem(("request", name), "must not be set by a template (the worker sets it)")
+        for name in FORBIDDEN_REQUEST_FIELDS
+        if name in request
+    ]
+    problems += _size_problems(request, "width", MIN_WIDTH, plan.max_width, plan)
+    problems += _size_problems(request, "height", MIN_HEIGHT, plan.max_height, plan)
+    if "scale" in request and request["scale"] not in SCALES:
+        problems.append(
+            TemplateProblem(
+                ("request", "scale"),
+                f"{_shown(request['scale'])} must be one of the strings {', '.join(SCALES)}",
+            )
+        )
+    studies = _objects(request, "studies", problems)
+    drawings = _objects(request, "drawings", problems)
+    for index, study in studies:
+        problems += _name_problems(("request", "studies", index), study)
+    for index, drawing in drawings:
+        problems += _drawing_problems(("request", "drawings", index), drawing)
+    count = len(studies) + len(drawings)
+    if count > plan.max_parameters:
+        problems.append(
+            TemplateProblem(
+                ("request", "drawings" if drawings else "studies"),
+                f"{len(studies)} studies + {len(drawings)} drawings = {count} exceed the "
+                f"{plan.name} plan's parameter limit {plan.max_parameters} (studies[] + drawings[])",
+            )
+        )
+    return problems
+
+
+def interval_problem(timeframe: Any) -> str | None:
+    """Why `timeframe` is not a CHART-IMG interval, or None when it is one."""
+    if isinstance(timeframe, str) and timeframe in CHART_IMG_INTERVALS:
+        return None
+    return f"{timeframe!r} is not a CHART-IMG interval ({' '.join(CHART_IMG_INTERVALS)})"
+
+
+def _size_problems(
+    request: Mapping[str, Any], name: str, minimum: int, maximum: int, plan: Plan
+) -> list[TemplateProblem]:
+    if name not in request:
+        return []  # CHART-IMG's default 800x600 fits every plan
+    value, path = request[name], ("request", name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [TemplateProblem(path, f"{_shown(value)} must be an integer number of pixels")]
+    if value < minimum:
+        return [TemplateProblem(path, f"{value} is below CHART-IMG's minimum {minimum}")]
+    if value > maximum:
+        return [TemplateProblem(path, f"{value} exceeds the {plan.name} plan's maximum {maximum}")]
+    return []
+
+
+def _objects(
+    request: Mapping[str, Any], name: str, problems: list[TemplateProblem]
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """The objects of request[name] with their index; a problem for a non-list or a non-object."""
+    items = request.get(name, [])
+    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+        problems.append(TemplateProblem(("request", name), "must be a list of objects"))
+        return []
+    found = []
+    for index, item in enumerate(items):
+        if isinstance(item, Mapping):
+            found.append((index, item))
+        else:
+            problems.append(TemplateProblem(("request", name, index), "must be an object"))
+    return found
+
+
+def _name_problems(path: Path, item: Mapping[str, Any]) -> list[TemplateProblem]:
+    name = item.get("name")
+    if isinstance(name, str) and name.strip():
+        return []
+    return [TemplateProblem((*path, "name"), "must be a non-empty string (CHART-IMG requires it)")]
+
+
+def _drawing_problems(path: Path, drawing: Mapping[str, Any]) -> list[TemplateProblem]:
+    problems = _name_problems(path, drawing)
+    if not isinstance(drawing.get("input"), Mapping):
+        shown = "missing" if "input" not in drawing else _shown(drawing["input"])
+        problems.append(
+            TemplateProblem((*path, "input"), f"{shown}: CHART-IMG requires a drawing's input object")
+        )
+    if "zOrder" in drawing and drawing["zOrder"] not in Z_ORDERS:
+        problems.append(
+            TemplateProblem(
+                (*path, "zOrder"), f"{_shown(drawing['zOrder'])} must be one of {', '.join(Z_ORDERS)}"
+            )
+        )
+    return problems
+
+
+def _shown(value: Any) -> str:
+    """A value in a message, cut short: templates come from Firestore, unchecked."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
