@@ -1,4 +1,4 @@
-"""Every rule of DESIGN §4.6, one bad input each; the message must name the field."""
+"""Every rule of docs/design.md "Validation", one bad input each; the message must name the field."""
 
 from __future__ import annotations
 

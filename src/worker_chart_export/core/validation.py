@@ -1,4 +1,4 @@
-"""Input validation of a CHART_EXPORT step (contract §4.1, DESIGN §4.6).
+"""Input validation of a CHART_EXPORT step (contract §4.1; docs/design.md, "Validation").
 
 Every problem is collected, each naming the field it is about; the step then fails with
 VALIDATION_FAILED and a message listing them.
@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from worker_chart_export.core.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.errors import ErrorCode, StepError
@@ -68,15 +68,58 @@ def validate_step(
 ) -> ValidatedStep | StepError:
     """The step's inputs and templates checked as CHART-IMG would check them under `plan`
     (the CHART_IMG_PLAN setting: the smallest plan among the accounts)."""
-    problems: list[str] = []
-    if not is_safe_segment(run_id):
-        problems.append(f"runId: {run_id!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')")
-    if not is_safe_segment(step_id):
-        problems.append(f"stepId: {step_id!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')")
+    problems = _id_problems(flow_run, run_id, step_id)
+    symbol = _symbol(flow_run, problems)
+    steps = flow_run.get("steps")
+    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    prefix = f"steps.{step_id}"
+    if not isinstance(step, Mapping):
+        return _failed([*problems, f"{prefix}: step not found"])
+    timeframe = step.get("timeframe")
+    timeframe_problem = interval_problem(timeframe)
+    if timeframe_problem is not None:
+        problems.append(f"{prefix}.timeframe: {timeframe_problem}")
+    inputs = step.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return _failed([*problems, f"{prefix}.inputs: must be an object with minImages and requests"])
+    request_list = _requests(prefix, inputs.get("requests"), problems)
+    min_images = _min_images(prefix, inputs, problems)
+    for request in request_list:
+        template_id = request["chartTemplateId"]
+        problems += _check_template(template_id, templates.get(template_id), plan)
+    if problems:
+        return _failed(problems)
+    assert isinstance(symbol, str) and isinstance(timeframe, str) and isinstance(min_images, int)
+    used = {r["chartTemplateId"]: templates[r["chartTemplateId"]] for r in request_list}
+    return ValidatedStep(
+        run_id=run_id,
+        step_id=step_id,
+        symbol=symbol,
+        timeframe=timeframe,
+        min_images=min_images,
+        requests=request_list,
+        templates=used,
+        calls=[
+            _call(run_id, step_id, template_id, template, _Market(symbol, timeframe, default_timezone))
+            for template_id, template in used.items()
+        ],
+    )
+
+
+def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list[str]:
+    """Ids that become paths are untrusted input; the stored id must be the document's."""
+    problems = [
+        f"{name}: {value!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')"
+        for name, value in (("runId", run_id), ("stepId", step_id))
+        if not is_safe_segment(value)
+    ]
     doc_run_id = flow_run.get("runId")
     if doc_run_id is not None and doc_run_id != run_id:
         problems.append(f"runId: document says {doc_run_id!r} but it is stored as flow_runs/{run_id}")
+    return problems
 
+
+def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
     if not isinstance(scope, Mapping):
@@ -86,90 +129,76 @@ def validate_step(
             f"scope.symbol: {symbol!r} must be a base symbol like 'BTCUSDT' "
             f"({SYMBOL_PATTERN.pattern}; no '/', ':' or spaces)"
         )
+    return symbol if isinstance(symbol, str) else None
 
-    steps = flow_run.get("steps")
-    step = steps.get(step_id) if isinstance(steps, Mapping) else None
-    prefix = f"steps.{step_id}"
-    if not isinstance(step, Mapping):
-        return _failed([*problems, f"{prefix}: step not found"])
 
-    timeframe = step.get("timeframe")
-    timeframe_problem = interval_problem(timeframe)
-    if timeframe_problem is not None:
-        problems.append(f"{prefix}.timeframe: {timeframe_problem}")
-
-    inputs = step.get("inputs")
-    if not isinstance(inputs, Mapping):
-        return _failed([*problems, f"{prefix}.inputs: must be an object with minImages and requests"])
-    requests = inputs.get("requests")
-    request_list: list[dict[str, Any]] = []
+def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str, Any]]:
+    """The valid requests, in order; each problem named by its index."""
     if not isinstance(requests, list) or not requests:
         problems.append(f"{prefix}.inputs.requests: must be a non-empty list")
-    elif len(requests) > MAX_REQUESTS:
+        return []
+    if len(requests) > MAX_REQUESTS:
         problems.append(f"{prefix}.inputs.requests: {len(requests)} requests, at most {MAX_REQUESTS} allowed")
-    else:
-        seen: set[str] = set()
-        for index, request in enumerate(requests):
-            where = f"{prefix}.inputs.requests[{index}]"
-            template_id = request.get("chartTemplateId") if isinstance(request, Mapping) else None
-            if not isinstance(request, Mapping):
-                problems.append(f"{where}: must be an object with chartTemplateId")
-            elif not is_safe_segment(template_id):
-                problems.append(
-                    f"{where}.chartTemplateId: {template_id!r} is not a safe template id "
-                    f"({SAFE_SEGMENT.pattern}, no '..')"
-                )
-            elif template_id in seen:
-                problems.append(f"{where}.chartTemplateId: {template_id!r} is requested twice")
-            elif not _is_plain_json(request):
-                problems.append(f"{where}: must hold plain JSON values only (it is copied into the manifest)")
-            else:
-                seen.add(template_id)
-                request_list.append(dict(request))
+        return []
+    kept: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, request in enumerate(requests):
+        where = f"{prefix}.inputs.requests[{index}]"
+        template_id = request.get("chartTemplateId") if isinstance(request, Mapping) else None
+        if not isinstance(request, Mapping):
+            problems.append(f"{where}: must be an object with chartTemplateId")
+        elif not is_safe_segment(template_id):
+            problems.append(
+                f"{where}.chartTemplateId: {template_id!r} is not a safe template id "
+                f"({SAFE_SEGMENT.pattern}, no '..')"
+            )
+        elif template_id in seen:
+            problems.append(f"{where}.chartTemplateId: {template_id!r} is requested twice")
+        elif not _is_plain_json(request):
+            problems.append(f"{where}: must hold plain JSON values only (it is copied into the manifest)")
+        else:
+            seen.add(template_id)
+            kept.append(dict(request))
+    return kept
 
+
+def _min_images(prefix: str, inputs: Mapping[str, Any], problems: list[str]) -> int | None:
     min_images = inputs.get("minImages")
+    requests = inputs.get("requests")
     if isinstance(min_images, bool) or not isinstance(min_images, int):
         problems.append(f"{prefix}.inputs.minImages: {min_images!r} must be an integer")
-    elif isinstance(requests, list) and not 0 <= min_images <= len(requests):
+        return None
+    if isinstance(requests, list) and not 0 <= min_images <= len(requests):
         problems.append(
             f"{prefix}.inputs.minImages: {min_images} must be between 0 and "
             f"the number of requests ({len(requests)})"
         )
+    return min_images
 
-    for request in request_list:
-        problems += _check_template(
-            request["chartTemplateId"], templates.get(request["chartTemplateId"]), plan
-        )
 
-    if problems:
-        return _failed(problems)
+class _Market(NamedTuple):
+    """What the step, not the template, sets in every request."""
 
-    assert isinstance(symbol, str) and isinstance(timeframe, str) and isinstance(min_images, int)
-    calls = []
-    for request in request_list:
-        template_id = request["chartTemplateId"]
-        template = templates[template_id]
-        chart_img_symbol = resolve_chart_img_symbol(template["chartImgSymbolTemplate"], symbol)
-        calls.append(
-            ChartCall(
-                run_id=run_id,
-                step_id=step_id,
-                chart_template_id=template_id,
-                chart_img_symbol=chart_img_symbol,
-                interval=timeframe,
-                body=build_request_body(template["request"], chart_img_symbol, timeframe, default_timezone),
-                fixture_key=fixture_key(chart_img_symbol, timeframe, template_id),
-            )
-        )
-    return ValidatedStep(
+    symbol: str
+    timeframe: str
+    default_timezone: str
+
+
+def _call(
+    run_id: str, step_id: str, template_id: str, template: Mapping[str, Any], market: _Market
+) -> ChartCall:
+    chart_img_symbol = resolve_chart_img_symbol(template["chartImgSymbolTemplate"], market.symbol)
+    body = build_request_body(
+        template["request"], chart_img_symbol, market.timeframe, market.default_timezone
+    )
+    return ChartCall(
         run_id=run_id,
         step_id=step_id,
-        symbol=symbol,
-        timeframe=timeframe,
-        min_images=min_images,
-        requests=request_list,
-        templates={r["chartTemplateId"]: templates[r["chartTemplateId"]] for r in request_list},
-        calls=calls,
+        chart_template_id=template_id,
+        chart_img_symbol=chart_img_symbol,
+        interval=market.timeframe,
+        body=body,
+        fixture_key=fixture_key(chart_img_symbol, market.timeframe, template_id),
     )
 
 
