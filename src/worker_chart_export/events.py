@@ -35,6 +35,7 @@ from google.events.cloud.firestore import Document, DocumentEventData, MapValue,
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
@@ -195,6 +196,10 @@ def decode_event(cloud_event: CloudEventLike) -> DecodedEvent:
         # a real delete still carries oldValue; nothing at all means the bytes are not an event
         raise PoisonEvent("payload carries no document (neither value nor oldValue has a name)")
     run_id = _resolve_run_id(cloud_event, document_name)
+    problem = document_id_problem(run_id)
+    if problem is not None:
+        # Firestore never sends such an id, and its client rejects it on every redelivery
+        raise PoisonEvent(f"runId {_excerpt(run_id)}: {problem}")
     if value is None or not value.name:
         return DecodedEvent(
             run_id=run_id,
@@ -439,6 +444,10 @@ def _relative_document_path(document_name: str) -> str | None:
     if not separator or not head.startswith("projects/") or "/databases/" not in head:
         raise PoisonEvent(f"document name {document_name!r} is not a Firestore resource name")
     return path
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
 
 
 def _flow_run_id(path: str, source: str) -> str:
