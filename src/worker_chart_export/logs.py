@@ -13,7 +13,8 @@ lifts these documented special fields out of the payload
 - `logging.googleapis.com/labels`: a string -> string map; we put `runId`/`stepId` there
   (they also stay in the payload, where queries and metric filters already look).
 A payload key that would collide with a special field by accident (say `timestamp=` or
-`httpRequest=` passed to a log call) is renamed with a trailing `_`.
+`httpRequest=` passed to a log call) is renamed with a trailing `_` (`timestamp_`; a
+`logging.googleapis.com/trace` key becomes `trace_`).
 
 The trace's project is GOOGLE_CLOUD_PROJECT, read once when logging is configured (the
 deploy sets it). The metadata server is never asked: that would put an HTTP call on the
@@ -183,12 +184,17 @@ def _request_fields(_: Any, __: str, event_dict: EventDict) -> EventDict:
     return event_dict
 
 
+def payload_name(special_field: str) -> str:
+    """Where a caller's value for a special field goes: `timestamp_`, `trace_`, ..."""
+    return f"{special_field.removeprefix('logging.googleapis.com/')}_"
+
+
 def _cloud_logging_shape(_: Any, method_name: str, event_dict: EventDict) -> EventDict:
     message = event_dict.pop("event", "")
     time = event_dict.pop("time")
     # only this processor and `_request_fields` write special fields: a caller's is payload
     for key in _SPECIAL_FIELDS.intersection(event_dict):
-        event_dict[f"{key}_"] = event_dict.pop(key)
+        event_dict[payload_name(key)] = event_dict.pop(key)
     labels = {name: str(event_dict[name]) for name in LABEL_FIELDS if event_dict.get(name) is not None}
     if labels:
         event_dict[LABELS_KEY] = labels
