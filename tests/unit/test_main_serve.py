@@ -15,6 +15,7 @@ from urllib import request
 
 import pytest
 
+from harness.logs import LogCapture
 from worker_chart_export.serve import create_function_app, main_source_path
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
@@ -112,3 +113,24 @@ def test_the_app_serves_main_py_and_leaves_sys_path_alone() -> None:
     assert sys.path == before  # functions-framework appended the package dir; we took it out
     assert main_source_path().name == "main.py" and main_source_path().is_file()
     assert app.test_client().get("/").status_code == 405  # CloudEvents are POSTed
+
+
+def test_an_app_functions_framework_builds_itself_gets_the_request_logging(log_capture: LogCapture) -> None:
+    """`functions-framework --target on_flow_run_updated --source .../main.py` (no serve.py):
+    main.py installs the middleware and the error handler on the app that loads it."""
+    import functions_framework
+
+    before = list(sys.path)
+    app = functions_framework.create_app(
+        target="on_flow_run_updated", source=str(main_source_path()), signature_type="cloudevent"
+    )
+    sys.path[:] = before
+    client = app.test_client()
+    nested = b"[" * 100_000 + b"]" * 100_000
+    response = client.post("/", data=nested, headers={"content-type": "application/cloudevents+json"})
+    assert response.status_code == 400
+    assert client.get("/").status_code == 405
+    rejected, not_allowed = log_capture.lines()
+    assert (rejected["severity"], rejected["httpStatus"]) == ("WARNING", 400)
+    assert "RecursionError" in rejected["reason"] and "Traceback" not in log_capture.text
+    assert (not_allowed["severity"], not_allowed["httpStatus"]) == ("WARNING", 405)
