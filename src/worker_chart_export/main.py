@@ -4,12 +4,19 @@ Most events are no-ops (every write to any flow_run, including our own claim and
 arrives here), so this module and the no-op path import no Firestore, GCS or HTTP client
 and no pydantic: `execute`, `bootstrap` and their dependencies are imported only when a READY
 CHART_EXPORT step is found.
+
+A new CloudEvent entry goes at the end, as `@functions_framework.cloud_event` over
+`@cloud_event_entry` over `def entry(cloud_event, log)`: it then shares the request's log
+scope and trace, the poison handling (raise PoisonEvent: 200 and one WARNING line) and the
+crash handling (500 and one ERROR line) below. An HTTP entry gets the request scope, trace
+and the one-line guarantee from serve.py's middleware (`create_function_app(target, "http")`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import functions_framework
@@ -54,30 +61,51 @@ def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None
 
     @functools.wraps(handler)
     def entry(cloud_event: CloudEvent) -> None:
-        event_trace = logs.parse_traceparent(cloud_event.get("traceparent"))
-        request, token = logs.current_request(), None
-        if request is None:  # called directly, or hosted without serve.py's middleware
-            request, token = logs.begin_request(event_trace)
-        else:
-            request.set_trace(event_trace)
-        request.entered = True
-        log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
-        try:
-            handler(cloud_event, log)
-        except events.PoisonEvent as poison:
-            _log_poison(log, poison, cloud_event)
-        except Exception as exc:
-            from werkzeug.exceptions import HTTPException, InternalServerError
+        with _our_code_runs(logs.parse_traceparent(cloud_event.get("traceparent"))):
+            log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
+            try:
+                handler(cloud_event, log)
+            except events.PoisonEvent as poison:
+                _log_poison(log, poison, cloud_event)
+            except Exception as exc:
+                from werkzeug.exceptions import HTTPException, InternalServerError
 
-            if isinstance(exc, HTTPException):
-                raise
-            log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
-            raise InternalServerError(description="event handling failed") from exc
-        finally:
-            if token is not None:
-                logs.end_request(token)
+                if isinstance(exc, HTTPException):
+                    raise
+                log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
+                raise InternalServerError(description="event handling failed") from exc
 
     return entry
+
+
+def http_entry(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """For an HTTP entry (`@functions_framework.http` over this): what it raises is our
+    fault, so serve.py answers it 500 with one ERROR line (not 400, as for a request that
+    failed before any of our code ran)."""
+
+    @functools.wraps(handler)
+    def entry(request: Any) -> Any:
+        with _our_code_runs(None):
+            return handler(request)
+
+    return entry
+
+
+@contextmanager
+def _our_code_runs(event_trace: logs.Trace | None) -> Iterator[logs.RequestLog]:
+    """Joins the request's log scope (serve.py's middleware opened it) or opens one when
+    called without it (directly, or hosted elsewhere), and marks that our code now runs."""
+    request, token = logs.current_request(), None
+    if request is None:
+        request, token = logs.begin_request(event_trace)
+    else:
+        request.set_trace(event_trace)
+    request.entered = True
+    try:
+        yield request
+    finally:
+        if token is not None:
+            logs.end_request(token)
 
 
 def _log_poison(log: Any, poison: events.PoisonEvent, cloud_event: CloudEvent) -> None:

@@ -134,3 +134,32 @@ def test_an_app_functions_framework_builds_itself_gets_the_request_logging(log_c
     assert (rejected["severity"], rejected["httpStatus"]) == ("WARNING", 400)
     assert "RecursionError" in rejected["reason"] and "Traceback" not in log_capture.text
     assert (not_allowed["severity"], not_allowed["httpStatus"]) == ("WARNING", 405)
+
+
+def test_an_http_entry_that_raises_is_a_500_with_one_error_line(log_capture: LogCapture) -> None:
+    """What an HTTP entry (say a lease reaper) gets from `http_entry` and the middleware."""
+    import flask
+
+    from worker_chart_export.main import http_entry
+    from worker_chart_export.serve import install_request_logging
+
+    def reap(request: flask.Request) -> str:
+        if request.args.get("fail"):
+            raise RuntimeError("store unavailable")
+        return "reaped 0"
+
+    app = flask.Flask("reaper")
+    app.add_url_rule("/", "reap", lambda: http_entry(reap)(flask.request), methods=["POST"])
+    install_request_logging(app)
+    install_request_logging(app)  # idempotent: one middleware, one line per request
+    client = app.test_client()
+    assert client.post("/").status_code == 200
+    assert client.post("/?fail=1").status_code == 500
+    answered, failed = log_capture.lines()
+    assert (answered["severity"], answered["message"], answered["httpStatus"]) == (
+        "INFO",
+        "request answered",
+        200,
+    )
+    assert (failed["severity"], failed["message"]) == ("ERROR", "event handling failed")
+    assert "RuntimeError: store unavailable" in failed["exception"]
