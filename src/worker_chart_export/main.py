@@ -15,8 +15,7 @@ and the one-line guarantee from serve.py's middleware (`create_function_app(targ
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import functions_framework
@@ -61,7 +60,8 @@ def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None
 
     @functools.wraps(handler)
     def entry(cloud_event: CloudEvent) -> None:
-        with _our_code_runs(logs.parse_traceparent(cloud_event.get("traceparent"))):
+        token = _enter(logs.parse_traceparent(cloud_event.get("traceparent")))
+        try:
             log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
             try:
                 handler(cloud_event, log)
@@ -74,6 +74,9 @@ def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None
                     raise
                 log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
                 raise InternalServerError(description="event handling failed") from exc
+        finally:
+            if token is not None:
+                logs.end_request(token)
 
     return entry
 
@@ -85,27 +88,27 @@ def http_entry(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     @functools.wraps(handler)
     def entry(request: Any) -> Any:
-        with _our_code_runs(None):
+        token = _enter(None)
+        try:
             return handler(request)
+        finally:
+            if token is not None:
+                logs.end_request(token)
 
     return entry
 
 
-@contextmanager
-def _our_code_runs(event_trace: logs.Trace | None) -> Iterator[logs.RequestLog]:
+def _enter(event_trace: logs.Trace | None) -> Any:
     """Joins the request's log scope (serve.py's middleware opened it) or opens one when
-    called without it (directly, or hosted elsewhere), and marks that our code now runs."""
+    called without it (directly, or hosted elsewhere), and marks that our code now runs.
+    Returns the token to pass to `logs.end_request` when it opened one, else None."""
     request, token = logs.current_request(), None
     if request is None:
         request, token = logs.begin_request(event_trace)
     else:
         request.set_trace(event_trace)
     request.entered = True
-    try:
-        yield request
-    finally:
-        if token is not None:
-            logs.end_request(token)
+    return token
 
 
 def _log_poison(log: Any, poison: events.PoisonEvent, cloud_event: CloudEvent) -> None:

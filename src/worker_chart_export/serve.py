@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export import logs
+
 FUNCTION_TARGET = "on_flow_run_updated"
 SIGNATURE_TYPE = "cloudevent"
 _INSTALLED = "worker_chart_export.request_logging"
@@ -73,12 +75,9 @@ class RequestLogMiddleware:
         self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        from worker_chart_export import logs
-
+        get = environ.get
         trace = logs.first_trace(
-            environ.get("HTTP_TRACEPARENT"),
-            environ.get("HTTP_X_CLOUD_TRACE_CONTEXT"),
-            environ.get("HTTP_CE_TRACEPARENT"),
+            get("HTTP_TRACEPARENT"), get("HTTP_X_CLOUD_TRACE_CONTEXT"), get("HTTP_CE_TRACEPARENT")
         )
         request, token = logs.begin_request(trace)
         statuses: list[str] = []
@@ -105,8 +104,6 @@ def _log_answer(environ: dict[str, Any], status_line: str) -> None:
 def _answer_exception(exc: Exception) -> Any:
     """Flask's handler for any exception a view raised (HTTP errors pass through)."""
     from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
-
-    from worker_chart_export import logs
 
     if isinstance(exc, HTTPException):
         return exc
@@ -143,8 +140,6 @@ def _excerpt(text: str) -> str:
 
 
 def _logger() -> Any:
-    from worker_chart_export import logs
-
     return logs.configured_logger()
 
 
