@@ -33,6 +33,7 @@ from urllib.parse import unquote
 
 from google.protobuf.message import DecodeError
 
+from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
@@ -278,6 +279,16 @@ def _protobuf_documents(raw: bytes) -> tuple[bytes | None, bytes | None]:
 
 
 def _resolve_run_id(cloud_event: CloudEventLike, document_name: str) -> str:
+    """The event's runId, which must be an id Firestore can hold: such an id is never sent by
+    Firestore, and its client would reject it on every redelivery."""
+    run_id = _named_run_id(cloud_event, document_name)
+    problem = document_id_problem(run_id)
+    if problem is not None:
+        raise PoisonEvent(f"runId {_excerpt(run_id)}: {problem}")
+    return run_id
+
+
+def _named_run_id(cloud_event: CloudEventLike, document_name: str) -> str:
     """runId from the event's `subject` / `document` attribute, else the payload's name.
 
     Both must name the same flow_runs/{runId} document when both are present: otherwise the
@@ -320,6 +331,10 @@ def _relative_document_path(document_name: str) -> str | None:
     if not separator or not head.startswith("projects/") or "/databases/" not in head:
         raise PoisonEvent(f"document name {document_name!r} is not a Firestore resource name")
     return path
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
 
 
 def _flow_run_id(path: str, source: str) -> str:

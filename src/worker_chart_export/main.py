@@ -4,61 +4,147 @@ Most events are no-ops (every write to any flow_run, including our own claim and
 arrives here), so this module and the no-op path import no Firestore, GCS or HTTP client
 and no pydantic: `execute`, `bootstrap` and their dependencies are imported only when a READY
 CHART_EXPORT step is found.
+
+A new CloudEvent entry goes at the end, as `@functions_framework.cloud_event` over
+`@cloud_event_entry` over `def entry(cloud_event, log)`: it then shares the request's log
+scope and trace, the poison handling (raise PoisonEvent: 200 and one WARNING line) and the
+crash handling (500 and one ERROR line) below. An HTTP entry gets the request scope, trace
+and the one-line guarantee from serve.py's middleware (`create_function_app(target, "http")`).
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import functions_framework
 
-from worker_chart_export import events
+from worker_chart_export import events, logs
 from worker_chart_export.core.errors import ErrorCode
-from worker_chart_export.environment import log_identity
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
-_logging_lock = threading.Lock()
-_logging_checked = False
+CloudEventHandler = Callable[["CloudEvent", Any], None]
+
+
+class DecoderDefect(events.PoisonEvent):
+    """The decoder itself failed: as deterministic as a bad payload, so acknowledged like
+    one, but logged as an ERROR with the traceback (it is our bug)."""
+
+
+def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
+    """`events.decode_event`; raises PoisonEvent (or DecoderDefect) for what never decodes."""
+    try:
+        return events.decode_event(cloud_event)
+    except events.PoisonEvent:
+        raise
+    except Exception as exc:
+        raise DecoderDefect(f"{type(exc).__name__}: {exc}") from exc
+
+
+def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None]:
+    """What every CloudEvent entry point shares; `handler(cloud_event, log)` does the rest.
+
+    - the request's log scope: joins serve.py's (marking that our code now runs, so what
+      fails from here on is not the request's fault) or opens one when called without it;
+      the event's `traceparent` extension is the trace when the request carried none;
+    - `log`: the configured logger, bound to the event's id;
+    - a PoisonEvent is acknowledged (HTTP 200) with one WARNING line carrying the received
+      event's attributes (a DecoderDefect with an ERROR line): redelivering cannot help;
+    - an HTTPException passes through (the handler logged it: a deliberate 500 asks
+      Eventarc to redeliver); any other exception is logged as an ERROR with its traceback
+      and answered 500 without one.
+    """
+
+    @functools.wraps(handler)
+    def entry(cloud_event: CloudEvent) -> None:
+        token = _enter(logs.parse_traceparent(cloud_event.get("traceparent")))
+        try:
+            log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
+            try:
+                handler(cloud_event, log)
+            except events.PoisonEvent as poison:
+                _log_poison(log, poison, cloud_event)
+            except Exception as exc:
+                from werkzeug.exceptions import HTTPException, InternalServerError
+
+                if isinstance(exc, HTTPException):
+                    raise
+                log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
+                raise InternalServerError(description="event handling failed") from exc
+        finally:
+            if token is not None:
+                logs.end_request(token)
+
+    return entry
+
+
+def http_entry(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """For an HTTP entry (`@functions_framework.http` over this): what it raises is our
+    fault, so serve.py answers it 500 with one ERROR line (not 400, as for a request that
+    failed before any of our code ran)."""
+
+    @functools.wraps(handler)
+    def entry(request: Any) -> Any:
+        token = _enter(None)
+        try:
+            return handler(request)
+        finally:
+            if token is not None:
+                logs.end_request(token)
+
+    return entry
+
+
+def _enter(event_trace: logs.Trace | None) -> Any:
+    """Joins the request's log scope (serve.py's middleware opened it) or opens one when
+    called without it (directly, or hosted elsewhere), and marks that our code now runs.
+    Returns the token to pass to `logs.end_request` when it opened one, else None."""
+    request, token = logs.current_request(), None
+    if request is None:
+        request, token = logs.begin_request(event_trace)
+    else:
+        request.set_trace(event_trace)
+    request.entered = True
+    return token
+
+
+def _log_poison(log: Any, poison: events.PoisonEvent, cloud_event: CloudEvent) -> None:
+    # Contract §10's "received event" attributes: the only line such an event leaves.
+    received = _received_attributes(cloud_event)
+    if isinstance(poison, DecoderDefect):
+        log.error(
+            "event ignored: the decoder failed",
+            reason=poison.reason,
+            code=ErrorCode.FLOW_RUN_INVALID.value,
+            exc_info=poison.__cause__,
+            **received,
+        )
+        return
+    # Acknowledged on purpose: a redelivery would fail the same way, forever.
+    log.warning(
+        "event ignored: not a decodable flow_run event",
+        reason=poison.reason,
+        code=ErrorCode.FLOW_RUN_INVALID.value,
+        **received,
+    )
 
 
 @functions_framework.cloud_event
-def on_flow_run_updated(cloud_event: CloudEvent) -> None:
+@cloud_event_entry
+def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
     """Eventarc `google.cloud.firestore.document.v1.updated` on `flow_runs/{runId}`.
 
     Returns (HTTP 200) for no-ops and poison events; raises (HTTP 500, so Eventarc
     redelivers) when the step could not be claimed yet is still READY (contention, store
     unavailable), or on a crash.
     """
-    identity = {"eventId": cloud_event.get("id")}
-    log = _configured_logger().bind(**identity)
+    decoded = decode_flow_run_event(cloud_event)
     # Contract §10's "received event": its attributes go on the first line of every event.
     # Most events are no-ops, so for them it is also the only line (half the logging cost).
     received = _received_attributes(cloud_event)
-    try:
-        decoded = events.decode_event(cloud_event)
-    except events.PoisonEvent as poison:
-        # Acknowledged on purpose: a redelivery would fail the same way, forever.
-        log.warning(
-            "event ignored: not a decodable flow_run event",
-            reason=poison.reason,
-            code=ErrorCode.FLOW_RUN_INVALID.value,
-            **received,
-        )
-        return
-    except Exception as exc:
-        # A decoder defect is as deterministic as a bad payload: acknowledged too, but loud.
-        log.error(
-            "event ignored: the decoder failed",
-            reason=f"{type(exc).__name__}: {exc}",
-            code=ErrorCode.FLOW_RUN_INVALID.value,
-            exc_info=True,
-            **received,
-        )
-        return
-
     log = log.bind(runId=decoded.run_id)
     if decoded.deleted:
         log.info(
@@ -85,7 +171,7 @@ def on_flow_run_updated(cloud_event: CloudEvent) -> None:
     )
     # An unsafe runId is still delegated: execute_step finalizes the step FAILED
     # (VALIDATION_FAILED) without writing under an unsafe path.
-    _execute(decoded.run_id, step_id, log.bind(stepId=step_id), identity)
+    _execute(decoded.run_id, step_id, log.bind(stepId=step_id), {"eventId": cloud_event.get("id")})
 
 
 def _execute(run_id: str, step_id: str, log: Any, identity: dict[str, Any]) -> None:
@@ -111,32 +197,16 @@ def _execute(run_id: str, step_id: str, log: Any, identity: dict[str, Any]) -> N
         )
         # An HTTP 500 without a traceback: this is an expected, retryable condition.
         raise InternalServerError(description=f"redelivery requested for step {step_id}") from exc
-    except Exception:
+    except Exception as exc:
         log.error("event handling failed", exc_info=True)
-        raise
+        # logged here, with runId and stepId: the entry answers 500 without a second line
+        raise InternalServerError(description="event handling failed") from exc
     log.info(
         "event handled",
         outcome=report.outcome,
         errorCode=report.error_code,
         outputsManifestGcsUri=report.manifest_uri,
     )
-
-
-def _configured_logger() -> Any:
-    """structlog, configured on first use unless the host (CLI, tests) already did."""
-    global _logging_checked
-    from worker_chart_export import logs
-
-    if not _logging_checked:
-        with _logging_lock:
-            if not _logging_checked:
-                import structlog
-
-                if not structlog.is_configured():
-                    service, env = log_identity()
-                    logs.configure_logging(service=service, env=env)
-                _logging_checked = True
-    return logs.get_logger()
 
 
 def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
@@ -154,38 +224,46 @@ def _payload_size(data: object) -> int | None:
 
 
 @functions_framework.cloud_event
-def advance_flow(cloud_event: CloudEvent) -> None:
+@cloud_event_entry
+def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
     """advance_flow on `flow_runs/{runId}` events (orchestration rules): READY and the run
-    status, written only when something changes, conditional on the event's version."""
-    log = _configured_logger().bind(eventId=cloud_event.get("id"), function="advance_flow")
-    try:
-        version = events.decode_document_version(cloud_event)
-    except events.PoisonEvent as poison:
-        log.warning(
-            "advance_flow: event ignored, not a decodable flow_run event",
-            reason=poison.reason,
-            code=ErrorCode.FLOW_RUN_INVALID.value,
-        )
-        return
+    status, written only when something changes, conditional on the event's version.
+    A store outage raises: HTTP 500, Eventarc redelivers (advancing is idempotent)."""
+    version = events.decode_document_version(cloud_event)  # PoisonEvent: acknowledged
+    log = log.bind(function="advance_flow", runId=version.run_id)
     if version.document is None or version.update_time is None:
-        log.info("advance_flow: flow_run deleted, nothing to advance", runId=version.run_id)
+        log.info("advance_flow: flow_run deleted, nothing to advance")
         return
     from worker_chart_export.advance import advance_version
     from worker_chart_export.bootstrap import advance_store
 
-    # A store outage raises: HTTP 500, Eventarc redelivers (advancing is idempotent).
     result = advance_version(version.run_id, version.document, version.update_time, advance_store())
     log.info("advance_flow", **result.log_fields())
 
 
 @functions_framework.http
+@http_entry
 def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
     """The reaper, for Cloud Scheduler: one pass, its summary as JSON."""
     from worker_chart_export.bootstrap import lease_reaper
     from worker_chart_export.reaper import reap_once
     from worker_chart_export.settings import load_settings
 
-    _configured_logger()
     settings = load_settings()
     report = reap_once(lease_reaper(settings), max_attempts=settings.reaper_max_attempts)
     return report.to_summary(), 200
+
+
+def _install_on_hosting_app() -> None:
+    """functions-framework executes this module inside the context of the Flask app it is
+    building (`functions-framework --target ...`, Cloud Functions' runtime): give that app
+    serve.py's request logging too. Imported any other way, this does nothing."""
+    import flask
+
+    if flask.has_app_context():
+        from worker_chart_export.serve import install_request_logging
+
+        install_request_logging(flask.current_app)
+
+
+_install_on_hosting_app()

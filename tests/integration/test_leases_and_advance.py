@@ -29,6 +29,8 @@ RUN, STEP = "run_lease", "charts"
 @pytest.fixture(autouse=True)
 def _logs(log_capture: Any) -> None:
     """The reaper logs each lease it looks at: into this test's own capture."""
+
+
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=5)
 

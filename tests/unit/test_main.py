@@ -321,3 +321,169 @@ def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(
     assert error["reason"] == "RuntimeError: decoder bug"
     assert "RuntimeError: decoder bug" in error["exception"]
     assert fake_execution.calls == []
+
+
+# --- ids Firestore cannot hold, undecodable requests, traces ------------------------------
+
+
+@pytest.mark.parametrize(
+    "run_id", ["..", ".", "__x__", "r" * 2000], ids=["dotdot", "dot", "dunder", "2000-bytes"]
+)
+def test_a_run_id_firestore_cannot_hold_is_poison_not_a_500(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution, run_id: str
+) -> None:
+    path = f"flow_runs/{run_id}"
+    body = protobuf_body({"s": chart_step()}, name=document_resource_name("p", path))
+    response = client.post("/", data=body, headers=binary_headers(path=path))
+    assert response.status_code == 200
+    warning = only(log_capture.lines())
+    assert (warning["severity"], warning["code"]) == ("WARNING", "FLOW_RUN_INVALID")
+    assert warning["reason"].startswith("runId ")
+    assert len(warning["reason"]) < 300  # a 2000-byte id is not copied into the line
+    assert fake_execution.calls == []
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, {"content-type": "application/cloudevents+json"}),
+        (b"[" * 100_000 + b"]" * 100_000, binary_headers(content_type="application/json")),
+        (b"\xff\xfe\xfa", {"content-type": "application/json"}),
+        (b"[1]", {"content-type": "application/cloudevents+json"}),
+    ],
+    ids=["nested-structured", "nested-binary", "not-utf8-no-specversion", "json-array"],
+)
+def test_a_request_that_fails_before_the_function_is_a_400_with_one_warning(
+    client: FlaskClient,
+    log_capture: LogCapture,
+    fake_execution: FakeExecution,
+    body: bytes,
+    headers: dict[str, str],
+) -> None:
+    response = client.post("/", data=body, headers=headers)
+    assert response.status_code == 400
+    assert b"not a decodable CloudEvent" in response.data
+    warning = only(log_capture.lines())
+    assert (warning["severity"], warning["message"]) == (
+        "WARNING",
+        "request rejected: not a decodable CloudEvent",
+    )
+    assert warning["httpStatus"] == 400 and warning["reason"]
+    assert "exception" not in warning and "Traceback" not in log_capture.text
+    assert fake_execution.calls == []
+
+
+def test_a_request_nothing_else_logged_still_leaves_one_line(
+    client: FlaskClient, log_capture: LogCapture
+) -> None:
+    assert client.get("/").status_code == 405
+    # functions-framework's own 400: neither a CloudEvent nor a convertible background event
+    assert client.post("/", json={"hello": "world"}).status_code == 400
+    method_not_allowed, not_an_event = log_capture.lines()
+    assert (method_not_allowed["severity"], method_not_allowed["httpStatus"]) == ("WARNING", 405)
+    assert (not_an_event["message"], not_an_event["httpStatus"]) == ("request rejected", 400)
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.mark.parametrize(
+    "trace_header",
+    [
+        {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},
+        {"X-Cloud-Trace-Context": f"{TRACE_ID}/123;o=1"},
+        {"ce-traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},  # the binary-mode extension
+    ],
+    ids=["traceparent", "x-cloud-trace-context", "ce-traceparent"],
+)
+def test_every_line_of_an_invocation_carries_its_trace(
+    client: FlaskClient,
+    log_capture: LogCapture,
+    fake_execution: FakeExecution,
+    monkeypatch: pytest.MonkeyPatch,
+    trace_header: dict[str, str],
+) -> None:
+    from worker_chart_export import logs
+
+    monkeypatch.setattr(logs, "_trace_project", "demo-project")
+    headers = {**binary_headers(), **trace_header}
+    assert client.post("/", data=protobuf_body({"s": chart_step()}), headers=headers).status_code == 200
+    lines = log_capture.lines()
+    assert [line["message"] for line in lines] == ["event received", "parsed event", "event handled"]
+    assert {line["logging.googleapis.com/trace"] for line in lines} == {
+        f"projects/demo-project/traces/{TRACE_ID}"
+    }
+    assert lines[-1]["logging.googleapis.com/labels"] == {"runId": RUN_ID, "stepId": "s"}
+
+
+def test_a_structured_event_traceparent_extension_is_used_when_the_request_has_none(
+    client: FlaskClient, log_capture: LogCapture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker_chart_export import logs
+
+    monkeypatch.setattr(logs, "_trace_project", "demo-project")
+    message = build_document_event_data(DOC_NAME, flow_run_fields({}))
+    event = {
+        "specversion": "1.0",
+        "id": "evt-structured",
+        "source": "//firestore.googleapis.com/projects/demo-project/databases/(default)",
+        "type": "google.cloud.firestore.document.v1.updated",
+        "subject": f"documents/flow_runs/{RUN_ID}",
+        "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00",
+        "data": json_format.MessageToDict(message),
+    }
+    response = client.post(
+        "/", data=json.dumps(event), headers={"content-type": "application/cloudevents+json"}
+    )
+    assert response.status_code == 200
+    line = only(log_capture.lines())
+    assert line["logging.googleapis.com/trace"] == f"projects/demo-project/traces/{TRACE_ID}"
+    assert line["logging.googleapis.com/trace_sampled"] is False
+
+
+# --- the entry decorator, as a new entry point would use it ---------------------------------
+
+
+def test_cloud_event_entry_gives_a_new_entry_the_same_poison_crash_and_trace_handling(
+    log_capture: LogCapture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cloudevents.http import CloudEvent
+    from werkzeug.exceptions import InternalServerError
+
+    from worker_chart_export import logs
+    from worker_chart_export.events import PoisonEvent
+    from worker_chart_export.main import cloud_event_entry
+
+    monkeypatch.setattr(logs, "_trace_project", "demo-project")
+    seen: list[str] = []
+
+    @cloud_event_entry
+    def advance(cloud_event: Any, log: Any) -> None:
+        seen.append(cloud_event["id"])
+        if cloud_event["id"] == "poison":
+            raise PoisonEvent("not a flow_run")
+        if cloud_event["id"] == "crash":
+            raise KeyError("boom")
+        log.info("advanced")
+
+    def event(event_id: str) -> CloudEvent:
+        attributes = {"id": event_id, "type": "t", "source": "s"}
+        return CloudEvent({**attributes, "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}, b"")
+
+    advance(event("fine"))  # called directly: no middleware, the entry opens the scope
+    advance(event("poison"))
+    with pytest.raises(InternalServerError):
+        advance(event("crash"))
+    fine, poison, crash = log_capture.lines()
+    assert seen == ["fine", "poison", "crash"]
+    assert (fine["message"], fine["eventId"]) == ("advanced", "fine")
+    assert (poison["severity"], poison["reason"], poison["code"]) == (
+        "WARNING",
+        "not a flow_run",
+        "FLOW_RUN_INVALID",
+    )
+    assert (crash["severity"], crash["reason"]) == ("ERROR", "KeyError: 'boom'")
+    assert "KeyError: 'boom'" in crash["exception"]
+    trace = f"projects/demo-project/traces/{TRACE_ID}"
+    assert all(line["logging.googleapis.com/trace"] == trace for line in (fine, poison, crash))
+    assert logs.current_request() is None  # the scope it opened is closed again
