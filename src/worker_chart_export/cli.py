@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.core.errors import ConfigError, RedeliverEvent
@@ -21,6 +21,7 @@ from worker_chart_export.environment import (
     CHARTS_LOCAL_OUTPUT_DIR,
 )
 from worker_chart_export.flow_commands import add_flow_commands, run_advance, run_reap
+from worker_chart_export.flow_run_file import UsageError, read_flow_run
 from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.settings import load_settings
@@ -32,10 +33,6 @@ if TYPE_CHECKING:
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
-
-
-class UsageError(Exception):
-    """Bad flags, unreadable input files, unusable configuration: exit status 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -147,22 +144,6 @@ def _read_accounts_file(path: Path | None) -> str | None:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--accounts-config-path {path}: {exc.strerror}") from None
-
-
-def read_flow_run(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--flow-run-path {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--flow-run-path {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(document, dict):
-        raise UsageError(f"--flow-run-path {path}: a flow_run must be a JSON object")
-    if not isinstance(document.get("runId"), str) or not document["runId"]:
-        raise UsageError(f"--flow-run-path {path}: the flow_run has no runId")
-    if not isinstance(document.get("steps"), dict):
-        raise UsageError(f"--flow-run-path {path}: steps must be a map of stepId to step")
-    return document
 
 
 def run_local(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ def run_advance(args: argparse.Namespace) -> int:
 def _advance_local(flow_run_path: Path, output_dir: Path) -> int:
     from worker_chart_export.adapters.local import LocalFlowRunStore
     from worker_chart_export.bootstrap import LocalLayout
-    from worker_chart_export.cli import read_flow_run
+    from worker_chart_export.flow_run_file import read_flow_run
 
     run_id = read_flow_run(flow_run_path)["runId"]
     layout = LocalLayout.under(output_dir, run_id)
