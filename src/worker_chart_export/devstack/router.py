@@ -32,6 +32,8 @@ class Delivery:
     subject: str  # ce-subject, e.g. documents/flow_runs/RUN1
     event_id: str
     status: int  # the function's answer; 502 when it could not be reached
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    body: bytes = field(default=b"", repr=False)  # as the emulator sent it (base64 protobuf text)
 
 
 @dataclass
@@ -71,6 +73,10 @@ class TriggerRouter:
         with self._lock:
             self.deliveries.append(delivery)
 
+    def delivered(self, trigger: str, subject: str) -> list[Delivery]:
+        with self._lock:
+            return [d for d in self.deliveries if d.trigger == trigger and d.subject == subject]
+
     def counts(self, subject: str | None = None) -> Counter[str]:
         """Invocations per trigger, for one document (`documents/flow_runs/<runId>`) or all."""
         with self._lock:
@@ -96,6 +102,8 @@ def _handler(router: TriggerRouter) -> type[BaseHTTPRequestHandler]:
                     self.headers.get("ce-subject", ""),
                     self.headers.get("ce-id", ""),
                     status,
+                    dict(self.headers.items()),
+                    body,
                 )
             )
             self._reply(status, payload)
