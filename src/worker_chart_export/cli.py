@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.core.errors import ConfigError, RedeliverEvent
 from worker_chart_export.core.selection import StepSelectionError, choose_step
+from worker_chart_export.devstack import add_stack_command, run_stack
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
     CHARTS_API_MODE,
@@ -87,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     view = commands.add_parser("view", help="render a run's manifest as one HTML page")
     add_view_arguments(view)
     add_flow_commands(commands)
+    add_stack_command(commands)
     return parser
 
 
@@ -103,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_advance(args)
         if args.command == "reap":
             return run_reap(args)
+        if args.command == "stack":
+            return run_stack(args)
         return templates_sync(args)
     except UsageError as exc:
         print(f"worker-chart-export: error: {exc}", file=sys.stderr)

@@ -1,0 +1,127 @@
+"""A worker that dies between claim and finalize: its step comes back through the reaper.
+
+The worker runs in real mode against the CHART-IMG stand-in (in this process, so the test
+decides when it answers): a symbol scripted with a long latency keeps the charts in flight
+while the test SIGKILLs the worker's whole process group, a crash with no finalize. The
+lease is the request timeout, here a few seconds; the stack's reaper schedule (every second)
+then makes the step READY again, or FAILED with STEP_LEASE_EXPIRED at the last attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.flow_stack import history, log_tails, new_run_id, running_stack, step_status, wait_until
+from harness.builders import chart_step, flow_run
+from harness.chart_img_server import ChartImgServer
+from worker_chart_export.devstack.stack import WORKER_TARGET, LocalStack
+
+pytestmark = pytest.mark.emulators
+
+LEASE_SECONDS = (
+    15.0  # REQUEST_TIMEOUT_SECONDS: the claim's lease (the retry must render within it on a loaded machine)
+)
+STEP = "charts"
+CHARTS_PER_STEP = 3  # chart_step() asks for three templates
+
+
+@dataclass
+class CrashStack:
+    stack: LocalStack
+    chart_img: ChartImgServer
+
+
+@pytest.fixture(scope="module")
+def crash_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashStack]:
+    chart_img = ChartImgServer().start()
+    key = chart_img.add_account("acct1")
+    real_mode = {
+        "CHARTS_API_MODE": "real",
+        "CHART_IMG_BASE_URL": chart_img.base_url,
+        "CHART_IMG_ACCOUNTS_JSON": json.dumps([{"id": "acct1", "apiKey": key}]),
+    }
+    try:
+        with running_stack(
+            tmp_path_factory.mktemp("crash-stack"),
+            request_timeout_seconds=LEASE_SECONDS,
+            finalize_budget_seconds=3.0,
+            extra_env=real_mode,
+        ) as stack:
+            yield CrashStack(stack, chart_img)
+    finally:
+        chart_img.stop()
+
+
+def start_run(stack: LocalStack, symbol: str, **step: Any) -> str:
+    run_id = new_run_id(symbol.lower())
+    document = flow_run({STEP: chart_step(**step)}, run_id=run_id, symbol=symbol)
+    stack.write_flow_run(document)
+    return run_id
+
+
+def run_status(stack: LocalStack, run_id: str) -> Any:
+    return (stack.flow_run_ref(run_id).get().to_dict() or {}).get("status")
+
+
+def crash_while_in_flight(crash: CrashStack, run_id: str, symbol: str) -> None:
+    """Wait until the step is claimed and a chart is being rendered, then SIGKILL the worker."""
+    stack = crash.stack
+    wait_until(
+        lambda: (
+            step_status(stack, run_id, STEP) == "RUNNING"
+            and any(r.symbol == f"BINANCE:{symbol}" for r in crash.chart_img.requests)
+        ),
+        what=f"{run_id} claimed with a chart in flight; logs:\n{log_tails(stack)}",
+    )
+    stack.crash_function(WORKER_TARGET)
+    assert step_status(stack, run_id, STEP) == "RUNNING"  # nobody finalized it
+
+
+def test_a_crashed_execution_is_reaped_after_its_lease_and_the_retry_succeeds(
+    crash_stack: CrashStack,
+) -> None:
+    stack, symbol = crash_stack.stack, "ETHUSDT"
+    crash_stack.chart_img.script(symbol=f"BINANCE:{symbol}", latency=120)
+    run_id = start_run(stack, symbol)
+    crash_while_in_flight(crash_stack, run_id, symbol)
+
+    crash_stack.chart_img.script(symbol=f"BINANCE:{symbol}")  # answers at once from now on
+    stack.start_function(WORKER_TARGET)  # a new instance, as Cloud Run would start
+    wait_until(
+        lambda: step_status(stack, run_id, STEP) in ("SUCCEEDED", "FAILED"),
+        timeout=60,
+        what=f"{run_id} retried; logs:\n{log_tails(stack)}",
+    )
+
+    step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
+    assert (step["status"], step["attempt"]) == ("SUCCEEDED", 2), (step.get("error"), log_tails(stack))
+    wait_until(lambda: run_status(stack, run_id) == "SUCCEEDED", timeout=30, what=f"{run_id} run SUCCEEDED")
+    manifest = json.loads(stack.read_object(f"charts/{run_id}/{STEP}/manifest.json"))
+    assert len(manifest["items"]) == 3 and manifest["failures"] == []
+    # the reaper took the step back once, keeping its attempt; the retry claimed it again
+    assert history(stack, run_id, STEP) == ["READY", "RUNNING", "READY", "RUNNING", "SUCCEEDED"]
+    assert any(run_id in json.dumps(report["retried"]) for report in stack.reaper_reports)
+
+
+def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(crash_stack: CrashStack) -> None:
+    stack, symbol = crash_stack.stack, "SOLUSDT"
+    crash_stack.chart_img.script(symbol=f"BINANCE:{symbol}", latency=120)
+    run_id = start_run(stack, symbol, attempt=2)  # the claim makes it attempt 3 of 3
+    crash_while_in_flight(crash_stack, run_id, symbol)
+    stack.start_function(WORKER_TARGET)
+
+    wait_until(
+        lambda: step_status(stack, run_id, STEP) == "FAILED",
+        timeout=60,
+        what=f"{run_id} FAILED; logs:\n{log_tails(stack)}",
+    )
+    wait_until(lambda: run_status(stack, run_id) == "FAILED", timeout=30, what=f"{run_id} run FAILED")
+    step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
+    assert step["attempt"] == 3 and step["error"]["code"] == "STEP_LEASE_EXPIRED"
+    assert history(stack, run_id, STEP) == ["READY", "RUNNING", "FAILED"]
+    assert any(run_id in json.dumps(report["failed"]) for report in stack.reaper_reports)

@@ -1,0 +1,175 @@
+"""End to end on the stack (emulator triggers -> router -> served advance_flow and worker):
+a chain advances on its own without event loops, and duplicate or reordered events never
+double-advance or regress anything."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib import request
+
+import pytest
+from google.cloud.firestore_v1.field_path import FieldPath
+
+from e2e.flow_stack import (
+    ADVANCE_TRIGGER,
+    WORKER_TRIGGER,
+    history,
+    log_tails,
+    new_run_id,
+    running_stack,
+    subject,
+    wait_until,
+)
+from harness.builders import chart_step, flow_run
+from worker_chart_export.devstack.stack import ADVANCE_TARGET, LocalStack
+from worker_chart_export.testing import build_document_event_data, document_resource_name
+
+pytestmark = pytest.mark.emulators
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with running_stack(tmp_path_factory.mktemp("flow-stack")) as running:
+        yield running
+
+
+def other_step(step_type: str, status: str, depends_on: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "stepType": step_type,
+        "status": status,
+        "dependsOn": depends_on,
+        "inputs": {},
+        "outputs": {},
+        **extra,
+    }
+
+
+def field(step_id: str, name: str) -> str:
+    return str(FieldPath("steps", step_id, name).to_api_repr())
+
+
+def complete(stack: LocalStack, run_id: str, step_id: str) -> None:
+    """What another worker would do: its step SUCCEEDED, in one write."""
+    stack.flow_run_ref(run_id).update(
+        {field(step_id, "status"): "SUCCEEDED", field(step_id, "finishedAt"): "2026-11-22T04:10:00.000Z"}
+    )
+
+
+def document(stack: LocalStack, run_id: str) -> dict[str, Any]:
+    return stack.flow_run_ref(run_id).get().to_dict() or {}
+
+
+def test_a_chain_advances_on_its_own_and_every_write_is_one_event(stack: LocalStack) -> None:
+    run_id = new_run_id("chain")
+    steps = {
+        "ohlcv": other_step("OHLCV_EXPORT", "RUNNING", [], attempt=1),
+        "charts": chart_step(status="PENDING", dependsOn=["ohlcv"]),
+        "llm": other_step("LLM_REPORT", "PENDING", ["charts"]),
+    }
+    stack.flow_run_ref(run_id).set(flow_run(steps, run_id=run_id))  # a create: no trigger fires
+    complete(stack, run_id, "ohlcv")  # the OHLCV worker's finalize: the first event
+
+    wait_until(
+        lambda: document(stack, run_id)["steps"]["llm"]["status"] == "READY",
+        what=f"llm READY in {run_id}; logs:\n{log_tails(stack)}",
+    )
+    charts = document(stack, run_id)["steps"]["charts"]
+    assert charts["status"] == "SUCCEEDED" and charts["attempt"] == 1
+    manifest = f"charts/{run_id}/charts/manifest.json"
+    assert charts["outputs"]["outputsManifestGcsUri"] == f"gs://{stack.bucket}/{manifest}"
+    assert manifest in stack.objects(f"charts/{run_id}/")
+    complete(stack, run_id, "llm")
+    wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
+
+    # The bound. Every update of the document is one event to each trigger, and nothing
+    # else invokes these functions (the emulator does not redeliver). The updates are:
+    # the test's 2 (ohlcv done, llm done), the worker's 2 (claim, finalize) and
+    # advance_flow's 3 (charts READY, llm READY, run SUCCEEDED). advance_flow's own writes
+    # come back as events that plan to nothing and write nothing, so the chain stops:
+    # exactly 7 invocations of each function, however long we wait.
+    expected = {ADVANCE_TRIGGER: 7, WORKER_TRIGGER: 7}
+    wait_until(lambda: stack.router.counts(subject(run_id)) == expected, timeout=30, what="7 + 7 invocations")
+    time.sleep(1.0)  # a loop would show up as more events within milliseconds
+    assert stack.router.counts(subject(run_id)) == expected
+    assert {d.status for d in stack.router.deliveries if d.subject == subject(run_id)} == {200}
+
+    # the history the events carried, version by version
+    assert history(stack, run_id, "charts") == ["PENDING", "READY", "RUNNING", "SUCCEEDED"]
+    assert history(stack, run_id, "llm") == ["PENDING", "READY", "SUCCEEDED"]
+    assert history(stack, run_id, None) == ["RUNNING", "SUCCEEDED"]
+
+
+def event_for(
+    run_id: str, version: dict[str, Any], update_time: datetime, event_id: str
+) -> tuple[bytes, dict[str, str]]:
+    """One version as production Eventarc delivers it: raw protobuf, binary mode."""
+    name = document_resource_name("demo-worker-chart-export", f"flow_runs/{run_id}")
+    data = build_document_event_data(name, version, version)
+    data.value.update_time.FromDatetime(update_time)
+    headers = {
+        "ce-id": event_id,
+        "ce-source": "//firestore.googleapis.com/projects/demo-worker-chart-export/databases/(default)",
+        "ce-type": "google.cloud.firestore.document.v1.updated",
+        "ce-specversion": "1.0",
+        "ce-subject": subject(run_id),
+        "ce-document": f"flow_runs/{run_id}",
+        "content-type": "application/protobuf",
+    }
+    return data.SerializeToString(), headers
+
+
+def post(url: str, event: tuple[bytes, dict[str, str]]) -> int:
+    body, headers = event
+    with request.urlopen(request.Request(url, data=body, headers=headers), timeout=60) as reply:
+        return int(reply.status)
+
+
+def test_duplicate_and_reordered_events_never_double_advance_or_regress(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    run_id = new_run_id("dup")
+    steps = {
+        "a": other_step("OHLCV_EXPORT", "SUCCEEDED", [], attempt=1),
+        "b": other_step("LLM_REPORT", "PENDING", ["a"]),
+    }
+    reference = stack.flow_run_ref(run_id)
+    reference.set(flow_run(steps, run_id=run_id))  # a create: the triggers stay quiet
+    v0 = reference.get()
+    advance_url = stack.functions[ADVANCE_TARGET].url + "/"
+
+    # the same event three times at once: one write wins, the others lose the precondition
+    first = event_for(run_id, v0.to_dict(), v0.update_time, f"evt-{run_id}-0")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        assert list(pool.map(lambda _: post(advance_url, first), range(3))) == [200, 200, 200]
+    wait_until(lambda: document(stack, run_id)["steps"]["b"]["status"] == "READY", what="b READY")
+    v1 = reference.get()
+    # exactly one write happened: the emulator sent one event per write, and only one came
+    wait_until(lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 1, timeout=30, what="1 event")
+
+    complete(stack, run_id, "b")  # -> its event -> advance_flow: run SUCCEEDED
+    wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
+    wait_until(
+        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 3, timeout=30, what="3 events"
+    )
+    settled = reference.get()
+
+    # now the old versions arrive late, newest first, and one again: none may write anything
+    late = [
+        event_for(run_id, v1.to_dict(), v1.update_time, f"evt-{run_id}-1"),
+        event_for(run_id, v0.to_dict(), v0.update_time, f"evt-{run_id}-0"),
+        first,
+    ]
+    assert [post(advance_url, event) for event in late] == [200, 200, 200]
+    time.sleep(0.5)  # a write would come back as an event within milliseconds
+    after = reference.get()
+    assert after.update_time == settled.update_time  # not even a same-value rewrite
+    assert after.to_dict() == settled.to_dict()
+    assert (after.to_dict()["steps"]["b"]["status"], after.to_dict()["status"]) == ("SUCCEEDED", "SUCCEEDED")
+    assert stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 3
+    assert history(stack, run_id, "b") == ["READY", "SUCCEEDED"]
+    assert history(stack, run_id, None) == ["RUNNING", "SUCCEEDED"]
