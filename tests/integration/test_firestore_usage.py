@@ -10,9 +10,11 @@ import pytest
 from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.adapters.firestore.client import run_transaction
 from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Pacing
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -73,7 +75,7 @@ def test_a_new_utc_day_resets_the_window(firestore_client: firestore.Client) -> 
 
 
 def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: firestore.Client) -> None:
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
     pacing = Pacing(rate_per_second=1.0, burst=2)
     slots = [store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing) for _ in range(3)]
     assert [(r.send_at - NOW).total_seconds() for r in slots if r.send_at] == [0.0, 0.0, 1.0]
@@ -83,6 +85,23 @@ def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: fire
     busy = store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing, max_wait=1.5)
     assert not busy.reserved and busy.refusal is ReservationRefusal.BUSY
     assert usage_doc(firestore_client, "acc-1") == doc  # a refusal writes nothing
+
+
+def test_the_slot_is_taken_at_the_moment_the_document_was_read(firestore_client: firestore.Client) -> None:
+    """A read that waited (another instance's lock, a retried attempt) must not take a slot
+    in the past: the time the store spent counts, else the key bursts past its rate."""
+    clock = FakeClock(NOW)
+
+    def slow_transaction(client: Any, body: Any, *, max_attempts: int) -> Any:
+        clock.sleep(2.0)  # as if the read had waited 2 s on a lock held elsewhere
+        return run_transaction(client, body, max_attempts=max_attempts)
+
+    store = FirestoreUsageStore(firestore_client, clock=clock, run_in_transaction=slow_transaction)
+    pacing = Pacing(rate_per_second=1.0, burst=1)
+    reservation = store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing)
+    assert reservation.send_at == NOW + timedelta(seconds=2)
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and doc["tat"] == pytest.approx(NOW.timestamp() + 3.0)
 
 
 def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:

@@ -9,7 +9,7 @@ times with short jittered waits, then the caller gets a TransientStoreError.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from google.cloud import firestore
@@ -50,6 +50,7 @@ class FirestoreUsageStore:
         self._rpc = RpcOptions(rpc_timeout)
         self._max_attempts = max_transaction_attempts
         self._run_in_transaction = run_in_transaction
+        self._clock = clock
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
             stop=stop_after_attempt(contention_attempts),
@@ -69,12 +70,17 @@ class FirestoreUsageStore:
         max_wait: float = float("inf"),
     ) -> Reservation:
         ref = self._collection.document(account_id)
+        began = self._clock.monotonic()
 
         def reserve(transaction: firestore.Transaction) -> Reservation:
             snapshot = self._rpc.get(ref, transaction)
             doc = snapshot.to_dict() if snapshot.exists else None
+            # The pacing needs the moment the document was read, not the moment we asked:
+            # a read that waited on another instance's lock, or a retried attempt, would
+            # otherwise take a slot in the past and let the key burst past its rate.
+            moment = now + timedelta(seconds=self._clock.monotonic() - began)
             update, reservation = reserve_one(
-                account_id, doc, default_limit=default_limit, now=now, pacing=pacing, max_wait=max_wait
+                account_id, doc, default_limit=default_limit, now=moment, pacing=pacing, max_wait=max_wait
             )
             if update is not None:
                 transaction.set(ref, update, merge=True)
