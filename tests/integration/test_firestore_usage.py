@@ -10,7 +10,6 @@ import pytest
 from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
-from worker_chart_export.adapters.firestore.client import run_transaction
 from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Pacing
@@ -87,21 +86,40 @@ def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: fire
     assert usage_doc(firestore_client, "acc-1") == doc  # a refusal writes nothing
 
 
-def test_the_slot_is_taken_at_the_moment_the_document_was_read(firestore_client: firestore.Client) -> None:
-    """A read that waited (another instance's lock, a retried attempt) must not take a slot
-    in the past: the time the store spent counts, else the key bursts past its rate."""
+def test_two_instances_interleaving_on_one_account_see_each_others_slots(
+    firestore_client: firestore.Client,
+) -> None:
+    """Each store remembers the version it wrote; when another instance wrote since, its
+    compare-and-set fails, it reads again and takes the slot after the other's."""
     clock = FakeClock(NOW)
-
-    def slow_transaction(client: Any, body: Any, *, max_attempts: int) -> Any:
-        clock.sleep(2.0)  # as if the read had waited 2 s on a lock held elsewhere
-        return run_transaction(client, body, max_attempts=max_attempts)
-
-    store = FirestoreUsageStore(firestore_client, clock=clock, run_in_transaction=slow_transaction)
+    first, second = (FirestoreUsageStore(firestore_client, clock=clock) for _ in range(2))
     pacing = Pacing(rate_per_second=1.0, burst=1)
-    reservation = store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing)
-    assert reservation.send_at == NOW + timedelta(seconds=2)
+    slots = [
+        store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing).send_at
+        for store in (first, second, first, first, second)
+    ]
+    assert [(slot - NOW).total_seconds() for slot in slots if slot] == [0.0, 1.0, 2.0, 3.0, 4.0]
     doc = usage_doc(firestore_client, "acc-1")
-    assert doc is not None and doc["tat"] == pytest.approx(NOW.timestamp() + 3.0)
+    assert doc is not None and doc["usageToday"] == 5
+    assert doc["tat"] == pytest.approx(NOW.timestamp() + 5.0)
+
+
+class TickingClock(FakeClock):
+    """Every look at the monotonic clock finds it a second later: a slow store."""
+
+    def monotonic(self) -> float:
+        self.advance(1.0)
+        return super().monotonic()
+
+
+def test_the_slot_counts_the_time_the_store_spent(firestore_client: firestore.Client) -> None:
+    """A retried attempt (or a slow read) must not take a slot in the past: `now` is the
+    caller's moment, advanced by the time the store spent before computing the slot."""
+    store = FirestoreUsageStore(firestore_client, clock=TickingClock(NOW))
+    reservation = store.reserve("acc-1", default_limit=44, now=NOW, pacing=Pacing(1.0, 1))
+    assert reservation.send_at == NOW + timedelta(seconds=1)
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and doc["tat"] == pytest.approx(NOW.timestamp() + 2.0)
 
 
 def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:
