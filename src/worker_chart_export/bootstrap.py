@@ -180,22 +180,24 @@ def _build_production_runtime(settings: Settings) -> Runtime:
         settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
     )
     artifacts, storage_client = _gcs_artifacts_and_client(settings)
+    usage = FirestoreUsageStore(client) if calls_chart_img(settings) else None
     ports = Ports(
         flow_runs=FirestoreFlowRunStore(client),
         templates=FirestoreTemplateSource(client),
         artifacts=artifacts,
-        chart_api=build_chart_api(
-            settings, FirestoreUsageStore(client) if calls_chart_img(settings) else None
-        ),
+        chart_api=build_chart_api(settings, usage),
     )
 
     def connect() -> None:
-        # One cheap read opens the Firestore channel (and, in production, fetches the
-        # access token); a bucket lookup does the same for Cloud Storage's HTTP pool. A
-        # document id nobody writes: the read costs one billed read per instance start.
+        # One query opens the Firestore channel (and, in production, fetches the access
+        # token); a bucket lookup does the same for Cloud Storage's HTTP pool.
         from google.api_core.exceptions import Forbidden
 
-        client.collection(CHART_TEMPLATES_COLLECTION).document(WARM_UP_DOCUMENT_ID).get(timeout=10.0)
+        if usage is not None:
+            usage.prime()  # and saves each account's first read: its version is known
+        else:
+            # a document id nobody writes: one billed read per instance start
+            client.collection(CHART_TEMPLATES_COLLECTION).document(WARM_UP_DOCUMENT_ID).get(timeout=10.0)
         # a writer may not read bucket metadata: the connection is open all the same
         with contextlib.suppress(Forbidden):
             storage_client.bucket(settings.charts_bucket).exists(timeout=10.0)

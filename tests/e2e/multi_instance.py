@@ -251,7 +251,7 @@ def running_instances(
 
     from harness.gcs_emulator import storage_client_for
 
-    _reset(emulator)
+    emulator.reset()
     client = firestore.Client(project=emulator.project)  # FIRESTORE_EMULATOR_HOST is the test's
     storage_client = storage_client_for(gcs_url)
     bucket = f"multi-{uuid.uuid4().hex[:12]}"
@@ -270,12 +270,3 @@ def running_instances(
                 worker.log_path.unlink()
         stand_in.stop()
         client.close()
-
-
-def _reset(emulator: FirestoreEmulator, timeout: float = 60.0) -> None:
-    """Every document deleted; patient, since a just-started JVM on a busy machine can take
-    longer than the harness's 5 s for its first answers."""
-    url = f"{emulator.base_url}/emulator/v1/projects/{emulator.project}/databases/(default)/documents"
-    with request.urlopen(request.Request(url, method="DELETE"), timeout=timeout) as reply:
-        if reply.status != 200:
-            raise RuntimeError(f"emulator reset failed: HTTP {reply.status}")

@@ -104,6 +104,21 @@ def test_two_instances_interleaving_on_one_account_see_each_others_slots(
     assert doc["tat"] == pytest.approx(NOW.timestamp() + 5.0)
 
 
+def test_primed_versions_save_the_read_and_a_stale_one_is_read_again(
+    firestore_client: firestore.Client,
+) -> None:
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    put_usage(firestore_client, "acc-2", usageToday=1, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    assert store.prime() == 2
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 4
+    # another instance writes after the prime: the remembered version is stale, the
+    # compare-and-set fails, the store reads again and counts from the real value
+    put_usage(firestore_client, "acc-2", usageToday=10, windowStart=TODAY)
+    assert store.reserve("acc-2", default_limit=44, now=NOW).usage_today == 11
+    assert usage_doc(firestore_client, "acc-2") == {"usageToday": 11, "windowStart": TODAY}
+
+
 class TickingClock(FakeClock):
     """Every look at the monotonic clock finds it a second later: a slow store."""
 

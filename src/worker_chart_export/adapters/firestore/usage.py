@@ -118,6 +118,17 @@ class FirestoreUsageStore:
         with translated(f"reservation on account {account_id}"):
             return self._retrying.copy()(attempt)
 
+    def prime(self) -> int:
+        """Read every usage document once (one query) and remember their versions, so the
+        first reservation of each account costs a commit, not a read and a commit. For an
+        instance's start-up warm-up; returns how many documents it read."""
+        with translated("read of chart_img_accounts_usage", contention=False):
+            snapshots = list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
+        with self._versions_lock:
+            for snapshot in snapshots:
+                self._versions.setdefault(snapshot.id, _Version(snapshot.to_dict(), snapshot.update_time))
+        return len(snapshots)
+
     def _known_version(self, account_id: str) -> _Version | None:
         with self._versions_lock:
             return self._versions.get(account_id)
