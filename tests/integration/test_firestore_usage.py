@@ -117,6 +117,11 @@ def test_primed_versions_save_the_read_and_a_stale_one_is_read_again(
     put_usage(firestore_client, "acc-2", usageToday=10, windowStart=TODAY)
     assert store.reserve("acc-2", default_limit=44, now=NOW).usage_today == 11
     assert usage_doc(firestore_client, "acc-2") == {"usageToday": 11, "windowStart": TODAY}
+    # no document at prime time: created by the first reservation, even if someone else
+    # created it meanwhile (the create fails, the store reads it)
+    assert store.reserve("acc-3", default_limit=44, now=NOW).usage_today == 1
+    put_usage(firestore_client, "acc-4", usageToday=7, windowStart=TODAY)
+    assert store.reserve("acc-4", default_limit=44, now=NOW).usage_today == 8
 
 
 class TickingClock(FakeClock):

@@ -51,6 +51,9 @@ class _Version:
     update_time: Any  # a protobuf Timestamp, as the client returns and takes it
 
 
+_ABSENT = _Version(None, None)
+
+
 class FirestoreUsageStore:
     def __init__(
         self,
@@ -73,6 +76,8 @@ class FirestoreUsageStore:
         self._clock = clock
         self._versions: dict[str, _Version] = {}  # what this store last wrote, per account
         self._versions_lock = threading.Lock()
+        self._absent_unless_seen = False  # after prime(): an unknown account has no document
+        self._forgotten: set[str] = set()
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
             stop=stop_after_attempt(contention_attempts),
@@ -127,11 +132,17 @@ class FirestoreUsageStore:
         with self._versions_lock:
             for snapshot in snapshots:
                 self._versions.setdefault(snapshot.id, _Version(snapshot.to_dict(), snapshot.update_time))
+            # an account without a document is created by its first reservation (create()
+            # fails if another instance created it meanwhile, and the store reads it then)
+            self._absent_unless_seen = True
         return len(snapshots)
 
     def _known_version(self, account_id: str) -> _Version | None:
         with self._versions_lock:
-            return self._versions.get(account_id)
+            known = self._versions.get(account_id)
+            if known is None and self._absent_unless_seen and account_id not in self._forgotten:
+                return _ABSENT
+            return known
 
     def _compare_and_set(
         self, ref: firestore.DocumentReference, account_id: str, known: _Version, update: dict[str, Any]
@@ -160,6 +171,7 @@ class FirestoreUsageStore:
     def _forget(self, account_id: str) -> None:
         with self._versions_lock:
             self._versions.pop(account_id, None)
+            self._forgotten.add(account_id)
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         ref = self._collection.document(account_id)
