@@ -73,7 +73,12 @@ def main() -> int:
                 started = time.monotonic()
                 statuses = stack.deliver_at_once(deliveries)
                 walls.append(time.monotonic() - started)
-                answers = Counter(r["status"] for r in stack.stand_in.requests())
+                log = stack.stand_in.requests()
+                answers = Counter(r["status"] for r in log)
+                if answers.get(429):  # when the stand-in saw them: what the pacing missed
+                    first = min(r["arrived"] for r in log)
+                    seen = sorted((round(r["arrived"] - first, 3), r["status"]) for r in log)
+                    print(f"run {run + 1}: arrivals (s after the first, status): {seen}")
                 too_many.append(answers.get(429, 0))
                 items = sum(len(stack.manifest(r, "charts")["items"]) for _, r, _, _ in deliveries)
                 print(

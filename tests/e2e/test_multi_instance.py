@@ -155,5 +155,7 @@ def test_ten_copies_of_one_event_over_three_instances_run_the_step_once(
     step = stack.flow_run_ref(run_id).get().to_dict()["steps"][STEP]
     assert step["status"] == "SUCCEEDED", (step, logs_of(stack))
     assert len(stack.log_lines("claim succeeded", run_id)) == 1
+    # every instance warmed itself up after it started (in gunicorn's worker, after fork)
+    assert len(stack.log_lines("instance warmed up")) == INSTANCES, logs_of(stack)
     per_template = Counter(r["template"] for r in stack.stand_in.requests())
     assert per_template == dict.fromkeys(TEMPLATE_IDS, 1)

@@ -52,6 +52,7 @@ class _Version:
 
 
 _ABSENT = _Version(None, None)
+MAX_COMMIT_ESTIMATE = 0.25  # seconds
 
 
 class FirestoreUsageStore:
@@ -78,6 +79,7 @@ class FirestoreUsageStore:
         self._versions_lock = threading.Lock()
         self._absent_unless_seen = False  # after prime(): an unknown account has no document
         self._forgotten: set[str] = set()
+        self._commit_seconds = 0.0  # how long a commit takes, as recently seen
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
             stop=stop_after_attempt(contention_attempts),
@@ -104,10 +106,13 @@ class FirestoreUsageStore:
             if known is None:
                 snapshot = self._rpc.get(ref)
                 known = _Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
-            # The pacing needs the moment the document was read, not the moment we asked:
-            # a retried attempt (or a slow read) would otherwise take a slot in the past
-            # and let the key burst past its rate.
-            moment = now + timedelta(seconds=self._clock.monotonic() - began)
+            # The slot must be a moment the request can really leave: not before the time
+            # this store has spent (a retried attempt or a slow read would take a slot in
+            # the past), and not before the commit returns. A burst slot computed before a
+            # commit that then took 150 ms is a send 150 ms late, and CHART-IMG's bucket,
+            # which refills from the arrivals it sees, answers the next paced call with 429.
+            spent = self._clock.monotonic() - began
+            moment = now + timedelta(seconds=spent + self._commit_estimate())
             update, reservation = reserve_one(
                 account_id,
                 known.doc,
@@ -127,9 +132,14 @@ class FirestoreUsageStore:
         """Read every usage document once (one query) and remember their versions, so the
         first reservation of each account costs a commit, not a read and a commit. For an
         instance's start-up warm-up; returns how many documents it read."""
+        started = self._clock.monotonic()
         with translated("read of chart_img_accounts_usage", contention=False):
             snapshots = list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
+        took = self._clock.monotonic() - started
         with self._versions_lock:
+            # the first commits (often a burst on an idle key) need an estimate too: a
+            # round trip just measured is the best there is, bounded as the average is
+            self._commit_seconds = max(self._commit_seconds, min(MAX_COMMIT_ESTIMATE, took))
             for snapshot in snapshots:
                 self._versions.setdefault(snapshot.id, _Version(snapshot.to_dict(), snapshot.update_time))
             # an account without a document is created by its first reservation (create()
@@ -148,6 +158,7 @@ class FirestoreUsageStore:
         self, ref: firestore.DocumentReference, account_id: str, known: _Version, update: dict[str, Any]
     ) -> None:
         """Write `update` only if the document is still `known`; Aborted (contention) if not."""
+        started = self._clock.monotonic()
         try:
             if known.doc is None:
                 result = ref.create(update, retry=self._rpc.retry, timeout=self._rpc.timeout)
@@ -165,8 +176,16 @@ class FirestoreUsageStore:
         except Exception:
             self._forget(account_id)  # the write may or may not have landed: read it next time
             raise
+        took = self._clock.monotonic() - started
         with self._versions_lock:
             self._versions[account_id] = _Version({**(known.doc or {}), **update}, result.update_time)
+            # a moving average of successful commits, bounded: one slow commit (a cold
+            # channel) must not hold every later send back for long
+            self._commit_seconds = min(MAX_COMMIT_ESTIMATE, 0.8 * self._commit_seconds + 0.2 * took)
+
+    def _commit_estimate(self) -> float:
+        with self._versions_lock:
+            return self._commit_seconds
 
     def _forget(self, account_id: str) -> None:
         with self._versions_lock:
