@@ -5,11 +5,12 @@ the adapters actually used. The chart-API mode is decided here, once (`calls_cha
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from worker_chart_export.adapters.local import (
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import is_safe_segment
+from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
 from worker_chart_export.core.plans import plan_named
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
@@ -36,6 +37,7 @@ from worker_chart_export.settings import ChartsApiMode, Settings, load_settings
 
 if TYPE_CHECKING:
     import httpx
+    from google.cloud.storage import Client as StorageClient
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img import ChartImgOptions
@@ -49,6 +51,9 @@ class Runtime:
 
     limits: StepLimits
     ports: Ports
+    # Opens what the first step would otherwise open on its own time (gRPC channel, HTTP
+    # connections, credentials); run once by warm_up(), never on the request path.
+    connect: Callable[[], None] = field(default=lambda: None, compare=False)
 
 
 def step_limits(settings: Settings) -> StepLimits:
@@ -141,6 +146,10 @@ def check_configuration(settings: Settings) -> dict[str, object]:
 
 
 def gcs_artifacts(settings: Settings) -> ArtifactStore:
+    return _gcs_artifacts_and_client(settings)[0]
+
+
+def _gcs_artifacts_and_client(settings: Settings) -> tuple[ArtifactStore, StorageClient]:
     from google.auth.exceptions import DefaultCredentialsError
 
     from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
@@ -155,10 +164,15 @@ def gcs_artifacts(settings: Settings) -> ArtifactStore:
             "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
-    return GcsArtifactStore(client, settings.charts_bucket, policy=WritePolicy(max_attempts=3, timeout=15.0))
+    store = GcsArtifactStore(client, settings.charts_bucket, policy=WritePolicy(max_attempts=3, timeout=15.0))
+    return store, client
 
 
 def build_production_ports(settings: Settings) -> Ports:
+    return _build_production_runtime(settings).ports
+
+
+def _build_production_runtime(settings: Settings) -> Runtime:
     from worker_chart_export.adapters.firestore import (
         FirestoreFlowRunStore,
         FirestoreTemplateSource,
@@ -169,28 +183,68 @@ def build_production_ports(settings: Settings) -> Ports:
     client = make_firestore_client(
         settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
     )
-    return Ports(
+    artifacts, storage_client = _gcs_artifacts_and_client(settings)
+    usage = FirestoreUsageStore(client) if calls_chart_img(settings) else None
+    ports = Ports(
         flow_runs=FirestoreFlowRunStore(client),
         templates=FirestoreTemplateSource(client),
-        artifacts=gcs_artifacts(settings),
-        chart_api=build_chart_api(
-            settings, FirestoreUsageStore(client) if calls_chart_img(settings) else None
-        ),
+        artifacts=artifacts,
+        chart_api=build_chart_api(settings, usage),
     )
 
+    def connect() -> None:
+        # One query opens the Firestore channel (and, in production, fetches the access
+        # token); a bucket lookup does the same for Cloud Storage's HTTP pool.
+        from google.api_core.exceptions import Forbidden
 
+        if usage is not None:
+            usage.prime()  # and saves each account's first read: its version is known
+        else:
+            # a document id nobody writes: one billed read per instance start
+            client.collection(CHART_TEMPLATES_COLLECTION).document(WARM_UP_DOCUMENT_ID).get(timeout=10.0)
+        # a writer may not read bucket metadata: the connection is open all the same
+        with contextlib.suppress(Forbidden):
+            storage_client.bucket(settings.charts_bucket).exists(timeout=10.0)
+
+    return Runtime(step_limits(settings), ports, connect)
+
+
+WARM_UP_DOCUMENT_ID = "warm-up-probe"
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
 
 
 def production_runtime() -> Runtime:
-    """Built on the first event that has work, then reused by the warm instance."""
+    """Built at most once per process, by warm_up() or else by the first event that has
+    work, then reused by the warm instance."""
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            settings = load_settings()
-            _runtime = Runtime(step_limits(settings), build_production_ports(settings))
+            _runtime = _build_production_runtime(load_settings())
         return _runtime
+
+
+def warm_up() -> float:
+    """What the first step would pay for, paid right after the instance starts: the heavy
+    imports, the clients (production_runtime), their connections. Meant for a background
+    thread of the serving process; an event with work meanwhile waits for the runtime lock
+    rather than building a second one, and a no-op event does not wait at all. Returns the
+    seconds it took; failures are logged and left for the first step to meet again."""
+    import time
+
+    from worker_chart_export.logs import get_logger
+
+    began = time.monotonic()
+    try:
+        import worker_chart_export.execute  # noqa: F401  (the handler's lazy import, paid now)
+
+        production_runtime().connect()
+    except Exception as exc:
+        get_logger().warning("instance warm-up failed", errorKind=type(exc).__name__, reason=str(exc)[:200])
+        return time.monotonic() - began
+    took = time.monotonic() - began
+    get_logger().info("instance warmed up", durationMs=round(took * 1000))
+    return took
 
 
 @dataclass(frozen=True)

@@ -249,8 +249,39 @@ def serve(args: argparse.Namespace) -> int:
     summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
     port = args.port if args.port is not None else settings.port
     get_logger().info("serving the function", target=args.target, port=port, **summary)
+    if args.target == FUNCTION_TARGET:
+        _schedule_warm_up()
     run_server(port, host=args.host, target=args.target)
     return EXIT_SUCCEEDED
+
+
+def _schedule_warm_up() -> None:
+    """Warm the instance in the process that will serve events, once it is listening.
+
+    Under gunicorn (functions-framework's server on Linux) that is the worker the arbiter
+    forks after binding the socket: gRPC channels do not survive a fork, so the warm-up
+    starts in the child (`os.register_at_fork`), in a background thread, while requests are
+    already accepted. Without gunicorn (Flask's server) nothing forks: start it now.
+    """
+    import importlib.util
+    import os
+    import threading
+
+    from worker_chart_export.bootstrap import warm_up
+
+    parent = os.getpid()
+    started = threading.Event()
+
+    def start() -> None:
+        if os.getpid() != parent and not started.is_set():
+            started.set()  # once per process, whatever else forks it
+            threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+
+    if importlib.util.find_spec("gunicorn") is not None:
+        os.register_at_fork(after_in_child=start)
+    else:
+        parent = -1
+        start()
 
 
 def templates_sync(args: argparse.Namespace) -> int:

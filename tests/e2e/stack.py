@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +103,11 @@ class Worker:
         stop_process_group(self.process, grace=10)  # gunicorn stops its worker too
 
 
-def worker_command(port: int) -> list[str]:
+def worker_command(port: int, command: Sequence[str] | None = None) -> list[str]:
+    """`worker-chart-export serve --port <port>`, or `command` + `--port <port>` (e.g. a
+    benchmark's launcher that instruments the same CLI)."""
+    if command is not None:
+        return [*command, "--port", str(port)]
     script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
     if script is None:
         pytest.fail(
@@ -113,12 +117,14 @@ def worker_command(port: int) -> list[str]:
     return [script, "serve", "--port", str(port)]
 
 
-def start_worker(port: int, env_overrides: dict[str, str], log_path: Path) -> Worker:
+def start_worker(
+    port: int, env_overrides: dict[str, str], log_path: Path, *, command: Sequence[str] | None = None
+) -> Worker:
     env = {name: value for name, value in os.environ.items() if name not in _STACK_ENV}
     env.update(env_overrides)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            worker_command(port),
+            worker_command(port, command),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

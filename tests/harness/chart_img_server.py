@@ -22,6 +22,7 @@ body: `register_template(id, request)` teaches the server what that template sen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import struct
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +44,7 @@ from worker_chart_export.core.plans import Plan, plan_named
 from worker_chart_export.core.types import ChartCall
 
 PATH = "/v2/tradingview/advanced-chart"
+ADMIN_REQUESTS_PATH = "/admin/requests"
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -208,6 +211,10 @@ class ChartImgServer:
     def statuses(self) -> list[int | None]:
         return [r.status for r in self.requests]
 
+    def request_log(self) -> list[dict[str, Any]]:
+        """Every request as plain values (what `GET /admin/requests` answers)."""
+        return [dataclasses.asdict(r) for r in self.requests]
+
     def max_in_flight(self, account_id: str) -> int:
         with self._lock:
             return max(
@@ -349,7 +356,17 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
-        reply = self.server.owner.handle(self.path, headers, raw)  # type: ignore[attr-defined]
+        self._send(self.server.owner.handle(self.path, headers, raw))  # type: ignore[attr-defined]
+
+    def do_GET(self) -> None:
+        """`GET /admin/requests`: the request log as JSON (account ids, never keys)."""
+        owner: ChartImgServer = self.server.owner  # type: ignore[attr-defined]
+        if self.path == ADMIN_REQUESTS_PATH:
+            self._send(_Reply(200, json.dumps(owner.request_log()).encode()))
+        else:
+            self._send(_json_reply(404, "Not Found"))
+
+    def _send(self, reply: _Reply) -> None:
         try:
             self.send_response(reply.status)
             self.send_header("content-type", reply.content_type)
@@ -421,10 +438,12 @@ class FakeClock(testing.FakeClock):
 
 
 def serve_from_stdin(argv: list[str] | None = None) -> None:
-    """`python tests/harness/chart_img_server.py --latency 0.3 --account ID=KEY:RATE:BURST ...`
+    """`python tests/harness/chart_img_server.py --latency 0.3 --account ID=KEY[:RATE:BURST[:QUOTA]] ...`
 
     Prints the base URL on the first line, serves until stdin closes, then prints one JSON
-    line with the statuses it answered per account, and exits.
+    line with the statuses it answered per account, and exits. Meanwhile
+    `GET <base URL>/admin/requests` answers the request log as JSON (on 127.0.0.1 only).
+    An empty RATE or QUOTA means unlimited: `ID=KEY:1:3` paces, `ID=KEY:::5` only counts.
     """
     import argparse
     import sys
@@ -432,16 +451,22 @@ def serve_from_stdin(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=serve_from_stdin.__doc__)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--symbol", default="BINANCE:BTCUSDT", help="symbol the latency applies to")
-    parser.add_argument("--account", action="append", default=[], help="ID=KEY[:RATE:BURST]")
+    parser.add_argument("--account", action="append", default=[], help="ID=KEY[:RATE:BURST[:QUOTA]]")
+    parser.add_argument(
+        "--templates-dir",
+        action="append",
+        default=[],
+        help="a folder of chart templates (*.json) whose requests are recognised as their ids",
+    )
     args = parser.parse_args(argv)
     server = ChartImgServer().start()
     if args.latency:
         server.script(symbol=args.symbol, latency=args.latency)
     for spec in args.account:
-        account_id, _, rest = spec.partition("=")
-        key, *pace = rest.split(":")
-        rate, burst = (float(pace[0]), int(pace[1])) if pace else (None, 1)
-        server.add_account(account_id, key=key, rate=rate, burst=burst)
+        account_id, key, rate, burst, quota = parse_account_spec(spec)
+        server.add_account(account_id, key=key, rate=rate, burst=burst, daily_quota=quota)
+    for folder in args.templates_dir:
+        register_templates_from(server, Path(folder))
     print(server.base_url, flush=True)
     sys.stdin.read()
     statuses: dict[str, list[int | None]] = {}
@@ -449,6 +474,27 @@ def serve_from_stdin(argv: list[str] | None = None) -> None:
         statuses.setdefault(request.account_id or "-", []).append(request.status)
     server.stop()
     print(json.dumps(statuses), flush=True)
+
+
+def parse_account_spec(spec: str) -> tuple[str, str, float | None, int, int | None]:
+    """`ID=KEY[:RATE:BURST[:QUOTA]]` -> (id, key, rate or None, burst, quota or None)."""
+    account_id, sep, rest = spec.partition("=")
+    key, *limits = rest.split(":")
+    if not sep or not account_id or not key or len(limits) > 3:
+        raise SystemExit(f"--account wants ID=KEY[:RATE:BURST[:QUOTA]], got {spec.split('=')[0]}=...")
+    rate_text, burst_text, quota_text = [*limits, "", "", ""][:3]
+    rate = float(rate_text) if rate_text else None
+    burst = int(burst_text) if burst_text else 1
+    quota = int(quota_text) if quota_text else None
+    return account_id, key, rate, burst, quota
+
+
+def register_templates_from(server: ChartImgServer, folder: Path, timezone: str = "Etc/UTC") -> None:
+    """Teach the server each template's request (as the worker builds it: timezone defaulted)."""
+    for path in sorted(folder.glob("*.json")):
+        template = json.loads(path.read_text(encoding="utf-8"))
+        request = {"timezone": timezone, **template["request"]}
+        server.register_template(str(template.get("id") or path.stem), request)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ class FirestoreEmulator:
     def reset(self) -> None:
         """Delete every document of `project` (the wrong project id would silently delete nothing)."""
         url = f"{self.base_url}/emulator/v1/projects/{self.project}/databases/(default)/documents"
-        status, text = _http("DELETE", url)
+        status, text = _http("DELETE", url, timeout=30.0)  # a just-started JVM on a busy machine is slow
         if status != 200:
             raise FirestoreEmulatorError(f"reset failed: HTTP {status}: {text[:300]}")
 

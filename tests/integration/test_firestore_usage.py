@@ -13,6 +13,7 @@ from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Pacing
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -73,7 +74,7 @@ def test_a_new_utc_day_resets_the_window(firestore_client: firestore.Client) -> 
 
 
 def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: firestore.Client) -> None:
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
     pacing = Pacing(rate_per_second=1.0, burst=2)
     slots = [store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing) for _ in range(3)]
     assert [(r.send_at - NOW).total_seconds() for r in slots if r.send_at] == [0.0, 0.0, 1.0]
@@ -83,6 +84,62 @@ def test_one_transaction_reserves_quota_and_the_send_slot(firestore_client: fire
     busy = store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing, max_wait=1.5)
     assert not busy.reserved and busy.refusal is ReservationRefusal.BUSY
     assert usage_doc(firestore_client, "acc-1") == doc  # a refusal writes nothing
+
+
+def test_two_instances_interleaving_on_one_account_see_each_others_slots(
+    firestore_client: firestore.Client,
+) -> None:
+    """Each store remembers the version it wrote; when another instance wrote since, its
+    compare-and-set fails, it reads again and takes the slot after the other's."""
+    clock = FakeClock(NOW)
+    first, second = (FirestoreUsageStore(firestore_client, clock=clock) for _ in range(2))
+    pacing = Pacing(rate_per_second=1.0, burst=1)
+    slots = [
+        store.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing).send_at
+        for store in (first, second, first, first, second)
+    ]
+    assert [(slot - NOW).total_seconds() for slot in slots if slot] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and doc["usageToday"] == 5
+    assert doc["tat"] == pytest.approx(NOW.timestamp() + 5.0)
+
+
+def test_primed_versions_save_the_read_and_a_stale_one_is_read_again(
+    firestore_client: firestore.Client,
+) -> None:
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    put_usage(firestore_client, "acc-2", usageToday=1, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    assert store.prime() == 2
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 4
+    # another instance writes after the prime: the remembered version is stale, the
+    # compare-and-set fails, the store reads again and counts from the real value
+    put_usage(firestore_client, "acc-2", usageToday=10, windowStart=TODAY)
+    assert store.reserve("acc-2", default_limit=44, now=NOW).usage_today == 11
+    assert usage_doc(firestore_client, "acc-2") == {"usageToday": 11, "windowStart": TODAY}
+    # no document at prime time: created by the first reservation, even if someone else
+    # created it meanwhile (the create fails, the store reads it)
+    assert store.reserve("acc-3", default_limit=44, now=NOW).usage_today == 1
+    put_usage(firestore_client, "acc-4", usageToday=7, windowStart=TODAY)
+    assert store.reserve("acc-4", default_limit=44, now=NOW).usage_today == 8
+
+
+class TickingClock(FakeClock):
+    """Every look at the monotonic clock finds it a second later: a slow store."""
+
+    def monotonic(self) -> float:
+        self.advance(1.0)
+        return super().monotonic()
+
+
+def test_the_slot_counts_the_time_the_store_spent(firestore_client: firestore.Client) -> None:
+    """A retried attempt (or a slow read) must not take a slot in the past: `now` is the
+    caller's moment, advanced by the time the store spent before computing the slot."""
+    store = FirestoreUsageStore(firestore_client, clock=TickingClock(NOW))
+    reservation = store.reserve("acc-1", default_limit=44, now=NOW, pacing=Pacing(1.0, 1))
+    assert reservation.send_at == NOW + timedelta(seconds=1)
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and doc["tat"] == pytest.approx(NOW.timestamp() + 2.0)
 
 
 def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:

@@ -412,3 +412,31 @@ def test_a_setting_from_a_flag_is_named_by_the_flag_and_its_problem_kept_whole(
     monkeypatch.setenv("CHARTS_BUCKET", "Bad_Bucket")
     code, _, from_env = run_cli(capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN))
     assert code == 2 and from_env.startswith("worker-chart-export: error: CHARTS_BUCKET: ")
+
+
+def test_serve_warms_up_once_in_the_forked_worker_not_in_the_arbiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC channels do not survive a fork: the warm-up must run in gunicorn's worker."""
+    import threading
+
+    from worker_chart_export import bootstrap, cli
+
+    hooks: list[Any] = []
+    warmed = threading.Event()
+    calls: list[int] = []
+
+    def fake_warm_up() -> float:
+        calls.append(1)
+        warmed.set()
+        return 0.0
+
+    monkeypatch.setattr(os, "register_at_fork", lambda *, after_in_child: hooks.append(after_in_child))
+    monkeypatch.setattr(bootstrap, "warm_up", fake_warm_up)
+    arbiter = os.getpid()
+    cli._schedule_warm_up()
+    assert len(hooks) == 1 and calls == []  # nothing runs in the process that forks
+
+    monkeypatch.setattr(os, "getpid", lambda: arbiter + 1)  # now "in the child"
+    hooks[0]()
+    hooks[0]()  # a second fork seen by the same child (e.g. a subprocess) starts nothing
+    assert warmed.wait(5)
+    assert calls == [1]

@@ -1,17 +1,29 @@
 """UsageStore over `chart_img_accounts_usage/{accountId}` (contract §14.4).
 
-The window and pacing rules are core.usage's; this class runs them inside transactions:
-one transaction per HTTP attempt both reserves quota and says when the call may be sent.
-Concurrent reservations on one account contend: the whole transaction is retried a few
-times with short jittered waits, then the caller gets a TransientStoreError.
+The window and pacing rules are core.usage's; this class applies them atomically. A
+reservation is a compare-and-set on one document: compute the new fields from the version
+read, then write them with the precondition "the document is still that version" (its
+`update_time`; `create` when it did not exist). Firestore commits such a write only if no
+other write landed in between, so reservations on one account are serialized across every
+instance, as a transaction would serialize them, at fewer round trips and with no lock held:
+- the version this store wrote last is remembered, so an account only this instance uses
+  costs ONE round trip (the commit) per reservation;
+- after another instance wrote, the commit fails its precondition, the document is read
+  again and the reservation recomputed: a read and a commit more;
+- a cold account: a read and a commit.
+Repeated conflicts are retried a few times with short jittered waits, then the caller gets
+a TransientStoreError. mark_exhausted (rare) stays a transaction.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from datetime import datetime
-from typing import TypeVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
+from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -31,6 +43,18 @@ from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class _Version:
+    """One version of a usage document: its fields (None: absent) and its update time."""
+
+    doc: dict[str, Any] | None
+    update_time: Any  # a protobuf Timestamp, as the client returns and takes it
+
+
+_ABSENT = _Version(None, None)
+MAX_COMMIT_ESTIMATE = 0.25  # seconds
+
+
 class FirestoreUsageStore:
     def __init__(
         self,
@@ -38,7 +62,7 @@ class FirestoreUsageStore:
         *,
         collection: str = ACCOUNTS_USAGE_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
-        contention_attempts: int = 4,
+        contention_attempts: int = 8,
         max_transaction_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
         run_in_transaction: TransactionRunner = run_transaction,
@@ -50,6 +74,12 @@ class FirestoreUsageStore:
         self._rpc = RpcOptions(rpc_timeout)
         self._max_attempts = max_transaction_attempts
         self._run_in_transaction = run_in_transaction
+        self._clock = clock
+        self._versions: dict[str, _Version] = {}  # what this store last wrote, per account
+        self._versions_lock = threading.Lock()
+        self._absent_unless_seen = False  # after prime(): an unknown account has no document
+        self._forgotten: set[str] = set()
+        self._commit_seconds = 0.0  # how long a commit takes, as recently seen
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
             stop=stop_after_attempt(contention_attempts),
@@ -69,18 +99,98 @@ class FirestoreUsageStore:
         max_wait: float = float("inf"),
     ) -> Reservation:
         ref = self._collection.document(account_id)
+        began = self._clock.monotonic()
 
-        def reserve(transaction: firestore.Transaction) -> Reservation:
-            snapshot = self._rpc.get(ref, transaction)
-            doc = snapshot.to_dict() if snapshot.exists else None
+        def attempt() -> Reservation:
+            known = self._known_version(account_id)
+            if known is None:
+                snapshot = self._rpc.get(ref)
+                known = _Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+            # The slot must be a moment the request can really leave: not before the time
+            # this store has spent (a retried attempt or a slow read would take a slot in
+            # the past), and not before the commit returns. A burst slot computed before a
+            # commit that then took 150 ms is a send 150 ms late, and CHART-IMG's bucket,
+            # which refills from the arrivals it sees, answers the next paced call with 429.
+            spent = self._clock.monotonic() - began
+            moment = now + timedelta(seconds=spent + self._commit_estimate())
             update, reservation = reserve_one(
-                account_id, doc, default_limit=default_limit, now=now, pacing=pacing, max_wait=max_wait
+                account_id,
+                known.doc,
+                default_limit=default_limit,
+                now=moment,
+                pacing=pacing,
+                max_wait=max_wait,
             )
             if update is not None:
-                transaction.set(ref, update, merge=True)
+                self._compare_and_set(ref, account_id, known, update)
             return reservation
 
-        return self._with_retries(reserve, f"reservation on account {account_id}")
+        with translated(f"reservation on account {account_id}"):
+            return self._retrying.copy()(attempt)
+
+    def prime(self) -> int:
+        """Read every usage document once (one query) and remember their versions, so the
+        first reservation of each account costs a commit, not a read and a commit. For an
+        instance's start-up warm-up; returns how many documents it read."""
+        started = self._clock.monotonic()
+        with translated("read of chart_img_accounts_usage", contention=False):
+            snapshots = list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
+        took = self._clock.monotonic() - started
+        with self._versions_lock:
+            # the first commits (often a burst on an idle key) need an estimate too: a
+            # round trip just measured is the best there is, bounded as the average is
+            self._commit_seconds = max(self._commit_seconds, min(MAX_COMMIT_ESTIMATE, took))
+            for snapshot in snapshots:
+                self._versions.setdefault(snapshot.id, _Version(snapshot.to_dict(), snapshot.update_time))
+            # an account without a document is created by its first reservation (create()
+            # fails if another instance created it meanwhile, and the store reads it then)
+            self._absent_unless_seen = True
+        return len(snapshots)
+
+    def _known_version(self, account_id: str) -> _Version | None:
+        with self._versions_lock:
+            known = self._versions.get(account_id)
+            if known is None and self._absent_unless_seen and account_id not in self._forgotten:
+                return _ABSENT
+            return known
+
+    def _compare_and_set(
+        self, ref: firestore.DocumentReference, account_id: str, known: _Version, update: dict[str, Any]
+    ) -> None:
+        """Write `update` only if the document is still `known`; Aborted (contention) if not."""
+        started = self._clock.monotonic()
+        try:
+            if known.doc is None:
+                result = ref.create(update, retry=self._rpc.retry, timeout=self._rpc.timeout)
+            else:
+                option = self._client.write_option(last_update_time=known.update_time)
+                result = ref.update(update, option=option, retry=self._rpc.retry, timeout=self._rpc.timeout)
+        except (
+            api_exceptions.FailedPrecondition,
+            api_exceptions.AlreadyExists,
+            api_exceptions.NotFound,
+        ) as exc:
+            self._forget(account_id)
+            changed = f"usage of account {account_id} changed meanwhile"
+            raise api_exceptions.Aborted(changed) from exc  # type: ignore[no-untyped-call]
+        except Exception:
+            self._forget(account_id)  # the write may or may not have landed: read it next time
+            raise
+        took = self._clock.monotonic() - started
+        with self._versions_lock:
+            self._versions[account_id] = _Version({**(known.doc or {}), **update}, result.update_time)
+            # a moving average of successful commits, bounded: one slow commit (a cold
+            # channel) must not hold every later send back for long
+            self._commit_seconds = min(MAX_COMMIT_ESTIMATE, 0.8 * self._commit_seconds + 0.2 * took)
+
+    def _commit_estimate(self) -> float:
+        with self._versions_lock:
+            return self._commit_seconds
+
+    def _forget(self, account_id: str) -> None:
+        with self._versions_lock:
+            self._versions.pop(account_id, None)
+            self._forgotten.add(account_id)
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         ref = self._collection.document(account_id)
@@ -90,6 +200,7 @@ class FirestoreUsageStore:
             doc = snapshot.to_dict() if snapshot.exists else None
             transaction.set(ref, exhausted_fields(doc, default_limit=default_limit, now=now), merge=True)
 
+        self._forget(account_id)
         self._with_retries(exhaust, f"marking account {account_id} exhausted")
 
     def _with_retries(self, body: Callable[[firestore.Transaction], T], operation: str) -> T:

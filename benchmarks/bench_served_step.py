@@ -1,0 +1,267 @@
+"""A whole step through the SERVED function on the emulators, as a user would run it.
+
+`worker-chart-export serve` (gunicorn, real mode) on the Firestore emulator and
+fake-gcs-server, CHART-IMG played by the stand-in in a process of its own answering in
+300 ms, 8 accounts with rates far above need. The benchmark writes each flow_run to the
+emulator and POSTs its binary protobuf CloudEvent to the instance; the POST returns when the
+step is finalized, so its wall time is the step's: claim, templates, charts, PNG writes,
+manifest, finalize. Every Firestore RPC the instance makes is counted by a gRPC interceptor
+(benchmarks/rpc_counting_serve.py). Printed, in one run:
+
+- floor: 8 bare concurrent posts to the stand-in (no worker code), as a ratio to 300 ms;
+- the 8-chart step warm, as a ratio to 300 ms (target <= 1.15), with its Firestore RPCs;
+- the first step after an instance starts: without the start-up warm-up, with it while it
+  is still running (the request that woke the instance), and once it has finished;
+- the curve for 1, 2, 4, 8, 16, 32 charts: wall / 300 ms, wall / the 1-chart step (target
+  <= 1.3 up to CHART_CONCURRENCY, default 8), and wall / the bound past it
+  (ceil(N / concurrency) x 300 ms: the charts go in waves).
+
+    .venv/bin/python benchmarks/bench_served_step.py [--runs 3]
+
+Exits 1 if a target is missed. No timed test: absolute numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from e2e.multi_instance import (  # noqa: E402
+    MultiInstanceStack,
+    StandInAccount,
+    running_instances,
+    template_copies,
+)
+from e2e.stack import Worker, wait_until  # noqa: E402
+from harness.firestore_emulator import FirestoreEmulator, start_firestore_emulator  # noqa: E402
+from harness.gcs_emulator import start_gcs_emulator  # noqa: E402
+
+LATENCY = 0.3
+ACCOUNTS = 8
+CONCURRENCY = 8
+CURVE = (1, 2, 4, 8, 16, 32)
+TARGET_WARM = 1.15
+TARGET_FLAT = 1.3
+LAUNCHER = [sys.executable, str(REPO / "benchmarks" / "rpc_counting_serve.py")]
+
+
+def step_document(run_id: str, template_ids: list[str]) -> dict[str, Any]:
+    step = {
+        "stepType": "CHART_EXPORT",
+        "status": "READY",
+        "timeframe": "1h",
+        "dependsOn": [],
+        "inputs": {
+            "minImages": len(template_ids),
+            "requests": [{"chartTemplateId": t} for t in template_ids],
+        },
+    }
+    return {
+        "runId": run_id,
+        "flowKey": "bench",
+        "status": "RUNNING",
+        "scope": {"symbol": "BTCUSDT"},
+        "steps": {"charts": step},
+    }
+
+
+@dataclass
+class StepRun:
+    wall: float
+    rpcs: Counter[str]
+
+
+class Instance:
+    """One served instance, its stack and its RPC count file."""
+
+    def __init__(self, stack: MultiInstanceStack, rpc_file: Path) -> None:
+        self.stack = stack
+        self.worker: Worker = stack.workers[0]
+        self.rpc_file = rpc_file
+
+    def rpcs(self) -> Counter[str]:
+        try:
+            return Counter(self.rpc_file.read_text().split())
+        except FileNotFoundError:
+            return Counter()
+
+    def step(self, template_ids: list[str]) -> StepRun:
+        run_id = f"bench_{uuid.uuid4().hex[:10]}"
+        document = step_document(run_id, template_ids)
+        self.stack.create_run(run_id, document)
+        before = self.rpcs()
+        started = time.monotonic()
+        status = self.stack.deliver(self.worker, run_id, document)
+        wall = time.monotonic() - started
+        rpcs = self.rpcs() - before
+        step = (self.stack.flow_run_ref(run_id).get().to_dict() or {})["steps"]["charts"]
+        if status != 200 or step.get("status") != "SUCCEEDED":
+            raise RuntimeError(f"step {run_id}: HTTP {status}, {step}\n{self.worker.log_tail()}")
+        return StepRun(wall, rpcs)
+
+    def warmed_up(self) -> bool:
+        return any(line.get("message") == "instance warmed up" for line in self.worker.log_lines())
+
+
+def floor(base_url: str, key: str) -> float:
+    """8 bare concurrent posts to the stand-in: the machine's and the stand-in's own cost."""
+    import httpx
+
+    with httpx.Client(limits=httpx.Limits(max_connections=CONCURRENCY)) as client:
+
+        def post(i: int) -> int:
+            body = {"symbol": "BINANCE:BTCUSDT", "interval": "1h", "width": 800 - i}
+            url = f"{base_url}/v2/tradingview/advanced-chart"
+            return client.post(url, json=body, headers={"x-api-key": key}).status_code
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+            list(pool.map(post, range(CONCURRENCY)))
+        return time.monotonic() - started
+
+
+def fmt_rpcs(rpcs: Counter[str]) -> str:
+    return f"{sum(rpcs.values())} ({', '.join(f'{k} {v}' for k, v in sorted(rpcs.items()))})"
+
+
+class Bench:
+    def __init__(self, stack: ExitStack, emulator: FirestoreEmulator, gcs_url: str, templates: Path) -> None:
+        self._stack = stack
+        self._emulator = emulator
+        self._gcs_url = gcs_url
+        self._templates = templates
+        self.accounts = [
+            StandInAccount(
+                f"acc{i}",
+                rate=100.0,
+                burst=50,
+                config={"ratePerSecond": 100, "burst": 50, "dailyLimit": 100000},
+            )
+            for i in range(1, ACCOUNTS + 1)
+        ]
+
+    def instance(self, *, warm_up: bool = True) -> Instance:
+        """A fresh instance; returns as soon as it listens (its warm-up, if any, running)."""
+        rpc_file = Path(self._stack.enter_context(tempfile.TemporaryDirectory())) / "rpcs.txt"
+        command = [*LAUNCHER, *([] if warm_up else ["--no-warm-up"]), "serve"]
+        stack = self._stack.enter_context(
+            running_instances(
+                self._emulator,
+                self._gcs_url,
+                self.accounts,
+                instances=1,
+                latency=LATENCY,
+                templates_dir=self._templates,
+                extra_env={"RPC_COUNT_FILE": str(rpc_file), "CHART_CONCURRENCY": str(CONCURRENCY)},
+                command=command,
+            )
+        )
+        return Instance(stack, rpc_file)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per measurement (median reported)")
+    args = parser.parse_args()
+    failed = False
+    with ExitStack() as resources:
+        emulator = resources.enter_context(start_firestore_emulator())
+        os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host  # the benchmark's own client
+        gcs = start_gcs_emulator()
+        resources.callback(gcs.stop)
+        templates = Path(resources.enter_context(tempfile.TemporaryDirectory()))
+        ids = template_copies(templates, max(CURVE))
+        bench = Bench(resources, emulator, gcs.url, templates)
+        eight = ids[:8]
+        print(
+            f"served step on the emulators: stand-in {LATENCY * 1000:.0f} ms per chart, "
+            f"{ACCOUNTS} accounts, CHART_CONCURRENCY {CONCURRENCY}, median of {args.runs}"
+        )
+
+        # first steps: each on a fresh instance
+        cold = bench.instance(warm_up=False).step(eight)
+        racing = bench.instance().step(eight)
+        settled = bench.instance()
+        wait_until(settled.warmed_up, timeout=60, what="the instance's warm-up")
+        warm_up_rpcs = settled.rpcs()
+        after_warm_up = settled.step(eight)
+
+        # warm, interleaved with the floor
+        instance = settled
+        key = bench.accounts[0].key
+        floors, warm = [], []
+        for _ in range(args.runs):
+            floors.append(floor(instance.stack.stand_in.base_url, key))
+            warm.append(instance.step(eight))
+        floor_wall = statistics.median(floors)
+        warm_wall = statistics.median(r.wall for r in warm)
+        ratio = warm_wall / LATENCY
+        ok = ratio <= TARGET_WARM
+        failed |= not ok
+        print(
+            f"floor: {CONCURRENCY} bare concurrent posts {floor_wall:.3f} s "
+            f"= {floor_wall / LATENCY:.2f} x {LATENCY} s"
+        )
+        print(
+            f"8 charts, warm:                       {warm_wall:.3f} s = {ratio:.2f} x {LATENCY} s "
+            f"(target <= {TARGET_WARM}) {'PASS' if ok else 'FAIL'}"
+        )
+        print(f"  Firestore RPCs per step: {fmt_rpcs(warm[-1].rpcs)}")
+        for label, run in (
+            ("first step, no warm-up:             ", cold),
+            ("first step, warm-up still running:  ", racing),
+            ("first step, after the warm-up:      ", after_warm_up),
+        ):
+            print(
+                f"{label} {run.wall:.3f} s = {run.wall / LATENCY:.2f} x {LATENCY} s; "
+                f"RPCs {fmt_rpcs(run.rpcs)}"
+            )
+        print(f"  the warm-up itself (at start, off the request path): RPCs {fmt_rpcs(warm_up_rpcs)}")
+
+        print(
+            f"\n{'charts':>6} {'wall s':>8} {'/300ms':>7} {'/1 chart':>9} {'/bound':>7} {'RPCs':>5}  result"
+        )
+        curve: dict[int, StepRun] = {}
+        for n in CURVE:
+            runs = [instance.step(ids[:n]) for _ in range(args.runs)]
+            curve[n] = StepRun(statistics.median(r.wall for r in runs), runs[-1].rpcs)
+        for n, run in curve.items():
+            bound = math.ceil(n / CONCURRENCY) * LATENCY
+            flat = run.wall / curve[1].wall
+            verdict = "-"
+            if n <= CONCURRENCY:
+                verdict = "PASS" if flat <= TARGET_FLAT else "FAIL"
+                failed |= flat > TARGET_FLAT
+            rpcs = sum(run.rpcs.values())
+            print(
+                f"{n:>6} {run.wall:8.3f} {run.wall / LATENCY:7.2f} {flat:9.2f} "
+                f"{run.wall / bound:7.2f} {rpcs:>5}  {verdict}"
+            )
+        print(
+            f"past CHART_CONCURRENCY={CONCURRENCY} the charts go in waves: "
+            f"bound = ceil(N/{CONCURRENCY}) x {LATENCY} s"
+        )
+        for worker_stack in (instance.stack,):
+            statuses = Counter(r["status"] for r in worker_stack.stand_in.requests())
+            print(f"stand-in answers (last instance): {json.dumps(dict(statuses))}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
