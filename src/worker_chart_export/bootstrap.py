@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
@@ -36,11 +34,10 @@ from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
 from worker_chart_export.settings import ChartsApiMode, Settings, load_settings
 
 if TYPE_CHECKING:
-    import httpx
     from google.cloud.storage import Client as StorageClient
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
-    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
     from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
     from worker_chart_export.reaper import LeaseReaper
 
@@ -75,11 +72,9 @@ def build_chart_api(
     settings: Settings,
     usage_store: UsageStore | None = None,
     *,
-    clock: Clock = SYSTEM_CLOCK,
-    transport: httpx.BaseTransport | None = None,
     secret_client: SecretClient | None = None,
     retry_policy: RetryPolicy | None = None,
-    rand: Callable[[], float] = random.random,
+    seams: Seams | None = None,
 ) -> ChartApi:
     """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
     Real and record need accounts and a usage store; mock needs neither."""
@@ -88,7 +83,7 @@ def build_chart_api(
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
         _require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
         return MockChartApi(library)
-    from worker_chart_export.adapters.chart_img import build_http_chart_api
+    from worker_chart_export.adapters.chart_img import Seams, build_http_chart_api
 
     accounts = _require_accounts(settings, secret_client)
     if usage_store is None:
@@ -98,10 +93,8 @@ def build_chart_api(
         accounts,
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
-        clock=clock,
-        transport=transport,
         retry_policy=retry_policy,
-        rand=rand,
+        seams=seams or Seams(),
     )
 
 

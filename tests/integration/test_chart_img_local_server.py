@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, ChartImgServer, FakeClock, chart_call, find_secrets
 from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
@@ -73,7 +74,10 @@ class Harness:
         }
         clock = WallClockFrom(now) if now else SYSTEM_CLOCK
         return build_chart_api(
-            Settings(**values), store or InMemoryUsageStore(), retry_policy=FAST_RETRIES, clock=clock
+            Settings(**values),
+            store or InMemoryUsageStore(),
+            retry_policy=FAST_RETRIES,
+            seams=Seams(clock=clock),
         )
 
     def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
 from harness.logs import LogCapture
 from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
-from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi
+from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi, Seams
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
@@ -118,10 +118,8 @@ def rig(log_capture: LogCapture, tmp_path: Path) -> Iterator[Callable[..., Rig]]
         api = build_chart_api(
             Settings(**values),
             store,
-            transport=httpx.MockTransport(transport.handler),
-            clock=clock,
             retry_policy=RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.5),
-            rand=lambda: 0.5,
+            seams=Seams(clock=clock, transport=httpx.MockTransport(transport.handler), rand=lambda: 0.5),
         )
         made.append(Rig(api, clock, transport, store, log_capture))
         return made[-1]

@@ -87,7 +87,15 @@ class StackUsageError(Exception):
 
 
 def run_stack(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    try:
+        from rich.console import Console
+    except ImportError:
+        print(
+            "worker-chart-export stack: needs the development extras "
+            "(`bash scripts/bootstrap.sh`, or pip install 'worker-chart-export[dev]')",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
     from worker_chart_export.devstack.stack import LocalStack, StackOptions
 

@@ -6,24 +6,20 @@ passes what the settings say.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import httpx
-
 from worker_chart_export.adapters.accounts_config import AccountConfig
-from worker_chart_export.adapters.chart_img.api import RealChartApi
+from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
 from worker_chart_export.adapters.chart_img.record import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.adapters.limiter import AccountLimiter
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.ports import UsageStore
 
-__all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "build_http_chart_api"]
+__all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]
 
 
 @dataclass(frozen=True)
@@ -44,16 +40,18 @@ def build_http_chart_api(
     usage_store: UsageStore,
     *,
     record_into: FixtureLibrary | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-    transport: httpx.BaseTransport | None = None,
     retry_policy: RetryPolicy | None = None,
-    rand: Callable[[], float] = random.random,
+    seams: Seams | None = None,
 ) -> RealChartApi | RecordChartApi:
     """Mode `real`, or `record` into `record_into` when it is given."""
+    seams = seams or Seams()
     defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
-    limiter = AccountLimiter(accounts, usage_store, defaults=defaults, clock=clock)
+    limiter = AccountLimiter(accounts, usage_store, defaults=defaults, clock=seams.clock)
     client = ChartImgClient(
-        options.base_url, max_connections=options.max_connections, transport=transport, clock=clock
+        options.base_url,
+        max_connections=options.max_connections,
+        transport=seams.transport,
+        clock=seams.clock,
     )
     policy = retry_policy or RetryPolicy()
     policy = replace(
@@ -67,8 +65,7 @@ def build_http_chart_api(
         limiter,
         request_timeout=options.request_timeout_seconds,
         policy=policy,
-        clock=clock,
-        rand=rand,
         mode="real" if record_into is None else "record",
+        seams=seams,
     )
     return real if record_into is None else RecordChartApi(record_into, real)

@@ -60,6 +60,15 @@ class Rendered:
     answer: HttpAnswer | None  # set when the result is exactly what one HTTP answer said
 
 
+@dataclass(frozen=True)
+class Seams:
+    """What a test replaces: time, the HTTP transport, the randomness of the backoff."""
+
+    clock: Clock = SYSTEM_CLOCK
+    transport: httpx.BaseTransport | None = None
+    rand: Callable[[], float] = random.random
+
+
 class RealChartApi:
     """Modes `real` (and, wrapped by RecordChartApi, `record`): HTTP calls to CHART-IMG."""
 
@@ -70,17 +79,16 @@ class RealChartApi:
         *,
         request_timeout: float,
         policy: RetryPolicy | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-        rand: Callable[[], float] = random.random,
         mode: str = "real",
+        seams: Seams = Seams(),
     ) -> None:
         self.mode = mode
         self.client = client
         self.limiter = limiter
         self._request_timeout = request_timeout
         self._policy = policy or RetryPolicy()
-        self._clock = clock
-        self._rand = rand
+        self._clock = seams.clock
+        self._rand = seams.rand
         self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._logged_lock = threading.Lock()
 

@@ -63,7 +63,6 @@ class FirestoreUsageStore:
         collection: str = ACCOUNTS_USAGE_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         contention_attempts: int = 8,
-        max_transaction_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
         run_in_transaction: TransactionRunner = run_transaction,
     ) -> None:
@@ -72,7 +71,7 @@ class FirestoreUsageStore:
         self._client = client
         self._collection = client.collection(collection)
         self._rpc = RpcOptions(rpc_timeout)
-        self._max_attempts = max_transaction_attempts
+        self._max_attempts = DEFAULT_TRANSACTION_ATTEMPTS
         self._run_in_transaction = run_in_transaction
         self._clock = clock
         self._versions: dict[str, _Version] = {}  # what this store last wrote, per account
