@@ -75,6 +75,18 @@ class Child:
         self.kill(signal.SIGKILL)  # the leader may be gone and a member still there
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
+        self._wait_until_group_gone(timeout=5)
+
+    def _wait_until_group_gone(self, timeout: float) -> None:
+        """A killed member (a gunicorn worker) may outlive its leader by a moment: the stack
+        returns only once no process of the group is left."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 @dataclass
