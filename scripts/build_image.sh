@@ -109,21 +109,13 @@ import sys, time
 from urllib import request, error
 
 sys.path.insert(0, "src")
-from worker_chart_export.events import build_document_event_data, document_resource_name  # noqa: E402
+from worker_chart_export.testing import binary_update_event  # noqa: E402
 
 port, t0 = int(sys.argv[1]), float(sys.argv[2])
 run_id = "smoke1"
 doc = {"runId": run_id, "flowKey": "smoke", "status": "RUNNING",
        "steps": {"charts": {"stepType": "CHART_EXPORT", "status": "PENDING", "dependsOn": []}}}
-name = document_resource_name("demo-smoke", f"flow_runs/{run_id}")
-body = build_document_event_data(name, doc, doc).SerializeToString()
-headers = {
-    "ce-id": "smoke-1", "ce-specversion": "1.0",
-    "ce-source": "//firestore.googleapis.com/projects/demo-smoke/databases/(default)",
-    "ce-type": "google.cloud.firestore.document.v1.updated",
-    "ce-subject": f"documents/flow_runs/{run_id}", "ce-document": f"flow_runs/{run_id}",
-    "content-type": "application/protobuf",
-}
+body, headers = binary_update_event("demo-smoke", run_id, doc, "smoke-1")
 deadline = time.time() + 60
 while True:
     try:

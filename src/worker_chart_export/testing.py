@@ -97,3 +97,29 @@ def build_document_event_data(
         for name, value in source.items():
             target.fields[name].CopyFrom(python_to_firestore_value(value))
     return event_data
+
+
+def binary_update_event(
+    project: str,
+    run_id: str,
+    document: Mapping[str, Any],
+    event_id: str,
+    *,
+    update_time: datetime | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """An update of `flow_runs/{run_id}` as production Eventarc delivers it: a binary-mode
+    CloudEvent whose body is the raw protobuf DocumentEventData. Returns (body, headers)."""
+    name = document_resource_name(project, f"flow_runs/{run_id}")
+    data = build_document_event_data(name, document, document)
+    if update_time is not None:
+        data.value.update_time.FromDatetime(update_time)
+    headers = {
+        "ce-id": event_id,
+        "ce-source": f"//firestore.googleapis.com/projects/{project}/databases/(default)",
+        "ce-type": "google.cloud.firestore.document.v1.updated",
+        "ce-specversion": "1.0",
+        "ce-subject": f"documents/flow_runs/{run_id}",
+        "ce-document": f"flow_runs/{run_id}",
+        "content-type": "application/protobuf",
+    }
+    return data.SerializeToString(), headers

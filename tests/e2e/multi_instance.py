@@ -31,7 +31,7 @@ from e2e.stack import Worker, start_worker
 from harness.builders import REPO
 from harness.chart_img_server import ADMIN_REQUESTS_PATH, new_key
 from harness.firestore_emulator import FirestoreEmulator, free_port
-from worker_chart_export.testing import build_document_event_data, document_resource_name
+from worker_chart_export.testing import binary_update_event
 
 if TYPE_CHECKING:
     from google.cloud import firestore, storage
@@ -99,22 +99,7 @@ class StandInProcess:
             self.process.wait(timeout=5)
 
 
-def binary_event(
-    project: str, run_id: str, document: dict[str, Any], event_id: str
-) -> tuple[bytes, dict[str, str]]:
-    """An update event of flow_runs/{run_id} exactly as Eventarc delivers it: raw protobuf."""
-    name = document_resource_name(project, f"flow_runs/{run_id}")
-    body = build_document_event_data(name, document, document).SerializeToString()
-    headers = {
-        "ce-id": event_id,
-        "ce-source": f"//firestore.googleapis.com/projects/{project}/databases/(default)",
-        "ce-type": "google.cloud.firestore.document.v1.updated",
-        "ce-specversion": "1.0",
-        "ce-subject": f"documents/flow_runs/{run_id}",
-        "ce-document": f"flow_runs/{run_id}",
-        "content-type": "application/protobuf",
-    }
-    return body, headers
+binary_event = binary_update_event  # (project, run_id, document, event_id) -> (body, headers)
 
 
 def post_event(worker: Worker, body: bytes, headers: dict[str, str]) -> int:

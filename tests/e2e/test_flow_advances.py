@@ -27,7 +27,7 @@ from e2e.flow_stack import (
 )
 from harness.builders import chart_step, flow_run
 from worker_chart_export.devstack.stack import ADVANCE_TARGET, LocalStack
-from worker_chart_export.testing import build_document_event_data, document_resource_name
+from worker_chart_export.testing import binary_update_event
 
 pytestmark = pytest.mark.emulators
 
@@ -108,19 +108,7 @@ def event_for(
     run_id: str, version: dict[str, Any], update_time: datetime, event_id: str
 ) -> tuple[bytes, dict[str, str]]:
     """One version as production Eventarc delivers it: raw protobuf, binary mode."""
-    name = document_resource_name("demo-worker-chart-export", f"flow_runs/{run_id}")
-    data = build_document_event_data(name, version, version)
-    data.value.update_time.FromDatetime(update_time)
-    headers = {
-        "ce-id": event_id,
-        "ce-source": "//firestore.googleapis.com/projects/demo-worker-chart-export/databases/(default)",
-        "ce-type": "google.cloud.firestore.document.v1.updated",
-        "ce-specversion": "1.0",
-        "ce-subject": subject(run_id),
-        "ce-document": f"flow_runs/{run_id}",
-        "content-type": "application/protobuf",
-    }
-    return data.SerializeToString(), headers
+    return binary_update_event("demo-worker-chart-export", run_id, version, event_id, update_time=update_time)
 
 
 def post(url: str, event: tuple[bytes, dict[str, str]]) -> int:

@@ -16,7 +16,7 @@ import pytest
 from e2e.stack import E2EStack, new_run_id, running_e2e_stack, wait_until
 from harness.builders import SAMPLE_FLOW_RUN, chart_step, flow_run
 from harness.gcs_emulator import GcsEmulator
-from worker_chart_export.testing import build_document_event_data, document_resource_name
+from worker_chart_export.testing import binary_update_event
 
 pytestmark = pytest.mark.emulators
 
@@ -64,18 +64,7 @@ def pngs(stack: E2EStack, run_id: str, step_id: str) -> list[str]:
 
 def binary_event(run_id: str, document: dict[str, Any], event_id: str) -> tuple[bytes, dict[str, str]]:
     """The event exactly as production Eventarc delivers it: raw protobuf, binary mode."""
-    name = document_resource_name("demo-worker-chart-export", f"flow_runs/{run_id}")
-    body = build_document_event_data(name, document, document).SerializeToString()
-    headers = {
-        "ce-id": event_id,
-        "ce-source": "//firestore.googleapis.com/projects/demo-worker-chart-export/databases/(default)",
-        "ce-type": "google.cloud.firestore.document.v1.updated",
-        "ce-specversion": "1.0",
-        "ce-subject": f"documents/flow_runs/{run_id}",
-        "ce-document": f"flow_runs/{run_id}",
-        "content-type": "application/protobuf",
-    }
-    return body, headers
+    return binary_update_event("demo-worker-chart-export", run_id, document, event_id)
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:

@@ -8,7 +8,6 @@ docs/design.md, "How it is tested". Never skipped: a missing jar or java fails t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -21,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -36,7 +35,6 @@ JAR_ENV = "FIRESTORE_EMULATOR_JAR"
 MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 PROJECT = "demo-worker-chart-export"
 START_TIMEOUT_SECONDS = 30.0
-UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"
 
 
 class FirestoreEmulatorError(RuntimeError):
@@ -209,19 +207,13 @@ def register_update_trigger(emulator: FirestoreEmulator, name: str, target_base_
         raise FirestoreEmulatorError(
             f"target {target_base_url} is not the emulator's functions_emulator {emulator.functions_emulator}"
         )
-    body = {
-        "eventType": UPDATED_EVENT,
-        "database": "(default)",
-        "namespace": "(default)",
-        "document": {"value": "flow_runs/{runId}", "matchType": "PATH_PATTERN"},
-    }
-    url = (
-        f"{emulator.base_url}/emulator/v1/projects/{emulator.project}/eventarcTrigger"
-        f"?eventarcTriggerId={quote(name, safe='')}"
-    )
-    status, text = _http("POST", url, json.dumps(body).encode())
-    if status != 200:
-        raise FirestoreEmulatorError(f"trigger registration failed: HTTP {status}: {text[:300]}")
+    from worker_chart_export.devstack.processes import StackError
+    from worker_chart_export.devstack.services import register_update_trigger as register
+
+    try:
+        register(emulator.host, emulator.project, name)
+    except StackError as exc:
+        raise FirestoreEmulatorError(str(exc)) from exc
     return f"{target_base_url.rstrip('/')}/functions/projects/{emulator.project}/triggers/{name}"
 
 

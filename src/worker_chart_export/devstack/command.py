@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
 from worker_chart_export.devstack.processes import Child, StackError
+from worker_chart_export.flow_run_file import UsageError, read_flow_run
 
 if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
     from rich.console import Console
@@ -68,24 +68,6 @@ def add_stack_command(commands: Any) -> None:
     )
 
 
-def read_flow_run(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise StackUsageError(f"--flow-run {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise StackUsageError(f"--flow-run {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("runId"), str) or not document["runId"]:
-        raise StackUsageError(f"--flow-run {path}: a flow_run must be a JSON object with a runId")
-    if not isinstance(document.get("steps"), dict) or not document["steps"]:
-        raise StackUsageError(f"--flow-run {path}: steps must be a non-empty map of stepId to step")
-    return document
-
-
-class StackUsageError(Exception):
-    pass
-
-
 def run_stack(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
@@ -101,8 +83,8 @@ def run_stack(args: argparse.Namespace) -> int:
 
     console = Console(highlight=False, soft_wrap=True)  # long paths stay on one line
     try:
-        document = read_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME)
-    except StackUsageError as exc:
+        document = read_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
+    except UsageError as exc:
         print(f"worker-chart-export stack: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     options = StackOptions(
