@@ -9,6 +9,7 @@ any of those sessions or process groups, nor in the command's own.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -106,12 +107,12 @@ def test_stack_up_settles_the_bundled_sample_and_leaves_nothing_running(
 
     assert code == 0, text[-4000:]
     assert f"run {RUN_ID} settled: SUCCEEDED" in text
-    for line in (
-        "charts_1h: READY -> RUNNING",
-        "charts_1h: RUNNING -> SUCCEEDED",
-        "llm_report: PENDING -> READY",
-    ):
-        assert line in text, text[-4000:]
+    # The live view polls the run: it shows every status it observed, in order, but a step
+    # may pass through RUNNING between two polls (a mock-mode chart step takes ~0.3 s).
+    for step in ("charts_1h", "llm_report"):
+        seen = re.findall(rf"{step}: (\S+) -> (\S+)", text)
+        assert seen and seen[-1][1] == "SUCCEEDED", text[-4000:]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(seen)), seen  # a chain
     assert "simulated stand-in" in text  # the LLM step is labelled as the stack's stand-in
     sessions = started_sessions(text)
     assert set(sessions) == {
