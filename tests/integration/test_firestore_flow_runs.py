@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, run_transaction
+from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
 from worker_chart_export.core.errors import ErrorCode, RedeliverEvent, StepError, TransientStoreError
 from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
 
@@ -365,6 +367,85 @@ def test_finalize_after_the_run_was_deleted_writes_nothing(firestore_client: fir
     assert not outcome.written
     assert "deleted" in outcome.reason
     assert not ref.get().exists
+
+
+class CountingCommits:
+    """The store's commit seam: counts commits, and can let another writer go first."""
+
+    def __init__(self, before_each: Callable[[int], None] | None = None) -> None:
+        self.calls = 0
+        self._before_each = before_each
+
+    def __call__(self, batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+        self.calls += 1
+        if self._before_each is not None:
+            self._before_each(self.calls)
+        return commit_batch(batch, rpc)
+
+
+def another_step_written(ref: firestore.DocumentReference) -> Callable[[int], None]:
+    """Before each of our commits, another writer updates a sibling step: real contention."""
+    return lambda n: ref.update({"steps.report.note": f"write {n}"})
+
+
+def test_finalize_after_our_claim_is_one_commit(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    commits = CountingCommits()
+    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+    assert claim(store).status is ClaimStatus.CLAIMED
+    assert firestore_client.collection("step_leases").get()
+
+    outcome = store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1))
+
+    assert outcome.written and commits.calls == 1  # on the version the claim committed: no read
+    after, _ = stored(ref)
+    assert after is not None and after["steps"][STEP_ID]["status"] == "SUCCEEDED"
+    assert not firestore_client.collection("step_leases").get()  # the lease went with it
+
+
+def test_finalize_after_another_step_was_written_keeps_that_write(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    commits = CountingCommits()
+    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+    assert claim(store).status is ClaimStatus.CLAIMED
+    ref.update({"steps.report.status": "READY"})  # e.g. advance_flow, between claim and finalize
+
+    outcome = store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1))
+
+    assert outcome.written and commits.calls == 2  # the remembered version failed once
+    after, _ = stored(ref)
+    assert after is not None
+    assert after["steps"][STEP_ID]["status"] == "SUCCEEDED"
+    assert after["steps"]["report"]["status"] == "READY"
+
+
+def test_finalize_after_our_claim_was_taken_back_writes_nothing(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    store = FirestoreFlowRunStore(firestore_client)
+    assert claim(store).status is ClaimStatus.CLAIMED
+    # the reaper gave the step to another execution: the version the store remembers is gone
+    ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "tok-newer"})
+    before = stored(ref)
+
+    outcome = store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded())
+
+    assert not outcome.written and "another execution owns the step" in outcome.reason
+    assert stored(ref) == before
+
+
+def test_finalize_that_keeps_losing_to_other_writes_is_a_transient_error(
+    firestore_client: firestore.Client,
+) -> None:
+    ref = claimed_run(firestore_client)
+    commits = CountingCommits(another_step_written(ref))
+    store = FirestoreFlowRunStore(firestore_client, max_attempts=2, commit=commits)
+
+    with pytest.raises(TransientStoreError, match="changed under 2 tries"):
+        store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded())
+
+    after, _ = stored(ref)
+    assert after is not None and after["steps"][STEP_ID]["status"] == "RUNNING"
+    assert commits.calls == 2
 
 
 # --- unreachable Firestore -------------------------------------------------------------------

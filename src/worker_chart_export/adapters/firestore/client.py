@@ -69,6 +69,18 @@ def run_transaction(client: firestore.Client, body: TransactionBody[T], *, max_a
     return result
 
 
+class BatchCommitter(Protocol):
+    """Commits `batch` (all its writes or none) with the bounded retry and timeout of `rpc`,
+    returning the write results. The seam tests use to inject an outage, a lost answer or a
+    competing write."""
+
+    def __call__(self, batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]: ...
+
+
+def commit_batch(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+    return list(batch.commit(retry=rpc.retry, timeout=rpc.timeout))
+
+
 class RpcOptions:
     """The retry and timeout every read of ours carries."""
 
