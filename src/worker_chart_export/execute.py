@@ -42,9 +42,11 @@ from worker_chart_export.core.manifest import (
 from worker_chart_export.core.naming import manifest_object_path, png_object_path
 from worker_chart_export.core.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.selection import steps_of
+from worker_chart_export.core.step_rules import lease_surely_held
 from worker_chart_export.core.types import (
     ChartCall,
     ChartFailure,
+    Claim,
     ClaimOutcome,
     ClaimStatus,
     StepFinal,
@@ -100,14 +102,14 @@ def execute_step(
             log,
         )
         claim = _claim(ctx)
-        if claim.status is not ClaimStatus.CLAIMED or claim.flow_run is None:
+        if claim.status is not ClaimStatus.CLAIMED or claim.flow_run is None or claim.claim is None:
             return _noop(ctx, claim)
         log.info(
             "claim succeeded",
-            attempt=claim.claim.attempt if claim.claim else None,
+            attempt=claim.claim.attempt,
             flowKey=claim.flow_run.get("flowKey"),
         )
-        result = _run_claimed_or_record_crash(ctx, claim.flow_run)
+        result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim)
         written = finalize(ctx, result.final)
         _log_completed(ctx, result, written)
         return step_report(ctx, result, finalized=written)
@@ -142,9 +144,9 @@ def _noop(ctx: StepContext, claim: ClaimOutcome) -> StepReport:
     return StepReport(ctx.run_id, ctx.step_id, "NOOP", ctx.mode, error_code=code.value, message=claim.reason)
 
 
-def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any]) -> StepResult:
+def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any], claim: Claim) -> StepResult:
     try:
-        return _run_claimed(ctx, flow_run)
+        return _run_claimed(ctx, flow_run, claim)
     except BaseException as exc:
         # A defect, an unexpected failure or an interrupt (Ctrl-C, shutdown): stop what is
         # still running, record it on the step, then let the caller see it.
@@ -154,7 +156,7 @@ def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any]) -> 
         raise
 
 
-def _run_claimed(ctx: StepContext, flow_run: dict[str, Any]) -> StepResult:
+def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim) -> StepResult:
     step = steps_of(flow_run).get(ctx.step_id) or {}
     try:
         templates = ctx.ports.templates.get_templates(requested_template_ids(step))
@@ -173,10 +175,20 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any]) -> StepResult:
         return ctx.failed(validated)
     # Charts may not eat the time the manifest write needs: without a manifest the step fails.
     rendered = _render_all(ctx, validated, ctx.budget.ending_earlier(ctx.limits.charts_reserve_seconds))
-    return _write_manifest_and_decide(ctx, validated, rendered)
+    return _write_manifest_and_decide(ctx, validated, rendered, claim)
 
 
-def _write_manifest_and_decide(ctx: StepContext, validated: ValidatedStep, rendered: _Rendered) -> StepResult:
+def _still_ours(ctx: StepContext, claim: Claim) -> bool:
+    """The fence before the manifest: inside the lease no reaper can have taken the step
+    back, so only a late execution pays a read of the run document."""
+    if lease_surely_held(claim.lease_expires_at, ctx.clock.now()):
+        return True
+    return ctx.ports.flow_runs.claim_is_current(ctx.run_id, ctx.step_id, ctx.token)
+
+
+def _write_manifest_and_decide(
+    ctx: StepContext, validated: ValidatedStep, rendered: _Rendered, claim: Claim
+) -> StepResult:
     header = ManifestHeader(
         ctx.run_id,
         ctx.step_id,
@@ -192,7 +204,7 @@ def _write_manifest_and_decide(ctx: StepContext, validated: ValidatedStep, rende
         manifest_uri = ctx.ports.artifacts.put_manifest(
             manifest_object_path(ctx.run_id, ctx.step_id),
             manifest_bytes(manifest),
-            still_ours=lambda: ctx.ports.flow_runs.claim_is_current(ctx.run_id, ctx.step_id, ctx.token),
+            still_ours=lambda: _still_ours(ctx, claim),
         )
     except ClaimSuperseded as exc:
         # The reaper took the step back (our lease expired): a newer execution owns its

@@ -102,6 +102,50 @@ def test_put_manifest_overwrites_with_json_and_no_cache(gcs_bucket: Bucket) -> N
     assert object_metadata(client, bucket, MANIFEST_PATH).get("cacheControl") == "no-cache"
 
 
+def object_requests(proxy: FaultyGcsProxy) -> list[str]:
+    """The methods of the requests about objects (not the proxy's own bucket check)."""
+    return [method for method, path in proxy.requests if "/o" in path.split("?")[0]]
+
+
+class Fence:
+    """A `still_ours` that counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return True
+
+
+def test_fenced_first_manifest_is_one_request(gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory) -> None:
+    client, bucket = gcs_bucket
+    proxy = faulty_gcs_proxy(0, 503)
+    fence = Fence()
+
+    store_via(proxy, bucket, SleepRecorder()).put_manifest(MANIFEST_PATH, b'{"n": 1}', still_ours=fence)
+
+    assert object_requests(proxy) == ["POST"]  # no look at the object first
+    assert fence.asked == 1
+    assert read_object(client, bucket, MANIFEST_PATH) == (b'{"n": 1}', "application/json")
+
+
+def test_fenced_manifest_over_an_earlier_one_looks_asks_again_and_replaces_it(
+    gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory
+) -> None:
+    client, bucket = gcs_bucket
+    GcsArtifactStore(client, bucket).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
+    proxy = faulty_gcs_proxy(0, 503)
+    fence = Fence()
+
+    store_via(proxy, bucket, SleepRecorder()).put_manifest(MANIFEST_PATH, b'{"attempt": 2}', still_ours=fence)
+
+    # the write as if none existed fails (412); the generation is read, the fence asked again
+    assert object_requests(proxy) == ["POST", "GET", "POST"]
+    assert fence.asked == 2
+    assert read_object(client, bucket, MANIFEST_PATH) == (b'{"attempt": 2}', "application/json")
+
+
 def test_transient_503_is_retried_then_succeeds(gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory) -> None:
     client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(2, 503)

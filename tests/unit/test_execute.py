@@ -21,6 +21,7 @@ from worker_chart_export.core.errors import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN
 from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.execute import execute_step
 from worker_chart_export.ports import Ports
@@ -265,6 +266,41 @@ def test_finalize_budget_exhausted_fails_the_invocation_loudly(tmp_path: Path, l
     assert sum(clock.sleeps) <= 2 + 5  # bounded by the budget plus at most one capped wait
     [event] = log_capture.events("finalize failed")
     assert event["severity"] == "ERROR" and event["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
+
+
+@dataclass
+class FenceCountingStore:
+    inner: LocalFlowRunStore
+    fence_reads: int = 0
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        self.fence_reads += 1
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("request_timeout", "fence_reads"),
+    [(300.0, 0), (LEASE_SAFETY_MARGIN.total_seconds() - 5, 1)],
+    ids=["well-inside-the-lease", "lease-shorter-than-the-margin"],
+)
+def test_the_manifest_fence_reads_the_store_only_near_the_leases_end(
+    tmp_path: Path, request_timeout: float, fence_reads: int
+) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    counting = FenceCountingStore(base.store)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=counting)
+    limits = StepLimits.within_request(request_timeout_seconds=request_timeout, finalize_budget_seconds=2)
+
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+
+    assert report.outcome == "SUCCEEDED" and report.manifest_uri is not None
+    assert counting.fence_reads == fence_reads
 
 
 class UnavailableStore:

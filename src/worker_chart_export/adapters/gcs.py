@@ -186,37 +186,52 @@ class GcsArtifactStore:
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
     ) -> str:
         uri = gcs_uri(self.bucket, object_path)
+        if still_ours is None:
+            self._write(uri, self._manifest_upload(object_path, data, generation=None))
+            return uri
+        # Each write is made on the version known BEFORE the fence said yes, so one written
+        # after it fails (412) instead of being replaced. First as if there were none yet
+        # (the common case: one request); after a 412, on the generation now there.
+        expected = 0
+        for _ in range(MAX_FENCED_WRITES):
+            if not still_ours():
+                raise ClaimSuperseded(
+                    f"{object_path}: the claim was taken back before the manifest was written"
+                )
+            try:
+                self._write(uri, self._manifest_upload(object_path, data, generation=expected))
+                return uri
+            except ArtifactWriteError as exc:
+                if not isinstance(exc.__cause__, api_exceptions.PreconditionFailed):
+                    raise
+            expected = self._current_generation(uri, object_path)
+        raise ArtifactWriteError(f"writing {uri}: the object kept changing under {MAX_FENCED_WRITES} tries")
 
+    def _manifest_upload(
+        self, object_path: str, data: bytes, *, generation: int | None
+    ) -> Callable[[], None]:
         def upload() -> None:
             blob = self._bucket.blob(object_path)
             blob.cache_control = MANIFEST_CACHE_CONTROL
             blob.upload_from_string(
                 data,
                 content_type=MANIFEST_CONTENT_TYPE,
-                if_generation_match=self._fenced_generation(object_path, still_ours),
+                if_generation_match=generation,
                 retry=None,
                 timeout=self._timeout,
             )
 
-        for _ in range(MAX_FENCED_WRITES):
-            try:
-                self._write(uri, upload)
-                return uri
-            except ArtifactWriteError as exc:
-                # another writer since our look: look again (the fence decides who goes on)
-                if not isinstance(exc.__cause__, api_exceptions.PreconditionFailed):
-                    raise
-        raise ArtifactWriteError(f"writing {uri}: the object kept changing under {MAX_FENCED_WRITES} tries")
+        return upload
 
-    def _fenced_generation(self, object_path: str, still_ours: Callable[[], bool] | None) -> int | None:
-        """The generation to overwrite (0: none yet), read *before* asking the fence: a
-        version written after the fence said yes makes our write fail (412) instead of
-        replacing it. None (no precondition) without a fence."""
-        if still_ours is None:
-            return None
-        current = self._bucket.get_blob(object_path, retry=None, timeout=self._timeout)
-        if not still_ours():
-            raise ClaimSuperseded(f"{object_path}: the claim was taken back before the manifest was written")
+    def _current_generation(self, uri: str, object_path: str) -> int:
+        """The object's generation now, 0 when there is none."""
+        current: Any = None
+
+        def look() -> None:
+            nonlocal current
+            current = self._bucket.get_blob(object_path, retry=None, timeout=self._timeout)
+
+        self._write(uri, look)  # retried and reported as a write of it would be
         return int(current.generation) if current is not None else 0
 
     def _write(self, uri: str, upload: Callable[[], None]) -> None:
@@ -230,8 +245,6 @@ class GcsArtifactStore:
         try:
             # copy(): a fresh controller per write, so concurrent writes share no state
             self._retrying.copy()(attempt)
-        except ClaimSuperseded:
-            raise
         except Exception as exc:
             raise ArtifactWriteError(self._failure_message(uri, exc, attempts)) from exc
 

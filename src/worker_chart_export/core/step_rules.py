@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from worker_chart_export.core.errors import ErrorCode, StepError
@@ -210,6 +210,20 @@ def claim_is_current(document: Mapping[str, Any] | None, step_id: str, token: st
     still RUNNING under our claim (not reaped, not finalized by someone else)."""
     step = step_of(document, step_id)
     return step is not None and step.get("status") == StepStatus.RUNNING and step.get("claimToken") == token
+
+
+# How far inside its lease a claim must be to be sure it still holds the step without asking
+# the store: the reaper takes a step back only once the lease expired by ITS clock, so this
+# covers the instances' clocks disagreeing (milliseconds on a managed platform) many times over.
+LEASE_SAFETY_MARGIN = timedelta(seconds=30)
+
+
+def lease_surely_held(
+    lease_expires_at: datetime, now: datetime, margin: timedelta = LEASE_SAFETY_MARGIN
+) -> bool:
+    """True when the claim cannot have been reaped yet, so the fence needs no read; False
+    means "ask the store" (claim_is_current), not "lost"."""
+    return now < lease_expires_at - margin
 
 
 # --- lease expiry (the reaper) -------------------------------------------------------------
