@@ -10,9 +10,15 @@ inside their own atomic section, so the rules live in one place. The document
 
 GCRA with emission interval T = 1/rate and burst b (tolerance τ = (b-1)·T): a request
 arriving at `now` may be sent at `max(now, tat - τ)`, and moves `tat` to `max(tat, now) + T`.
-So b requests go at once, then one every T. Because the reservation and the pacing are one
-read-modify-write of one document, and Firestore transactions are serializable, every
-instance sees every earlier reservation: the rate holds across any number of instances.
+So b requests go at once, then one every T. A request cannot leave before its reservation is
+stored, so `tat` is moved from `now + send_delay` (the store's commit, as recently seen): a
+send later than the moment counted would eat the provider's burst. A send EARLIER than that
+moment is safe as long as it is not before `tat - τ`: for any interval [s, e], the requests
+sent in it then number at most b + (e - s)/T, whatever order they arrive in. So the caller
+waits only when the account is really paced, never for the commit estimate.
+Because the reservation and the pacing are one read-modify-write of one document, committed
+only onto the version it was computed from, every instance sees every earlier reservation:
+the rate holds across any number of instances.
 """
 
 from __future__ import annotations
@@ -91,12 +97,14 @@ def reserve_one(
     now: datetime,
     pacing: Pacing | None = None,
     max_wait: float = float("inf"),
+    send_delay: float = 0.0,
 ) -> tuple[dict[str, Any] | None, Reservation]:
     """(fields to write, or None when nothing changes; the reservation).
 
     Takes one unit of today's quota and, with `pacing`, the next send slot, unless the
     account is exhausted or its next slot is more than `max_wait` seconds away. A stale
     window is reset even when nothing is reserved, so the document always describes today.
+    `send_delay`: how long after `now` the request can leave at the earliest (see above).
     """
     limit = daily_limit_of(doc, default_limit)
     used = usage_today(doc, now)
@@ -112,7 +120,7 @@ def reserve_one(
         if wait > max_wait:
             busy = Reservation(account_id, False, used, limit, refusal=ReservationRefusal.BUSY, tat=tat)
             return reset, busy
-        update["tat"] = pacing.next_tat(tat, moment)
+        update["tat"] = pacing.next_tat(tat, moment + send_delay)
         send_at = now + timedelta(seconds=wait)
     reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
     return update, reservation

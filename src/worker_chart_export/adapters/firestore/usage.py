@@ -105,20 +105,20 @@ class FirestoreUsageStore:
             if known is None:
                 snapshot = self._rpc.get(ref)
                 known = _Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
-            # The slot must be a moment the request can really leave: not before the time
-            # this store has spent (a retried attempt or a slow read would take a slot in
-            # the past), and not before the commit returns. A burst slot computed before a
+            # The slot is counted from a moment the request can really leave: not before the
+            # time this store has spent (a retried attempt or a slow read would take a slot
+            # in the past), and not before the commit returns. A burst slot counted before a
             # commit that then took 150 ms is a send 150 ms late, and CHART-IMG's bucket,
             # which refills from the arrivals it sees, answers the next paced call with 429.
             spent = self._clock.monotonic() - began
-            moment = now + timedelta(seconds=spent + self._commit_estimate())
             update, reservation = reserve_one(
                 account_id,
                 known.doc,
                 default_limit=default_limit,
-                now=moment,
+                now=now + timedelta(seconds=spent),
                 pacing=pacing,
                 max_wait=max_wait,
+                send_delay=self._commit_estimate(),
             )
             if update is not None:
                 self._compare_and_set(ref, account_id, known, update)

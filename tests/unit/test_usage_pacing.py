@@ -1,0 +1,71 @@
+"""core/usage.py's pacing: what a reservation says about when its request may leave.
+
+The property test checks the claim docs/scaling.md relies on: requests sent anywhere between
+their reservation's `send_at` and the moment it counted (its `now` plus `send_delay`), in any
+order across instances, never exceed CHART-IMG's bucket (b + elapsed/T in any interval).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker_chart_export.core.usage import Pacing, reserve_one
+
+NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
+BASIC = Pacing(rate_per_second=1.0, burst=3)
+TIME_GRAIN = 1e-5
+
+
+def reserve(doc: dict[str, Any] | None, now: datetime, delay: float, pacing: Pacing = BASIC) -> Any:
+    return reserve_one("acc", doc, default_limit=1000, now=now, pacing=pacing, send_delay=delay)
+
+
+def test_an_account_with_room_sends_at_once_and_counts_the_commit() -> None:
+    update, reservation = reserve(None, NOW, delay=0.05)
+    assert reservation.send_at == NOW  # no wait for the commit estimate
+    assert update is not None and update["tat"] == NOW.timestamp() + 0.05 + 1.0
+
+
+def test_a_paced_account_waits_for_its_slot() -> None:
+    doc = {"tat": NOW.timestamp() + 5.0, "windowStart": "2026-11-23T00:00:00Z", "usageToday": 1}
+    update, reservation = reserve(doc, NOW, delay=0.05)
+    assert reservation.send_at == NOW + timedelta(seconds=5.0 - BASIC.tolerance)
+    assert update is not None and update["tat"] == NOW.timestamp() + 6.0
+
+
+@st.composite
+def schedules(draw: Any) -> tuple[Pacing, list[float]]:
+    """Reservations in commit order: each at its own moment (instances' clocks agree but
+    their requests interleave), with its commit delay, then a send time in the allowed range."""
+    pacing = Pacing(draw(st.sampled_from([1.0, 10.0])), draw(st.integers(1, 15)))
+    count = draw(st.integers(1, 40))
+    moments = sorted(draw(st.lists(st.floats(0, 5), min_size=count, max_size=count)))
+    doc: dict[str, Any] | None = None
+    sends = []
+    for moment in moments:
+        now = NOW + timedelta(seconds=moment)
+        delay = draw(st.floats(0, 0.2))
+        update, reservation = reserve(doc, now, delay, pacing)
+        assert reservation.reserved and update is not None
+        doc = {**(doc or {}), **update}
+        earliest = (reservation.send_at - NOW).total_seconds()
+        latest = max(earliest, moment + delay)  # the commit returned, the slot had come
+        sends.append(draw(st.floats(earliest, latest)) if latest > earliest else earliest)
+    return pacing, sends
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules())
+def test_sends_anywhere_in_their_range_fit_the_providers_bucket(schedule: tuple[Pacing, list[float]]) -> None:
+    pacing, sends = schedule
+    arrivals = sorted(sends)  # the order CHART-IMG sees, whatever the reservation order
+    for i, start in enumerate(arrivals):
+        for j in range(i, len(arrivals)):
+            in_window = j - i + 1
+            # datetimes carry microseconds and epoch floats ~0.2 µs: 10 µs of slack
+            allowed = pacing.burst + (arrivals[j] - start + TIME_GRAIN) * pacing.rate_per_second
+            assert in_window <= allowed, (i, j, arrivals)
