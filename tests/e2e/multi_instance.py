@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib import request
@@ -99,9 +100,6 @@ class StandInProcess:
             self.process.wait(timeout=5)
 
 
-binary_event = binary_update_event  # (project, run_id, document, event_id) -> (body, headers)
-
-
 def post_event(worker: Worker, body: bytes, headers: dict[str, str]) -> int:
     """POST one event to an instance; returns its HTTP status once the event is handled."""
     try:
@@ -121,24 +119,29 @@ class MultiInstanceStack:
     bucket: str
     stand_in: StandInProcess
     workers: list[Worker]
+    # the update time of each run as created: its events carry it, as Eventarc's do
+    created: dict[str, datetime] = field(default_factory=dict)
 
     def flow_run_ref(self, run_id: str) -> firestore.DocumentReference:
         return self.firestore.collection("flow_runs").document(run_id)
 
     def create_run(self, run_id: str, document: dict[str, Any]) -> None:
-        self.flow_run_ref(run_id).set(document)
+        self.created[run_id] = self.flow_run_ref(run_id).set(document).update_time
+
+    def event(self, run_id: str, document: dict[str, Any], event_id: str) -> tuple[bytes, dict[str, str]]:
+        """The update event of a run created here, as Eventarc delivers it (with the version)."""
+        return binary_update_event(
+            self.emulator.project, run_id, document, event_id, update_time=self.created.get(run_id)
+        )
 
     def deliver(
         self, worker: Worker, run_id: str, document: dict[str, Any], event_id: str | None = None
     ) -> int:
-        body, headers = binary_event(
-            self.emulator.project, run_id, document, event_id or f"evt-{uuid.uuid4().hex}"
-        )
-        return post_event(worker, body, headers)
+        return post_event(worker, *self.event(run_id, document, event_id or f"evt-{uuid.uuid4().hex}"))
 
     def deliver_at_once(self, deliveries: Sequence[tuple[Worker, str, dict[str, Any], str]]) -> list[int]:
         """(worker, run_id, document, event_id) each POSTed from its own thread, together."""
-        events = [(w, *binary_event(self.emulator.project, r, d, e)) for w, r, d, e in deliveries]
+        events = [(w, *self.event(r, d, e)) for w, r, d, e in deliveries]
         with ThreadPoolExecutor(max_workers=len(events)) as pool:
             return list(pool.map(lambda item: post_event(*item), events))
 
