@@ -1,10 +1,11 @@
-"""The Firestore client, bounded RPC retries, the transaction runner, documents as plain values.
+"""The Firestore client, bounded RPC retries, the transaction runner and the batch
+committer, documents as plain values.
 
-Bounds: every read we issue carries our own retry deadline and timeout (`rpc_timeout`).
-BeginTransaction/Commit/Rollback accept neither through the transaction API and keep the
-client's defaults (retry on UNAVAILABLE for up to 60 s), which is why the stores first read
-outside the transaction: the cheap refusal path, and one that fails within `rpc_timeout`
-when Firestore is unreachable.
+Bounds: every read and batch commit we issue carries our own retry deadline and timeout
+(`rpc_timeout`). BeginTransaction/Commit/Rollback accept neither through the transaction
+API and keep the client's defaults (retry on UNAVAILABLE for up to 60 s), which is why the
+stores first read outside a transaction: the cheap refusal path, and one that fails within
+`rpc_timeout` when Firestore is unreachable.
 """
 
 from __future__ import annotations
