@@ -102,11 +102,11 @@ def execute_step(
             log,
         )
         claim = _claim(ctx)
-        if claim.status is not ClaimStatus.CLAIMED or claim.flow_run is None or claim.claim is None:
+        if claim.status is not ClaimStatus.CLAIMED or claim.flow_run is None:
             return _noop(ctx, claim)
         log.info(
             "claim succeeded",
-            attempt=claim.claim.attempt,
+            attempt=claim.claim.attempt if claim.claim else None,
             flowKey=claim.flow_run.get("flowKey"),
         )
         result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim)
@@ -144,7 +144,9 @@ def _noop(ctx: StepContext, claim: ClaimOutcome) -> StepReport:
     return StepReport(ctx.run_id, ctx.step_id, "NOOP", ctx.mode, error_code=code.value, message=claim.reason)
 
 
-def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any], claim: Claim) -> StepResult:
+def _run_claimed_or_record_crash(
+    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
+) -> StepResult:
     try:
         return _run_claimed(ctx, flow_run, claim)
     except BaseException as exc:
@@ -156,7 +158,7 @@ def _run_claimed_or_record_crash(ctx: StepContext, flow_run: dict[str, Any], cla
         raise
 
 
-def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim) -> StepResult:
+def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None) -> StepResult:
     step = steps_of(flow_run).get(ctx.step_id) or {}
     try:
         templates = ctx.ports.templates.get_templates(requested_template_ids(step))
@@ -178,16 +180,16 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim) -> St
     return _write_manifest_and_decide(ctx, validated, rendered, claim)
 
 
-def _still_ours(ctx: StepContext, claim: Claim) -> bool:
+def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
     """The fence before the manifest: inside the lease no reaper can have taken the step
-    back, so only a late execution pays a read of the run document."""
-    if lease_surely_held(claim.lease_expires_at, ctx.clock.now()):
+    back, so only a late execution (or a claim without its lease) reads the run document."""
+    if claim is not None and lease_surely_held(claim.lease_expires_at, ctx.clock.now()):
         return True
     return ctx.ports.flow_runs.claim_is_current(ctx.run_id, ctx.step_id, ctx.token)
 
 
 def _write_manifest_and_decide(
-    ctx: StepContext, validated: ValidatedStep, rendered: _Rendered, claim: Claim
+    ctx: StepContext, validated: ValidatedStep, rendered: _Rendered, claim: Claim | None
 ) -> StepResult:
     header = ManifestHeader(
         ctx.run_id,
