@@ -11,6 +11,7 @@ stores first read outside a transaction: the cheap refusal path, and one that fa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -70,6 +71,15 @@ def run_transaction(client: firestore.Client, body: TransactionBody[T], *, max_a
     return result
 
 
+@dataclass(frozen=True)
+class Version:
+    """One version of a document: its fields (None: absent) and the update time Firestore
+    gave it, which a write made on the condition "still this version" names."""
+
+    doc: dict[str, Any] | None
+    update_time: Any  # a protobuf Timestamp or datetime, as the client returns and takes it
+
+
 class BatchCommitter(Protocol):
     """Commits `batch` (all its writes or none) with the bounded retry and timeout of `rpc`,
     returning the write results. The seam tests use to inject an outage, a lost answer or a
@@ -83,7 +93,7 @@ def commit_batch(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
 
 
 class RpcOptions:
-    """The retry and timeout every read of ours carries."""
+    """The retry and timeout every read and batch commit of ours carries."""
 
     def __init__(self, rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS) -> None:
         self.timeout = rpc_timeout

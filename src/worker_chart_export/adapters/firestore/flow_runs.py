@@ -32,6 +32,7 @@ from worker_chart_export.adapters.firestore.client import (
     BatchCommitter,
     RpcOptions,
     TransactionRunner,
+    Version,
     commit_batch,
     run_transaction,
     snapshot_dict,
@@ -99,14 +100,6 @@ def advance_update(plan: AdvancePlan) -> dict[str, Any]:
     return {FieldPath(*parts).to_api_repr(): value for parts, value in plan.updates().items()}
 
 
-@dataclass(frozen=True)
-class RunVersion:
-    """One version of a run document: its fields and the update time Firestore gave it."""
-
-    document: JsonDict
-    update_time: datetime
-
-
 REMEMBERED_RUNS = 1024
 
 
@@ -146,17 +139,17 @@ class _WrittenVersions:
 
     def __init__(self, capacity: int = REMEMBERED_RUNS) -> None:
         self._capacity = capacity
-        self._versions: OrderedDict[str, RunVersion] = OrderedDict()
+        self._versions: OrderedDict[str, Version] = OrderedDict()
         self._lock = threading.Lock()
 
-    def remember(self, run_id: str, version: RunVersion) -> None:
+    def remember(self, run_id: str, version: Version) -> None:
         with self._lock:
             self._versions[run_id] = version
             self._versions.move_to_end(run_id)
             while len(self._versions) > self._capacity:
                 self._versions.popitem(last=False)
 
-    def recall(self, run_id: str) -> RunVersion | None:
+    def recall(self, run_id: str) -> Version | None:
         with self._lock:
             return self._versions.get(run_id)
 
@@ -194,13 +187,13 @@ class FirestoreFlowRunStore:
     def _read(self, ref: firestore.DocumentReference, transaction: Any = None) -> JsonDict | None:
         return snapshot_dict(self._rpc.get(ref, transaction))
 
-    def _read_version(self, ref: firestore.DocumentReference) -> RunVersion | None:
+    def _read_version(self, ref: firestore.DocumentReference) -> Version | None:
         snapshot = self._rpc.get(ref)
         document = snapshot_dict(snapshot)
-        return None if document is None else RunVersion(document, snapshot.update_time)
+        return None if document is None else Version(document, snapshot.update_time)
 
     def _finalize_on(
-        self, version: RunVersion, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
+        self, version: Version, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
     ) -> bool:
         """The plan on the run document only if it is still `version`, with the lease's
         deletion, in one commit; False when the document changed (or went) meanwhile."""
@@ -260,7 +253,7 @@ class FirestoreFlowRunStore:
         """The version our claim wrote (its commit's update time), for the finalize to write on."""
         results = getattr(committed[0], "write_results", None) if committed else None
         if outcome.status is ClaimStatus.CLAIMED and outcome.flow_run is not None and results:
-            self._written.remember(run_id, RunVersion(outcome.flow_run, results[0].update_time))
+            self._written.remember(run_id, Version(outcome.flow_run, results[0].update_time))
 
     def _confirmed(self, ref: firestore.DocumentReference, request: _ClaimRequest) -> ClaimOutcome | None:
         try:
@@ -291,7 +284,7 @@ class FirestoreFlowRunStore:
             if version is None:
                 version, fresh = self._read_version(ref), True
             for _ in range(self._max_attempts):
-                document = version.document if version is not None else None
+                document = version.doc if version is not None else None
                 decided = plan_finalize(document, run_id, step_id, token=token, final=final)
                 if isinstance(decided, FinalizeOutcome):
                     if fresh:

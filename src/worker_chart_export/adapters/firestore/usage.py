@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -32,6 +31,7 @@ from worker_chart_export.adapters.firestore.client import (
     DEFAULT_TRANSACTION_ATTEMPTS,
     RpcOptions,
     TransactionRunner,
+    Version,
     run_transaction,
 )
 from worker_chart_export.adapters.firestore.errors import is_contention, translated
@@ -43,15 +43,7 @@ from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class _Version:
-    """One version of a usage document: its fields (None: absent) and its update time."""
-
-    doc: dict[str, Any] | None
-    update_time: Any  # a protobuf Timestamp, as the client returns and takes it
-
-
-_ABSENT = _Version(None, None)
+_ABSENT = Version(None, None)
 MAX_COMMIT_ESTIMATE = 0.25  # seconds
 
 
@@ -74,7 +66,7 @@ class FirestoreUsageStore:
         self._max_attempts = DEFAULT_TRANSACTION_ATTEMPTS
         self._run_in_transaction = run_in_transaction
         self._clock = clock
-        self._versions: dict[str, _Version] = {}  # what this store last wrote, per account
+        self._versions: dict[str, Version] = {}  # what this store last wrote, per account
         self._versions_lock = threading.Lock()
         self._absent_unless_seen = False  # after prime(): an unknown account has no document
         self._forgotten: set[str] = set()
@@ -104,7 +96,7 @@ class FirestoreUsageStore:
             known = self._known_version(account_id)
             if known is None:
                 snapshot = self._rpc.get(ref)
-                known = _Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+                known = Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
             # The slot is counted from a moment the request can really leave: not before the
             # time this store has spent (a retried attempt or a slow read would take a slot
             # in the past), and not before the commit returns. A burst slot counted before a
@@ -140,13 +132,13 @@ class FirestoreUsageStore:
             # round trip just measured is the best there is, bounded as the average is
             self._commit_seconds = max(self._commit_seconds, min(MAX_COMMIT_ESTIMATE, took))
             for snapshot in snapshots:
-                self._versions.setdefault(snapshot.id, _Version(snapshot.to_dict(), snapshot.update_time))
+                self._versions.setdefault(snapshot.id, Version(snapshot.to_dict(), snapshot.update_time))
             # an account without a document is created by its first reservation (create()
             # fails if another instance created it meanwhile, and the store reads it then)
             self._absent_unless_seen = True
         return len(snapshots)
 
-    def _known_version(self, account_id: str) -> _Version | None:
+    def _known_version(self, account_id: str) -> Version | None:
         with self._versions_lock:
             known = self._versions.get(account_id)
             if known is None and self._absent_unless_seen and account_id not in self._forgotten:
@@ -154,7 +146,7 @@ class FirestoreUsageStore:
             return known
 
     def _compare_and_set(
-        self, ref: firestore.DocumentReference, account_id: str, known: _Version, update: dict[str, Any]
+        self, ref: firestore.DocumentReference, account_id: str, known: Version, update: dict[str, Any]
     ) -> None:
         """Write `update` only if the document is still `known`; Aborted (contention) if not."""
         started = self._clock.monotonic()
@@ -177,7 +169,7 @@ class FirestoreUsageStore:
             raise
         took = self._clock.monotonic() - started
         with self._versions_lock:
-            self._versions[account_id] = _Version({**(known.doc or {}), **update}, result.update_time)
+            self._versions[account_id] = Version({**(known.doc or {}), **update}, result.update_time)
             # a moving average of successful commits, bounded: one slow commit (a cold
             # channel) must not hold every later send back for long
             self._commit_seconds = min(MAX_COMMIT_ESTIMATE, 0.8 * self._commit_seconds + 0.2 * took)
