@@ -108,6 +108,25 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
     assert outcome.flow_run == after
 
 
+def test_a_stale_event_is_refused_by_the_transaction_itself(firestore_client: firestore.Client) -> None:
+    # No read before the transaction (the event showed the step READY): the transaction's
+    # own read refuses, and its empty commit writes nothing.
+    ref = claimed_run(firestore_client, token="tok-A")
+    before = stored(ref)
+    transactions: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        transactions.append("run")
+        return run_transaction(*args, **kwargs)
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=counted), token="tok-B")
+
+    assert outcome.status is ClaimStatus.CONFLICT and "RUNNING" in outcome.reason
+    assert transactions == ["run"]
+    assert stored(ref) == before
+    ref.update({"touched": True})  # and no lock is left behind to block the next writer
+
+
 def test_reclaim_increments_attempt_and_drops_previous_outcome(firestore_client: firestore.Client) -> None:
     previous = {
         "attempt": 2,

@@ -1,11 +1,9 @@
 """The Firestore client, bounded RPC retries, the transaction runner and the batch
 committer, documents as plain values.
 
-Bounds: every read and batch commit we issue carries our own retry deadline and timeout
-(`rpc_timeout`). BeginTransaction/Commit/Rollback accept neither through the transaction
-API and keep the client's defaults (retry on UNAVAILABLE for up to 60 s), which is why the
-stores first read outside a transaction: the cheap refusal path, and one that fails within
-`rpc_timeout` when Firestore is unreachable.
+Bounds: every RPC we issue carries our own retry deadline and timeout (`rpc_timeout`),
+transactions' BeginTransaction, Commit and Rollback included (BoundedTransaction): the
+client's defaults retry UNAVAILABLE for up to 60 s, which a step budget cannot afford.
 """
 
 from __future__ import annotations
@@ -61,14 +59,75 @@ class TransactionRunner(Protocol):
     """Runs `body(transaction)` to commit, re-running it on contention. The seam tests use
     to inject contention or a lost commit answer."""
 
-    def __call__(self, client: firestore.Client, body: TransactionBody[T], *, max_attempts: int) -> T: ...
+    def __call__(
+        self, client: firestore.Client, body: TransactionBody[T], *, max_attempts: int, rpc: RpcOptions
+    ) -> T: ...
 
 
-def run_transaction(client: firestore.Client, body: TransactionBody[T], *, max_attempts: int) -> T:
+def run_transaction(
+    client: firestore.Client, body: TransactionBody[T], *, max_attempts: int, rpc: RpcOptions
+) -> T:
     # A wrapper per call on purpose: firestore.transactional() keeps the ids of the running
     # transaction on the wrapper object, so one shared by threads would mix them up.
-    result: T = firestore.transactional(body)(client.transaction(max_attempts=max_attempts))
+    transaction = BoundedTransaction(client, rpc, max_attempts=max_attempts)
+    result: T = firestore.transactional(body)(transaction)
     return result
+
+
+class BoundedTransaction(firestore.Transaction):
+    """A transaction whose BeginTransaction, Commit and Rollback carry `rpc`'s retry and
+    timeout. The library sends them with the client's defaults and takes no options for
+    them, so these are its own three methods (google-cloud-firestore 2.x, pinned in the
+    lock) with the bounds added; the outage tests fail if an upgrade changes them. A retried
+    Commit whose first try landed is refused by Firestore (the transaction is over), and the
+    callers settle a lost commit answer by reading.
+    """
+
+    def __init__(self, client: firestore.Client, rpc: RpcOptions, *, max_attempts: int) -> None:
+        super().__init__(client, max_attempts=max_attempts)
+        self._bounds = rpc
+
+    def _begin(self, retry_id: bytes | None = None) -> None:
+        if self.in_progress:
+            raise ValueError(f"transaction {self._id!r} has already begun")
+        response = self._client._firestore_api.begin_transaction(
+            request={"database": self._client._database_string, "options": self._options_protobuf(retry_id)},
+            metadata=self._client._rpc_metadata,
+            retry=self._bounds.retry,
+            timeout=self._bounds.timeout,
+        )
+        self._id = response.transaction
+
+    def _rollback(self) -> None:
+        if not self.in_progress:
+            raise ValueError("no transaction in progress to roll back")
+        try:
+            self._client._firestore_api.rollback(
+                request={"database": self._client._database_string, "transaction": self._id},
+                metadata=self._client._rpc_metadata,
+                retry=self._bounds.retry,
+                timeout=self._bounds.timeout,
+            )
+        finally:
+            self._clean_up()
+
+    def _commit(self) -> list[Any]:
+        if not self.in_progress:
+            raise ValueError("no transaction in progress to commit")
+        response = self._client._firestore_api.commit(
+            request={
+                "database": self._client._database_string,
+                "writes": self._write_pbs,
+                "transaction": self._id,
+            },
+            metadata=self._client._rpc_metadata,
+            retry=self._bounds.retry,
+            timeout=self._bounds.timeout,
+        )
+        self._clean_up()
+        self.write_results = list(response.write_results)
+        self.commit_time = response.commit_time
+        return self.write_results
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """FlowRunStore over `flow_runs/{runId}`: executes the core's claim and finalize plans
 (core/step_rules.py).
 
-- The claim runs in a Firestore transaction (worker contract §3.1), after a read outside it:
-  a step nobody may claim costs one read and no lock, and an unreachable Firestore fails
-  within the RPC timeout (BeginTransaction takes no timeout of ours).
+- The claim is one Firestore transaction (worker contract §3.1) and no read before it: the
+  caller's event showed the step READY, and a stale event is refused by the transaction's
+  own read (its empty commit frees the lock).
 - The finalize is a compare-and-set, as the error model recommends for `flow_runs`: the plan
   is made from one version of the run document and written, with the lease's deletion, on
   the condition that the document is still that version (its `update_time`). Firestore
@@ -228,10 +228,11 @@ class FirestoreFlowRunStore:
             return plan.outcome()
 
         try:
-            refusal = request.refusal(self._read(ref))
-            if refusal is not None:
-                return refusal  # no transaction, no lock for a step nobody may claim
-            outcome = self._run_in_transaction(self._client, claim, max_attempts=self._max_attempts)
+            # No read before the transaction: the event that brought us here showed the step
+            # READY, and a stale event is refused inside it (an empty commit frees the lock).
+            outcome = self._run_in_transaction(
+                self._client, claim, max_attempts=self._max_attempts, rpc=self._rpc
+            )
         except Exception as exc:
             if is_contention(exc):
                 return self._after_contention(ref, request)

@@ -89,4 +89,6 @@ class FirestoreLeaseReaper:
             return ReapOutcome.RETRIED if plan.retried else ReapOutcome.FAILED
 
         with translated(f"reap of step {lease.step_id} in flow_runs/{lease.run_id}"):
-            return self._run_in_transaction(self._client, reap, max_attempts=DEFAULT_TRANSACTION_ATTEMPTS)
+            return self._run_in_transaction(
+                self._client, reap, max_attempts=DEFAULT_TRANSACTION_ATTEMPTS, rpc=self._rpc
+            )

@@ -196,7 +196,9 @@ class FirestoreUsageStore:
 
     def _with_retries(self, body: Callable[[firestore.Transaction], T], operation: str) -> T:
         def attempt() -> T:
-            return self._run_in_transaction(self._client, body, max_attempts=self._max_attempts)
+            return self._run_in_transaction(
+                self._client, body, max_attempts=self._max_attempts, rpc=self._rpc
+            )
 
         with translated(operation):
             # copy(): a fresh controller per call, so concurrent callers share no retry state
