@@ -198,13 +198,15 @@ class FaultyGcsProxy:
     Only media uploads (`/upload/...`) are faulted: the client also issues background
     bucket-metadata GETs (google-cloud-storage >= 3.x) that must not eat the fault budget.
     With `forward_first`, a faulted upload is still forwarded to the emulator before the
-    error is returned: the write happened but its answer was lost.
+    error is returned: the write happened but its answer was lost. With `fail_object_reads`,
+    reads of an object's metadata fail too (every one).
     """
 
     upstream_url: str
     fail_first: int
     status: int
     forward_first: bool = False
+    fail_object_reads: bool = False  # also fail every GET of an object's metadata
     error_message: str | None = None
     upload_requests: int = 0
     failed_uploads: int = 0
@@ -229,6 +231,8 @@ class FaultyGcsProxy:
     def _should_fail(self, method: str, path: str) -> bool:
         with self._lock:
             self.requests.append((method, path))
+            if self.fail_object_reads and method == "GET" and "/o/" in path.split("?")[0]:
+                return True
             if not path.startswith("/upload/"):
                 return False
             self.upload_requests += 1
@@ -308,6 +312,7 @@ def start_faulty_gcs_proxy(
     status: int,
     *,
     forward_first: bool = False,
+    fail_object_reads: bool = False,
     error_message: str | None = None,
 ) -> FaultyGcsProxy:
     """A proxy on a free 127.0.0.1 port; `fail_first` large (e.g. 10**6) means "forever"."""
@@ -316,6 +321,7 @@ def start_faulty_gcs_proxy(
         fail_first=fail_first,
         status=status,
         forward_first=forward_first,
+        fail_object_reads=fail_object_reads,
         error_message=error_message,
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(proxy))

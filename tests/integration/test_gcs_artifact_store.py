@@ -146,6 +146,26 @@ def test_fenced_manifest_over_an_earlier_one_looks_asks_again_and_replaces_it(
     assert read_object(client, bucket, MANIFEST_PATH) == (b'{"attempt": 2}', "application/json")
 
 
+def test_a_failed_look_at_the_earlier_manifest_is_reported_as_a_read(
+    gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory
+) -> None:
+    client, bucket = gcs_bucket
+    GcsArtifactStore(client, bucket).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
+    proxy = faulty_gcs_proxy(0, 403, fail_object_reads=True)
+
+    with pytest.raises(ArtifactWriteError) as raised:
+        store_via(proxy, bucket, SleepRecorder()).put_manifest(
+            MANIFEST_PATH, b'{"attempt": 2}', still_ours=Fence()
+        )
+
+    message = str(raised.value)
+    assert message.startswith(
+        f"reading the generation of gs://{bucket}/{MANIFEST_PATH} failed after 1 attempt"
+    )
+    assert f"no permission to read bucket '{bucket}'" in message
+    assert read_object(client, bucket, MANIFEST_PATH) == (b'{"attempt": 1}', "application/json")
+
+
 def test_transient_503_is_retried_then_succeeds(gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory) -> None:
     client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(2, 503)

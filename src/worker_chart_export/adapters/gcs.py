@@ -231,10 +231,10 @@ class GcsArtifactStore:
             nonlocal current
             current = self._bucket.get_blob(object_path, retry=None, timeout=self._timeout)
 
-        self._write(uri, look)  # retried and reported as a write of it would be
+        self._write(uri, look, action="reading the generation of")  # retried as a write is
         return int(current.generation) if current is not None else 0
 
-    def _write(self, uri: str, upload: Callable[[], None]) -> None:
+    def _write(self, uri: str, upload: Callable[[], None], *, action: str = "writing") -> None:
         attempts = 0
 
         def attempt() -> None:
@@ -246,15 +246,16 @@ class GcsArtifactStore:
             # copy(): a fresh controller per write, so concurrent writes share no state
             self._retrying.copy()(attempt)
         except Exception as exc:
-            raise ArtifactWriteError(self._failure_message(uri, exc, attempts)) from exc
+            raise ArtifactWriteError(self._failure_message(action, uri, exc, attempts)) from exc
 
-    def _failure_message(self, uri: str, exc: BaseException, attempts: int) -> str:
+    def _failure_message(self, action: str, uri: str, exc: BaseException, attempts: int) -> str:
         kind = "transient error, retries exhausted" if is_transient(exc) else "not retried"
         hint = ""
         if isinstance(exc, api_exceptions.NotFound):
             # an upload cannot 404 on the object itself: the bucket is what is missing
             hint = f" (bucket {self.bucket!r} not found)"
         elif isinstance(exc, api_exceptions.Forbidden):
-            hint = f" (no permission to write to bucket {self.bucket!r})"
+            access = "write to" if action == "writing" else "read"
+            hint = f" (no permission to {access} bucket {self.bucket!r})"
         plural = "s" if attempts != 1 else ""
-        return f"writing {uri} failed after {attempts} attempt{plural} ({kind}): {describe_error(exc)}{hint}"
+        return f"{action} {uri} failed after {attempts} attempt{plural} ({kind}): {describe_error(exc)}{hint}"
