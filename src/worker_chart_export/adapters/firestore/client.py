@@ -75,12 +75,12 @@ def run_transaction(
 
 
 class BoundedTransaction(firestore.Transaction):
-    """A transaction whose BeginTransaction, Commit and Rollback carry `rpc`'s retry and
-    timeout. The library sends them with the client's defaults and takes no options for
-    them, so these are its own three methods (google-cloud-firestore 2.x, pinned in the
-    lock) with the bounds added; the outage tests fail if an upgrade changes them. A retried
-    Commit whose first try landed is refused by Firestore (the transaction is over), and the
-    callers settle a lost commit answer by reading.
+    """A transaction whose BeginTransaction, Commit and Rollback carry `rpc`'s timeout (and,
+    but for Commit, its bounded retry). The library sends them with the client's defaults
+    (UNAVAILABLE retried for 60 s) and takes no options for them, so these are its own three
+    methods (google-cloud-firestore 2.x, pinned in the lock) with the bounds added; the
+    outage tests fail if an upgrade changes them. Commit is not retried: its answer can be
+    lost after it landed, which the callers settle by reading (the claim's confirming read).
     """
 
     def __init__(self, client: firestore.Client, rpc: RpcOptions, *, max_attempts: int) -> None:
@@ -121,7 +121,7 @@ class BoundedTransaction(firestore.Transaction):
                 "transaction": self._id,
             },
             metadata=self._client._rpc_metadata,
-            retry=self._bounds.retry,
+            retry=None,
             timeout=self._bounds.timeout,
         )
         self._clean_up()
