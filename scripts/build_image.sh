@@ -95,11 +95,13 @@ log="$(mktemp)"
 t0=$(date +%s.%N)
 # The image's own CMD and user, with the settings Cloud Run would give (no Firestore is needed:
 # the event carries no READY step, so the no-op path answers without one).
-# A placeholder account (real mode refuses to start without one); no call is made with it.
+# A throwaway account (real mode refuses to start without one), made up for this run so no
+# key-like value sits in the repository; no call is ever made with it.
+smoke_accounts="[{\"id\": \"smoke\", \"apiKey\": \"throwaway-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')\"}]"
 "${BUILDAH[@]}" run --isolation chroot --network host \
   --env PORT="${PORT}" --env APP_ENV=smoke --env GOOGLE_CLOUD_PROJECT=demo-smoke \
   --env CHARTS_API_MODE=real --env CHARTS_BUCKET=smoke-bucket \
-  --env CHART_IMG_ACCOUNTS_JSON='[{"id": "smoke", "apiKey": "placeholder-not-a-key"}]' \
+  --env CHART_IMG_ACCOUNTS_JSON="${smoke_accounts}" \
   "${ctr}" -- worker-chart-export serve >"${log}" 2>&1 &
 serve_pid=$!
 PYTHON="${PYTHON:-.venv/bin/python}"
