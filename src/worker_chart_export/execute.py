@@ -242,6 +242,8 @@ def _render_all(ctx: StepContext, validated: ValidatedStep, budget: Budget) -> _
     rendered = _Rendered()
     requests = {r["chartTemplateId"]: r for r in validated.requests}
     workers = min(ctx.limits.chart_concurrency, len(validated.calls))
+    # the first wave's quota in one round trip, rather than one per chart as each starts
+    ctx.ports.chart_api.prepare(validated.calls[:workers], budget)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")
     try:
         futures: dict[Future[ManifestItem | ManifestFailure], ChartCall] = {

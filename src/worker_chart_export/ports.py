@@ -16,7 +16,7 @@ from worker_chart_export.core.types import (
     Reservation,
     StepFinal,
 )
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.core.usage import Pacing, ReservationRequest
 
 
 class FlowRunStore(Protocol):
@@ -103,6 +103,16 @@ class UsageStore(Protocol):
         """
         ...
 
+    def reserve_many(
+        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
+    ) -> dict[str, list[Reservation]]:
+        """Several accounts in one round trip, each as `core.usage.reserve_many` computes it
+        (its list ends at the first refusal). An account absent from the answer has nothing
+        reserved (its state was not known here, or changed meanwhile): reserve it one at a
+        time. Raises TransientStoreError when the store cannot be reached.
+        """
+        ...
+
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         """After a quota 429: usageToday = dailyLimit for the rest of the UTC day."""
         ...
@@ -112,6 +122,12 @@ class ChartApi(Protocol):
     """Renders one logical chart request: real HTTP, fixtures (mock) or record/replay."""
 
     mode: str
+
+    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+        """Before the step's first wave of `calls` starts: reserve what their first
+        attempts need at once (one round trip for all), if the adapter reserves anything.
+        Each `render` of these calls then uses it. Never raises."""
+        ...
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         """Never raises for API-level failures: they come back as ChartFailure."""

@@ -28,8 +28,12 @@ pytestmark = pytest.mark.emulators
 STEPS, TEMPLATES = 3, 4
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
 def test_concurrent_steps_lose_no_increment(
-    firestore_client: firestore.Client, chart_img_server: ChartImgServer, log_capture: LogCapture
+    firestore_client: firestore.Client,
+    chart_img_server: ChartImgServer,
+    log_capture: LogCapture,
+    prepared: bool,
 ) -> None:
     accounts = [{"id": a, "apiKey": chart_img_server.add_account(a)} for a in ("acc1", "acc2", "acc3")]
     chart_img_server.script(symbol="BINANCE:ETHUSDT", fail_times=4)  # a few retried calls
@@ -42,22 +46,26 @@ def test_concurrent_steps_lose_no_increment(
         chart_concurrency=TEMPLATES,
     )
     # one ChartApi per step: separate instances share nothing but Firestore
-    apis: list[Any] = [build_chart_api(settings, FirestoreUsageStore(firestore_client)) for _ in range(STEPS)]
+    stores = [FirestoreUsageStore(firestore_client) for _ in range(STEPS)]
+    apis: list[Any] = [build_chart_api(settings, store) for store in stores]
     budget = Budget.starting_now(60.0)
+    calls = [
+        [
+            chart_call(f"tpl_{t}", symbol="BINANCE:BTCUSDT" if t else "BINANCE:ETHUSDT", run_id=f"run-{s}")
+            for t in range(TEMPLATES)
+        ]
+        for s in range(STEPS)
+    ]
+    if prepared:  # warm instances: versions known, each step's first wave in one BatchWrite
+        for store in stores:
+            store.prime()
+        for api, step_calls in zip(apis, calls, strict=True):
+            api.prepare(step_calls, budget)
     with ThreadPoolExecutor(max_workers=STEPS * TEMPLATES) as pool:
         futures = [
-            pool.submit(
-                contextvars.copy_context().run,
-                api.render,
-                chart_call(
-                    f"tpl_{t}",
-                    symbol="BINANCE:ETHUSDT" if t == 0 else "BINANCE:BTCUSDT",
-                    run_id=f"run-{s}",
-                ),
-                budget,
-            )
-            for s, api in enumerate(apis)
-            for t in range(TEMPLATES)
+            pool.submit(contextvars.copy_context().run, api.render, call, budget)
+            for api, step_calls in zip(apis, calls, strict=True)
+            for call in step_calls
         ]
         results: list[ChartResult] = [f.result() for f in futures]
     for api in apis:

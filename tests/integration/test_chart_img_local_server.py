@@ -85,8 +85,12 @@ class Harness:
         self.results.append(result)
         return result
 
-    def render_all(self, api: Any, calls: Sequence[ChartCall], workers: int = 8) -> list[ChartResult]:
+    def render_all(
+        self, api: Any, calls: Sequence[ChartCall], workers: int = 8, *, prepared: bool = False
+    ) -> list[ChartResult]:
         budget = Budget.starting_now(60.0)
+        if prepared:  # the first wave's quota at once, as execute.py asks for it
+            api.prepare(calls[:workers], budget)
         with ThreadPoolExecutor(max_workers=workers) as pool:  # as execute.py runs a step
             futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
             results = [f.result() for f in futures]
@@ -142,10 +146,32 @@ def test_429_rotates_across_three_accounts(h: Harness) -> None:
     assert [r.account_id for r in h.server.requests][3:] == ["acc3"]
 
 
-def test_exhausted_accounts_get_no_http_call_and_one_error_event(h: Harness) -> None:
+def test_a_prepaid_lease_on_an_account_refused_since_is_not_used(h: Harness) -> None:
+    keys = {"acc1": h.server.add_account("acc1", daily_quota=0), "acc2": h.server.add_account("acc2")}
+    store = InMemoryUsageStore()
+    api = h.api([{"id": a, "apiKey": k} for a, k in keys.items()], store=store)
+    calls = [chart_call(f"tpl_{i}") for i in range(4)]
+    budget = Budget.starting_now(20.0)
+    api.prepare(calls, budget)
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"acc1": 2, "acc2": 2}
+    results = [h.render(api, call) for call in calls]  # one after another: the order is known
+    assert results == [ChartSuccess(PNG, "acc2")] * 4
+    # acc1's first lease met "Limit Exceeded"; its second was dropped, not sent
+    assert [(r.account_id, r.status) for r in h.server.requests] == [
+        ("acc1", 429),
+        ("acc2", 200),
+        ("acc2", 200),
+        ("acc2", 200),
+        ("acc2", 200),
+    ]
+    assert store.snapshot()["acc2"]["usageToday"] == 4
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
+def test_exhausted_accounts_get_no_http_call_and_one_error_event(h: Harness, prepared: bool) -> None:
     full = {"usageToday": 44, "windowStart": TODAY}
     api = h.api([{"id": "acc1"}, {"id": "acc2"}], store=InMemoryUsageStore({"acc1": full, "acc2": full}))
-    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(4)])
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(4)], prepared=prepared)
     assert {code(r) for r in results} == {"CHART_API_LIMIT_EXCEEDED"}
     assert details(results[0])["exhaustedAccounts"] == ["acc1", "acc2"]
     assert h.server.count() == 0
@@ -173,7 +199,8 @@ def test_daily_window_resets_at_utc_midnight(h: Harness) -> None:
     assert window == {"usageToday": 1, "windowStart": "2025-07-01T00:00:00Z"}
 
 
-def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
+def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness, prepared: bool) -> None:
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1"}, {"id": "acc2"}, {"id": "acc3"}], store=store)
     h.server.script(symbol="BINANCE:ETHUSDT", fail_times=3, latency=0.02)  # some calls retried
@@ -181,7 +208,7 @@ def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness) -> No
         chart_call(f"tpl_{i}", symbol="BINANCE:ETHUSDT" if i % 4 == 0 else "BINANCE:BTCUSDT")
         for i in range(16)
     ]
-    results = h.render_all(api, calls)
+    results = h.render_all(api, calls, prepared=prepared)
     assert all(isinstance(r, ChartSuccess) for r in results)
     used = {a: doc["usageToday"] for a, doc in store.snapshot().items()}
     assert sum(used.values()) == h.server.count() == 16 + 3
@@ -341,13 +368,16 @@ def test_record_then_mock_replay_gives_the_same_results(h: Harness) -> None:
 # --- pacing --------------------------------------------------------------------------------
 
 
-def test_eight_concurrent_requests_on_one_basic_account_stay_within_its_rate(h: Harness) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
+def test_eight_concurrent_requests_on_one_basic_account_stay_within_its_rate(
+    h: Harness, prepared: bool
+) -> None:
     """1/s burst 3 at the server, which answers 429 past it: our pacing must never get one."""
     key = h.server.add_account("basic", rate=1.0, burst=3)
     store = InMemoryUsageStore()
     api = h.api([{"id": "basic", "apiKey": key, "ratePerSecond": 1, "burst": 3}], store=store)
     h.server.script(symbol="BINANCE:BTCUSDT", latency=0.05)
-    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)])
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)], prepared=prepared)
     assert all(isinstance(r, ChartSuccess) for r in results), [getattr(r, "error", None) for r in results]
     assert h.server.statuses() == [200] * 8
     assert h.server.max_in_flight("basic") <= 3

@@ -7,12 +7,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.core.usage import Pacing, ReservationRequest
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -122,6 +124,69 @@ def test_primed_versions_save_the_read_and_a_stale_one_is_read_again(
     assert store.reserve("acc-3", default_limit=44, now=NOW).usage_today == 1
     put_usage(firestore_client, "acc-4", usageToday=7, windowStart=TODAY)
     assert store.reserve("acc-4", default_limit=44, now=NOW).usage_today == 8
+
+
+def test_a_wave_reserves_several_accounts_in_one_write_each(firestore_client: firestore.Client) -> None:
+    """One BatchWrite: each account's units and slots as one-at-a-time reservations would
+    give them, each write on the version the store knew; an account whose version is not
+    known, or changed meanwhile, is left out (nothing reserved, nothing written)."""
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    put_usage(firestore_client, "acc-2", usageToday=1, windowStart=TODAY)
+    put_usage(firestore_client, "acc-3", usageToday=5, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    assert store.prime() == 3
+    put_usage(firestore_client, "acc-2", usageToday=9, windowStart=TODAY)  # another instance
+    pacing = Pacing(rate_per_second=1.0, burst=2)
+    requests = [
+        ReservationRequest("acc-1", 3, 44, pacing),
+        ReservationRequest("acc-2", 2, 44, pacing),
+        ReservationRequest("acc-3", 2, 6, None),  # room for one only
+        ReservationRequest("acc-4", 1, 44, None),  # no document: created
+    ]
+
+    answer = store.reserve_many(requests, now=NOW, max_wait=5.0)
+
+    assert set(answer) == {"acc-1", "acc-3", "acc-4"}
+    assert [(r.usage_today, (r.send_at - NOW).total_seconds()) for r in answer["acc-1"] if r.send_at] == [
+        (4, 0.0),
+        (5, 0.0),
+        (6, 1.0),
+    ]
+    assert answer["acc-3"] == [Reservation("acc-3", True, 6, 6), Reservation("acc-3", False, 6, 6)]
+    assert answer["acc-3"][-1].refusal is ReservationRefusal.EXHAUSTED
+    assert answer["acc-4"] == [Reservation("acc-4", True, 1, 44)]
+    acc1 = usage_doc(firestore_client, "acc-1")
+    assert acc1 is not None and acc1["usageToday"] == 6
+    assert acc1["tat"] == pytest.approx(NOW.timestamp() + 3.0)
+    assert usage_doc(firestore_client, "acc-2") == {"usageToday": 9, "windowStart": TODAY}
+    assert usage_doc(firestore_client, "acc-3") == {"usageToday": 6, "windowStart": TODAY}
+    # what the wave wrote is remembered, and a stale account is read again next time
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 7
+    assert store.reserve("acc-2", default_limit=44, now=NOW).usage_today == 10
+    # not primed: nothing is known, so nothing is batched
+    assert FirestoreUsageStore(firestore_client).reserve_many(requests, now=NOW, max_wait=5.0) == {}
+
+
+def test_a_wave_whose_answer_was_lost_is_read_again(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    store.prime()
+    request = ReservationRequest("acc-1", 1, 44, None)
+    commit = BulkWriteBatch.commit
+
+    def commit_then_lose_the_answer(self: BulkWriteBatch, **kwargs: Any) -> Any:
+        commit(self, **kwargs)
+        raise api_exceptions.ServiceUnavailable("connection reset after commit")  # type: ignore[no-untyped-call]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BulkWriteBatch, "commit", commit_then_lose_the_answer)
+        with pytest.raises(TransientStoreError, match="acc-1"):
+            store.reserve_many([request], now=NOW, max_wait=5.0)
+    # the unit landed: it is counted, and the next reservation reads before it counts
+    assert store.reserve_many([request], now=NOW, max_wait=5.0) == {}
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 5
 
 
 class TickingClock(FakeClock):

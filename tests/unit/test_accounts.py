@@ -325,6 +325,53 @@ def test_a_rate_limited_key_cools_down_without_being_exhausted() -> None:
     assert "tat" in store.snapshot()["a"] and store.snapshot()["a"]["usageToday"] == 1
 
 
+class WaveCountingStore(InMemoryUsageStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.waves: list[dict[str, int]] = []
+
+    def reserve_many(self, requests: Any, **kwargs: Any) -> Any:
+        self.waves.append({r.account_id: r.count for r in requests})
+        return super().reserve_many(requests, **kwargs)
+
+
+def test_a_wave_is_one_store_call_spread_as_acquires_would_spread_it() -> None:
+    clock = FakeClock(NOON)
+    store = WaveCountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    leases = chosen.acquire_many(5, max_wait=1)
+    # unknown accounts count as unused: in flight, five picks spread a, b, c, a, b
+    assert store.waves == [{"a": 2, "b": 2, "c": 1}]
+    assert sorted(lease.account_id for lease in leases) == ["a", "a", "b", "b", "c"]
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 7, "b": 4, "c": 3}
+    assert clock.sleeps == []  # nothing waited yet: the slots are the caller's to wait for
+    # what the wave's reservations said is known now: the next pick is the least used
+    assert lease_id(chosen.acquire(max_wait=1)) == "c"
+
+
+def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=3)
+    leases = chosen.acquire_many(5, max_wait=1.5)
+    slots = [lease.reservation.send_at - NOON for lease in leases if lease.reservation.send_at]
+    assert [slot.total_seconds() for slot in slots] == [0.0, 0.0, 0.0, 1.0]  # not a 5th 2 s away
+    assert store.snapshot()["a"]["usageToday"] == 4
+    waited = chosen.wait_for_slot(leases[-1])
+    assert waited.paced_seconds == pytest.approx(1.0) and clock.sleeps == [pytest.approx(1.0)]
+
+
+def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"used": usage(44)})
+    chosen = limiter(store, accounts("cool", "used", "ok"), clock)
+    chosen.cool_down("cool", None)
+    leases = chosen.acquire_many(3, max_wait=5)
+    assert [lease.account_id for lease in leases] == ["ok", "ok"]  # "used" refused at once
+    assert chosen.exhausted_accounts() == ("used",)
+    assert "cool" not in store.snapshot()
+
+
 def test_a_refused_key_is_disabled_and_logged_once(log_capture: Any) -> None:
     clock = FakeClock(NOON)
     chosen = limiter(InMemoryUsageStore(), accounts("bad", "good"), clock)

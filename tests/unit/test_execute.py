@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,16 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
     assert step["error"]["details"]["itemsCount"] == 3
 
 
-class CrashingChartApi:
+class ChartApiDouble:
+    """A ChartApi that reserves nothing ahead; subclasses answer `render`."""
+
     mode = "mock"
 
+    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+        pass
+
+
+class CrashingChartApi(ChartApiDouble):
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         raise KeyError("a defect")
 
@@ -198,9 +206,7 @@ def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
     assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
 
 
-class SlowChartApi:
-    mode = "mock"
-
+class SlowChartApi(ChartApiDouble):
     def __init__(self, slow_template: str) -> None:
         self.slow_template = slow_template
         self.release = threading.Event()
@@ -377,9 +383,7 @@ def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> No
     assert world.step()["outputs"] == {"outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json"}
 
 
-class InterruptingChartApi:
-    mode = "mock"
-
+class InterruptingChartApi(ChartApiDouble):
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         raise KeyboardInterrupt
 
@@ -415,9 +419,7 @@ def test_budget_ending_earlier_shares_cancellation() -> None:
     assert earlier.remaining() == 0.0
 
 
-class BudgetRecordingChartApi:
-    mode = "mock"
-
+class BudgetRecordingChartApi(ChartApiDouble):
     def __init__(self) -> None:
         self.remaining: list[float] = []
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))

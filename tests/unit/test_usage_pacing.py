@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker_chart_export.core.usage import Pacing, reserve_one
+from worker_chart_export.core.usage import Pacing, reserve_many, reserve_one
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 BASIC = Pacing(rate_per_second=1.0, burst=3)
@@ -69,3 +69,37 @@ def test_sends_anywhere_in_their_range_fit_the_providers_bucket(schedule: tuple[
             # datetimes carry microseconds and epoch floats ~0.2 µs: 10 µs of slack
             allowed = pacing.burst + (arrivals[j] - start + TIME_GRAIN) * pacing.rate_per_second
             assert in_window <= allowed, (i, j, arrivals)
+
+
+@given(
+    count=st.integers(1, 12),
+    used=st.integers(0, 12),
+    limit=st.integers(0, 12),
+    burst=st.integers(1, 5),
+    tat_ahead=st.one_of(st.none(), st.floats(-5, 5)),
+    max_wait=st.floats(0, 3),
+)
+def test_a_batch_of_reservations_is_the_same_reservations_one_after_another(
+    count: int, used: int, limit: int, burst: int, tat_ahead: float | None, max_wait: float
+) -> None:
+    pacing = Pacing(rate_per_second=1.0, burst=burst)
+    doc: dict[str, Any] = {"windowStart": "2026-11-23T00:00:00Z", "usageToday": used, "dailyLimit": limit}
+    if tat_ahead is not None:
+        doc["tat"] = NOW.timestamp() + tat_ahead
+    options: dict[str, Any] = {"default_limit": 44, "now": NOW, "pacing": pacing, "max_wait": max_wait}
+    update, batch = reserve_many("acc", doc, count, send_delay=0.02, **options)
+
+    sequential, current, last_update = [], dict(doc), None
+    for _ in range(count):
+        fields, reservation = reserve_one("acc", current, send_delay=0.02, **options)
+        sequential.append(reservation)
+        if fields is not None:
+            current.update(fields)
+            last_update = fields
+        if not reservation.reserved:
+            break
+    assert [(r, r.send_at, r.refusal, r.tat) for r in batch] == [
+        (r, r.send_at, r.refusal, r.tat) for r in sequential
+    ]
+    assert update == (None if last_update is None else {k: current[k] for k in update or {}})
+    assert {**doc, **(update or {})} == current

@@ -7,6 +7,7 @@ Layout (contract §12.2): <root>/chart-img/advanced-chart-v2/<key>.png for a 200
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,9 @@ class MockChartApi:
 
     def __init__(self, library: FixtureLibrary) -> None:
         self.library = library
+
+    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+        """Nothing to reserve: fixtures cost no quota."""
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         log = get_logger().bind(

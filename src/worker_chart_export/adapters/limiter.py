@@ -10,8 +10,10 @@ accounts are exhausted (cached), cooling down after a rate 429, or refused their
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -21,7 +23,7 @@ from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing, next_utc_midnight
+from worker_chart_export.core.usage import Pacing, ReservationRequest, next_utc_midnight
 from worker_chart_export.logs import get_logger
 from worker_chart_export.ports import UsageStore
 
@@ -119,6 +121,57 @@ class AccountLimiter:
             busy = busy or outcome is ReservationRefusal.BUSY
         return self._no_account(busy)
 
+    def acquire_many(self, count: int, *, max_wait: float) -> list[Lease]:
+        """Up to `count` leases in ONE store round trip (a step's first wave of calls),
+        soonest slot first. Accounts are picked as acquire() picks them, one after another,
+        so the wave spreads; a cooling account is left out. Fewer leases, or none, when
+        the store knows too little or refuses: those calls acquire() one by one. A lease's
+        slot may still be ahead: `wait_for_slot` before sending."""
+        picks: list[str] = []
+        cooling: set[str] = set()
+        while len(picks) < count and (account_id := self._pick((), cooling)) is not None:
+            if self._views[account_id].cool_until > self._clock.monotonic():
+                cooling.add(account_id)
+                self._release_pick(account_id)
+                continue
+            picks.append(account_id)
+        try:
+            return self._reserve_wave(Counter(picks), max_wait)
+        finally:
+            for account_id in picks:
+                self._release_pick(account_id)
+
+    def _reserve_wave(self, counts: Counter[str], max_wait: float) -> list[Lease]:
+        if not counts:
+            return []
+        requests = [
+            ReservationRequest(a, n, self._views[a].daily_limit, self._views[a].pacing)
+            for a, n in sorted(counts.items())
+        ]
+        with ExitStack() as locks:
+            for request in requests:  # sorted: concurrent waves cannot deadlock
+                locks.enter_context(self._reserve_locks[request.account_id])
+            answer = self._store.reserve_many(requests, now=self._clock.now(), max_wait=max_wait)
+        leases = []
+        for account_id, reservations in answer.items():
+            view = self._views[account_id]
+            if reservations:
+                self._learn(view, reservations[-1])
+            leases += [Lease(account_id, view.config.api_key, r, 0.0) for r in reservations if r.reserved]
+        return sorted(leases, key=lambda lease: lease.reservation.send_at or self._clock.now())
+
+    def wait_for_slot(self, lease: Lease) -> Lease:
+        """Sleeps until the lease's send slot; the lease, saying how long that was."""
+        assert lease.reservation.send_at is not None  # a reservation always says when
+        wait = (lease.reservation.send_at - self._clock.now()).total_seconds()
+        if wait > 0:
+            self._clock.sleep(wait)
+        return replace(lease, paced_seconds=lease.paced_seconds + max(0.0, wait))
+
+    def _release_pick(self, account_id: str) -> None:
+        with self._lock:
+            self._views[account_id].in_flight -= 1
+
     def _pick(self, tried: Collection[str], refused: Collection[str]) -> str | None:
         """The best account not yet refused in this acquire, counted in flight at once so
         the next concurrent caller ranks with this pick in mind."""
@@ -157,8 +210,7 @@ class AccountLimiter:
                     max_wait=max_wait - cooling,
                 )
         finally:
-            with self._lock:
-                view.in_flight -= 1
+            self._release_pick(account_id)
         self._learn(view, reservation)
         if not reservation.reserved:
             return reservation.refusal or ReservationRefusal.EXHAUSTED
@@ -233,6 +285,13 @@ class AccountLimiter:
                     if v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
+
+    def usable_now(self, account_id: str) -> bool:
+        """Neither refused, exhausted nor cooling down after a rate 429."""
+        with self._lock:
+            view = self._views[account_id]
+            cooling = view.cool_until > self._clock.monotonic()
+            return self._usable(view, self._clock.now()) and not cooling
 
     def usable_accounts(self) -> tuple[str, ...]:
         """Accounts whose key has not been refused."""

@@ -12,13 +12,19 @@ import copy
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
+from worker_chart_export.core.usage import (
+    Pacing,
+    ReservationRequest,
+    exhausted_fields,
+    reserve_many,
+    reserve_one,
+)
 
 try:  # POSIX: also serialise separate processes sharing one file (two run-local shells)
     import fcntl
@@ -55,6 +61,25 @@ class _DocsUsageStore:
             if update is not None:
                 docs.setdefault(account_id, {}).update(update)
             return reservation
+
+    def reserve_many(
+        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
+    ) -> dict[str, list[Reservation]]:
+        answer: dict[str, list[Reservation]] = {}
+        with self._transaction() as docs:
+            for request in requests:
+                update, answer[request.account_id] = reserve_many(
+                    request.account_id,
+                    docs.get(request.account_id),
+                    request.count,
+                    default_limit=request.default_limit,
+                    now=now,
+                    pacing=request.pacing,
+                    max_wait=max_wait,
+                )
+                if update is not None:
+                    docs.setdefault(request.account_id, {}).update(update)
+        return answer
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         with self._transaction() as docs:

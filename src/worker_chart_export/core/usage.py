@@ -68,6 +68,16 @@ class Pacing:
         return (now if tat is None else max(tat, now)) + self.interval
 
 
+@dataclass(frozen=True)
+class ReservationRequest:
+    """`count` reservations wanted on one account, with its configured limit and pacing."""
+
+    account_id: str
+    count: int
+    default_limit: int
+    pacing: Pacing | None = None
+
+
 def daily_limit_of(doc: Mapping[str, Any] | None, default_limit: int) -> int:
     """The document's `dailyLimit` overrides the configured one (contract §14.4)."""
     limit = (doc or {}).get("dailyLimit")
@@ -124,6 +134,42 @@ def reserve_one(
         send_at = now + timedelta(seconds=wait)
     reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
     return update, reservation
+
+
+def reserve_many(
+    account_id: str,
+    doc: Mapping[str, Any] | None,
+    count: int,
+    *,
+    default_limit: int,
+    now: datetime,
+    pacing: Pacing | None = None,
+    max_wait: float = float("inf"),
+    send_delay: float = 0.0,
+) -> tuple[dict[str, Any] | None, list[Reservation]]:
+    """`count` reservations on one account in one write: exactly what `count` reserve_one
+    calls in a row would give, stopping at the first refusal (which ends the list, so a
+    caller sees why the rest was not reserved). (fields to write, or None; reservations)."""
+    update: dict[str, Any] | None = None
+    reservations: list[Reservation] = []
+    current: dict[str, Any] = dict(doc or {})
+    for _ in range(count):
+        fields, reservation = reserve_one(
+            account_id,
+            current,
+            default_limit=default_limit,
+            now=now,
+            pacing=pacing,
+            max_wait=max_wait,
+            send_delay=send_delay,
+        )
+        if fields is not None:
+            update = {**(update or {}), **fields}
+            current.update(fields)
+        reservations.append(reservation)
+        if not reservation.reserved:
+            break
+    return update, reservations
 
 
 def exhausted_fields(doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
 `core.chart_api_errors`, retried per `core.retry_policy`, all inside the step's Budget.
-Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
-details carry the account id, the HTTP status and the API's message, never a key.
+`prepare` reserves the first attempts of a step's first wave in one round trip
+(AccountLimiter.acquire_many); each render of that step takes one of those leases for its
+first attempt (unless CHART-IMG has refused that account meanwhile), and acquires one by
+one after. Thread-safe: execute.py renders a step's requests from a thread pool. Logs and
+failure details carry the account id, the HTTP status and the API's message, never a key.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +38,8 @@ from worker_chart_export.core.errors import ErrorCode, StepError, TransientStore
 from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.logs import get_logger
+
+MAX_PREPAID_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,37 @@ class RealChartApi:
         self._rand = seams.rand
         self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._logged_lock = threading.Lock()
+        self._prepaid: OrderedDict[tuple[str, str], list[Lease]] = OrderedDict()
+        self._prepaid_lock = threading.Lock()
+
+    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+        max_wait = budget.remaining() - self._policy.min_attempt_seconds
+        if not calls or max_wait < 0:
+            return
+        try:
+            leases = self.limiter.acquire_many(len(calls), max_wait=max_wait)
+        except TransientStoreError:
+            return  # each call then tries on its own, and says so if the store stays away
+        step = (calls[0].run_id, calls[0].step_id)
+        with self._prepaid_lock:
+            self._prepaid.setdefault(step, []).extend(leases)
+            # a lease is used unless its call was abandoned before it started: keep few
+            while len(self._prepaid) > MAX_PREPAID_STEPS:
+                self._prepaid.popitem(last=False)
+
+    def _take_prepaid(self, call: ChartCall) -> Lease | None:
+        """The step's next prepaid lease, soonest slot first. One on an account CHART-IMG
+        has refused since (exhausted, rate-limited, key refused) is dropped: its unit is
+        spent either way, and a call on it would only be refused again."""
+        step = (call.run_id, call.step_id)
+        with self._prepaid_lock:
+            leases = self._prepaid.get(step, [])
+            while leases:
+                lease = leases.pop(0)
+                if self.limiter.usable_now(lease.account_id):
+                    return lease
+            self._prepaid.pop(step, None)
+            return None
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         return self.render_with_answer(call, budget).result
@@ -129,6 +165,10 @@ class RealChartApi:
         max_wait = request.budget.remaining() - self._policy.min_attempt_seconds
         if max_wait < 0:
             return self._cannot_start(request, None)
+        prepaid = None if request.tried else self._take_prepaid(request.call)
+        if prepaid is not None:
+            request.tried.append(prepaid.account_id)
+            return self._send(request, self.limiter.wait_for_slot(prepaid), attempt=1)
         try:
             lease = self.limiter.acquire(tried=request.tried, max_wait=max_wait)
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from worker_chart_export.adapters.chart_img.api import RealChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
 from worker_chart_export.core.budget import Budget
@@ -18,6 +20,10 @@ class RecordChartApi:
     def __init__(self, library: FixtureLibrary, real: RealChartApi) -> None:
         self.library = library
         self.real = real
+
+    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+        # quota only for the calls that will really go out
+        self.real.prepare([c for c in calls if self.library.lookup(c.fixture_key) is None], budget)
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         log = get_logger().bind(

@@ -13,17 +13,25 @@ instance, as a transaction would serialize them, at fewer round trips and with n
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
 a TransientStoreError. mark_exhausted (rare) stays a transaction.
+
+reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
+ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
+same reservations at one round trip instead of one per account. An account whose version is
+not known, or whose write fails its precondition, is simply left out of the answer; its
+calls then reserve one at a time as above. Not retried: the fallback is the retry.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from worker_chart_export.adapters.firestore.client import (
@@ -38,13 +46,27 @@ from worker_chart_export.adapters.firestore.errors import is_contention, transla
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import Pacing, exhausted_fields, reserve_one
+from worker_chart_export.core.usage import (
+    Pacing,
+    ReservationRequest,
+    exhausted_fields,
+    reserve_many,
+    reserve_one,
+)
 
 T = TypeVar("T")
 
 
 _ABSENT = Version(None, None)
 MAX_COMMIT_ESTIMATE = 0.25  # seconds
+
+
+@dataclass(frozen=True)
+class _PlannedWrite:
+    account_id: str
+    known: Version
+    update: dict[str, Any]
+    reservations: list[Reservation]
 
 
 class FirestoreUsageStore:
@@ -119,6 +141,60 @@ class FirestoreUsageStore:
         with translated(f"reservation on account {account_id}"):
             return self._retrying.copy()(attempt)
 
+    def reserve_many(
+        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
+    ) -> dict[str, list[Reservation]]:
+        answer: dict[str, list[Reservation]] = {}
+        planned: list[_PlannedWrite] = []
+        batch = BulkWriteBatch(self._client)
+        delay = self._commit_estimate()
+        for request in requests:
+            known = self._known_version(request.account_id)
+            if known is None:
+                continue  # a read first: the one-at-a-time path does it
+            update, reservations = reserve_many(
+                request.account_id,
+                known.doc,
+                request.count,
+                default_limit=request.default_limit,
+                now=now,
+                pacing=request.pacing,
+                max_wait=max_wait,
+                send_delay=delay,
+            )
+            if update is None:
+                answer[request.account_id] = reservations  # refused on what we know: no write
+                continue
+            ref = self._collection.document(request.account_id)
+            if known.doc is None:
+                batch.create(ref, update)
+            else:
+                option = self._client.write_option(last_update_time=known.update_time)
+                batch.update(ref, update, option=option)
+            planned.append(_PlannedWrite(request.account_id, known, update, reservations))
+        if planned:
+            self._commit_batch(batch, planned, answer)
+        return answer
+
+    def _commit_batch(
+        self, batch: BulkWriteBatch, planned: list[_PlannedWrite], answer: dict[str, list[Reservation]]
+    ) -> None:
+        started = self._clock.monotonic()
+        try:
+            with translated(f"reservations on accounts {', '.join(p.account_id for p in planned)}"):
+                response = batch.commit(retry=None, timeout=self._rpc.timeout)
+        except Exception:
+            for write in planned:
+                self._forget(write.account_id)  # landed or not: read them next time
+            raise
+        took = self._clock.monotonic() - started
+        for write, result, status in zip(planned, response.write_results, response.status, strict=True):
+            if status.code != 0:  # changed meanwhile (or refused): nothing reserved here
+                self._forget(write.account_id)
+                continue
+            self._remember(write.account_id, write.known, write.update, result.update_time, took)
+            answer[write.account_id] = write.reservations
+
     def prime(self) -> int:
         """Read every usage document once (one query) and remember their versions, so the
         first reservation of each account costs a commit, not a read and a commit. For an
@@ -167,9 +243,14 @@ class FirestoreUsageStore:
         except Exception:
             self._forget(account_id)  # the write may or may not have landed: read it next time
             raise
-        took = self._clock.monotonic() - started
+        self._remember(account_id, known, update, result.update_time, self._clock.monotonic() - started)
+
+    def _remember(
+        self, account_id: str, known: Version, update: dict[str, Any], update_time: Any, took: float
+    ) -> None:
+        """The version just written, and how long its commit took."""
         with self._versions_lock:
-            self._versions[account_id] = Version({**(known.doc or {}), **update}, result.update_time)
+            self._versions[account_id] = Version({**(known.doc or {}), **update}, update_time)
             # a moving average of successful commits, bounded: one slow commit (a cold
             # channel) must not hold every later send back for long
             self._commit_seconds = min(MAX_COMMIT_ESTIMATE, 0.8 * self._commit_seconds + 0.2 * took)
