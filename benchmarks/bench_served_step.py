@@ -188,7 +188,10 @@ def serial_chain(stack: MultiInstanceStack, key: str) -> float:
         folder.blob(f"chain/{run.id}.png").upload_from_string(png, if_generation_match=0)
         folder.blob(f"chain/{run.id}.json").upload_from_string(manifest)
         run.update({"steps.charts.status": "SUCCEEDED"})
-        return time.monotonic() - started
+        took = time.monotonic() - started
+    for leftover in (*folder.list_blobs(prefix=f"chain/{run.id}."), run, usage):
+        leftover.delete()
+    return took
 
 
 def fmt_rpcs(rpcs: Counter[str]) -> str:

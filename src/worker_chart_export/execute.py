@@ -239,11 +239,15 @@ def _write_manifest_and_decide(
 
 def _render_all(ctx: StepContext, validated: ValidatedStep, budget: Budget) -> _Rendered:
     """All requests concurrently (bounded), each yielding one item or one failure."""
-    rendered = _Rendered()
-    requests = {r["chartTemplateId"]: r for r in validated.requests}
     workers = min(ctx.limits.chart_concurrency, len(validated.calls))
     # the first wave's quota in one round trip, rather than one per chart as each starts
-    ctx.ports.chart_api.prepare(validated.calls[:workers], budget)
+    with ctx.ports.chart_api.first_wave(validated.calls[:workers], budget):
+        return _render_in_pool(ctx, validated, budget, workers)
+
+
+def _render_in_pool(ctx: StepContext, validated: ValidatedStep, budget: Budget, workers: int) -> _Rendered:
+    rendered = _Rendered()
+    requests = {r["chartTemplateId"]: r for r in validated.requests}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")
     try:
         futures: dict[Future[ManifestItem | ManifestFailure], ChartCall] = {

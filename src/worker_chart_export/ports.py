@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -123,10 +124,11 @@ class ChartApi(Protocol):
 
     mode: str
 
-    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
-        """Before the step's first wave of `calls` starts: reserve what their first
-        attempts need at once (one round trip for all), if the adapter reserves anything.
-        Each `render` of these calls then uses it. Never raises."""
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
+        """Around a step's first wave of `calls`: what their first attempts need is reserved
+        at once on entering (one round trip for all), if the adapter reserves anything; the
+        renders inside use it, and what they did not use is dropped on leaving. An
+        unreachable store is no error here: the calls then reserve one by one."""
         ...
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import json
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -26,6 +27,10 @@ pytestmark = pytest.mark.emulators
 # across processes, and the emulator settles each conflict in ~2 s (the client's transaction
 # retry backoff), so the steps are kept small.
 STEPS, TEMPLATES = 3, 4
+
+
+def usage_docs(client: firestore.Client) -> list[Any]:
+    return list(client.collection("chart_img_accounts_usage").stream())
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
@@ -56,12 +61,17 @@ def test_concurrent_steps_lose_no_increment(
         ]
         for s in range(STEPS)
     ]
+    waves = ExitStack()
     if prepared:  # warm instances: versions known, each step's first wave in one BatchWrite
+        for account in accounts:  # as in production: the documents exist
+            firestore_client.collection("chart_img_accounts_usage").document(account["id"]).set({})
         for store in stores:
             store.prime()
         for api, step_calls in zip(apis, calls, strict=True):
-            api.prepare(step_calls, budget)
-    with ThreadPoolExecutor(max_workers=STEPS * TEMPLATES) as pool:
+            waves.enter_context(api.first_wave(step_calls, budget))
+        # the first wave landed; the others found versions changed and reserve one by one
+        assert sum(doc.to_dict().get("usageToday", 0) for doc in usage_docs(firestore_client)) >= TEMPLATES
+    with waves, ThreadPoolExecutor(max_workers=STEPS * TEMPLATES) as pool:
         futures = [
             pool.submit(contextvars.copy_context().run, api.render, call, budget)
             for api, step_calls in zip(apis, calls, strict=True)
@@ -71,7 +81,7 @@ def test_concurrent_steps_lose_no_increment(
     for api in apis:
         api.close()
 
-    docs = {d.id: d.to_dict() for d in firestore_client.collection("chart_img_accounts_usage").stream()}
+    docs = {d.id: d.to_dict() for d in usage_docs(firestore_client)}
     used = {a: doc["usageToday"] for a, doc in docs.items()}
     assert used == {a: chart_img_server.count(a) for a in used}
     assert sum(used.values()) == chart_img_server.count() >= STEPS * TEMPLATES

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,7 @@ class Harness:
     logs: LogCapture
     tmp_path: Path
     results: list[ChartResult]
+    wave_units: int = 0
 
     def api(
         self,
@@ -86,12 +88,21 @@ class Harness:
         return result
 
     def render_all(
-        self, api: Any, calls: Sequence[ChartCall], workers: int = 8, *, prepared: bool = False
+        self,
+        api: Any,
+        calls: Sequence[ChartCall],
+        workers: int = 8,
+        *,
+        prepared: bool = False,
+        store: InMemoryUsageStore | None = None,
     ) -> list[ChartResult]:
+        """As execute.py runs a step: `prepared`, inside the first wave's reservation (then
+        `wave_units` is what `store` counted when the wave began)."""
         budget = Budget.starting_now(60.0)
-        if prepared:  # the first wave's quota at once, as execute.py asks for it
-            api.prepare(calls[:workers], budget)
-        with ThreadPoolExecutor(max_workers=workers) as pool:  # as execute.py runs a step
+        wave = api.first_wave(calls[:workers], budget) if prepared else nullcontext()
+        with wave, ThreadPoolExecutor(max_workers=workers) as pool:
+            if store is not None:
+                self.wave_units = sum(d.get("usageToday", 0) for d in store.snapshot().values())
             futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
             results = [f.result() for f in futures]
         self.results.extend(results)
@@ -151,10 +162,9 @@ def test_a_prepaid_lease_on_an_account_refused_since_is_not_used(h: Harness) -> 
     store = InMemoryUsageStore()
     api = h.api([{"id": a, "apiKey": k} for a, k in keys.items()], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(4)]
-    budget = Budget.starting_now(20.0)
-    api.prepare(calls, budget)
-    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"acc1": 2, "acc2": 2}
-    results = [h.render(api, call) for call in calls]  # one after another: the order is known
+    with api.first_wave(calls, Budget.starting_now(20.0)):
+        assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"acc1": 2, "acc2": 2}
+        results = [h.render(api, call) for call in calls]  # one after another: the order is known
     assert results == [ChartSuccess(PNG, "acc2")] * 4
     # acc1's first lease met "Limit Exceeded"; its second was dropped, not sent
     assert [(r.account_id, r.status) for r in h.server.requests] == [
@@ -165,6 +175,29 @@ def test_a_prepaid_lease_on_an_account_refused_since_is_not_used(h: Harness) -> 
         ("acc2", 200),
     ]
     assert store.snapshot()["acc2"]["usageToday"] == 4
+
+
+def test_a_wave_that_reached_the_daily_limit_still_sends_what_it_reserved(h: Harness) -> None:
+    store = InMemoryUsageStore()
+    api = h.api([{"id": "acc1", "dailyLimit": 2}], store=store)
+    calls = [chart_call(f"tpl_{i}") for i in range(4)]
+    with api.first_wave(calls, Budget.starting_now(20.0)):  # 2 units, then the limit: known
+        results = [h.render(api, call) for call in calls]
+    assert results[:2] == [ChartSuccess(PNG, "acc1")] * 2
+    assert [code(r) for r in results[2:]] == ["CHART_API_LIMIT_EXCEEDED"] * 2
+    assert h.server.count() == 2 and store.snapshot()["acc1"]["usageToday"] == 2
+
+
+def test_what_a_wave_did_not_use_is_dropped_when_it_ends(h: Harness) -> None:
+    """Never carried to a later run of the same step, whose day or slots it would not fit."""
+    store = InMemoryUsageStore()
+    api = h.api([{"id": "acc1"}], store=store)
+    calls = [chart_call(f"tpl_{i}") for i in range(3)]
+    with api.first_wave(calls, Budget.starting_now(20.0)):
+        h.render(api, calls[0])  # the others abandoned before they started
+    assert store.snapshot()["acc1"]["usageToday"] == 3
+    assert h.render(api, calls[1]) == ChartSuccess(PNG, "acc1")  # a unit of its own
+    assert store.snapshot()["acc1"]["usageToday"] == 4 and h.server.count() == 2
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
@@ -208,7 +241,8 @@ def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness, prepa
         chart_call(f"tpl_{i}", symbol="BINANCE:ETHUSDT" if i % 4 == 0 else "BINANCE:BTCUSDT")
         for i in range(16)
     ]
-    results = h.render_all(api, calls, prepared=prepared)
+    results = h.render_all(api, calls, prepared=prepared, store=store)
+    assert h.wave_units == (8 if prepared else 0)  # the first wave, reserved before it starts
     assert all(isinstance(r, ChartSuccess) for r in results)
     used = {a: doc["usageToday"] for a, doc in store.snapshot().items()}
     assert sum(used.values()) == h.server.count() == 16 + 3
@@ -377,7 +411,8 @@ def test_eight_concurrent_requests_on_one_basic_account_stay_within_its_rate(
     store = InMemoryUsageStore()
     api = h.api([{"id": "basic", "apiKey": key, "ratePerSecond": 1, "burst": 3}], store=store)
     h.server.script(symbol="BINANCE:BTCUSDT", latency=0.05)
-    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)], prepared=prepared)
+    results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(8)], prepared=prepared, store=store)
+    assert h.wave_units == (8 if prepared else 0)  # eight slots: three now, then one a second
     assert all(isinstance(r, ChartSuccess) for r in results), [getattr(r, "error", None) for r in results]
     assert h.server.statuses() == [200] * 8
     assert h.server.max_in_flight("basic") <= 3

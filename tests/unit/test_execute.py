@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,8 +191,42 @@ class ChartApiDouble:
 
     mode = "mock"
 
-    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
-        pass
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
+class WaveRecordingChartApi(ChartApiDouble):
+    """Records the first wave it is asked for, and which renders ran inside it."""
+
+    def __init__(self) -> None:
+        self.waves: list[list[str]] = []
+        self.in_wave = False
+        self.rendered_in_wave: list[bool] = []
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    @contextmanager
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
+        self.waves.append([c.chart_template_id for c in calls])
+        self.in_wave = True
+        try:
+            yield
+        finally:
+            self.in_wave = False
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        self.rendered_in_wave.append(self.in_wave)
+        return self.inner.render(call, budget)
+
+
+def test_the_first_wave_is_reserved_around_the_renders(tmp_path: Path) -> None:
+    chart_api = WaveRecordingChartApi()
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=chart_api)
+    limits = dataclasses.replace(LIMITS, chart_concurrency=2)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+    requested = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]
+    assert len(requested) > 2 and report.outcome == "SUCCEEDED"
+    assert chart_api.waves == [requested[:2]]  # one wave: as many as run at once
+    assert chart_api.rendered_in_wave == [True] * len(requested) and not chart_api.in_wave
 
 
 class CrashingChartApi(ChartApiDouble):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,8 @@ class MockChartApi:
     def __init__(self, library: FixtureLibrary) -> None:
         self.library = library
 
-    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
-        """Nothing to reserve: fixtures cost no quota."""
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
+        return nullcontext()  # nothing to reserve: fixtures cost no quota
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         log = get_logger().bind(

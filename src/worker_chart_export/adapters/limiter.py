@@ -69,6 +69,8 @@ class _AccountView:
     tat: float | None = None  # the shared pacing state as the last reservation saw it
     in_flight: int = 0  # picked, reservation not yet returned
     exhausted_until: datetime | None = None
+    # CHART-IMG itself said the day's quota is gone (not just our count): see still_accepted
+    provider_exhausted_until: datetime | None = None
     cool_until: float = 0.0  # monotonic
     disabled: bool = False
 
@@ -244,7 +246,7 @@ class AccountLimiter:
         view = self._views[account_id]
         now = self._clock.now()
         with self._lock:
-            view.exhausted_until = next_utc_midnight(now)
+            view.exhausted_until = view.provider_exhausted_until = next_utc_midnight(now)
         try:
             self._store.mark_exhausted(account_id, default_limit=view.daily_limit, now=now)
         except Exception as exc:  # best effort (§14.4): this process already stays off it
@@ -286,12 +288,16 @@ class AccountLimiter:
                 )
             )
 
-    def usable_now(self, account_id: str) -> bool:
-        """Neither refused, exhausted nor cooling down after a rate 429."""
+    def still_accepted(self, account_id: str) -> bool:
+        """CHART-IMG has not refused the account since: no quota 429, no rate cooldown, key
+        not refused. (That our own count reached the daily limit does not matter here: a
+        unit already reserved is within it.)"""
         with self._lock:
             view = self._views[account_id]
+            until = view.provider_exhausted_until
+            exhausted = until is not None and until > self._clock.now()
             cooling = view.cool_until > self._clock.monotonic()
-            return self._usable(view, self._clock.now()) and not cooling
+            return not (view.disabled or exhausted or cooling)
 
     def usable_accounts(self) -> tuple[str, ...]:
         """Accounts whose key has not been refused."""

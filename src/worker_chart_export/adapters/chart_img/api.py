@@ -3,7 +3,7 @@
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
 `core.chart_api_errors`, retried per `core.retry_policy`, all inside the step's Budget.
-`prepare` reserves the first attempts of a step's first wave in one round trip
+`first_wave` reserves the first attempts of a step's first wave in one round trip
 (AccountLimiter.acquire_many); each render of that step takes one of those leases for its
 first attempt (unless CHART-IMG has refused that account meanwhile), and acquires one by
 one after. Thread-safe: execute.py renders a step's requests from a thread pool. Logs and
@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,8 +39,6 @@ from worker_chart_export.core.errors import ErrorCode, StepError, TransientStore
 from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.logs import get_logger
-
-MAX_PREPAID_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -96,23 +95,34 @@ class RealChartApi:
         self._rand = seams.rand
         self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._logged_lock = threading.Lock()
-        self._prepaid: OrderedDict[tuple[str, str], list[Lease]] = OrderedDict()
+        self._prepaid: dict[tuple[str, str], list[Lease]] = {}  # a step's, during first_wave
         self._prepaid_lock = threading.Lock()
 
-    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
-        max_wait = budget.remaining() - self._policy.min_attempt_seconds
-        if not calls or max_wait < 0:
+    @contextmanager
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
+        """The first attempts of `calls` reserved in one round trip, for this block: what
+        its renders have not used when it ends is dropped (never carried to a later run of
+        the same step: its slots and its day would be stale)."""
+        if not calls:
+            yield
             return
-        try:
-            leases = self.limiter.acquire_many(len(calls), max_wait=max_wait)
-        except TransientStoreError:
-            return  # each call then tries on its own, and says so if the store stays away
         step = (calls[0].run_id, calls[0].step_id)
         with self._prepaid_lock:
-            self._prepaid.setdefault(step, []).extend(leases)
-            # a lease is used unless its call was abandoned before it started: keep few
-            while len(self._prepaid) > MAX_PREPAID_STEPS:
-                self._prepaid.popitem(last=False)
+            self._prepaid[step] = self._reserve_first_wave(calls, budget)
+        try:
+            yield
+        finally:
+            with self._prepaid_lock:
+                self._prepaid.pop(step, None)
+
+    def _reserve_first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> list[Lease]:
+        max_wait = budget.remaining() - self._policy.min_attempt_seconds
+        if max_wait < 0:
+            return []
+        try:
+            return self.limiter.acquire_many(len(calls), max_wait=max_wait)
+        except TransientStoreError:
+            return []  # each call then tries on its own, and says so if the store stays away
 
     def _take_prepaid(self, call: ChartCall) -> Lease | None:
         """The step's next prepaid lease, soonest slot first. One on an account CHART-IMG
@@ -123,9 +133,8 @@ class RealChartApi:
             leases = self._prepaid.get(step, [])
             while leases:
                 lease = leases.pop(0)
-                if self.limiter.usable_now(lease.account_id):
+                if self.limiter.still_accepted(lease.account_id):
                     return lease
-            self._prepaid.pop(step, None)
             return None
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 from worker_chart_export.adapters.chart_img.api import RealChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
@@ -21,9 +22,9 @@ class RecordChartApi:
         self.library = library
         self.real = real
 
-    def prepare(self, calls: Sequence[ChartCall], budget: Budget) -> None:
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
         # quota only for the calls that will really go out
-        self.real.prepare([c for c in calls if self.library.lookup(c.fixture_key) is None], budget)
+        return self.real.first_wave([c for c in calls if self.library.lookup(c.fixture_key) is None], budget)
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
         log = get_logger().bind(

@@ -187,12 +187,12 @@ class FirestoreUsageStore:
             for write in planned:
                 self._forget(write.account_id)  # landed or not: read them next time
             raise
-        took = self._clock.monotonic() - started
+        self._note_commit(self._clock.monotonic() - started)  # one round trip, counted once
         for write, result, status in zip(planned, response.write_results, response.status, strict=True):
             if status.code != 0:  # changed meanwhile (or refused): nothing reserved here
                 self._forget(write.account_id)
                 continue
-            self._remember(write.account_id, write.known, write.update, result.update_time, took)
+            self._remember(write.account_id, write.known, write.update, result.update_time)
             answer[write.account_id] = write.reservations
 
     def prime(self) -> int:
@@ -243,14 +243,16 @@ class FirestoreUsageStore:
         except Exception:
             self._forget(account_id)  # the write may or may not have landed: read it next time
             raise
-        self._remember(account_id, known, update, result.update_time, self._clock.monotonic() - started)
+        self._remember(account_id, known, update, result.update_time)
+        self._note_commit(self._clock.monotonic() - started)
 
-    def _remember(
-        self, account_id: str, known: Version, update: dict[str, Any], update_time: Any, took: float
-    ) -> None:
-        """The version just written, and how long its commit took."""
+    def _remember(self, account_id: str, known: Version, update: dict[str, Any], update_time: Any) -> None:
+        """The version just written."""
         with self._versions_lock:
             self._versions[account_id] = Version({**(known.doc or {}), **update}, update_time)
+
+    def _note_commit(self, took: float) -> None:
+        with self._versions_lock:
             # a moving average of successful commits, bounded: one slow commit (a cold
             # channel) must not hold every later send back for long
             self._commit_seconds = min(MAX_COMMIT_ESTIMATE, 0.8 * self._commit_seconds + 0.2 * took)
