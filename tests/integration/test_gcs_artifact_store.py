@@ -19,7 +19,12 @@ from harness.gcs_emulator import (
     read_object,
     storage_client_for,
 )
-from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
+from worker_chart_export.adapters.gcs import (
+    DISABLE_BUCKET_METADATA_ENV,
+    GcsArtifactStore,
+    WritePolicy,
+    make_storage_client,
+)
 from worker_chart_export.core.errors import ArtifactWriteError
 from worker_chart_export.testing import FakeClock
 
@@ -62,6 +67,22 @@ def test_make_storage_client_targets_the_emulator_anonymously(gcs_emulator: GcsE
     assert client.api_endpoint == gcs_emulator.url
     assert isinstance(client._credentials, AnonymousCredentials)
     assert client.project == GCS_TEST_PROJECT
+
+
+def test_the_worker_s_client_looks_up_no_bucket_metadata_behind_its_back(
+    gcs_bucket: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """google-cloud-storage would fetch the bucket's metadata (buckets.get) in a background
+    thread at its first use, for span labels nobody exports."""
+    from google.cloud.storage._bucket_metadata_cache import BucketMetadataCache
+
+    monkeypatch.delenv(DISABLE_BUCKET_METADATA_ENV, raising=False)
+    lookups: list[str] = []
+    monkeypatch.setattr(BucketMetadataCache, "get_or_queue_fetch", lambda _, name: lookups.append(name))
+    _, bucket = gcs_bucket
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket)
+    store.create_png(PNG_PATH, PNG_A)
+    assert lookups == []
 
 
 def test_create_png_writes_bytes_with_png_content_type(gcs_bucket: Bucket) -> None:

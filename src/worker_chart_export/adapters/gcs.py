@@ -10,6 +10,7 @@ switched off, since its default keeps retrying for up to 120 s on its own schedu
 from __future__ import annotations
 
 import http.client
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,12 @@ _MAX_DETAIL_CHARS = 200
 MAX_FENCED_WRITES = 3
 
 
+# google-cloud-storage 3.x fetches each bucket's metadata the first time it sees the bucket
+# (a buckets.get in a background thread, with the library's own 120 s retry), only to label
+# OpenTelemetry spans we do not export. Off unless the environment says otherwise.
+DISABLE_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+
+
 def make_storage_client(project: str | None) -> StorageClient:
     """A Storage client for `project` (None: inferred from the credentials).
 
@@ -74,6 +81,7 @@ def make_storage_client(project: str | None) -> StorageClient:
     """
     from google.cloud.storage import Client  # ~170 ms import: only paid when a step actually runs
 
+    os.environ.setdefault(DISABLE_BUCKET_METADATA_ENV, "true")
     return Client(project=project)
 
 

@@ -186,11 +186,12 @@ def load_local(path: Path) -> LoadedRun:
 def _storage_client() -> storage.Client:
     try:
         from google.auth.exceptions import DefaultCredentialsError
-        from google.cloud import storage  # imported here: only gs:// input pays for it
+
+        from worker_chart_export.adapters.gcs import make_storage_client  # only gs:// input pays
     except ImportError as exc:
         raise ViewInputError(f"reading gs:// needs google-cloud-storage: {exc}") from exc
     try:
-        return storage.Client()
+        return make_storage_client(None)
     except DefaultCredentialsError as exc:
         raise ViewInputError(
             "gs:// input needs Google credentials (gcloud auth application-default login) "
