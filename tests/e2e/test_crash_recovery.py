@@ -82,6 +82,15 @@ def crash_while_in_flight(crash: CrashStack, run_id: str, symbol: str) -> None:
     assert step_status(stack, run_id, STEP) == "RUNNING"  # nobody finalized it
 
 
+def settled(stack: LocalStack, run_id: str, final: str) -> None:
+    """The version that ended the step has reached advance_flow's recorded deliveries."""
+    wait_until(
+        lambda: history(stack, run_id, STEP)[-1:] == [final],
+        timeout=30,
+        what=f"{run_id}'s {final} version delivered to advance_flow",
+    )
+
+
 def test_a_crashed_execution_is_reaped_after_its_lease_and_the_retry_succeeds(
     crash_stack: CrashStack,
 ) -> None:
@@ -104,6 +113,8 @@ def test_a_crashed_execution_is_reaped_after_its_lease_and_the_retry_succeeds(
     manifest = json.loads(stack.read_object(f"charts/{run_id}/{STEP}/manifest.json"))
     assert len(manifest["items"]) == 3 and manifest["failures"] == []
     # the reaper took the step back once, keeping its attempt; the retry claimed it again
+    # (the router records a delivery when advance_flow answered, after its own write)
+    settled(stack, run_id, "SUCCEEDED")
     assert history(stack, run_id, STEP) == ["READY", "RUNNING", "READY", "RUNNING", "SUCCEEDED"]
     assert any(run_id in json.dumps(report["retried"]) for report in stack.reaper_reports)
 
@@ -123,5 +134,6 @@ def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(cras
     wait_until(lambda: run_status(stack, run_id) == "FAILED", timeout=30, what=f"{run_id} run FAILED")
     step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
     assert step["attempt"] == 3 and step["error"]["code"] == "STEP_LEASE_EXPIRED"
+    settled(stack, run_id, "FAILED")
     assert history(stack, run_id, STEP) == ["READY", "RUNNING", "FAILED"]
     assert any(run_id in json.dumps(report["failed"]) for report in stack.reaper_reports)
