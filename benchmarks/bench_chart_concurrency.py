@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from harness.builders import chart_step_for
 from harness.chart_img_server import new_key
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
@@ -129,15 +130,7 @@ def run_once(scenario: Scenario) -> tuple[float, int, int]:
             (root / "templates").mkdir()
             for i in range(TEMPLATES):
                 (root / "templates" / f"tpl_{i}.json").write_text(json.dumps({**template, "id": f"tpl_{i}"}))
-            step = {
-                "stepType": "CHART_EXPORT",
-                "status": "READY",
-                "timeframe": "1h",
-                "inputs": {
-                    "minImages": TEMPLATES,
-                    "requests": [{"chartTemplateId": f"tpl_{i}"} for i in range(TEMPLATES)],
-                },
-            }
+            step = chart_step_for([f"tpl_{i}" for i in range(TEMPLATES)])
             source = root / "flow_run.json"
             source.write_text(
                 json.dumps(

@@ -56,6 +56,7 @@ from e2e.multi_instance import (  # noqa: E402
     template_copies,
 )
 from e2e.stack import Worker, wait_until  # noqa: E402
+from harness.builders import chart_step_for, flow_run  # noqa: E402
 from harness.firestore_emulator import FirestoreEmulator, start_firestore_emulator  # noqa: E402
 from harness.gcs_emulator import start_gcs_emulator  # noqa: E402
 
@@ -75,23 +76,7 @@ LAUNCHER = [sys.executable, str(REPO / "benchmarks" / "rpc_counting_serve.py")]
 
 
 def step_document(run_id: str, template_ids: list[str]) -> dict[str, Any]:
-    step = {
-        "stepType": "CHART_EXPORT",
-        "status": "READY",
-        "timeframe": "1h",
-        "dependsOn": [],
-        "inputs": {
-            "minImages": len(template_ids),
-            "requests": [{"chartTemplateId": t} for t in template_ids],
-        },
-    }
-    return {
-        "runId": run_id,
-        "flowKey": "bench",
-        "status": "RUNNING",
-        "scope": {"symbol": "BTCUSDT"},
-        "steps": {"charts": step},
-    }
+    return flow_run({"charts": chart_step_for(template_ids)}, run_id=run_id)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pytest
 
 from e2e.multi_instance import MultiInstanceStack, StandInAccount, running_instances
 from e2e.stack import new_run_id, wait_until
-from harness.builders import TEMPLATES_DIR, flow_run, load_templates
+from harness.builders import TEMPLATES_DIR, chart_step_for, flow_run, load_templates
 from harness.firestore_emulator import FirestoreEmulator
 from harness.gcs_emulator import GcsEmulator
 
@@ -34,17 +34,7 @@ TIGHT_BUDGET_ENV = {"REQUEST_TIMEOUT_SECONDS": "60"}
 
 
 def four_chart_run(run_id: str, *, min_images: int = 4) -> dict[str, Any]:
-    step = {
-        "stepType": "CHART_EXPORT",
-        "status": "READY",
-        "timeframe": "1h",
-        "dependsOn": [],
-        "inputs": {
-            "minImages": min_images,
-            "requests": [{"chartTemplateId": template_id} for template_id in TEMPLATE_IDS],
-        },
-    }
-    return flow_run({STEP: step}, run_id=run_id)
+    return flow_run({STEP: chart_step_for(TEMPLATE_IDS, min_images=min_images)}, run_id=run_id)
 
 
 def start_steps_at_once(

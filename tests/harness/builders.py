@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,14 @@ def chart_step(**overrides: Any) -> dict[str, Any]:
     }
     step.update(copy.deepcopy(overrides))
     return step
+
+
+def chart_step_for(template_ids: Sequence[str], *, min_images: int | None = None) -> dict[str, Any]:
+    """A READY CHART_EXPORT step requesting `template_ids`, all of them needed by default."""
+    needed = len(template_ids) if min_images is None else min_images
+    return chart_step(
+        inputs={"minImages": needed, "requests": [{"chartTemplateId": t} for t in template_ids]}
+    )
 
 
 def flow_run(steps: dict[str, Any], *, run_id: str = "run1", symbol: Any = "BTCUSDT") -> dict[str, Any]:
