@@ -4,15 +4,29 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
+
+
+class UndecodableValue(ValueError):
+    """A value Firestore never sends (a timestamp outside years 1-9999, nanos beyond a
+    second): only a forged event carries one, and decoding it again cannot help."""
+
+
+def timestamp_to_datetime(timestamp: Any) -> datetime:
+    """A protobuf `Timestamp` as an aware UTC datetime; UndecodableValue when out of range."""
+    try:
+        return timestamp.ToDatetime(tzinfo=UTC)  # type: ignore[no-any-return]
+    except (ValueError, OverflowError) as exc:
+        raise UndecodableValue(str(exc)) from None
 
 
 def firestore_value_to_python(value: Any) -> Any:
     """A Firestore `Value` (raw or proto-plus) -> plain Python; integers stay `int`.
 
-    Timestamps become aware UTC datetimes, bytes stay bytes, geo points become
-    {"latitude", "longitude"}, references stay their resource-name string.
+    Timestamps become aware UTC datetimes (UndecodableValue when out of range), bytes stay
+    bytes, geo points become {"latitude", "longitude"}, references stay their resource-name
+    string.
     """
     return _raw_value_to_python(getattr(value, "_pb", value))
 
@@ -33,7 +47,7 @@ def _raw_value_to_python(raw: Any) -> Any:
     if kind is None or kind == "null_value":
         return None
     if kind == "timestamp_value":
-        return raw.timestamp_value.ToDatetime(tzinfo=UTC)
+        return timestamp_to_datetime(raw.timestamp_value)
     if kind == "geo_point_value":
         point = raw.geo_point_value
         return {"latitude": point.latitude, "longitude": point.longitude}

@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal, Protocol
 from urllib.parse import unquote
@@ -37,7 +37,7 @@ from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
-from worker_chart_export.event_values import document_to_python
+from worker_chart_export.event_values import UndecodableValue, document_to_python, timestamp_to_datetime
 from worker_chart_export.skim import (
     RawDocument,
     RawDocumentEventData,
@@ -163,6 +163,8 @@ def split_event_payload(data: object) -> tuple[bytes | None, bytes | None, Paylo
         raise PoisonEvent(f"unsupported payload type {type(data).__name__}")
 
     raw = bytes(data)
+    if not raw:
+        raise PoisonEvent("empty payload")
     if raw[:1] == b"{":
         return (*_json_documents(_load_json_object(raw)), "json")
     if raw[0] in _BASE64_ALPHABET:
@@ -237,7 +239,12 @@ def _json_documents(payload: Mapping[str, Any]) -> tuple[bytes | None, bytes | N
     try:
         json_format.ParseDict(dict(payload), message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
-        raise PoisonEvent(f"JSON payload is not a DocumentEventData: {exc}") from None
+        raise PoisonEvent(f"JSON payload is not a DocumentEventData: {_excerpt(str(exc), 200)}") from None
+    except RecursionError:
+        raise PoisonEvent("JSON payload is nested too deeply to be a DocumentEventData") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # json_format's own checks stop short of some values (`"nullValue": Infinity`)
+        raise PoisonEvent(f"JSON payload is not a DocumentEventData: {type(exc).__name__}: {exc}") from None
     return _serialized_documents(message)
 
 
@@ -253,6 +260,8 @@ def _load_json_object(text: str | bytes) -> Mapping[str, Any]:
         loaded = json.loads(text)
     except (ValueError, UnicodeDecodeError):
         raise PoisonEvent("payload looks like JSON but does not parse") from None
+    except RecursionError:
+        raise PoisonEvent("payload is JSON nested too deeply to parse") from None
     if not isinstance(loaded, Mapping):
         raise PoisonEvent(f"JSON payload is a {type(loaded).__name__}, not an object")
     return loaded
@@ -350,13 +359,17 @@ class DocumentVersion:
 
     run_id: str
     document: dict[str, Any] | None  # None: the document was deleted
-    update_time: datetime | None  # the version's update time, for a precondition
+    update_time: datetime | None  # the version's update time, for a precondition; None when deleted
+    created: bool = False  # the event is the document's creation (it carries no old version)
 
 
 def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
-    """The new document of a Firestore event, converted whole, with its update time.
+    """The new document of a Firestore event (created, updated or written), converted whole,
+    with its update time.
 
-    Raises PoisonEvent when the payload cannot be decoded or names no flow_runs document.
+    Raises PoisonEvent when the payload cannot be decoded, names no flow_runs document, or
+    holds what Firestore never sends: a document without an update time, a timestamp out
+    of range (a forged event; redelivering it cannot help).
     """
     value_bytes, old_value_bytes, _ = split_event_payload(cloud_event.data)
     try:
@@ -365,11 +378,18 @@ def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
     except DecodeError:
         raise PoisonEvent("payload document is not a serialized Firestore Document") from None
     current = value if value is not None and value.name else None
-    named = current or (old_value if old_value is not None and old_value.name else None)
+    previous = old_value if old_value is not None and old_value.name else None
+    named = current or previous
     if named is None:
         raise PoisonEvent("payload carries no document (neither value nor oldValue has a name)")
     run_id = _resolve_run_id(cloud_event, named.name)
     if current is None:
         return DocumentVersion(run_id, None, None)
-    updated = current.update_time.ToDatetime(tzinfo=UTC) if current.HasField("update_time") else None
-    return DocumentVersion(run_id, document_to_python(current), updated)
+    if not current.HasField("update_time"):
+        raise PoisonEvent("the document carries no update_time: there is no version to write on")
+    try:
+        updated = timestamp_to_datetime(current.update_time)
+        document = document_to_python(current)
+    except UndecodableValue as exc:
+        raise PoisonEvent(f"the document holds a timestamp Firestore never writes: {exc}") from None
+    return DocumentVersion(run_id, document, updated, created=previous is None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import functions_framework
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
 CloudEventHandler = Callable[["CloudEvent", Any], None]
+Decoded = TypeVar("Decoded")
 
 
 class DecoderDefect(events.PoisonEvent):
@@ -36,8 +37,17 @@ class DecoderDefect(events.PoisonEvent):
 
 def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
     """`events.decode_event`; raises PoisonEvent (or DecoderDefect) for what never decodes."""
+    return _decoded(events.decode_event, cloud_event)
+
+
+def decode_version_event(cloud_event: CloudEvent) -> events.DocumentVersion:
+    """`events.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
+    return _decoded(events.decode_document_version, cloud_event)
+
+
+def _decoded(decode: Callable[[CloudEvent], Decoded], cloud_event: CloudEvent) -> Decoded:
     try:
-        return events.decode_event(cloud_event)
+        return decode(cloud_event)
     except events.PoisonEvent:
         raise
     except Exception as exc:
@@ -226,31 +236,52 @@ def _payload_size(data: object) -> int | None:
 @functions_framework.cloud_event
 @cloud_event_entry
 def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
-    """advance_flow on `flow_runs/{runId}` events (orchestration rules): READY and the run
-    status, written only when something changes, conditional on the event's version.
-    A store outage raises: HTTP 500, Eventarc redelivers (advancing is idempotent)."""
-    version = events.decode_document_version(cloud_event)  # PoisonEvent: acknowledged
+    """advance_flow on Eventarc `google.cloud.firestore.document.v1.written` for
+    `flow_runs/{runId}` (creations, updates, deletes: a created run starts by itself) under the
+    orchestration rules: READY and the run status, written only when something changes,
+    conditional on the event's version. A store outage: HTTP 500 with one ERROR line, Eventarc
+    redelivers (advancing is idempotent)."""
+    version = decode_version_event(cloud_event)  # PoisonEvent: acknowledged with one WARNING
     log = log.bind(function="advance_flow", runId=version.run_id)
     if version.document is None or version.update_time is None:
-        log.info("advance_flow: flow_run deleted, nothing to advance")
+        log.info("advance_flow: flow_run deleted, nothing to advance", eventType=cloud_event.get("type"))
         return
+    from werkzeug.exceptions import InternalServerError
+
     from worker_chart_export.advance import advance_version
     from worker_chart_export.bootstrap import advance_store
+    from worker_chart_export.core.errors import TransientStoreError
 
-    result = advance_version(version.run_id, version.document, version.update_time, advance_store())
-    log.info("advance_flow", **result.log_fields())
+    try:
+        result = advance_version(version.run_id, version.document, version.update_time, advance_store())
+    except TransientStoreError as exc:
+        # expected and retryable: one line without a traceback, and a redelivery
+        log.error("advance_flow failed: Eventarc redelivers the event", reason=str(exc))
+        raise InternalServerError(description="advance_flow: Firestore unavailable") from exc
+    log.info("advance_flow", created=version.created, **result.log_fields())
 
 
 @functions_framework.http
 @http_entry
 def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
-    """The reaper, for Cloud Scheduler: one pass, its summary as JSON."""
+    """The reaper, for Cloud Scheduler (POST; the body is ignored): one pass, its summary as
+    JSON. Another method: 405. A store outage: 503 with one ERROR line (the scheduler's next
+    run, or its retry, reaps what this one could not)."""
+    log = logs.configured_logger().bind(function="reap_expired_leases")
+    if request.method != "POST":
+        log.warning("request rejected: the reaper is run by POST", httpMethod=request.method, httpStatus=405)
+        return {"error": "the reaper is run by POST"}, 405
     from worker_chart_export.bootstrap import lease_reaper
+    from worker_chart_export.core.errors import TransientStoreError
     from worker_chart_export.reaper import reap_once
     from worker_chart_export.settings import load_settings
 
     settings = load_settings()
-    report = reap_once(lease_reaper(settings), max_attempts=settings.reaper_max_attempts)
+    try:
+        report = reap_once(lease_reaper(settings), max_attempts=settings.reaper_max_attempts)
+    except TransientStoreError as exc:
+        log.error("reaper pass failed: Firestore unavailable", reason=str(exc), httpStatus=503)
+        return {"error": str(exc)}, 503
     return report.to_summary(), 200
 
 

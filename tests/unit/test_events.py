@@ -12,11 +12,13 @@ from cloudevents.http import CloudEvent
 from google.events.cloud.firestore import DocumentEventData
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.core.selection import ready_chart_export_step_ids
 from worker_chart_export.event_values import document_to_python, firestore_value_to_python, step_to_python
-from worker_chart_export.events import PoisonEvent, decode_event
+from worker_chart_export.events import PoisonEvent, decode_document_version, decode_event
 from worker_chart_export.testing import (
     build_document_event_data,
     document_resource_name,
@@ -439,3 +441,122 @@ def test_a_corrupt_candidate_step_makes_the_event_poison_not_a_crash() -> None:
         DocumentEventData.deserialize(payload)
     with pytest.raises(PoisonEvent, match="a steps entry does not parse"):
         decode_event(subject_event(payload))
+
+
+# --- the whole version, for advance_flow -------------------------------------------------
+
+
+UPDATE_TIME = datetime(2026, 11, 22, 4, 8, 40, 123456, tzinfo=UTC)
+
+
+def versioned_payload(
+    fields: dict[str, Any] | None,
+    old_fields: dict[str, Any] | None,
+    *,
+    seconds: int = int(UPDATE_TIME.timestamp()),
+    nanos: int = UPDATE_TIME.microsecond * 1000,
+) -> bytes:
+    event_data = build_document_event_data(DOC_NAME, fields, old_fields)
+    if fields is not None:
+        event_data.value.update_time.seconds = seconds
+        event_data.value.update_time.nanos = nanos
+    serialized: bytes = event_data.SerializeToString()
+    return serialized
+
+
+def test_a_created_document_is_a_version_marked_created() -> None:
+    fields = flow_run_fields({"s": step(status="PENDING")}, status="PENDING")
+    version = decode_document_version(subject_event(versioned_payload(fields, None)))
+    assert (version.run_id, version.created, version.document) == (RUN_ID, True, fields)
+    assert version.update_time == UPDATE_TIME
+
+
+def test_an_updated_document_is_a_version_not_created() -> None:
+    fields = flow_run_fields({"s": step()})
+    version = decode_document_version(subject_event(versioned_payload(fields, flow_run_fields({}))))
+    assert (version.created, version.document) == (False, fields)
+
+
+def test_a_deleted_document_has_no_version() -> None:
+    version = decode_document_version(subject_event(versioned_payload(None, flow_run_fields({}))))
+    assert (version.run_id, version.document, version.update_time) == (RUN_ID, None, None)
+
+
+FORGED_TIMES = {
+    "seconds-1e13": {"seconds": 10**13},
+    "seconds-negative": {"seconds": -(10**13)},
+    "year-zero": {"seconds": -62_135_596_801},
+    "nanos-over-a-second": {"nanos": 10**9 + 1},
+    "nanos-negative": {"nanos": -1},
+}
+
+
+@pytest.mark.parametrize("forged", list(FORGED_TIMES.values()), ids=list(FORGED_TIMES))
+def test_an_update_time_firestore_never_writes_is_poison(forged: dict[str, int]) -> None:
+    payload = versioned_payload(flow_run_fields({"s": step()}), None, **forged)
+    with pytest.raises(PoisonEvent, match="timestamp Firestore never writes: Timestamp is not valid"):
+        decode_document_version(subject_event(payload))
+
+
+def test_a_timestamp_field_firestore_never_writes_is_poison() -> None:
+    event_data = build_document_event_data(DOC_NAME, flow_run_fields({"s": step()}))
+    event_data.value.update_time.FromDatetime(UPDATE_TIME)
+    forged_step = event_data.value.fields["steps"].map_value.fields["s"].map_value
+    forged_step.fields["at"].timestamp_value.seconds = 10**13
+    with pytest.raises(PoisonEvent, match="Seconds 10000000000000 must be in range"):
+        decode_document_version(subject_event(event_data.SerializeToString()))
+
+
+def test_a_document_without_an_update_time_is_poison() -> None:
+    payload = protobuf_payload(flow_run_fields({"s": step()}))
+    with pytest.raises(PoisonEvent, match="no update_time"):
+        decode_document_version(subject_event(payload))
+
+
+INFINITE_NULL = {"value": {"name": DOC_NAME, "fields": {"n": {"nullValue": float("inf")}}}}
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b'{"value":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+        (json.dumps(INFINITE_NULL), "OverflowError"),
+        (INFINITE_NULL, "OverflowError"),
+        (memoryview(b""), "empty payload"),
+    ],
+    ids=["deep-json-in-bytes", "infinite-null-text", "infinite-null-dict", "empty-memoryview"],
+)
+def test_payloads_that_broke_the_parsers_are_poison_for_both_decoders(data: Any, reason: str) -> None:
+    for decode in (decode_event, decode_document_version):
+        with pytest.raises(PoisonEvent, match=reason):
+            decode(subject_event(data))
+
+
+def _valid_version_event() -> bytes:
+    fields = flow_run_fields(
+        {"s": step(at=datetime(2026, 11, 22, tzinfo=UTC), n=[1, 2.5, None, b"x", {"k": True}])}
+    )
+    return versioned_payload(fields, flow_run_fields({}))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_any_corruption_of_an_event_is_decoded_or_poison_never_a_crash(data: st.DataObject) -> None:
+    raw = bytearray(_valid_version_event())
+    for _ in range(data.draw(st.integers(1, 6), label="edits")):
+        at = data.draw(st.integers(0, len(raw)), label="at")
+        edit = data.draw(st.sampled_from(["set", "delete", "insert"]), label="edit")
+        byte = data.draw(st.integers(0, 255), label="byte")
+        if edit == "set" and at < len(raw):
+            raw[at] = byte
+        elif edit == "delete":
+            del raw[at : at + data.draw(st.integers(1, 8), label="length")]
+        else:
+            raw.insert(at, byte)
+    for payload in (bytes(raw), base64.b64encode(bytes(raw))):
+        for decode in (decode_event, decode_document_version):
+            try:
+                decoded = decode(subject_event(payload))
+            except PoisonEvent:
+                continue
+            assert decoded.run_id == RUN_ID  # the subject and the payload agreed on the document
