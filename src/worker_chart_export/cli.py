@@ -1,5 +1,6 @@
-"""`worker-chart-export`: run-local, serve, templates sync. Parses flags, wires adapters,
-calls the same execute_step as the CloudEvent function, prints summaries."""
+"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit,
+stack. Parses flags, wires adapters, calls the same execute_step as the CloudEvent function,
+prints summaries; every error is one line on stderr."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from worker_chart_export.flow_run_file import UsageError, read_flow_run
 from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.settings import load_settings
+from worker_chart_export.submit import run_submit
 from worker_chart_export.view import add_view_arguments, run_view
 
 if TYPE_CHECKING:
@@ -83,7 +85,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="templates folder (default: CHART_TEMPLATES_DIR, else the bundled chart-templates/)",
     )
-    sync.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
+    sync.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only validate, offline: no credentials needed, Firestore is not contacted",
+    )
 
     view = commands.add_parser("view", help="render a run's manifest as one HTML page")
     add_view_arguments(view)
@@ -105,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_advance(args)
         if args.command == "reap":
             return run_reap(args)
+        if args.command == "submit":
+            return run_submit(args)
         if args.command == "stack":
             return run_stack(args)
         return templates_sync(args)

@@ -1,5 +1,5 @@
-"""Reading a local flow_run JSON file for the CLI's commands (run-local, advance), and the
-error they exit 2 with."""
+"""Reading a local flow_run JSON file for the CLI's commands (run-local, advance, submit,
+stack up), and the error they exit 2 with."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+NEW_RUN_STATUS = "PENDING"  # a run advance_flow has not looked at yet
+_SHOWN_PROBLEMS = 3
+
 
 class UsageError(Exception):
-    """Bad flags, unreadable input files, unusable configuration: exit status 2."""
+    """Bad flags, unreadable input files, unusable configuration or credentials, an
+    unreachable Firestore: exit status 2, with the message as one line."""
 
 
 def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
@@ -28,3 +32,28 @@ def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
     if not isinstance(document.get("steps"), dict):
         raise UsageError(f"{flag} {path}: steps must be a map of stepId to step")
     return document
+
+
+def read_valid_flow_run(
+    path: Path, flag: str = "--flow-run-path", *, run_id: str | None = None
+) -> dict[str, Any]:
+    """The flow_run at `path` (its runId replaced by `run_id` when given), checked against
+    contracts/flow_run.schema.json: what a producer may write into Firestore."""
+    from worker_chart_export.contracts import FLOW_RUN, schema_errors
+
+    document = read_flow_run(path, flag)
+    if run_id is not None:
+        document["runId"] = run_id
+    problems = schema_errors(FLOW_RUN, document)
+    if problems:
+        shown = "; ".join(problems[:_SHOWN_PROBLEMS])
+        more = f" (and {len(problems) - _SHOWN_PROBLEMS} more)" if len(problems) > _SHOWN_PROBLEMS else ""
+        raise UsageError(f"{flag} {path}: not a valid flow_run ({FLOW_RUN}): {shown}{more}")
+    return document
+
+
+def as_new_run(document: dict[str, Any]) -> dict[str, Any]:
+    """The document as a new run is created: status PENDING, whatever it says. advance_flow
+    owns the run status, and its first write (PENDING -> RUNNING) is the update that brings
+    the run's READY steps to their workers, whose triggers fire on updates only."""
+    return {**document, "status": NEW_RUN_STATUS}

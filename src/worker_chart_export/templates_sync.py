@@ -6,6 +6,7 @@ validation uses — and the file name must be `<id>.json`) before anything is wr
 file means no writes at all.
 Valid templates are compared with the stored documents and only the differing ones are
 written, as full overwrites, so a re-run is a no-op and the report says what changed.
+From the CLI, `--dry-run` only validates, offline; Firestore problems are one line (exit 2).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_INVALID = 1  # some template files are invalid: nothing was written
-EXIT_STORE_FAILED = 2  # Firestore could not be read or written
 
 _BATCH_LIMIT = 500  # Firestore's maximum writes per batch
 _RPC_TIMEOUT_SECONDS = 30.0
@@ -213,28 +213,28 @@ def run_templates_sync(
     emulator_host: str | None = None,
     plan: Plan = PLANS[DEFAULT_PLAN],
 ) -> tuple[int, str]:
-    """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates, 2 Firestore failed."""
-    from worker_chart_export.adapters.firestore import make_firestore_client
+    """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates; Firestore unusable
+    (no credentials, unreachable, refused): UsageError, one line (exit 2). A dry run only
+    validates, offline: no credentials needed, no client created."""
+    from worker_chart_export.cli_firestore import cli_firestore
 
     directory = Path(directory)
-    # Validate first: a bad file should be reported even without Firestore credentials.
-    _, problems = load_templates(directory, plan)
+    templates, problems = load_templates(directory, plan)
     if problems:
         return EXIT_INVALID, SyncReport(
             directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name
         ).to_text()
-    from google.api_core.exceptions import GoogleAPICallError
-    from google.auth.exceptions import GoogleAuthError
-
-    from worker_chart_export.core.errors import TransientStoreError
-
-    try:
-        client = make_firestore_client(project, emulator_host=emulator_host)
-        try:
-            report = sync_templates(directory, client, dry_run=dry_run, plan=plan)
-        finally:
-            client.close()  # type: ignore[no-untyped-call]  # firestore.Client.close has no annotations
-    except (TransientStoreError, GoogleAPICallError, GoogleAuthError) as exc:
-        # e.g. no credentials, PermissionDenied: a message, not a traceback
-        return EXIT_STORE_FAILED, f"templates sync failed: {type(exc).__name__}: {exc}"
+    if dry_run:
+        return EXIT_OK, _validated_text(directory, sorted(templates), plan)
+    with cli_firestore(project, emulator_host) as client:
+        report = sync_templates(directory, client, plan=plan)
     return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()
+
+
+def _validated_text(directory: Path, template_ids: list[str], plan: Plan) -> str:
+    lines = [
+        f"templates sync (dry run): {len(template_ids)} template(s) in {directory} are valid "
+        f"(checked against the {plan.name} plan); Firestore was not contacted, nothing was written"
+    ]
+    lines += [f"  {template_id}: valid" for template_id in template_ids]
+    return "\n".join(lines)

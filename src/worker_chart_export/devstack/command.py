@@ -19,8 +19,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
+from worker_chart_export.core.run_progress import chart_manifests
 from worker_chart_export.devstack.processes import Child, StackError
-from worker_chart_export.flow_run_file import UsageError, read_flow_run
+from worker_chart_export.flow_run_file import UsageError, read_valid_flow_run
 
 if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
     from rich.console import Console
@@ -83,7 +84,7 @@ def run_stack(args: argparse.Namespace) -> int:
 
     console = Console(highlight=False, soft_wrap=True)  # long paths stay on one line
     try:
-        document = read_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
+        document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
     except UsageError as exc:
         print(f"worker-chart-export stack: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -163,10 +164,8 @@ def _print_endpoints(console: Console, stack: LocalStack) -> None:
 
 
 def _print_artifacts(console: Console, stack: LocalStack, watch: RunWatch, output_dir: Path) -> None:
-    for step_id, step in sorted(watch.steps().items()):
-        outputs = step.get("outputs") if isinstance(step.get("outputs"), dict) else {}
-        uri = outputs.get("outputsManifestGcsUri") if isinstance(outputs, dict) else None
-        if not isinstance(uri, str) or not uri.startswith(f"gs://{stack.bucket}/"):
+    for step_id, uri in chart_manifests(watch.document).items():
+        if not uri.startswith(f"gs://{stack.bucket}/"):
             continue
         prefix = uri.removeprefix(f"gs://{stack.bucket}/").rsplit("/", 1)[0] + "/"
         try:

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from worker_chart_export.core.run_progress import StatusChange, is_finished, status_changes, steps_of
+
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-SETTLED_RUN_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 HANDLED_STEP_TYPES = frozenset({"CHART_EXPORT"})  # the worker this stack serves
 SIMULATED_BY = "worker-chart-export stack --simulate-other-steps"
 _STYLES = {
@@ -38,17 +39,14 @@ _STYLES = {
 @dataclass(frozen=True)
 class Change:
     seconds: float  # since the watch started
-    step_id: str | None  # None: the run's own status
-    old: str | None
-    new: str | None
-    attempt: Any = None
+    change: StatusChange
 
     def text(self) -> Text:
-        what = "run" if self.step_id is None else self.step_id
-        line = Text(f"{self.seconds:6.1f}s  {what}: {self.old or '-'} -> ")
-        line.append(str(self.new), style=_STYLES.get(str(self.new), ""))
-        if self.attempt not in (None, 0):
-            line.append(f"  (attempt {self.attempt})", style="dim")
+        change = self.change
+        line = Text(f"{self.seconds:6.1f}s  {change.what}: {change.old or '-'} -> ")
+        line.append(str(change.new), style=_STYLES.get(str(change.new), ""))
+        if change.attempt_text:
+            line.append(f"  {change.attempt_text}", style="dim")
         return line
 
 
@@ -67,17 +65,17 @@ class RunWatch:
 
     @property
     def settled(self) -> bool:
-        return self.run_status in SETTLED_RUN_STATUSES
+        return is_finished(self.document)
 
     def steps(self) -> Mapping[str, Mapping[str, Any]]:
-        steps = self.document.get("steps")
-        return steps if isinstance(steps, Mapping) else {}
+        return steps_of(self.document)
 
     def poll(self) -> list[Change]:
         """Read the run once; what changed since the last read (and simulate, if asked)."""
         snapshot = self.reference.get()
         before, self.document = self.document, snapshot.to_dict() or {}
-        changes = _changes(before, self.document, time.monotonic() - self.started)
+        seconds = time.monotonic() - self.started
+        changes = [Change(seconds, change) for change in status_changes(before, self.document)]
         if self.simulate_other_steps and not self.settled:
             self._simulate(snapshot)
         return changes
@@ -126,24 +124,6 @@ def _note(step_id: str, step: Mapping[str, Any], simulated: set[str]) -> str:
     if isinstance(outputs, Mapping) and outputs.get("outputsManifestGcsUri"):
         return str(outputs["outputsManifestGcsUri"])
     return ""
-
-
-def _changes(before: Mapping[str, Any], after: Mapping[str, Any], seconds: float) -> list[Change]:
-    changes = []
-    if before.get("status") != after.get("status"):
-        changes.append(Change(seconds, None, before.get("status"), after.get("status")))
-    old_steps = before.get("steps") if isinstance(before.get("steps"), Mapping) else {}
-    new_steps = after.get("steps") if isinstance(after.get("steps"), Mapping) else {}
-    assert isinstance(old_steps, Mapping) and isinstance(new_steps, Mapping)
-    for step_id, step in sorted(new_steps.items()):
-        old = old_steps.get(step_id, {})
-        if not isinstance(step, Mapping) or not isinstance(old, Mapping):
-            continue
-        if old.get("status") != step.get("status") or old.get("attempt") != step.get("attempt"):
-            changes.append(
-                Change(seconds, step_id, old.get("status"), step.get("status"), step.get("attempt"))
-            )
-    return changes
 
 
 def _complete_step(
