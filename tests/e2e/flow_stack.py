@@ -1,6 +1,7 @@
 """The whole flow on this machine, as `worker-chart-export stack up` runs it: the Firestore
-emulator's real triggers go through the stack's router to advance_flow and the worker,
-each served in its own process; the reaper is POSTed every second.
+emulator's real triggers go through the stack's router to advance_flow (every write: created,
+updated, deleted) and the worker (updates), each served in its own process; the reaper is
+POSTed every second.
 
 The router records every event it delivered (trigger, document, body): the tests count
 invocations there, and decode the bodies into the document's history (each event carries
@@ -61,7 +62,7 @@ def subject(run_id: str) -> str:
     return f"documents/flow_runs/{run_id}"
 
 
-class _Event:
+class DeliveredEvent:
     """What decode_document_version reads from a CloudEvent: data and attributes."""
 
     def __init__(self, delivery: Delivery) -> None:
@@ -77,12 +78,22 @@ class _Event:
         return self._attributes[name]
 
 
+def as_delivered(delivery: Delivery) -> tuple[bytes, dict[str, str]]:
+    """An event the emulator delivered, to send again: its CloudEvent headers and body."""
+    kept = {
+        name: value
+        for name, value in delivery.headers.items()
+        if name.lower().startswith("ce-") or name.lower() == "content-type"
+    }
+    return delivery.body, kept
+
+
 def versions(stack: LocalStack, run_id: str) -> list[tuple[datetime, dict[str, Any]]]:
     """Every version of the run the triggers carried, oldest first (by update time: the
     router records an event when its function answered, not when it was sent)."""
     seen: dict[datetime, dict[str, Any]] = {}
     for delivery in stack.router.delivered(ADVANCE_TRIGGER, subject(run_id)):
-        version = decode_document_version(_Event(delivery))
+        version = decode_document_version(DeliveredEvent(delivery))
         assert version.update_time is not None and version.document is not None
         seen[version.update_time] = version.document
     return sorted(seen.items())

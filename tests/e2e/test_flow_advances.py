@@ -1,6 +1,7 @@
 """End to end on the stack (emulator triggers -> router -> served advance_flow and worker):
 a chain advances on its own without event loops, and duplicate or reordered events never
-double-advance or regress anything."""
+double-advance or regress anything. advance_flow hears every write (creations too), the
+worker every update."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from e2e.flow_stack import (
     ADVANCE_TRIGGER,
     WORKER_TRIGGER,
+    as_delivered,
     history,
     log_tails,
     new_run_id,
@@ -71,8 +73,8 @@ def test_a_chain_advances_on_its_own_and_every_write_is_one_event(stack: LocalSt
         "charts": chart_step(status="PENDING", dependsOn=["ohlcv"]),
         "llm": other_step("LLM_REPORT", "PENDING", ["charts"]),
     }
-    stack.flow_run_ref(run_id).set(flow_run(steps, run_id=run_id))  # a create: no trigger fires
-    complete(stack, run_id, "ohlcv")  # the OHLCV worker's finalize: the first event
+    stack.flow_run_ref(run_id).set(flow_run(steps, run_id=run_id))  # advance_flow: nothing to do yet
+    complete(stack, run_id, "ohlcv")  # the OHLCV worker's finalize: the first update
 
     wait_until(
         lambda: document(stack, run_id)["steps"]["llm"]["status"] == "READY",
@@ -86,14 +88,15 @@ def test_a_chain_advances_on_its_own_and_every_write_is_one_event(stack: LocalSt
     complete(stack, run_id, "llm")
     wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
 
-    # The bound. Every update of the document is one event to each trigger, and nothing
-    # else invokes these functions (the emulator does not redeliver). The updates are:
-    # the test's 2 (ohlcv done, llm done), the worker's 2 (claim, finalize) and
-    # advance_flow's 3 (charts READY, llm READY, run SUCCEEDED). advance_flow's own writes
-    # come back as events that plan to nothing and write nothing, so the chain stops:
-    # exactly 7 invocations of each function, however long we wait.
-    expected = {ADVANCE_TRIGGER: 7, WORKER_TRIGGER: 7}
-    wait_until(lambda: stack.router.counts(subject(run_id)) == expected, timeout=30, what="7 + 7 invocations")
+    # The bound. Every write of the document is one event to advance_flow, every update one
+    # to the worker, and nothing else invokes these functions (the emulator does not
+    # redeliver). The writes are: the test's creation (advance_flow's only) and 2 updates
+    # (ohlcv done, llm done), the worker's 2 (claim, finalize) and advance_flow's 3 (charts
+    # READY, llm READY, run SUCCEEDED). advance_flow's own writes come back as events that
+    # plan to nothing and write nothing, so the chain stops: exactly 8 invocations of
+    # advance_flow and 7 of the worker, however long we wait.
+    expected = {ADVANCE_TRIGGER: 8, WORKER_TRIGGER: 7}
+    wait_until(lambda: stack.router.counts(subject(run_id)) == expected, timeout=30, what="8 + 7 invocations")
     time.sleep(1.0)  # a loop would show up as more events within milliseconds
     assert stack.router.counts(subject(run_id)) == expected
     assert {d.status for d in stack.router.deliveries if d.subject == subject(run_id)} == {200}
@@ -126,38 +129,44 @@ def test_duplicate_and_reordered_events_never_double_advance_or_regress(
         "b": other_step("LLM_REPORT", "PENDING", ["a"]),
     }
     reference = stack.flow_run_ref(run_id)
-    reference.set(flow_run(steps, run_id=run_id))  # a create: the triggers stay quiet
+    reference.set(flow_run(steps, run_id=run_id))  # its creation event reaches advance_flow too
     v0 = reference.get()
     advance_url = stack.functions[ADVANCE_TARGET].url + "/"
 
-    # the same event three times at once: one write wins, the others lose the precondition
+    # the same version three times at once, racing the trigger's own creation event: one
+    # write wins, the others lose the precondition
     first = event_for(run_id, v0.to_dict(), v0.update_time, f"evt-{run_id}-0")
     with ThreadPoolExecutor(max_workers=3) as pool:
         assert list(pool.map(lambda _: post(advance_url, first), range(3))) == [200, 200, 200]
     wait_until(lambda: document(stack, run_id)["steps"]["b"]["status"] == "READY", what="b READY")
     v1 = reference.get()
-    # exactly one write happened: the emulator sent one event per write, and only one came
-    wait_until(lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 1, timeout=30, what="1 event")
+    # exactly one write happened: the emulator sent one event per write (the creation and
+    # that one), and no other came
+    wait_until(
+        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 2, timeout=30, what="2 events"
+    )
 
     complete(stack, run_id, "b")  # -> its event -> advance_flow: run SUCCEEDED
     wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
     wait_until(
-        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 3, timeout=30, what="3 events"
+        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 4, timeout=30, what="4 events"
     )
     settled = reference.get()
 
-    # now the old versions arrive late, newest first, and one again: none may write anything
+    # now the old versions arrive late, newest first, and once more each event the trigger
+    # delivered, the creation included: none may write anything
     late = [
         event_for(run_id, v1.to_dict(), v1.update_time, f"evt-{run_id}-1"),
         event_for(run_id, v0.to_dict(), v0.update_time, f"evt-{run_id}-0"),
         first,
+        *map(as_delivered, reversed(stack.router.delivered(ADVANCE_TRIGGER, subject(run_id)))),
     ]
-    assert [post(advance_url, event) for event in late] == [200, 200, 200]
+    assert [post(advance_url, event) for event in late] == [200] * 7
     time.sleep(0.5)  # a write would come back as an event within milliseconds
     after = reference.get()
     assert after.update_time == settled.update_time  # not even a same-value rewrite
     assert after.to_dict() == settled.to_dict()
     assert (after.to_dict()["steps"]["b"]["status"], after.to_dict()["status"]) == ("SUCCEEDED", "SUCCEEDED")
-    assert stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 3
-    assert history(stack, run_id, "b") == ["READY", "SUCCEEDED"]
+    assert stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 4
+    assert history(stack, run_id, "b") == ["PENDING", "READY", "SUCCEEDED"]
     assert history(stack, run_id, None) == ["RUNNING", "SUCCEEDED"]

@@ -1,6 +1,7 @@
-"""Malformed requests against the served worker (`worker-chart-export serve`, its own process,
-pointed at the Firestore emulator): each is answered 2xx or 4xx, leaves exactly one JSON line
-in the worker's log, and no line anywhere carries a traceback.
+"""Malformed requests against the served worker, advance_flow and the reaper
+(`worker-chart-export serve --target ...`, each its own process, pointed at the Firestore
+emulator): each is answered 2xx or 4xx, leaves exactly one JSON line in the function's log,
+and no line anywhere carries a traceback.
 
 Each request carries its own W3C `traceparent`, so its lines are told apart by their
 `logging.googleapis.com/trace`, which also checks that lines written before our function
@@ -14,13 +15,13 @@ import http.client
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.stack import Worker, start_worker
+from e2e.stack import Worker, start_worker, worker_command
 from harness.firestore_emulator import FirestoreEmulator, free_port
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
@@ -42,6 +43,7 @@ class Case:
     expected: tuple[int, ...]
     method: str = "POST"
     severity: str = "WARNING"
+    path: str = "/"
     message_contains: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,36 +118,47 @@ CORPUS = [
 ]
 
 
+@contextmanager
+def serving(
+    target: str, emulator: FirestoreEmulator, logs: pytest.TempPathFactory, warm_up: Case
+) -> Iterator[Worker]:
+    """`worker-chart-export serve --target <target>` in its own process, warmed by one
+    well-formed request (so its start-up lines are written before the corpus is sent)."""
+    script = worker_command(0)[0]
+    server = start_worker(
+        free_port(),
+        {
+            "FIRESTORE_EMULATOR_HOST": emulator.host,
+            "GOOGLE_CLOUD_PROJECT": emulator.project,
+            "CHARTS_API_MODE": "mock",
+            "APP_ENV": "e2e",
+        },
+        logs.mktemp(target) / "function.log",
+        command=[script, "serve", "--target", target],
+    )
+    try:
+        if send(server, warm_up, uuid.uuid4().hex) not in warm_up.expected:
+            pytest.fail(f"{target} did not answer the warm-up:\n{server.log_tail()}", pytrace=False)
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def served_worker(
     firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
-    log_path = Path(tmp_path_factory.mktemp("malformed")) / "worker.log"
-    worker = start_worker(
-        free_port(),
-        {
-            "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
-            "GOOGLE_CLOUD_PROJECT": firestore_emulator.project,
-            "CHARTS_API_MODE": "mock",
-            "APP_ENV": "e2e",
-        },
-        log_path,
-    )
-    try:
-        # a well-formed no-op event first: the server is warm and its start-up lines written
-        body = build_document_event_data(document_resource_name(PROJECT_ID, "flow_runs/RUN1"), {"steps": {}})
-        warm_up = Case("warm-up", body.SerializeToString(), binary_headers(), (200,))
-        assert send(worker, warm_up, uuid.uuid4().hex) == 200, worker.log_tail()
-        yield worker
-    finally:
-        worker.stop()
+    body = build_document_event_data(document_resource_name(PROJECT_ID, "flow_runs/RUN1"), {"steps": {}})
+    warm_up = Case("warm-up", body.SerializeToString(), binary_headers(), (200,))  # a no-op event
+    with serving("on_flow_run_updated", firestore_emulator, tmp_path_factory, warm_up) as server:
+        yield server
 
 
 def send(worker: Worker, case: Case, trace_id: str) -> int:
     connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=60)
     headers = {**case.headers, "traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"}
     try:
-        connection.request(case.method, "/", body=case.body or None, headers=headers)
+        connection.request(case.method, case.path, body=case.body or None, headers=headers)
         response = connection.getresponse()
         response.read()
         return response.status
@@ -156,12 +169,19 @@ def send(worker: Worker, case: Case, trace_id: str) -> int:
 def test_malformed_requests_get_2xx_or_4xx_and_one_structured_line_each(
     served_worker: Worker, firestore_emulator: FirestoreEmulator
 ) -> None:
-    log_before = served_worker.log_path.read_text(encoding="utf-8", errors="replace")
-    traces = {case.name: uuid.uuid4().hex for case in CORPUS}
-    statuses = {case.name: send(served_worker, case, traces[case.name]) for case in CORPUS}
+    check_corpus(served_worker, CORPUS, firestore_emulator.project)
 
-    new_text = served_worker.log_path.read_text(encoding="utf-8", errors="replace")[len(log_before) :]
-    wrong_status = {name: status for name, status in statuses.items() if status not in _case(name).expected}
+
+def check_corpus(server: Worker, corpus: list[Case], project: str) -> None:
+    """Send every case, each with its own trace: the expected status, exactly one JSON line
+    for its trace (with the case's severity and message), no traceback, no stray line."""
+    log_before = server.log_path.read_text(encoding="utf-8", errors="replace")
+    traces = {case.name: uuid.uuid4().hex for case in corpus}
+    statuses = {case.name: send(server, case, traces[case.name]) for case in corpus}
+
+    new_text = server.log_path.read_text(encoding="utf-8", errors="replace")[len(log_before) :]
+    expected = {case.name: case.expected for case in corpus}
+    wrong_status = {name: status for name, status in statuses.items() if status not in expected[name]}
     assert wrong_status == {}, f"unexpected statuses {wrong_status}; log:\n{new_text[-4000:]}"
     assert "Traceback" not in new_text, new_text[-4000:]
     lines = [raw for raw in new_text.splitlines() if raw.strip()]
@@ -169,13 +189,13 @@ def test_malformed_requests_get_2xx_or_4xx_and_one_structured_line_each(
     assert not_json == [], f"lines that are not one JSON object: {not_json[:5]}"
 
     records = [_json_object(raw) or {} for raw in lines]
-    for case in CORPUS:
-        trace = f"projects/{firestore_emulator.project}/traces/{traces[case.name]}"
+    for case in corpus:
+        trace = f"projects/{project}/traces/{traces[case.name]}"
         mine = [record for record in records if record.get("logging.googleapis.com/trace") == trace]
         assert len(mine) == 1, f"{case.name}: {len(mine)} lines for its trace: {mine}"
         assert mine[0]["severity"] == case.severity, (case.name, mine[0])
         assert case.message_contains in mine[0]["message"], (case.name, mine[0])
-    assert len(records) == len(CORPUS), "a line belongs to no request of the corpus"
+    assert len(records) == len(corpus), "a line belongs to no request of the corpus"
 
 
 def test_forged_ids_are_acknowledged_as_poison_naming_the_firestore_rule(
@@ -200,12 +220,100 @@ def test_forged_ids_are_acknowledged_as_poison_naming_the_firestore_rule(
     assert "is not a flow_runs/{runId} document" in reasons["forged-encoded-slash"]
 
 
-def _case(name: str) -> Case:
-    return next(case for case in CORPUS if case.name == name)
-
-
 def _json_object(raw: str) -> dict[str, Any] | None:
     with contextlib.suppress(ValueError):
         loaded = json.loads(raw)
         return loaded if isinstance(loaded, dict) else None
     return None
+
+
+# --- advance_flow: the same corpus, and versions Firestore never writes ----------------------
+
+
+def versioned(
+    name: str, *, seconds: int | None = None, nanos: int | None = None, bad_field: bool = False
+) -> Case:
+    """A flow_run version advance_flow would plan from (a PENDING step), but carrying what
+    Firestore never writes: no update_time, one out of range, or a timestamp field out of range."""
+    document = document_resource_name(PROJECT_ID, "flow_runs/RUN1")
+    fields = {"runId": "RUN1", "status": "PENDING", "steps": {"s": {"stepType": "X", "status": "PENDING"}}}
+    event_data = build_document_event_data(document, fields)
+    if seconds is not None or nanos is not None:
+        event_data.value.update_time.seconds = 1_795_000_000 if seconds is None else seconds
+        event_data.value.update_time.nanos = nanos or 0
+    if bad_field:
+        event_data.value.update_time.seconds = 1_795_000_000
+        event_data.value.fields["createdAt"].timestamp_value.seconds = 10**13
+    headers = {**binary_headers(), "ce-type": "google.cloud.firestore.document.v1.written"}
+    return Case(name, event_data.SerializeToString(), headers, (200,), message_contains="event ignored")
+
+
+ADVANCE_CORPUS = [
+    *CORPUS,
+    versioned("update-time-seconds-1e13", seconds=10**13),
+    versioned("update-time-nanos-over-1e9", nanos=10**9 + 1),
+    versioned("update-time-negative-nanos", nanos=-1),
+    versioned("timestamp-field-1e13", bad_field=True),
+    versioned("no-update-time"),
+]
+
+
+@pytest.fixture(scope="module")
+def served_advance_flow(
+    firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
+    deleted = build_document_event_data(document_resource_name(PROJECT_ID, "flow_runs/RUN1"), None, {})
+    warm_up = Case("warm-up", deleted.SerializeToString(), binary_headers(), (200,))  # a no-op
+    with serving("advance_flow", firestore_emulator, tmp_path_factory, warm_up) as server:
+        yield server
+
+
+def test_advance_flow_answers_malformed_events_2xx_or_4xx_with_one_line_each(
+    served_advance_flow: Worker, firestore_emulator: FirestoreEmulator
+) -> None:
+    check_corpus(served_advance_flow, ADVANCE_CORPUS, firestore_emulator.project)
+
+
+# --- the reaper (HTTP, for Cloud Scheduler): any POST runs a pass, other methods are refused --
+
+
+def reaper_post(name: str, body: bytes, content_type: str | None = None) -> Case:
+    headers = {} if content_type is None else {"content-type": content_type}
+    return Case(name, body, headers, (200,), severity="INFO", message_contains="reaper pass finished")
+
+
+def reaper_refused(method: str) -> Case:
+    refused = "the reaper is run by POST"
+    return Case(method.lower(), b"", {}, (405,), method=method, message_contains=refused)
+
+
+REAPER_CORPUS = [
+    reaper_post("empty", b""),
+    reaper_post("empty-json", b"{}", "application/json"),
+    reaper_post("nested-json", NESTED_ARRAY, "application/json"),
+    reaper_post("not-utf8-json", NOT_UTF8, "application/json"),
+    reaper_post("not-utf8-octets", NOT_UTF8, "application/octet-stream"),
+    reaper_post("json-array", b"[1, 2]", "application/json"),
+    reaper_post("xml", b"<event/>", "application/xml"),
+    reaper_post("form", b"a=b&c=%ff", "application/x-www-form-urlencoded"),
+    reaper_post("cloudevent", NESTED_OBJECT, "application/cloudevents+json"),
+    reaper_post("big", b"x" * 1_000_000, "text/plain"),
+    *(reaper_refused(method) for method in ("GET", "PUT", "DELETE", "PATCH", "OPTIONS")),
+    Case("robots", b"", {}, (404,), method="GET", message_contains="request rejected", path="/robots.txt"),
+]
+
+
+@pytest.fixture(scope="module")
+def served_reaper(
+    firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
+    firestore_emulator.reset()  # no lease left by another test: one pass, one line
+    warm_up = reaper_post("warm-up", b"")
+    with serving("reap_expired_leases", firestore_emulator, tmp_path_factory, warm_up) as server:
+        yield server
+
+
+def test_the_reaper_answers_malformed_requests_2xx_or_4xx_with_one_line_each(
+    served_reaper: Worker, firestore_emulator: FirestoreEmulator
+) -> None:
+    check_corpus(served_reaper, REAPER_CORPUS, firestore_emulator.project)

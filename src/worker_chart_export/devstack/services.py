@@ -23,7 +23,8 @@ FIRESTORE_JAR = Path(
 )
 FIRESTORE_JAR_ENV = "FIRESTORE_EMULATOR_JAR"
 FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
-UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"
+UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"  # the worker's trigger
+WRITTEN_EVENT = "google.cloud.firestore.document.v1.written"  # advance_flow's: a created run starts
 START_TIMEOUT_SECONDS = 60.0
 # The CHART-IMG stand-in is test code: only a source checkout has it (src/ never imports it).
 CHART_IMG_STAND_IN = Path(__file__).resolve().parents[3] / "tests" / "harness" / "chart_img_server.py"
@@ -72,10 +73,11 @@ def start_firestore_emulator(supervisor: Supervisor, port: int, functions_host: 
     return child
 
 
-def register_update_trigger(emulator_host: str, project: str, name: str) -> None:
-    """Updates of flow_runs/{runId} go to <functions host>/functions/projects/<p>/triggers/<name>."""
+def register_trigger(emulator_host: str, project: str, name: str, event_type: str = UPDATED_EVENT) -> None:
+    """Events of `event_type` (UPDATED_EVENT, WRITTEN_EVENT: creations, updates and deletes)
+    on flow_runs/{runId} go to <functions host>/functions/projects/<p>/triggers/<name>."""
     body = {
-        "eventType": UPDATED_EVENT,
+        "eventType": event_type,
         "database": "(default)",
         "namespace": "(default)",
         "document": {"value": "flow_runs/{runId}", "matchType": "PATH_PATTERN"},

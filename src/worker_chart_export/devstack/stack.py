@@ -3,8 +3,8 @@ served functions (worker, advance_flow, reaper), the trigger router between them
 reaper schedule standing in for Cloud Scheduler. Used by `worker-chart-export stack up`
 and by the end-to-end tests.
 
-    emulator --(every trigger)--> router --chart-worker--> serve --target on_flow_run_updated
-                                         \\-advance-flow--> serve --target advance_flow
+    emulator --(every trigger)--> router --chart-worker (updated)--> serve --target on_flow_run_updated
+                                         \\-advance-flow (written)--> serve --target advance_flow
     reaper schedule (thread) --POST every few s--> serve --target reap_expired_leases
 """
 
@@ -19,7 +19,6 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -48,8 +47,12 @@ if TYPE_CHECKING:
 PROJECT = "demo-worker-chart-export"
 STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"
 WORKER_TARGET, ADVANCE_TARGET, REAPER_TARGET = "on_flow_run_updated", "advance_flow", "reap_expired_leases"
-# trigger name (as registered on the emulator) -> the function it delivers to
-TRIGGERS = {"chart-worker": WORKER_TARGET, "advance-flow": ADVANCE_TARGET}
+# trigger name (as registered on the emulator) -> the function it delivers to, and the events:
+# advance_flow hears creations too (a created run starts by itself), the worker updates only
+TRIGGERS = {
+    "chart-worker": (WORKER_TARGET, services.UPDATED_EVENT),
+    "advance-flow": (ADVANCE_TARGET, services.WRITTEN_EVENT),
+}
 # variables the functions must not inherit from the shell: the stack sets its own
 _OWN_ENV = (
     FIRESTORE_EMULATOR_HOST,
@@ -141,9 +144,9 @@ class LocalStack:
                 future.result()
         services.create_bucket(self.gcs_url, self.bucket, self.project)
         self._sync_templates()  # before any event: the worker caches a missing template for minutes
-        for trigger, target in TRIGGERS.items():
+        for trigger, (target, event_type) in TRIGGERS.items():
             self.router.route(trigger, f"127.0.0.1:{self.functions[target].port}")
-            services.register_update_trigger(self.emulator_host, self.project, trigger)
+            services.register_trigger(self.emulator_host, self.project, trigger, event_type)
         self._reaper_thread = threading.Thread(
             target=self._reaper_schedule, name="reaper-schedule", daemon=True
         )
@@ -245,12 +248,11 @@ class LocalStack:
         return self.db.collection("flow_runs").document(run_id)
 
     def write_flow_run(self, document: dict[str, Any]) -> str:
-        """Create the run, then touch it: the emulator's trigger fires on updates only."""
-        run_id = str(document["runId"])
-        reference = self.flow_run_ref(run_id)
-        reference.set(document)
-        reference.update({"updatedAt": _now_text()})
-        return run_id
+        """Create the run as a producer does (`submit`'s way: create-only, status PENDING);
+        advance_flow's trigger hears the creation, and nothing else is written."""
+        from worker_chart_export.submit import create_flow_run
+
+        return create_flow_run(self.db, document)
 
     def objects(self, prefix: str) -> list[str]:
         status, body = services.http(
@@ -300,7 +302,3 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _now_text() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
