@@ -359,7 +359,7 @@ class DocumentVersion:
 
     run_id: str
     document: dict[str, Any] | None  # None: the document was deleted
-    update_time: datetime | None  # the version's update time, for a precondition; None when deleted
+    update_time: datetime | None  # the version's update time, for a precondition (None: deleted, or not sent)
     created: bool = False  # the event is the document's creation (it carries no old version)
 
 
@@ -368,8 +368,8 @@ def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
     with its update time.
 
     Raises PoisonEvent when the payload cannot be decoded, names no flow_runs document, or
-    holds what Firestore never sends: a document without an update time, a timestamp out
-    of range (a forged event; redelivering it cannot help).
+    holds a timestamp Firestore never writes (a forged event; redelivering it cannot help).
+    A version without an update time (Firestore always sends one) has `update_time` None.
     """
     value_bytes, old_value_bytes, _ = split_event_payload(cloud_event.data)
     try:
@@ -385,10 +385,8 @@ def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
     run_id = _resolve_run_id(cloud_event, named.name)
     if current is None:
         return DocumentVersion(run_id, None, None)
-    if not current.HasField("update_time"):
-        raise PoisonEvent("the document carries no update_time: there is no version to write on")
     try:
-        updated = timestamp_to_datetime(current.update_time)
+        updated = timestamp_to_datetime(current.update_time) if current.HasField("update_time") else None
         document = document_to_python(current)
     except UndecodableValue as exc:
         raise PoisonEvent(f"the document holds a timestamp Firestore never writes: {exc}") from None

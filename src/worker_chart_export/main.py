@@ -243,9 +243,11 @@ def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
     redelivers (advancing is idempotent)."""
     version = decode_version_event(cloud_event)  # PoisonEvent: acknowledged with one WARNING
     log = log.bind(function="advance_flow", runId=version.run_id)
-    if version.document is None or version.update_time is None:
+    if version.document is None:
         log.info("advance_flow: flow_run deleted, nothing to advance", eventType=cloud_event.get("type"))
         return
+    if version.update_time is None:  # Firestore always sends it: a forged or foreign event
+        raise events.PoisonEvent("the document carries no update_time: there is no version to write on")
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export.advance import advance_version

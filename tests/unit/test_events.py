@@ -507,10 +507,10 @@ def test_a_timestamp_field_firestore_never_writes_is_poison() -> None:
         decode_document_version(subject_event(event_data.SerializeToString()))
 
 
-def test_a_document_without_an_update_time_is_poison() -> None:
+def test_a_document_without_an_update_time_is_a_version_without_one() -> None:
     payload = protobuf_payload(flow_run_fields({"s": step()}))
-    with pytest.raises(PoisonEvent, match="no update_time"):
-        decode_document_version(subject_event(payload))
+    version = decode_document_version(subject_event(payload))
+    assert (version.document, version.update_time) == (flow_run_fields({"s": step()}), None)
 
 
 INFINITE_NULL = {"value": {"name": DOC_NAME, "fields": {"n": {"nullValue": float("inf")}}}}
