@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Deploys worker-chart-export and the flow around it to Google Cloud: the image, the bucket, the
-# secret, service accounts and IAM, three Cloud Run services from the same image (the worker,
-# advance_flow, the reaper), two Eventarc triggers with a dead-letter topic, the reaper's Cloud
-# Scheduler job, the Firestore index the reaper's query needs, log-based metrics and alert policies.
-# Idempotent: existing resources are kept (or updated where gcloud can). See deploy/README.md.
+# Deploys worker-chart-export and the flow around it to Google Cloud: the Firestore database
+# (Native mode), the image, the bucket, the secret, service accounts and IAM, three Cloud Run
+# services from the same image (the worker, advance_flow, the reaper), two Eventarc triggers
+# with a dead-letter topic, the reaper's Cloud Scheduler job, the Firestore index the reaper's
+# query needs, log-based metrics, alert policies, and the chart templates.
+# Idempotent: each resource is looked up first, created when absent, updated only where it
+# differs (Cloud Run gets a new revision each time). See deploy/README.md.
 #
 # Usage: deploy/deploy.sh [--dry-run] [--print-config] [--help]
 #   --dry-run       print every command that would run, in order, one per line, and run nothing
@@ -11,8 +13,17 @@
 #   --print-config  print the resolved configuration as NAME=value lines and exit
 # Configuration: environment variables, documented in deploy/README.md, e.g.
 #   PROJECT_ID=my-project REGION=europe-west1 FIRESTORE_LOCATION=eur3 \
-#   CHARTS_BUCKET=my-charts ./deploy/deploy.sh --dry-run
+#   CHARTS_BUCKET=my-charts ACCOUNTS_FILE=./chart-img.accounts.json ./deploy/deploy.sh --dry-run
 set -euo pipefail
+
+# Every call below was checked against this Google Cloud CLI (tests/deploy/ has the installed
+# CLI parse each one); alert policies need its alpha track (`gcloud alpha monitoring policies`:
+# no GA or beta command manages them).
+MIN_GCLOUD_VERSION=528.0.0
+# advance_flow must see a flow_run's creation (its first steps become READY then), so its
+# trigger takes every write; the worker only acts on updates (a step set READY).
+WORKER_EVENT_TYPE=google.cloud.firestore.document.v1.updated
+ADVANCE_EVENT_TYPE=google.cloud.firestore.document.v1.written
 
 DRY_RUN=0
 PRINT_CONFIG=0
@@ -20,7 +31,7 @@ for arg in "$@"; do
   case "${arg}" in
     --dry-run) DRY_RUN=1 ;;
     --print-config) PRINT_CONFIG=1 ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: ${arg} (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -28,11 +39,19 @@ done
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # --- configuration: everything below reads these ----------------------------------------------
-PROJECT_ID="${PROJECT_ID:?set PROJECT_ID}"
-REGION="${REGION:?set REGION (Cloud Run, Artifact Registry, bucket and scheduler region)}"
-# The Eventarc triggers must live where the Firestore database is (nam5, eur3 or a region).
-FIRESTORE_LOCATION="${FIRESTORE_LOCATION:?set FIRESTORE_LOCATION (the Firestore database location)}"
-CHARTS_BUCKET="${CHARTS_BUCKET:?set CHARTS_BUCKET (bucket name, without gs://)}"
+missing=()
+for name in PROJECT_ID REGION FIRESTORE_LOCATION CHARTS_BUCKET; do
+  [[ -n "${!name:-}" ]] || missing+=("${name}")
+done
+if ((${#missing[@]} > 0)); then
+  echo "deploy.sh: missing required variables: ${missing[*]} (see deploy/README.md, Configuration)" >&2
+  exit 2
+fi
+# REGION: Cloud Run, Artifact Registry, bucket and scheduler region. FIRESTORE_LOCATION: the
+# (default) database's location (nam5, eur3 or a region); the Eventarc triggers must live there.
+# CHARTS_BUCKET: a bucket name or gs://name, as the worker itself accepts.
+CHARTS_BUCKET="${CHARTS_BUCKET#gs://}"
+CHARTS_BUCKET="${CHARTS_BUCKET%/}"
 SERVICE="${SERVICE:-worker-chart-export}"
 ADVANCE_SERVICE="${ADVANCE_SERVICE:-${SERVICE}-advance-flow}"
 REAPER_SERVICE="${REAPER_SERVICE:-${SERVICE}-reaper}"
@@ -44,7 +63,7 @@ BUILD_IMAGE=1
 IMAGE="${IMAGE:-${REGION}-docker.pkg.dev/${PROJECT_ID}/${AR_REPO}/${SERVICE}:${IMAGE_TAG}}"
 SECRET_NAME="${SECRET_NAME:-chart-img-accounts}"
 # JSON file [{"id": "...", "apiKey": "..."}]: needed the first time (creates the secret) and to
-# rotate keys (adds a version).
+# rotate keys (adds a version when it differs from the latest). Checked before anything runs.
 ACCOUNTS_FILE="${ACCOUNTS_FILE:-}"
 RUNTIME_SA_NAME="${RUNTIME_SA_NAME:-worker-chart-export}"
 FLOW_SA_NAME="${FLOW_SA_NAME:-worker-chart-export-flow}"
@@ -53,6 +72,7 @@ SCHEDULER_SA_NAME="${SCHEDULER_SA_NAME:-worker-chart-export-scheduler}"
 TRIGGER_NAME="${TRIGGER_NAME:-${SERVICE}-flow-runs}"
 ADVANCE_TRIGGER_NAME="${ADVANCE_TRIGGER_NAME:-${ADVANCE_SERVICE}-trigger}"
 DEAD_LETTER_TOPIC="${DEAD_LETTER_TOPIC:-${SERVICE}-dead-letter}"
+DEAD_LETTER_HOLD="${DEAD_LETTER_TOPIC}-hold"
 # Pub/Sub counts every delivery, a 429 at max instances included: leave room for those.
 MAX_DELIVERY_ATTEMPTS="${MAX_DELIVERY_ATTEMPTS:-20}"
 REAPER_JOB="${REAPER_JOB:-${REAPER_SERVICE}}"
@@ -63,6 +83,7 @@ APP_ENV="${APP_ENV:-prod}"
 # (budget = this - FINALIZE_BUDGET_SECONDS). TIMEOUT_SECONDS is the older name of the same knob.
 REQUEST_TIMEOUT_SECONDS="${REQUEST_TIMEOUT_SECONDS:-${TIMEOUT_SECONDS:-300}}"
 FINALIZE_BUDGET_SECONDS="${FINALIZE_BUDGET_SECONDS:-30}"
+ADVANCE_TIMEOUT_SECONDS="${ADVANCE_TIMEOUT_SECONDS:-60}"
 # Scale-out knobs (deploy/README.md, "Throughput"): steps served at once per instance (= gunicorn
 # THREADS), and instances. Per-key pacing is shared through Firestore, so instances may grow.
 CONCURRENCY="${CONCURRENCY:-4}"
@@ -73,7 +94,8 @@ MEMORY="${MEMORY:-512Mi}"
 ADVANCE_CONCURRENCY="${ADVANCE_CONCURRENCY:-8}"
 ADVANCE_MAX_INSTANCES="${ADVANCE_MAX_INSTANCES:-5}"
 REAPER_TIMEOUT_SECONDS="${REAPER_TIMEOUT_SECONDS:-120}"
-# Comma-separated notification channel resource names for the alert policies (optional).
+# Comma-separated notification channel resource names for the alert policies (optional). They
+# are the policies' channels: a re-deploy sets exactly these.
 NOTIFICATION_CHANNELS="${NOTIFICATION_CHANNELS:-}"
 # Optional: saves a `gcloud projects describe` (needed for the Pub/Sub service agent's address).
 PROJECT_NUMBER="${PROJECT_NUMBER:-}"
@@ -93,47 +115,114 @@ FLOW_ENV="APP_ENV=${APP_ENV},GOOGLE_CLOUD_PROJECT=${PROJECT_ID}"
 if [[ "${PRINT_CONFIG}" == 1 ]]; then
   for name in PROJECT_ID REGION FIRESTORE_LOCATION CHARTS_BUCKET SERVICE ADVANCE_SERVICE \
     REAPER_SERVICE IMAGE SECRET_NAME RUNTIME_SA FLOW_SA TRIGGER_SA SCHEDULER_SA TRIGGER_NAME \
-    ADVANCE_TRIGGER_NAME DEAD_LETTER_TOPIC MAX_DELIVERY_ATTEMPTS REAPER_JOB REAPER_SCHEDULE \
-    SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS CONCURRENCY \
-    MAX_INSTANCES MIN_INSTANCES CPU MEMORY ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES \
-    REAPER_TIMEOUT_SECONDS; do
+    ADVANCE_TRIGGER_NAME DEAD_LETTER_TOPIC DEAD_LETTER_HOLD MAX_DELIVERY_ATTEMPTS REAPER_JOB \
+    REAPER_SCHEDULE SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS \
+    ADVANCE_TIMEOUT_SECONDS CONCURRENCY MAX_INSTANCES MIN_INSTANCES CPU MEMORY \
+    ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
   exit 0
 fi
 
-# Sanity checks that gcloud would only report halfway through.
-if ! [[ "${REQUEST_TIMEOUT_SECONDS}" =~ ^[0-9]+$ ]] || ((REQUEST_TIMEOUT_SECONDS > 3600)); then
-  echo "REQUEST_TIMEOUT_SECONDS must be 1..3600 (Cloud Run's limit)" >&2
+# --- checks that gcloud would only report halfway through: all of them, then stop -------------
+problems=()
+int_in() { # NAME LOW HIGH WHY
+  local value="${!1}"
+  if ! [[ "${value}" =~ ^[0-9]+$ ]] || ((10#${value} < $2 || 10#${value} > $3)); then
+    problems+=("$1 must be $2..$3 ($4), got '${value}'")
+  fi
+}
+# Events reach both event-driven services through Pub/Sub push subscriptions, whose
+# acknowledgement deadline (set below from these timeouts) is at most 600 s: a longer request
+# would be delivered again while it still runs. Cloud Run alone would allow 3600.
+int_in REQUEST_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
+int_in ADVANCE_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
+int_in FINALIZE_BUDGET_SECONDS 0 599 "time kept to finalize the step"
+int_in MAX_DELIVERY_ATTEMPTS 5 100 "Pub/Sub's dead-letter range"
+int_in REAPER_TIMEOUT_SECONDS 15 1800 "Cloud Scheduler's attempt deadline range"
+if [[ "${FINALIZE_BUDGET_SECONDS}" =~ ^[0-9]+$ && "${REQUEST_TIMEOUT_SECONDS}" =~ ^[0-9]+$ ]] \
+  && ((10#${FINALIZE_BUDGET_SECONDS} >= 10#${REQUEST_TIMEOUT_SECONDS})); then
+  problems+=("FINALIZE_BUDGET_SECONDS must be below REQUEST_TIMEOUT_SECONDS")
+fi
+if ! [[ "${CHARTS_BUCKET}" =~ ^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$ ]]; then
+  problems+=("CHARTS_BUCKET: expected a bucket name or gs://<bucket>, got '${CHARTS_BUCKET}'")
+fi
+if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
+  problems+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
+fi
+if ((${#problems[@]} > 0)); then
+  printf 'deploy.sh: %s\n' "${problems[@]}" >&2
   exit 2
 fi
-((FINALIZE_BUDGET_SECONDS < REQUEST_TIMEOUT_SECONDS)) \
-  || { echo "FINALIZE_BUDGET_SECONDS must be below REQUEST_TIMEOUT_SECONDS" >&2; exit 2; }
-((MAX_DELIVERY_ATTEMPTS >= 5 && MAX_DELIVERY_ATTEMPTS <= 100)) \
-  || { echo "MAX_DELIVERY_ATTEMPTS must be 5..100 (Pub/Sub's range)" >&2; exit 2; }
+# Pub/Sub's minimum acknowledgement deadline is 10 s.
+WORKER_ACK_DEADLINE=$((10#${REQUEST_TIMEOUT_SECONDS} < 10 ? 10 : 10#${REQUEST_TIMEOUT_SECONDS}))
+ADVANCE_ACK_DEADLINE=$((10#${ADVANCE_TIMEOUT_SECONDS} < 10 ? 10 : 10#${ADVANCE_TIMEOUT_SECONDS}))
+
+# The project's own CLI: it checks ACCOUNTS_FILE (the worker's parser) and syncs the templates.
+if command -v worker-chart-export >/dev/null 2>&1; then
+  WCE="$(command -v worker-chart-export)"
+elif [[ -x "${REPO_ROOT}/.venv/bin/worker-chart-export" ]]; then
+  WCE="${REPO_ROOT}/.venv/bin/worker-chart-export"
+else
+  echo "deploy.sh: worker-chart-export not found (on PATH or in .venv): install it with 'bash scripts/bootstrap.sh'" >&2
+  exit 2
+fi
+# Before anything is uploaded: one line naming the problem (never a key), exit 2.
+if [[ -n "${ACCOUNTS_FILE}" ]]; then
+  "${WCE}" accounts --check-file "${ACCOUNTS_FILE}" >/dev/null || exit 2
+fi
 
 # --- how commands run -----------------------------------------------------------------------------
-# run: a command that changes something. exists: a read-only probe (describe); in a dry run it is
-# printed with a leading "? " and taken as "absent", so the create that follows is printed too.
-# capture: a read-only look-up whose output is used; a dry run prints it and yields a placeholder.
+# Every gcloud call takes the project from here (the user's gcloud configuration is left alone)
+# and never waits on a prompt.
+export CLOUDSDK_CORE_PROJECT="${PROJECT_ID}" CLOUDSDK_CORE_DISABLE_PROMPTS=1
+WORK_DIR="$(mktemp -d)"
+trap 'rm -rf "${WORK_DIR}"' EXIT
+# run: a command that changes something. describe: a read-only look-up (see below). capture: a
+# read-only look-up whose output is used; a dry run prints it and yields a placeholder.
 exec 3>&1
 print_cmd() { local IFS=' '; printf '%s%s\n' "$1" "$(shift; printf '%q ' "$@" | sed 's/ $//')" >&3; }
 run() {
   if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "" "$@"; else "$@"; fi
-}
-exists() {
-  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; return 1; fi
-  "$@" >/dev/null 2>&1
 }
 capture() {
   local placeholder="$1"
   shift
   if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "" "$@"; printf '%s' "${placeholder}"; else "$@"; fi
 }
+# describe: returns 0 with the command's output in DESCRIBED when the resource exists, 1 when
+# gcloud says it does not; any other failure (permission, API disabled, a rejected command)
+# stops the deploy with gcloud's message instead of passing for "absent". A dry run prints it
+# with a leading "? " and takes it as absent, so the create that follows is printed too.
+DESCRIBED=""
+ABSENT='NOT_FOUND|[Nn]ot found|does not exist|404'
+describe() {
+  DESCRIBED=""
+  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; return 1; fi
+  if DESCRIBED="$("$@" 2>"${WORK_DIR}/stderr")"; then return 0; fi
+  grep -qE "${ABSENT}" "${WORK_DIR}/stderr" && return 1
+  { printf 'deploy.sh: stopped: could not look up:'; printf ' %q' "$@"; echo; cat "${WORK_DIR}/stderr"; } >&2
+  exit 1
+}
+die() { echo "deploy.sh: $*" >&2; exit 1; }
 section() { if [[ "${DRY_RUN}" == 1 ]]; then echo "# == $*"; else echo "== $*"; fi; }
 
 cd "${REPO_ROOT}"
-run gcloud config set project "${PROJECT_ID}"
+section "preflight: gcloud >= ${MIN_GCLOUD_VERSION} with its alpha track, project ${PROJECT_ID}"
+if [[ "${DRY_RUN}" == 0 ]]; then
+  command -v gcloud >/dev/null 2>&1 \
+    || die "gcloud not found: install the Google Cloud CLI >= ${MIN_GCLOUD_VERSION}"
+  have="$(gcloud version --format='value("Google Cloud SDK")' 2>/dev/null || true)"
+  printf '%s\n%s\n' "${MIN_GCLOUD_VERSION}" "${have:-0}" | sort -V -C \
+    || die "gcloud ${have:-(unknown version)} is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: gcloud components update (or upgrade the google-cloud-cli package)"
+  gcloud alpha monitoring policies list --help </dev/null >/dev/null 2>&1 \
+    || die "gcloud's alpha track is missing (alert policies are managed with 'gcloud alpha monitoring policies'): gcloud components install alpha (Debian/RPM packages include it)"
+fi
+# Without ACCOUNTS_FILE the secret must exist already: find out before changing anything.
+if [[ -z "${ACCOUNTS_FILE}" && "${DRY_RUN}" == 0 ]] \
+  && ! gcloud secrets describe "${SECRET_NAME}" >/dev/null 2>"${WORK_DIR}/stderr"; then
+  die "secret ${SECRET_NAME} cannot be read ($(grep -m1 . "${WORK_DIR}/stderr")): set ACCOUNTS_FILE to create it; nothing was changed"
+fi
 
 section "APIs"
 run gcloud services enable run.googleapis.com eventarc.googleapis.com \
@@ -142,41 +231,67 @@ run gcloud services enable run.googleapis.com eventarc.googleapis.com \
   pubsub.googleapis.com logging.googleapis.com monitoring.googleapis.com \
   cloudscheduler.googleapis.com
 
+section "Firestore database (default), Native mode, in ${FIRESTORE_LOCATION}"
+if describe gcloud firestore databases describe --database="(default)" \
+  --format="value(type,locationId)"; then
+  read -r db_type db_location <<<"${DESCRIBED}"
+  [[ "${db_type}" == FIRESTORE_NATIVE ]] \
+    || die "the (default) database is ${db_type}: Firestore triggers need a Native mode database"
+  [[ "${db_location}" == "${FIRESTORE_LOCATION}" ]] \
+    || die "the (default) database is in ${db_location}, not FIRESTORE_LOCATION=${FIRESTORE_LOCATION}: the triggers must live where the database is; set FIRESTORE_LOCATION=${db_location}"
+else
+  run gcloud firestore databases create --database="(default)" --location="${FIRESTORE_LOCATION}" \
+    --type=firestore-native
+fi
+
 section "service accounts"
 for sa in "${RUNTIME_SA_NAME}" "${FLOW_SA_NAME}" "${TRIGGER_SA_NAME}" "${SCHEDULER_SA_NAME}"; do
-  exists gcloud iam service-accounts describe "${sa}@${PROJECT_ID}.iam.gserviceaccount.com" \
+  describe gcloud iam service-accounts describe "${sa}@${PROJECT_ID}.iam.gserviceaccount.com" \
     || run gcloud iam service-accounts create "${sa}"
 done
 
 if [[ "${BUILD_IMAGE}" == 1 ]]; then
   section "image ${IMAGE}"
-  exists gcloud artifacts repositories describe "${AR_REPO}" --location="${REGION}" \
+  describe gcloud artifacts repositories describe "${AR_REPO}" --location="${REGION}" \
     || run gcloud artifacts repositories create "${AR_REPO}" --repository-format=docker \
       --location="${REGION}"
   # Cloud Build builds the Dockerfile remotely: no local Docker needed.
   run gcloud builds submit --tag "${IMAGE}" .
 fi
 
-section "bucket gs://${CHARTS_BUCKET} (public read, uniform bucket-level access: contract §13.6)"
-exists gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
+section "bucket gs://${CHARTS_BUCKET} (public read of known names, no listing: contract §13.6)"
+describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
   || run gcloud storage buckets create "gs://${CHARTS_BUCKET}" --location="${REGION}" \
     --uniform-bucket-level-access --no-public-access-prevention
+# legacyObjectReader = storage.objects.get only: whoever has a manifest's or PNG's URL reads it,
+# nobody can enumerate the runs. Earlier deploys granted objectViewer (which lists): taken back.
 run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
-  --member=allUsers --role=roles/storage.objectViewer
+  --member=allUsers --role=roles/storage.legacyObjectReader
+if describe gcloud storage buckets get-iam-policy "gs://${CHARTS_BUCKET}" \
+  --flatten="bindings[].members" --format="value(bindings.role,bindings.members)" \
+  && grep -qx $'roles/storage.objectViewer\tallUsers' <<<"${DESCRIBED}"; then
+  run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
+    --member=allUsers --role=roles/storage.objectViewer
+fi
 # objectUser = create + delete + get, on this bucket only: overwriting manifest.json needs
 # delete, which objectCreator lacks. No project-wide storage role anywhere.
 run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
   --member="serviceAccount:${RUNTIME_SA}" --role=roles/storage.objectUser
 
 section "secret ${SECRET_NAME}"
-if ! exists gcloud secrets describe "${SECRET_NAME}"; then
-  if [[ -z "${ACCOUNTS_FILE}" && "${DRY_RUN}" == 0 ]]; then
-    echo "secret ${SECRET_NAME} does not exist: set ACCOUNTS_FILE to create it" >&2
-    exit 1
-  fi
+secret_is_the_file() { # the latest version holds exactly ACCOUNTS_FILE's bytes
+  [[ "${DRY_RUN}" == 0 ]] || return 1
+  gcloud secrets versions access latest --secret="${SECRET_NAME}" \
+    --out-file="${WORK_DIR}/latest" >/dev/null 2>&1 || return 1
+  local same=1
+  cmp -s "${WORK_DIR}/latest" "${ACCOUNTS_FILE}" && same=0
+  rm -f "${WORK_DIR}/latest"
+  return "${same}"
+}
+if ! describe gcloud secrets describe "${SECRET_NAME}"; then
   run gcloud secrets create "${SECRET_NAME}" --replication-policy=automatic \
     --data-file="${ACCOUNTS_FILE:-<ACCOUNTS_FILE>}"
-elif [[ -n "${ACCOUNTS_FILE}" ]]; then
+elif [[ -n "${ACCOUNTS_FILE}" ]] && ! secret_is_the_file; then
   run gcloud secrets versions add "${SECRET_NAME}" --data-file="${ACCOUNTS_FILE}"
 fi
 run gcloud secrets add-iam-policy-binding "${SECRET_NAME}" \
@@ -223,7 +338,7 @@ run gcloud run deploy "${ADVANCE_SERVICE}" \
   --args=serve,--target=advance_flow \
   --concurrency="${ADVANCE_CONCURRENCY}" \
   --max-instances="${ADVANCE_MAX_INSTANCES}" \
-  --timeout=60 \
+  --timeout="${ADVANCE_TIMEOUT_SECONDS}" \
   --cpu=1 --memory=512Mi \
   --cpu-boost \
   --execution-environment=gen2 \
@@ -255,7 +370,7 @@ run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
   --member="serviceAccount:${TRIGGER_SA}" --role=roles/eventarc.eventReceiver --condition=None
 if [[ -z "${PROJECT_NUMBER}" ]]; then
   PROJECT_NUMBER="$(capture "<PROJECT_NUMBER>" gcloud projects describe "${PROJECT_ID}" \
-    --format=value\(projectNumber\))"
+    --format="value(projectNumber)")"
 fi
 PUBSUB_AGENT="service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 # Projects created before 8 April 2021 need this for Pub/Sub to mint the trigger's OIDC tokens;
@@ -263,48 +378,87 @@ PUBSUB_AGENT="service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 run gcloud iam service-accounts add-iam-policy-binding "${TRIGGER_SA}" \
   --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/iam.serviceAccountTokenCreator
 
-create_trigger() { # name service
-  exists gcloud eventarc triggers describe "$1" --location="${FIRESTORE_LOCATION}" \
-    || run gcloud eventarc triggers create "$1" \
-      --location="${FIRESTORE_LOCATION}" \
-      --destination-run-service="$2" \
-      --destination-run-region="${REGION}" \
-      --event-filters="type=google.cloud.firestore.document.v1.updated" \
-      --event-filters="database=(default)" \
-      --event-filters-path-pattern="document=flow_runs/{runId}" \
-      --event-data-content-type="application/protobuf" \
-      --service-account="${TRIGGER_SA}"
+# A trigger as deploy.sh wants it, in the shape `describe` prints below: one sorted line per event
+# filter (attribute, operator, value), each followed by destination, account and encoding.
+TRIGGER_FORMAT="value(eventFilters.attribute,eventFilters.operator,eventFilters.value"
+TRIGGER_FORMAT+=",destination.cloudRun.service,destination.cloudRun.region,serviceAccount"
+TRIGGER_FORMAT+=",eventDataContentType)"
+wanted_trigger() { # service event-type
+  local rest="$1"$'\t'"${REGION}"$'\t'"${TRIGGER_SA}"$'\tapplication/protobuf'
+  printf '%s\t\t%s\t%s\n' database "(default)" "${rest}" type "$2" "${rest}"
+  printf 'document\tmatch-path-pattern\tflow_runs/{runId}\t%s\n' "${rest}"
 }
-create_trigger "${TRIGGER_NAME}" "${SERVICE}"
-create_trigger "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_SERVICE}"
+trigger_flags() { # service event-type: what `create` and `update` both take
+  TRIGGER_FLAGS=(--location="${FIRESTORE_LOCATION}"
+    --destination-run-service="$1" --destination-run-region="${REGION}"
+    --event-filters="type=$2" --event-filters="database=(default)"
+    --event-filters-path-pattern="document=flow_runs/{runId}"
+    --event-data-content-type="application/protobuf" --service-account="${TRIGGER_SA}")
+}
+sync_trigger() { # name service event-type
+  trigger_flags "$2" "$3"
+  if ! describe gcloud eventarc triggers describe "$1" --location="${FIRESTORE_LOCATION}" \
+    --flatten=eventFilters --format="${TRIGGER_FORMAT}"; then
+    run gcloud eventarc triggers create "$1" "${TRIGGER_FLAGS[@]}"
+    return
+  fi
+  local have want have_type
+  have="$(sort <<<"${DESCRIBED}")"
+  want="$(wanted_trigger "$2" "$3" | sort)"
+  [[ "${have}" == "${want}" ]] && { echo "trigger $1: as wanted"; return; }
+  have_type="$(awk -F'\t' '$1 == "type" { print $3 }' <<<"${have}")"
+  if [[ "${have_type}" == "$3" ]]; then
+    run gcloud eventarc triggers update "$1" "${TRIGGER_FLAGS[@]}"
+  else
+    # `gcloud eventarc triggers update` cannot change a trigger's event type: delete and create.
+    # Events written in between (and until the new trigger is active, up to 2 minutes) do not
+    # reach $2; deploy/README.md, "Re-deploying", says how to catch up.
+    echo "trigger $1: event type ${have_type:-none} -> $3: deleting it and creating it again"
+    run gcloud eventarc triggers delete "$1" --location="${FIRESTORE_LOCATION}"
+    run gcloud eventarc triggers create "$1" "${TRIGGER_FLAGS[@]}"
+  fi
+}
+sync_trigger "${TRIGGER_NAME}" "${SERVICE}" "${WORKER_EVENT_TYPE}"
+sync_trigger "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_SERVICE}" "${ADVANCE_EVENT_TYPE}"
 
-section "dead-letter topic ${DEAD_LETTER_TOPIC} on the triggers' subscriptions"
+section "dead-letter topic ${DEAD_LETTER_TOPIC}; the triggers' subscriptions"
 # Eventarc retries a failing delivery for 24 h, then drops it: a crashing defect must leave a
-# trace. The hold subscription keeps dead letters for 7 days to inspect or replay.
-exists gcloud pubsub topics describe "${DEAD_LETTER_TOPIC}" \
+# trace. The hold subscription keeps dead letters for 7 days to inspect or replay (an alert
+# below fires while it holds any).
+describe gcloud pubsub topics describe "${DEAD_LETTER_TOPIC}" \
   || run gcloud pubsub topics create "${DEAD_LETTER_TOPIC}"
-exists gcloud pubsub subscriptions describe "${DEAD_LETTER_TOPIC}-hold" \
-  || run gcloud pubsub subscriptions create "${DEAD_LETTER_TOPIC}-hold" \
+describe gcloud pubsub subscriptions describe "${DEAD_LETTER_HOLD}" \
+  || run gcloud pubsub subscriptions create "${DEAD_LETTER_HOLD}" \
     --topic="${DEAD_LETTER_TOPIC}" --message-retention-duration=7d --expiration-period=never
 run gcloud pubsub topics add-iam-policy-binding "${DEAD_LETTER_TOPIC}" \
   --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/pubsub.publisher
-for trigger in "${TRIGGER_NAME}" "${ADVANCE_TRIGGER_NAME}"; do
-  subscription="$(capture "<subscription of ${trigger}>" gcloud eventarc triggers describe \
-    "${trigger}" --location="${FIRESTORE_LOCATION}" \
-    --format=value\(transport.pubsub.subscription\))"
-  run gcloud pubsub subscriptions update "${subscription}" \
-    --dead-letter-topic="${DEAD_LETTER_TOPIC}" --max-delivery-attempts="${MAX_DELIVERY_ATTEMPTS}"
+# Each trigger's subscription: its acknowledgement deadline is its service's request timeout (a
+# push is redelivered when unanswered by then), then the dead-letter policy.
+sync_subscription() { # trigger ack-deadline
+  local subscription want
+  subscription="$(capture "<subscription of $1>" gcloud eventarc triggers describe "$1" \
+    --location="${FIRESTORE_LOCATION}" --format="value(transport.pubsub.subscription)")"
+  want="$2"$'\t'"projects/${PROJECT_ID}/topics/${DEAD_LETTER_TOPIC}"$'\t'"${MAX_DELIVERY_ATTEMPTS}"
+  if ! describe gcloud pubsub subscriptions describe "${subscription}" --format="value(ackDeadlineSeconds,deadLetterPolicy.deadLetterTopic,deadLetterPolicy.maxDeliveryAttempts)" \
+    && [[ "${DRY_RUN}" == 0 ]]; then
+    die "the subscription of trigger $1 (${subscription}) was not found"
+  fi
+  [[ "${DESCRIBED}" == "${want}" ]] \
+    || run gcloud pubsub subscriptions update "${subscription}" --ack-deadline="$2" \
+      --dead-letter-topic="${DEAD_LETTER_TOPIC}" --max-delivery-attempts="${MAX_DELIVERY_ATTEMPTS}"
   run gcloud pubsub subscriptions add-iam-policy-binding "${subscription}" \
     --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/pubsub.subscriber
-done
+}
+sync_subscription "${TRIGGER_NAME}" "${WORKER_ACK_DEADLINE}"
+sync_subscription "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_ACK_DEADLINE}"
 
 section "reaper schedule ${REAPER_JOB} (${REAPER_SCHEDULE}), Cloud Scheduler -> HTTP with OIDC"
 run gcloud run services add-iam-policy-binding "${REAPER_SERVICE}" --region="${REGION}" \
   --member="serviceAccount:${SCHEDULER_SA}" --role=roles/run.invoker
 reaper_url="$(capture "<url of ${REAPER_SERVICE}>" gcloud run services describe \
-  "${REAPER_SERVICE}" --region="${REGION}" --format=value\(status.url\))"
+  "${REAPER_SERVICE}" --region="${REGION}" --format="value(status.url)")"
 scheduler_verb=create
-exists gcloud scheduler jobs describe "${REAPER_JOB}" --location="${SCHEDULER_LOCATION}" \
+describe gcloud scheduler jobs describe "${REAPER_JOB}" --location="${SCHEDULER_LOCATION}" \
   && scheduler_verb=update
 run gcloud scheduler jobs "${scheduler_verb}" http "${REAPER_JOB}" \
   --location="${SCHEDULER_LOCATION}" \
@@ -319,31 +473,43 @@ run gcloud scheduler jobs "${scheduler_verb}" http "${REAPER_JOB}" \
 section "log-based metrics and alert policies (deploy/monitoring/)"
 for metric in chart_img_accounts_exhausted chart_export_steps_failed; do
   config="deploy/monitoring/${metric}.metric.json"
-  if exists gcloud logging metrics describe "${metric}"; then
+  if describe gcloud logging metrics describe "${metric}"; then
     run gcloud logging metrics update "${metric}" --config-from-file="${config}"
   else
     run gcloud logging metrics create "${metric}" --config-from-file="${config}"
   fi
-  policy="deploy/monitoring/${metric}.policy.json"
+done
+# Alert policies: only gcloud's alpha track has them. A policy is found by its display name and
+# replaced from its file (the file, and NOTIFICATION_CHANNELS, are the truth). Files may name
+# the dead-letter hold subscription as ${DEAD_LETTER_HOLD}.
+create_channels=()
+update_channels=()
+if [[ -n "${NOTIFICATION_CHANNELS}" ]]; then
+  create_channels=(--notification-channels="${NOTIFICATION_CHANNELS}")
+  update_channels=(--set-notification-channels="${NOTIFICATION_CHANNELS}")
+fi
+for template in deploy/monitoring/*.policy.json; do
+  policy="${template}"
+  if grep -qF "\${DEAD_LETTER_HOLD}" "${template}"; then
+    policy="${WORK_DIR}/$(basename "${template}")"
+    sed "s/\${DEAD_LETTER_HOLD}/${DEAD_LETTER_HOLD}/g" "${template}" >"${policy}"
+  fi
   display_name="$(sed -n 's/^  "displayName": "\(.*\)",$/\1/p' "${policy}")"
-  existing="$(capture "" gcloud monitoring policies list \
-    --filter="displayName=\"${display_name}\"" --format=value\(name\))"
-  channels=()
-  [[ -n "${NOTIFICATION_CHANNELS}" ]] && channels=(--notification-channels="${NOTIFICATION_CHANNELS}")
-  if [[ -n "${existing}" ]]; then
-    run gcloud monitoring policies update "${existing}" --policy-from-file="${policy}" "${channels[@]}"
+  existing="$(capture "" gcloud alpha monitoring policies list \
+    --filter="displayName=\"${display_name}\"" --format="value(name)")"
+  if [[ "${existing}" == *$'\n'* ]]; then
+    die "several alert policies are named '${display_name}': delete all but one (${existing//$'\n'/, })"
+  elif [[ -n "${existing}" ]]; then
+    run gcloud alpha monitoring policies update "${existing}" --policy-from-file="${policy}" \
+      "${update_channels[@]}"
   else
-    run gcloud monitoring policies create --policy-from-file="${policy}" "${channels[@]}"
+    run gcloud alpha monitoring policies create --policy-from-file="${policy}" "${create_channels[@]}"
   fi
 done
 
-section "chart templates -> Firestore chart_templates/"
-if [[ "${DRY_RUN}" == 1 ]] || command -v worker-chart-export >/dev/null 2>&1; then
-  run env GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" worker-chart-export templates sync --dir "${TEMPLATES_DIR}"
-else
-  echo "worker-chart-export is not installed here: run" \
-    "'GOOGLE_CLOUD_PROJECT=${PROJECT_ID} worker-chart-export templates sync --dir ${TEMPLATES_DIR}'" \
-    "from a checkout (pip install -e .) with Application Default Credentials" >&2
-fi
+section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
+# The real project's Firestore, whatever emulator the shell may point at.
+run env -u FIRESTORE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" \
+  "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
 
 section "done: ${SERVICE} (${IMAGE}) <- ${TRIGGER_NAME}; artifacts in gs://${CHARTS_BUCKET}/charts/"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker_chart_export import SERVICE_NAME
+from worker_chart_export.accounts_command import add_accounts_command, run_accounts
 from worker_chart_export.core.errors import ConfigError, RedeliverEvent
 from worker_chart_export.core.selection import StepSelectionError, choose_step
 from worker_chart_export.devstack import add_stack_command, run_stack
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     add_view_arguments(view)
     add_flow_commands(commands)
     add_stack_command(commands)
+    add_accounts_command(commands)
     return parser
 
 
@@ -115,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_submit(args)
         if args.command == "stack":
             return run_stack(args)
+        if args.command == "accounts":
+            return run_accounts(args)
         return templates_sync(args)
     except UsageError as exc:
         print(f"worker-chart-export: error: {exc}", file=sys.stderr)

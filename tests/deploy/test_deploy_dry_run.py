@@ -58,6 +58,16 @@ def flags(command: list[str], name: str) -> list[str]:
     return [a.split("=", 1)[1] for a in command if a.startswith(f"--{name}=")]
 
 
+def program(command: list[str]) -> list[str]:
+    """The command `env [-u NAME]... [NAME=value]... program args` runs."""
+    if command[0] != "env":
+        return command
+    rest = command[1:]
+    while rest and (rest[0] == "-u" or "=" in rest[0]):
+        rest = rest[2:] if rest[0] == "-u" else rest[1:]
+    return rest
+
+
 def env_pairs(value: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in value.split(","))
 
@@ -100,7 +110,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
 
 
 def test_every_command_is_a_cloud_cli_command_and_the_order_builds_before_use(sample: DryRun) -> None:
-    tools = {c[0] if c[0] != "env" else c[2] for c in sample.commands}
+    tools = {Path(program(c)[0]).name for c in sample.commands}
     assert tools == {"gcloud", "worker-chart-export"}
     order = [" ".join(c[:3]) for c in sample.commands]
 
@@ -110,13 +120,17 @@ def test_every_command_is_a_cloud_cli_command_and_the_order_builds_before_use(sa
     assert first("gcloud builds submit") < first("gcloud run deploy")
     assert first("gcloud run deploy") < first("gcloud eventarc triggers")
     assert first("gcloud eventarc triggers") < first("gcloud pubsub subscriptions")
-    assert first("gcloud logging metrics") < first("gcloud monitoring policies")
+    assert first("gcloud firestore databases") < first("gcloud eventarc triggers")
+    assert first("gcloud logging metrics") < first("gcloud alpha monitoring")
+    assert not sample.find("gcloud", "monitoring")  # GA gcloud has no `monitoring policies`
+    assert not sample.find("gcloud", "config")  # the project comes from CLOUDSDK_CORE_PROJECT
 
 
-def test_worker_trigger_is_the_firestore_update_trigger_in_the_database_location(sample: DryRun) -> None:
-    for trigger, service in [
-        ("worker-chart-export-flow-runs", "worker-chart-export"),
-        ("worker-chart-export-advance-flow-trigger", "worker-chart-export-advance-flow"),
+def test_triggers_are_firestore_triggers_in_the_database_location(sample: DryRun) -> None:
+    # the worker acts on updates; advance_flow on every write (a creation makes steps READY)
+    for trigger, service, event_type in [
+        ("worker-chart-export-flow-runs", "worker-chart-export", "updated"),
+        ("worker-chart-export-advance-flow-trigger", "worker-chart-export-advance-flow", "written"),
     ]:
         create = sample.one("gcloud", "eventarc", "triggers", "create", trigger)
         assert flag(create, "location") == "eur3"  # the database's location, not REGION
@@ -124,7 +138,7 @@ def test_worker_trigger_is_the_firestore_update_trigger_in_the_database_location
         assert flag(create, "destination-run-region") == "europe-west1"
         assert sorted(flags(create, "event-filters")) == [
             "database=(default)",
-            "type=google.cloud.firestore.document.v1.updated",
+            f"type=google.cloud.firestore.document.v1.{event_type}",
         ]
         assert flag(create, "event-filters-path-pattern") == "document=flow_runs/{runId}"
         assert flag(create, "event-data-content-type") == "application/protobuf"
@@ -185,7 +199,7 @@ def test_bucket_is_uniform_and_public_read(sample: DryRun) -> None:
         )
     }
     assert bindings == {
-        ("allUsers", "roles/storage.objectViewer"),
+        ("allUsers", "roles/storage.legacyObjectReader"),  # get, not list
         (f"serviceAccount:{RUNTIME_SA}", "roles/storage.objectUser"),
     }
 
@@ -290,10 +304,14 @@ def test_metrics_and_policies_come_from_the_monitoring_files(sample: DryRun) -> 
     for command in created:
         path = REPO / (flag(command, "config-from-file") or "")
         assert json.loads(path.read_text())["name"] == command[4]
-    policies = sample.find("gcloud", "monitoring", "policies", "create")
-    assert len(policies) == 2
-    for policy, lookup in zip(policies, sample.find("gcloud", "monitoring", "policies", "list"), strict=True):
-        display = json.loads((REPO / (flag(policy, "policy-from-file") or "")).read_text())["displayName"]
+    policies = sample.find("gcloud", "alpha", "monitoring", "policies", "create")
+    files = sorted((REPO / "deploy" / "monitoring").glob("*.policy.json"))
+    assert sorted(Path(flag(p, "policy-from-file") or "").name for p in policies) == [f.name for f in files]
+    lookups = sample.find("gcloud", "alpha", "monitoring", "policies", "list")
+    for policy, lookup in zip(policies, lookups, strict=True):
+        # rendered into a temporary file when it names the hold subscription: read the source
+        source = REPO / "deploy" / "monitoring" / Path(flag(policy, "policy-from-file") or "").name
+        display = json.loads(source.read_text())["displayName"]
         assert flag(lookup, "filter") == f'displayName="{display}"'  # update, not duplicate, on re-run
 
 
@@ -329,7 +347,12 @@ def test_an_existing_image_skips_the_build(tmp_path: Path) -> None:
     [
         ({"PROJECT_ID": ""}, "PROJECT_ID"),
         ({"FIRESTORE_LOCATION": ""}, "FIRESTORE_LOCATION"),
-        ({"REQUEST_TIMEOUT_SECONDS": "5000"}, "REQUEST_TIMEOUT_SECONDS must be 1..3600"),
+        (
+            {"REQUEST_TIMEOUT_SECONDS": "601"},
+            "REQUEST_TIMEOUT_SECONDS must be 1..600 (Pub/Sub's maximum acknowledgement deadline is 600 s)",
+        ),
+        ({"ADVANCE_TIMEOUT_SECONDS": "0"}, "ADVANCE_TIMEOUT_SECONDS must be 1..600"),
+        ({"CHARTS_BUCKET": "gs://Not_A_Bucket!"}, "CHARTS_BUCKET: expected a bucket name or gs://<bucket>"),
         ({"FINALIZE_BUDGET_SECONDS": "300"}, "FINALIZE_BUDGET_SECONDS must be below"),
         ({"MAX_DELIVERY_ATTEMPTS": "2"}, "MAX_DELIVERY_ATTEMPTS must be 5..100"),
     ],
@@ -347,3 +370,54 @@ def test_bad_configuration_is_refused_before_any_command(
 def test_unknown_argument_is_refused() -> None:
     result = subprocess.run(["bash", str(DEPLOY), "--dryrun"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown argument: --dryrun" in result.stderr
+
+
+def test_every_missing_variable_is_named_in_one_message() -> None:
+    env = {"PATH": os.environ["PATH"], "REGION": "europe-west1"}
+    result = subprocess.run(
+        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "deploy.sh: missing required variables: PROJECT_ID FIRESTORE_LOCATION CHARTS_BUCKET "
+        "(see deploy/README.md, Configuration)"
+    ]
+
+
+def test_several_bad_values_are_all_reported_before_any_command() -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        **SAMPLE,
+        "REQUEST_TIMEOUT_SECONDS": "900",
+        "MAX_DELIVERY_ATTEMPTS": "x",
+    }
+    result = subprocess.run(
+        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert [line.split(" must ")[0] for line in result.stderr.splitlines()] == [
+        "deploy.sh: REQUEST_TIMEOUT_SECONDS",
+        "deploy.sh: MAX_DELIVERY_ATTEMPTS",
+    ]
+
+
+@pytest.mark.parametrize(
+    "bucket", ["gs://acme-charts-public", "gs://acme-charts-public/", "acme-charts-public"]
+)
+def test_the_bucket_may_be_given_as_a_gs_uri(tmp_path: Path, bucket: str) -> None:
+    run = dry_run(tmp_path, CHARTS_BUCKET=bucket)
+    assert run.config["CHARTS_BUCKET"] == "acme-charts-public"
+    run.one("gcloud", "storage", "buckets", "create", "gs://acme-charts-public")
+    env = env_pairs(flag(run.one("gcloud", "run", "deploy", "worker-chart-export"), "set-env-vars") or "")
+    assert env["CHARTS_BUCKET"] == "acme-charts-public"
+
+
+def test_each_trigger_subscription_gets_its_service_timeout_as_ack_deadline(tmp_path: Path) -> None:
+    run = dry_run(tmp_path, REQUEST_TIMEOUT_SECONDS="540", ADVANCE_TIMEOUT_SECONDS="5")
+    updates = {c[4]: flag(c, "ack-deadline") for c in run.find("gcloud", "pubsub", "subscriptions", "update")}
+    assert updates == {
+        "<subscription of worker-chart-export-flow-runs>": "540",
+        "<subscription of worker-chart-export-advance-flow-trigger>": "10",  # Pub/Sub's minimum
+    }
+    advance = run.one("gcloud", "run", "deploy", "worker-chart-export-advance-flow")
+    assert flag(advance, "timeout") == "5"
