@@ -42,7 +42,7 @@ from worker_chart_export.core.manifest import (
 from worker_chart_export.core.naming import manifest_object_path, png_object_path
 from worker_chart_export.core.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.selection import steps_of
-from worker_chart_export.core.step_rules import lease_surely_held
+from worker_chart_export.core.step_rules import RunVersion, lease_surely_held
 from worker_chart_export.core.types import (
     ChartCall,
     ChartFailure,
@@ -87,7 +87,10 @@ def execute_step(
     limits: StepLimits,
     clock: Clock = SYSTEM_CLOCK,
     new_token: Callable[[], str] = new_claim_token,
+    seen: RunVersion | None = None,
 ) -> StepReport:
+    """`seen`: the version of the run the event carried, which the claim is planned from
+    (one commit when it is current); None (run-local, the CLI): the store reads first."""
     # Bound in the context (copied into the render threads) so adapters' lines carry them too.
     with structlog.contextvars.bound_contextvars(runId=run_id, stepId=step_id):
         log: FilteringBoundLogger = get_logger().bind(chartsApi={"mode": ports.chart_api.mode})
@@ -101,13 +104,16 @@ def execute_step(
             Budget.starting_now(limits.step_budget_seconds, clock),
             log,
         )
-        claim = _claim(ctx)
+        began = clock.monotonic()
+        claim = _claim(ctx, seen)
+        claim_ms = round((clock.monotonic() - began) * 1000, 1)
         if claim.status is not ClaimStatus.CLAIMED or claim.flow_run is None:
-            return _noop(ctx, claim)
+            return _noop(ctx, claim, claim_ms)
         log.info(
             "claim succeeded",
             attempt=claim.claim.attempt if claim.claim else None,
             flowKey=claim.flow_run.get("flowKey"),
+            durationMs=claim_ms,
         )
         result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim)
         written = finalize(ctx, result.final)
@@ -115,7 +121,7 @@ def execute_step(
         return step_report(ctx, result, finalized=written)
 
 
-def _claim(ctx: StepContext) -> ClaimOutcome:
+def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimOutcome:
     now = ctx.clock.now()
     try:
         return ctx.ports.flow_runs.claim_step(
@@ -124,6 +130,7 @@ def _claim(ctx: StepContext) -> ClaimOutcome:
             token=ctx.token,
             now=now,
             lease_expires_at=now + timedelta(seconds=ctx.limits.lease_seconds),
+            seen=seen,
         )
     except TransientStoreError as exc:
         # The store confirmed no claim of ours (it re-reads after an outage), so a redelivery
@@ -134,13 +141,13 @@ def _claim(ctx: StepContext) -> ClaimOutcome:
         raise RedeliverEvent(f"claim of {ctx.step_id} could not reach the store: {exc}") from exc
 
 
-def _noop(ctx: StepContext, claim: ClaimOutcome) -> StepReport:
+def _noop(ctx: StepContext, claim: ClaimOutcome, claim_ms: float) -> StepReport:
     code = (
         ErrorCode.FLOW_RUN_NOT_FOUND
         if claim.status is ClaimStatus.NOT_FOUND
         else ErrorCode.STEP_CLAIM_CONFLICT
     )
-    ctx.log.info("claim not taken: no-op", code=code.value, reason=claim.reason)
+    ctx.log.info("claim not taken: no-op", code=code.value, reason=claim.reason, durationMs=claim_ms)
     return StepReport(ctx.run_id, ctx.step_id, "NOOP", ctx.mode, error_code=code.value, message=claim.reason)
 
 

@@ -179,24 +179,32 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
         payloadFormat=decoded.payload_format,
         readyChartExportSteps=list(decoded.ready_step_ids),
     )
+    # The whole version now, as the claim is planned from it: one commit when it is current.
+    version = events.decode_document_version(cloud_event)  # PoisonEvent: acknowledged
     # An unsafe runId is still delegated: execute_step finalizes the step FAILED
     # (VALIDATION_FAILED) without writing under an unsafe path.
-    _execute(decoded.run_id, step_id, log.bind(stepId=step_id), {"eventId": cloud_event.get("id")})
+    _execute(version, step_id, log.bind(stepId=step_id), {"eventId": cloud_event.get("id")})
 
 
-def _execute(run_id: str, step_id: str, log: Any, identity: dict[str, Any]) -> None:
+def _execute(version: events.DocumentVersion, step_id: str, log: Any, identity: dict[str, Any]) -> None:
     import structlog
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export.bootstrap import production_runtime
     from worker_chart_export.core.errors import RedeliverEvent
+    from worker_chart_export.core.step_rules import RunVersion
     from worker_chart_export.execute import execute_step
 
+    seen = None
+    if version.document is not None and version.update_time is not None:
+        seen = RunVersion(version.document, version.update_time)
     try:
         # execute_step's own lines take service/env/eventId from the context
         with structlog.contextvars.bound_contextvars(**identity):
             runtime = production_runtime()
-            report = execute_step(run_id, step_id, ports=runtime.ports, limits=runtime.limits)
+            report = execute_step(
+                version.run_id, step_id, ports=runtime.ports, limits=runtime.limits, seen=seen
+            )
     except RedeliverEvent as exc:
         # Either the claim could not be made while the step is still READY, or a claimed
         # step's result could not be recorded (FinalizeFailed): the reason says which.

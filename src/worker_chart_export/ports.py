@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.step_rules import RunVersion
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
@@ -24,12 +25,23 @@ class FlowRunStore(Protocol):
     """flow_runs/{runId}: Firestore in production, a JSON file locally."""
 
     def claim_step(
-        self, run_id: str, step_id: str, *, token: str, now: datetime, lease_expires_at: datetime
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        token: str,
+        now: datetime,
+        lease_expires_at: datetime,
+        seen: RunVersion | None = None,
     ) -> ClaimOutcome:
-        """READY -> RUNNING atomically, side-effect free inside the transaction.
+        """READY -> RUNNING atomically, with the step's lease; holds no lock on the run.
 
-        Raises RedeliverEvent when contention made the claim give up and the step is still
-        READY; raises TransientStoreError when the store is unavailable.
+        `seen`: the version of the run the caller saw (an event's), which the claim may be
+        planned from; without it the store reads first. A step not (or no longer) READY is
+        a refusal (CONFLICT / NOT_FOUND), returned as it is.
+        Raises RedeliverEvent when the step is still READY after the claim's tries (other
+        writes of the run kept coming first); raises TransientStoreError when the store is
+        unavailable and no claim of ours landed.
         """
         ...
 

@@ -1,4 +1,5 @@
-"""FirestoreFlowRunStore against the real Firestore emulator: claim and finalize."""
+"""FirestoreFlowRunStore against the real Firestore emulator: claim and finalize, each a
+compare-and-set on the version of the run document it was planned from."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, run_transaction
+from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
 from worker_chart_export.core.errors import ErrorCode, RedeliverEvent, StepError, TransientStoreError
+from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion
 from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
+from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -66,8 +69,16 @@ def stored(ref: firestore.DocumentReference) -> tuple[dict[str, Any] | None, Any
     return snapshot.to_dict(), snapshot.update_time
 
 
-def claim(store: FirestoreFlowRunStore, token: str = "tok-A", step_id: str = STEP_ID) -> ClaimOutcome:
-    return store.claim_step(RUN_ID, step_id, token=token, now=NOW, lease_expires_at=LEASE)
+def claim(
+    store: FirestoreFlowRunStore, token: str = "tok-A", step_id: str = STEP_ID, seen: RunVersion | None = None
+) -> ClaimOutcome:
+    return store.claim_step(RUN_ID, step_id, token=token, now=NOW, lease_expires_at=LEASE, seen=seen)
+
+
+def seen_version(ref: firestore.DocumentReference) -> RunVersion:
+    """The version an event about the document's current state carries."""
+    snapshot = ref.get()
+    return RunVersion(snapshot.to_dict() or {}, snapshot.update_time)
 
 
 def succeeded(**outputs: Any) -> StepFinal:
@@ -108,23 +119,84 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
     assert outcome.flow_run == after
 
 
-def test_a_stale_event_is_refused_by_the_transaction_itself(firestore_client: firestore.Client) -> None:
-    # No read before the transaction (the event showed the step READY): the transaction's
-    # own read refuses, and its empty commit writes nothing.
-    ref = claimed_run(firestore_client, token="tok-A")
+def test_a_claim_on_the_events_version_is_one_commit(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    commits = CountingCommits()
+    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+
+    outcome = claim(store, seen=seen_version(ref))
+
+    assert outcome.status is ClaimStatus.CLAIMED and commits.calls == 1
+    after, _ = stored(ref)
+    assert outcome.flow_run == after and after is not None
+    assert after["steps"][STEP_ID]["claimToken"] == "tok-A"
+    assert firestore_client.collection("step_leases").get()  # the lease, in the same commit
+    # and the finalize writes on the version the claim committed: one commit more
+    assert store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded()).written
+    assert commits.calls == 2
+
+
+def test_a_stale_event_loses_its_commit_and_learns_at_once(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    stale = seen_version(ref)
+    assert claim(FirestoreFlowRunStore(firestore_client), token="tok-A").status is ClaimStatus.CLAIMED
     before = stored(ref)
-    transactions: list[str] = []
+    clock = FakeClock()
+    commits = CountingCommits()
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        transactions.append("run")
-        return run_transaction(*args, **kwargs)
-
-    outcome = claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=counted), token="tok-B")
+    outcome = claim(FirestoreFlowRunStore(firestore_client, commit=commits, clock=clock), "tok-B", seen=stale)
 
     assert outcome.status is ClaimStatus.CONFLICT and "RUNNING" in outcome.reason
-    assert transactions == ["run"]
+    assert "lost the claim race" in outcome.reason
+    assert commits.calls == 1 and clock.sleeps == []  # no retry, no wait: the read told it
     assert stored(ref) == before
-    ref.update({"touched": True})  # and no lock is left behind to block the next writer
+
+
+def test_a_claim_that_lost_to_another_write_of_the_run_tries_again(
+    firestore_client: firestore.Client,
+) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    seen = seen_version(ref)
+    ref.update({"steps.report.note": "written after the event"})  # e.g. advance_flow
+    clock = FakeClock()
+    commits = CountingCommits()
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client, commit=commits, clock=clock), seen=seen)
+
+    assert outcome.status is ClaimStatus.CLAIMED and commits.calls == 2
+    assert len(clock.sleeps) == 1 and 0.1 <= clock.sleeps[0] <= 0.5
+    after, _ = stored(ref)
+    assert after is not None and after["steps"]["report"]["note"] == "written after the event"
+    assert after["steps"][STEP_ID]["claimToken"] == "tok-A"
+
+
+def test_a_claim_still_ready_after_every_try_asks_for_redelivery(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    clock = FakeClock()
+    commits = CountingCommits(another_step_written(ref))
+    store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=clock)
+
+    with pytest.raises(RedeliverEvent, match=f"still READY after {CLAIM_TRIES} commits"):
+        claim(store, seen=seen_version(ref))
+
+    assert commits.calls == CLAIM_TRIES
+    assert len(clock.sleeps) == CLAIM_TRIES - 1 and all(0.1 <= s <= 0.5 for s in clock.sleeps)
+    after, _ = stored(ref)
+    assert after is not None and after["steps"][STEP_ID]["status"] == "READY"
+    assert "claimToken" not in after["steps"][STEP_ID]
+    assert not firestore_client.collection("step_leases").get()
+
+
+def test_a_claim_on_a_deleted_run_is_not_found(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    seen = seen_version(ref)
+    ref.delete()
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client), seen=seen)
+
+    assert outcome.status is ClaimStatus.NOT_FOUND
+    assert not ref.get().exists
+    assert not firestore_client.collection("step_leases").get()
 
 
 def test_reclaim_increments_attempt_and_drops_previous_outcome(firestore_client: firestore.Client) -> None:
@@ -186,28 +258,31 @@ def test_claim_of_missing_run_is_not_found(firestore_client: firestore.Client) -
     assert not firestore_client.collection("flow_runs").document(RUN_ID).get().exists
 
 
-def test_concurrent_claims_have_exactly_one_winner(firestore_client: firestore.Client) -> None:
+@pytest.mark.parametrize("from_event", [True, False], ids=["event-version", "read-first"])
+def test_concurrent_claims_have_exactly_one_winner_and_no_redelivery(
+    firestore_client: firestore.Client, from_event: bool
+) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
+    seen = seen_version(ref) if from_event else None
     store = FirestoreFlowRunStore(firestore_client)
-    contenders = 3
+    contenders = 10
     barrier = threading.Barrier(contenders)
     results: dict[str, ClaimOutcome | BaseException] = {}
 
     def contend(token: str) -> None:
         barrier.wait()
         try:
-            results[token] = claim(store, token=token)
+            results[token] = claim(store, token=token, seen=seen)
         except BaseException as exc:  # recorded, asserted below
             results[token] = exc
 
     threads = [threading.Thread(target=contend, args=(f"tok-{i}",)) for i in range(contenders)]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    elapsed = time.monotonic() - started
 
+    # no lock to time out on and nobody left asking for a redelivery: the losers saw RUNNING
     assert all(isinstance(r, ClaimOutcome) for r in results.values()), results
     outcomes = {t: r for t, r in results.items() if isinstance(r, ClaimOutcome)}
     winners = [t for t, o in outcomes.items() if o.status is ClaimStatus.CLAIMED]
@@ -217,43 +292,26 @@ def test_concurrent_claims_have_exactly_one_winner(firestore_client: firestore.C
     assert after is not None
     assert after["steps"][STEP_ID]["claimToken"] == winners[0]
     assert after["steps"][STEP_ID]["attempt"] == 1
-    assert elapsed < 45  # the emulator's 2 s lock timeout makes this slow, never unbounded
+    lease = firestore_client.collection("step_leases").get()
+    assert [doc.to_dict()["claimToken"] for doc in lease] == winners  # the winner's lease only
 
 
-def _give_up(*args: Any, **kwargs: Any) -> Any:
-    try:
-        raise api_exceptions.Aborted("Too much contention on these documents")
-    except api_exceptions.Aborted as exc:
-        raise ValueError("Failed to commit transaction in 5 attempts.") from exc
-
-
-def test_claim_that_gives_up_on_contention_redelivers_while_step_is_ready(
-    firestore_client: firestore.Client,
-) -> None:
+def test_a_claim_aborted_by_contention_reads_and_tries_again(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
-    before = stored(ref)
+    clock = FakeClock()
 
-    with pytest.raises(RedeliverEvent, match="still READY"):
-        claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=_give_up))
-    assert stored(ref) == before
+    def aborted_once(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+        if not clock.sleeps:
+            raise api_exceptions.Aborted("Too much contention on these documents")
+        return commit_batch(batch, rpc)
 
+    outcome = claim(
+        FirestoreFlowRunStore(firestore_client, commit=aborted_once, clock=clock), seen=seen_version(ref)
+    )
 
-def test_claim_that_gives_up_on_contention_is_a_conflict_once_someone_else_won(
-    firestore_client: firestore.Client,
-) -> None:
-    ref = put(firestore_client, flow_run(default_steps()))
-
-    def winner_then_give_up(*args: Any, **kwargs: Any) -> Any:
-        # the race: another invocation's claim lands while ours keeps being aborted
-        ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "winner"})
-        return _give_up()
-
-    outcome = claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=winner_then_give_up))
-
-    assert outcome.status is ClaimStatus.CONFLICT
-    assert "RUNNING" in outcome.reason
+    assert outcome.status is ClaimStatus.CLAIMED and len(clock.sleeps) == 1
     after, _ = stored(ref)
-    assert after is not None and after["steps"][STEP_ID]["claimToken"] == "winner"
+    assert after is not None and after["steps"][STEP_ID]["claimToken"] == "tok-A"
 
 
 # --- odd step ids ----------------------------------------------------------------------------
@@ -413,10 +471,11 @@ def test_finalize_after_our_claim_is_one_commit(firestore_client: firestore.Clie
     store = FirestoreFlowRunStore(firestore_client, commit=commits)
     assert claim(store).status is ClaimStatus.CLAIMED
     assert firestore_client.collection("step_leases").get()
+    claimed = commits.calls
 
     outcome = store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1))
 
-    assert outcome.written and commits.calls == 1  # on the version the claim committed: no read
+    assert outcome.written and commits.calls - claimed == 1  # on the version the claim committed
     after, _ = stored(ref)
     assert after is not None and after["steps"][STEP_ID]["status"] == "SUCCEEDED"
     assert not firestore_client.collection("step_leases").get()  # the lease went with it
@@ -428,10 +487,11 @@ def test_finalize_after_another_step_was_written_keeps_that_write(firestore_clie
     store = FirestoreFlowRunStore(firestore_client, commit=commits)
     assert claim(store).status is ClaimStatus.CLAIMED
     ref.update({"steps.report.status": "READY"})  # e.g. advance_flow, between claim and finalize
+    claimed = commits.calls
 
     outcome = store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1))
 
-    assert outcome.written and commits.calls == 2  # the remembered version failed once
+    assert outcome.written and commits.calls - claimed == 2  # the remembered version failed once
     after, _ = stored(ref)
     assert after is not None
     assert after["steps"][STEP_ID]["status"] == "SUCCEEDED"
@@ -486,22 +546,39 @@ def test_unreachable_firestore_raises_transient_error_quickly(
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize(
+    "lost_answer",
+    [
+        api_exceptions.ServiceUnavailable("connection reset after commit"),
+        # the client's bounded retry sent the landed commit again: its precondition fails
+        api_exceptions.FailedPrecondition("the stored version does not match the required base version"),
+    ],
+    ids=["outage", "retried-commit"],
+)
 def test_claim_whose_commit_landed_but_answer_was_lost_is_still_ours(
-    firestore_client: firestore.Client,
+    firestore_client: firestore.Client, lost_answer: Exception
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
 
-    def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
-        run_transaction(*args, **kwargs)
-        raise api_exceptions.ServiceUnavailable("connection reset after commit")
+    commits: list[str] = []
 
-    store = FirestoreFlowRunStore(firestore_client, run_in_transaction=commit_then_lose_the_answer)
-    outcome = claim(store, token="tok-lost")
+    def lose_the_first_answer(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+        results = commit_batch(batch, rpc)
+        commits.append("landed")
+        if len(commits) == 1:
+            raise lost_answer
+        return results
+
+    store = FirestoreFlowRunStore(firestore_client, commit=lose_the_first_answer)
+    outcome = claim(store, token="tok-lost", seen=seen_version(ref))
     assert outcome.status is ClaimStatus.CLAIMED and "confirmed by a re-read" in outcome.reason
     assert outcome.claim is not None and outcome.claim.token == "tok-lost" and outcome.claim.attempt == 1
     assert outcome.flow_run is not None and outcome.flow_run["steps"][STEP_ID]["status"] == "RUNNING"
     after, _ = stored(ref)
     assert after is not None and after["steps"][STEP_ID]["claimToken"] == "tok-lost"
+    # the finalize writes on the version that read found: one commit more, no read
+    assert store.finalize_step(RUN_ID, STEP_ID, token="tok-lost", final=succeeded()).written
+    assert len(commits) == 2
 
 
 def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
@@ -510,9 +587,24 @@ def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
     ref = put(firestore_client, flow_run(default_steps()))
     before = stored(ref)
 
-    def outage(*args: Any, **kwargs: Any) -> Any:
+    def outage(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
         raise api_exceptions.ServiceUnavailable("connection refused")
 
     with pytest.raises(TransientStoreError, match="unavailable"):
-        claim(FirestoreFlowRunStore(firestore_client, run_in_transaction=outage), token="tok-never")
+        claim(
+            FirestoreFlowRunStore(firestore_client, commit=outage), token="tok-never", seen=seen_version(ref)
+        )
     assert stored(ref) == before
+
+
+def test_claim_met_by_an_outage_after_another_won_is_a_conflict(firestore_client: firestore.Client) -> None:
+    ref = put(firestore_client, flow_run(default_steps()))
+    seen = seen_version(ref)
+
+    def winner_then_outage(batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+        ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "winner"})
+        raise api_exceptions.ServiceUnavailable("connection reset")
+
+    outcome = claim(FirestoreFlowRunStore(firestore_client, commit=winner_then_outage), seen=seen)
+
+    assert outcome.status is ClaimStatus.CONFLICT and "RUNNING" in outcome.reason

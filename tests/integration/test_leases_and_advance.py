@@ -1,8 +1,10 @@
 """On the Firestore emulator (and fake-gcs-server): step leases, the reaper's conditional
-writes, advance_flow's preconditioned write, and the manifest fence against late writers."""
+writes (compare-and-sets that lose to any write landing first, then plan again), advance_flow's
+preconditioned write, and the manifest fence against late writers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +13,7 @@ from google.cloud import firestore
 
 from harness.builders import chart_step, flow_run
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
 from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.advance import AdvanceOutcome, advance_version
@@ -128,6 +131,73 @@ def test_a_step_claimed_again_or_finished_is_never_touched(firestore_client: fir
     )
     assert reap_at(firestore_client, NOW + LEASE * 2).count(ReapOutcome.CLEARED) == 1
     assert step_of(ref)["status"] == "SUCCEEDED" and lease_doc(firestore_client) is None
+
+
+class CommitsAfter:
+    """The reaper's commit seam: `first` runs once, just before its first commit (another
+    writer going first), and every commit is counted."""
+
+    def __init__(self, first: Callable[[], object]) -> None:
+        self.calls = 0
+        self._first = first
+
+    def __call__(self, batch: firestore.WriteBatch, rpc: RpcOptions) -> list[Any]:
+        self.calls += 1
+        if self.calls == 1:
+            self._first()
+        return commit_batch(batch, rpc)
+
+
+def test_a_reap_that_loses_to_another_write_of_the_run_plans_again(
+    firestore_client: firestore.Client,
+) -> None:
+    ref = put_run(firestore_client, {STEP: chart_step(), "other": chart_step(status="PENDING")})
+    claim(FirestoreFlowRunStore(firestore_client), "tok-dead")
+    commits = CommitsAfter(lambda: ref.update({"steps.other.status": "READY"}))  # e.g. advance_flow
+    reaper = FirestoreLeaseReaper(firestore_client, commit=commits)
+
+    report = reap_once(reaper, clock=FakeClock(NOW + LEASE + timedelta(seconds=1)))
+
+    assert report.count(ReapOutcome.RETRIED) == 1 and commits.calls == 2
+    assert step_of(ref)["status"] == "READY" and step_of(ref, "other")["status"] == "READY"
+    assert lease_doc(firestore_client) is None
+
+
+def test_a_reap_that_loses_to_the_finalize_leaves_the_step_finished(
+    firestore_client: firestore.Client,
+) -> None:
+    ref = put_run(firestore_client, {STEP: chart_step()})
+    store = FirestoreFlowRunStore(firestore_client)
+    claim(store, "tok-late")
+    final = StepFinal(StepStatus.SUCCEEDED, NOW + LEASE, outputs={"o": 1})
+    commits = CommitsAfter(lambda: store.finalize_step(RUN, STEP, token="tok-late", final=final))
+    reaper = FirestoreLeaseReaper(firestore_client, commit=commits)
+
+    report = reap_once(reaper, clock=FakeClock(NOW + LEASE + timedelta(seconds=1)))
+
+    # its first commit lost (the run and the lease changed); the read after it found the lease gone
+    assert report.count(ReapOutcome.SUPERSEDED) == 1 and commits.calls == 1
+    assert step_of(ref)["status"] == "SUCCEEDED" and lease_doc(firestore_client) is None
+
+
+def test_a_reap_never_deletes_a_newer_lease(firestore_client: firestore.Client) -> None:
+    ref = put_run(firestore_client, {STEP: chart_step()})
+    store = FirestoreFlowRunStore(firestore_client)
+    claim(store, "tok-old")
+    assert store.finalize_step(RUN, STEP, token="tok-old", final=StepFinal(StepStatus.FAILED, NOW)).written
+    stray = {"runId": RUN, "stepId": STEP, "claimToken": "tok-old", "expiresAt": "2026-11-22T04:05:00.000Z"}
+    leases = firestore_client.collection("step_leases")
+    leases.document(lease_document_id(RUN, STEP)).set(stray)
+    newer = {**stray, "claimToken": "tok-newer"}
+    commits = CommitsAfter(lambda: leases.document(lease_document_id(RUN, STEP)).set(newer))
+
+    report = reap_once(
+        FirestoreLeaseReaper(firestore_client, commit=commits), clock=FakeClock(NOW + LEASE * 2)
+    )
+
+    assert report.count(ReapOutcome.SUPERSEDED) == 1
+    assert (lease_doc(firestore_client) or {}).get("claimToken") == "tok-newer"
+    assert step_of(ref)["status"] == "FAILED"
 
 
 def test_the_reaper_queries_only_expired_leases(firestore_client: firestore.Client) -> None:

@@ -24,7 +24,7 @@ from worker_chart_export.core.errors import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN
+from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
 from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.execute import execute_step
 from worker_chart_export.ports import Ports
@@ -356,6 +356,55 @@ class UnavailableStore:
 def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
     with pytest.raises(RedeliverEvent, match="could not reach the store"):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+
+
+@dataclass
+class SeenRecordingStore:
+    """Passes everything to the local store, recording the version each claim was given."""
+
+    inner: LocalFlowRunStore
+    seen: list[RunVersion | None] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, seen: RunVersion | None = None, **kwargs: Any) -> Any:
+        self.seen.append(seen)
+        return self.inner.claim_step(*args, seen=seen, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_the_events_version_is_what_the_claim_is_planned_from(tmp_path: Path, log_capture: Any) -> None:
+    document = flow_run({"charts": chart_step()})
+    base = make_world(tmp_path, document)
+    recording = SeenRecordingStore(base.store)
+    world = make_world(tmp_path, document, flow_runs=recording)
+    seen = RunVersion(document, FakeClock().now())
+
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, seen=seen)
+    again = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+
+    assert report.outcome == "SUCCEEDED" and again.error_code == "STEP_CLAIM_CONFLICT"
+    assert recording.seen == [seen, None]  # run-local and the CLI have none: the store reads
+    claimed = log_capture.events("claim succeeded")[0]
+    refused = log_capture.events("claim not taken: no-op")[0]
+    assert isinstance(claimed["durationMs"], float) and isinstance(refused["durationMs"], float)
+
+
+class StillReadyStore:
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise RedeliverEvent("claim of charts: the step is still READY after 5 commits")
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("finalize must not run when nothing was claimed")
+
+
+def test_a_claim_still_ready_after_its_tries_asks_for_redelivery(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=StillReadyStore())
+    with pytest.raises(RedeliverEvent, match="still READY"):
         execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
 
 

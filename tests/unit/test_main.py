@@ -9,7 +9,8 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,10 +80,12 @@ class FakeExecution:
     calls: list[tuple[str, str]]
     outcome: str = "SUCCEEDED"
     raises: BaseException | None = None
+    seen: list[Any] = field(default_factory=list)  # the version each claim is to be planned from
 
-    def __call__(self, run_id: str, step_id: str, *, ports: Any, limits: Any) -> Any:
+    def __call__(self, run_id: str, step_id: str, *, ports: Any, limits: Any, seen: Any = None) -> Any:
         assert ports == "fake-ports" and limits == "fake-limits"
         self.calls.append((run_id, step_id))
+        self.seen.append(seen)
         if self.raises is not None:
             raise self.raises
         return SimpleNamespace(
@@ -204,6 +207,18 @@ def test_the_smallest_ready_chart_export_step_is_executed(
     assert parsed["flowKey"] == "daily"
     handled = only(log_capture.events("event handled"))
     assert (handled["outcome"], handled["stepId"]) == ("SUCCEEDED", "charts_1h")
+
+
+def test_the_events_version_is_handed_to_the_claim(
+    client: FlaskClient, fake_execution: FakeExecution
+) -> None:
+    updated = datetime(2026, 11, 22, 4, 12, 3, 123456, tzinfo=UTC)
+    message = build_document_event_data(DOC_NAME, flow_run_fields({"s": chart_step()}))
+    message.value.update_time.FromDatetime(updated)
+    response = client.post("/", data=message.SerializeToString(), headers=binary_headers())
+    assert response.status_code == 200
+    [seen] = fake_execution.seen
+    assert seen.update_time == updated and seen.document == flow_run_fields({"s": chart_step()})
 
 
 def test_an_unsafe_run_id_is_still_delegated(client: FlaskClient, fake_execution: FakeExecution) -> None:

@@ -18,6 +18,7 @@ from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
 from worker_chart_export.core.step_rules import (
+    RunVersion,
     apply_to_step,
     claim_is_current,
     finalized,
@@ -71,8 +72,16 @@ class LocalFlowRunStore:
         return document if document.get("runId") == run_id else None
 
     def claim_step(
-        self, run_id: str, step_id: str, *, token: str, now: datetime, lease_expires_at: datetime
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        token: str,
+        now: datetime,
+        lease_expires_at: datetime,
+        seen: RunVersion | None = None,
     ) -> ClaimOutcome:
+        # `seen` is not needed here: the file lock already makes read, plan and write atomic
         with self._locked():
             document = self._document_of(run_id)
             plan = plan_claim(

@@ -1,9 +1,9 @@
 """The state rules of one step, written once: what may be claimed, what a claim writes, when
 a finalize is ours (worker contract §3, error model: idempotency).
 
-Each store (Firestore in a transaction, the local file under a lock) reads the document,
-asks these functions for a plan, and executes it; a refusal is returned to the caller as it
-is. Nothing here does I/O.
+Each store (Firestore as a compare-and-set on the version planned from, the local file under
+a lock) asks these functions for a plan from one version of the document, and executes it;
+a refusal is returned to the caller as it is. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.errors import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
@@ -26,6 +26,9 @@ from worker_chart_export.core.types import (
     StepStatus,
 )
 
+if TYPE_CHECKING:
+    from tenacity.wait import wait_base
+
 # What a previous attempt left on the step that a new claim must not carry over.
 STALE_AFTER_CLAIM = ("finishedAt", "error")
 
@@ -35,6 +38,15 @@ def step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, An
     steps = (document or {}).get("steps")
     step = steps.get(step_id) if isinstance(steps, Mapping) else None
     return step if isinstance(step, Mapping) else None
+
+
+@dataclass(frozen=True)
+class RunVersion:
+    """One version of a flow_run as its caller saw it (an event carries one): the document
+    and the update time Firestore gave that version, which a compare-and-set names."""
+
+    document: JsonDict
+    update_time: datetime
 
 
 def is_ready_chart_export(step: Mapping[str, Any]) -> bool:
@@ -117,6 +129,42 @@ def plan_claim(
     )
 
 
+# Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter. A retry is
+# only for a step still READY after a commit that lost to another write of the run (another
+# step's claim or finalize, advance_flow): losers of a race for the same step stop at once.
+CLAIM_TRIES = 5
+
+
+def claim_retry_wait() -> wait_base:
+    """Between two claim commits, at random (so contenders that lost together do not come
+    back together): 0.1-0.2 s, then 0.1-0.4 s, then 0.1-0.5 s."""
+    from tenacity import wait_random_exponential  # not on the no-op path, which imports this module
+
+    return wait_random_exponential(multiplier=0.2, min=0.1, max=0.5)
+
+
+def settled_claim(
+    document: Mapping[str, Any] | None,
+    run_id: str,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimOutcome | None:
+    """What a version read after a claim commit that did not go through as planned (its
+    precondition failed, or its answer was lost) says: the claim when the step is RUNNING
+    under our token (our commit landed), the no-op when it is not ours to take any more
+    (another execution won, or the step or the run went), None while it is still READY."""
+    confirmed = confirmed_claim(document, step_id, token=token, now=now, lease_expires_at=lease_expires_at)
+    if confirmed is not None:
+        return confirmed
+    refusal = claim_refusal(run_id, step_id, document)
+    if refusal is None:
+        return None
+    return ClaimOutcome(refusal.status, f"{refusal.reason} (lost the claim race)")
+
+
 def confirmed_claim(
     document: Mapping[str, Any] | None,
     step_id: str,
@@ -125,8 +173,8 @@ def confirmed_claim(
     now: datetime,
     lease_expires_at: datetime,
 ) -> ClaimOutcome | None:
-    """After an outage mid-claim: the claim, when the step is RUNNING under our token (the
-    commit landed though its answer was lost), else None."""
+    """The claim, when the step is RUNNING under our token (the commit landed though its
+    answer was lost, or a retry of it found it landed), else None."""
     step = step_of(document, step_id)
     if step is None or step.get("claimToken") != token or step.get("status") != StepStatus.RUNNING:
         return None

@@ -139,6 +139,11 @@ class Version:
     update_time: Any  # a protobuf Timestamp or datetime, as the client returns and takes it
 
 
+def version_of(snapshot: Any) -> Version:
+    """A snapshot as a Version of plain values (doc and update_time None when absent)."""
+    return Version(snapshot_dict(snapshot), snapshot.update_time if snapshot.exists else None)
+
+
 class BatchCommitter(Protocol):
     """Commits `batch` (all its writes or none) with the bounded retry and timeout of `rpc`,
     returning the write results. The seam tests use to inject an outage, a lost answer or a

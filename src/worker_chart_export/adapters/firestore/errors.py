@@ -35,6 +35,15 @@ _GAVE_UP_PREFIX = "Failed to commit transaction"
 _MAX_MESSAGE_CHARS = 200
 
 
+# A conditional commit refused because a document changed (or went) since the version it
+# names, or aborted by contention on a hot document: either way, read again and plan again.
+CHANGED_MEANWHILE: tuple[type[Exception], ...] = (
+    api_exceptions.FailedPrecondition,
+    api_exceptions.NotFound,
+    api_exceptions.Aborted,
+)
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc

@@ -1,23 +1,30 @@
 """FlowRunStore over `flow_runs/{runId}`: executes the core's claim and finalize plans
-(core/step_rules.py).
+(core/step_rules.py), each as a compare-and-set: no transaction, no read lock on the run
+document (error model, "Firestore contention notes"; docs/design.md, "Claim").
 
-- The claim is one Firestore transaction (worker contract §3.1) and no read before it: the
-  caller's event showed the step READY, and a stale event is refused by the transaction's
-  own read (its empty commit frees the lock).
-- The finalize is a compare-and-set, as the error model recommends for `flow_runs`: the plan
-  is made from one version of the run document and written, with the lease's deletion, on
-  the condition that the document is still that version (its `update_time`). Firestore
-  commits it only if no other write landed in between. It starts from the version our claim
-  committed (remembered per run), so it is ONE commit unless another step of the run was
-  written meanwhile; then the document is read, the plan made again (a refusal is returned
-  as it is) and written on that version. After `max_attempts` such losses it raises
-  TransientStoreError, which its caller retries within its budget.
+A plan is made from one version of the run document and committed, with the step's lease
+document, on the condition that the run document is still that version (its
+`update_time`). Firestore applies the commit atomically, all its writes or none, and only if
+no other write landed in between; contenders wait for nobody and nothing is locked.
+
+- The claim plans from the version its caller saw (the event's), else from a read: ONE
+  commit when the event is current. When the commit loses its precondition the document is
+  read at once: the step RUNNING under another token (the race was lost) or gone is the
+  no-op it always was, RUNNING under ours is our commit (its answer lost); only a step still
+  READY (another write of the run came first) is tried again, a few times with jitter, and
+  then RedeliverEvent. An outage is settled the same way, by reading back.
+- The finalize starts from the version our claim committed (remembered per run), so it is
+  ONE commit unless another write of the run landed meanwhile; then the document is read,
+  the plan made again (a refusal is returned as it is) and written on that version. After
+  `max_attempts` such losses it raises TransientStoreError, which its caller retries within
+  its budget.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,19 +32,21 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt
 
 from worker_chart_export.adapters.firestore.client import (
     DEFAULT_RPC_TIMEOUT_SECONDS,
     DEFAULT_TRANSACTION_ATTEMPTS,
     BatchCommitter,
     RpcOptions,
-    TransactionRunner,
     Version,
     commit_batch,
-    run_transaction,
+    plain,
     snapshot_dict,
+    version_of,
 )
-from worker_chart_export.adapters.firestore.errors import is_contention, outage_error, translated
+from worker_chart_export.adapters.firestore.errors import CHANGED_MEANWHILE, outage_error, translated
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import RedeliverEvent, TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import (
@@ -47,14 +56,16 @@ from worker_chart_export.core.naming import (
     lease_document_id,
 )
 from worker_chart_export.core.step_rules import (
+    CLAIM_TRIES,
     ClaimPlan,
     FinalizePlan,
+    RunVersion,
     claim_is_current,
-    claim_refusal,
-    confirmed_claim,
+    claim_retry_wait,
     finalized,
     plan_claim,
     plan_finalize,
+    settled_claim,
 )
 from worker_chart_export.core.types import (
     ClaimOutcome,
@@ -63,6 +74,9 @@ from worker_chart_export.core.types import (
     JsonDict,
     StepFinal,
 )
+
+# what a store's commit adds to the batch besides the run document's update
+BatchWrites = Callable[[firestore.WriteBatch], None]
 
 
 def step_field(step_id: str, *fields: str) -> str:
@@ -114,22 +128,17 @@ class _ClaimRequest:
     lease_expires_at: datetime
 
     def plan(self, document: JsonDict | None) -> ClaimPlan | ClaimOutcome:
-        return plan_claim(
-            document,
-            self.run_id,
-            self.step_id,
-            token=self.token,
-            now=self.now,
-            lease_expires_at=self.lease_expires_at,
-        )
+        return plan_claim(document, self.run_id, self.step_id, **self._claim())
 
-    def refusal(self, document: JsonDict | None) -> ClaimOutcome | None:
-        return claim_refusal(self.run_id, self.step_id, document)
+    def settled(self, document: JsonDict | None) -> ClaimOutcome | None:
+        return settled_claim(document, self.run_id, self.step_id, **self._claim())
 
-    def confirmed(self, document: JsonDict | None) -> ClaimOutcome | None:
-        return confirmed_claim(
-            document, self.step_id, token=self.token, now=self.now, lease_expires_at=self.lease_expires_at
-        )
+    def _claim(self) -> dict[str, Any]:
+        return {"token": self.token, "now": self.now, "lease_expires_at": self.lease_expires_at}
+
+    @property
+    def operation(self) -> str:
+        return f"claim of step {self.step_id} in flow_runs/{self.run_id}"
 
 
 class _WrittenVersions:
@@ -170,109 +179,131 @@ class FirestoreFlowRunStore:
         leases_collection: str = STEP_LEASES_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         max_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
-        run_in_transaction: TransactionRunner = run_transaction,
+        claim_tries: int = CLAIM_TRIES,
         commit: BatchCommitter = commit_batch,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
+        if max_attempts < 1 or claim_tries < 1:
+            raise ValueError("max_attempts and claim_tries must be >= 1")
         self._client = client
         self._collection = client.collection(collection)
         self._leases = client.collection(leases_collection)
         self._rpc = RpcOptions(rpc_timeout)
         self._max_attempts = max_attempts
-        self._run_in_transaction = run_in_transaction
+        self._claim_tries = claim_tries
         self._commit = commit
+        self._clock = clock
         self._written = _WrittenVersions()
 
-    def _read(self, ref: firestore.DocumentReference, transaction: Any = None) -> JsonDict | None:
-        return snapshot_dict(self._rpc.get(ref, transaction))
+    def _read(self, ref: firestore.DocumentReference) -> JsonDict | None:
+        return snapshot_dict(self._rpc.get(ref))
 
-    def _read_version(self, ref: firestore.DocumentReference) -> Version | None:
-        snapshot = self._rpc.get(ref)
-        document = snapshot_dict(snapshot)
-        return None if document is None else Version(document, snapshot.update_time)
+    def _read_version(self, ref: firestore.DocumentReference) -> Version:
+        return version_of(self._rpc.get(ref))
 
-    def _finalize_on(
-        self, version: Version, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
-    ) -> bool:
-        """The plan on the run document only if it is still `version`, with the lease's
-        deletion, in one commit; False when the document changed (or went) meanwhile."""
+    def _commit_on(
+        self, version: Version, ref: firestore.DocumentReference, fields: dict[str, Any], also: BatchWrites
+    ) -> Any:
+        """`fields` onto the run document only if it is still `version`, with what `also` adds,
+        in one commit: the update time it gave the document, or None when the document changed
+        (or went) meanwhile. Outages are raised as they come."""
         batch = self._client.batch()
-        option = self._client.write_option(last_update_time=version.update_time)
-        batch.update(ref, finalize_update(plan), option=option)
-        batch.delete(lease)  # ours: the step held our token in that version
+        batch.update(ref, fields, option=self._client.write_option(last_update_time=version.update_time))
+        also(batch)
         try:
-            self._commit(batch, self._rpc)
-        except (api_exceptions.FailedPrecondition, api_exceptions.NotFound):
-            return False
-        return True
+            results = self._commit(batch, self._rpc)
+        except CHANGED_MEANWHILE:
+            return None
+        return results[0].update_time
 
     # --- claim ---
 
     def claim_step(
-        self, run_id: str, step_id: str, *, token: str, now: datetime, lease_expires_at: datetime
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        token: str,
+        now: datetime,
+        lease_expires_at: datetime,
+        seen: RunVersion | None = None,
     ) -> ClaimOutcome:
-        operation = f"claim of step {step_id} in flow_runs/{run_id}"
-        ref = self._collection.document(run_id)
         request = _ClaimRequest(run_id, step_id, token, now, lease_expires_at)
-        committed: list[firestore.Transaction] = []
+        ref = self._collection.document(run_id)
+        # the event's document, in the values a read gives; without one, read first
+        version = Version(plain(seen.document), seen.update_time) if seen is not None else None
 
-        def claim(transaction: firestore.Transaction) -> ClaimOutcome:
-            # Re-run by the client on contention: no side effects, everything from the inputs.
-            plan = request.plan(self._read(ref, transaction))
-            if isinstance(plan, ClaimOutcome):
-                return plan
-            transaction.update(ref, claim_update(plan))
-            transaction.set(self._lease_ref(run_id, step_id), lease_fields(run_id, plan))
-            committed[:] = [transaction]
-            return plan.outcome()
+        def one_try() -> ClaimOutcome | None:
+            nonlocal version
+            if version is None:
+                version = self._read_for(request, ref, "read")
+            outcome, version = self._claim_on(version, ref, request)
+            return outcome
 
+        retrying = Retrying(
+            stop=stop_after_attempt(self._claim_tries),
+            wait=claim_retry_wait(),
+            retry=retry_if_result(lambda outcome: outcome is None),
+            sleep=self._clock.sleep,
+            retry_error_callback=_still_ready,
+        )
+        outcome: ClaimOutcome | None = retrying(one_try)
+        if outcome is None:
+            raise RedeliverEvent(
+                f"{request.operation}: the step is still READY after {self._claim_tries} commits "
+                "that lost to other writes of the run"
+            )
+        return outcome
+
+    def _claim_on(
+        self, version: Version, ref: firestore.DocumentReference, request: _ClaimRequest
+    ) -> tuple[ClaimOutcome | None, Version | None]:
+        """One claim commit planned from `version`: (the outcome, None) once settled, else
+        (None, the version read after the commit lost: the step is still READY in it)."""
+        plan = request.plan(version.doc)
+        if isinstance(plan, ClaimOutcome):
+            return plan, None
+        lease = self._lease_ref(request.run_id, request.step_id)
         try:
-            # No read before the transaction: the event that brought us here showed the step
-            # READY, and a stale event is refused inside it (an empty commit frees the lock).
-            outcome = self._run_in_transaction(
-                self._client, claim, max_attempts=self._max_attempts, rpc=self._rpc
+            written = self._commit_on(
+                version, ref, claim_update(plan), lambda b: b.set(lease, lease_fields(request.run_id, plan))
             )
         except Exception as exc:
-            if is_contention(exc):
-                return self._after_contention(ref, request)
-            outage = outage_error(exc, operation)
+            outage = outage_error(exc, request.operation)
             if outage is None:
                 raise
             # Did our commit land although its answer was lost? Then only this invocation
             # can finish the step: a redelivery would find it RUNNING and do nothing.
-            confirmed = self._confirmed(ref, request)
-            if confirmed is not None:
-                return confirmed
-            raise outage from exc
-        self._remember_claim(run_id, outcome, committed)
+            return self._settled_after_outage(ref, request, outage), None
+        if written is not None:
+            self._written.remember(request.run_id, Version(plan.claimed_document, written))
+            return plan.outcome(), None
+        # Lost: read at once, so a loser of the race learns it without waiting.
+        fresh = self._read_for(request, ref, "read after a lost commit")
+        outcome = self._settled(request, fresh)
+        return outcome, None if outcome is not None else fresh
+
+    def _read_for(self, request: _ClaimRequest, ref: firestore.DocumentReference, why: str) -> Version:
+        with translated(f"{request.operation} ({why})", contention=False):
+            return self._read_version(ref)
+
+    def _settled(self, request: _ClaimRequest, fresh: Version) -> ClaimOutcome | None:
+        outcome = request.settled(fresh.doc)
+        if outcome is not None and outcome.status is ClaimStatus.CLAIMED:
+            self._written.remember(request.run_id, fresh)  # ours: the finalize writes on it
         return outcome
 
-    def _remember_claim(
-        self, run_id: str, outcome: ClaimOutcome, committed: list[firestore.Transaction]
-    ) -> None:
-        """The version our claim wrote (its commit's update time), for the finalize to write on."""
-        results = getattr(committed[0], "write_results", None) if committed else None
-        if outcome.status is ClaimStatus.CLAIMED and outcome.flow_run is not None and results:
-            self._written.remember(run_id, Version(outcome.flow_run, results[0].update_time))
-
-    def _confirmed(self, ref: firestore.DocumentReference, request: _ClaimRequest) -> ClaimOutcome | None:
+    def _settled_after_outage(
+        self, ref: firestore.DocumentReference, request: _ClaimRequest, outage: TransientStoreError
+    ) -> ClaimOutcome:
         try:
-            document = self._read(ref)
-        except Exception:
-            return None  # still unreachable: the caller reports the outage
-        return request.confirmed(document)
-
-    def _after_contention(self, ref: firestore.DocumentReference, request: _ClaimRequest) -> ClaimOutcome:
-        # The client gave up: whoever won decides. A step still READY means nobody won
-        # (yet), so the event must come again rather than be acknowledged as a no-op.
-        operation = f"claim of step {request.step_id} in flow_runs/{request.run_id}"
-        with translated(f"{operation} (re-read after contention)", contention=False):
-            document = self._read(ref)
-        refusal = request.refusal(document)
-        if refusal is not None:
-            return ClaimOutcome(refusal.status, f"{refusal.reason} (lost the claim race)")
-        raise RedeliverEvent(f"{operation}: transaction gave up on contention and the step is still READY")
+            fresh = self._read_version(ref)
+        except Exception as exc:
+            raise outage from exc  # still unreachable: the caller reports the outage
+        outcome = self._settled(request, fresh)
+        if outcome is None:
+            raise outage  # nothing of ours landed and the step is still READY: redeliver
+        return outcome
 
     # --- finalize ---
 
@@ -285,19 +316,24 @@ class FirestoreFlowRunStore:
             if version is None:
                 version, fresh = self._read_version(ref), True
             for _ in range(self._max_attempts):
-                document = version.doc if version is not None else None
-                decided = plan_finalize(document, run_id, step_id, token=token, final=final)
+                decided = plan_finalize(version.doc, run_id, step_id, token=token, final=final)
                 if isinstance(decided, FinalizeOutcome):
                     if fresh:
                         self._written.forget(run_id)
                         return decided
-                elif version is not None and self._finalize_on(version, ref, decided, lease):
+                elif self._finalize_on(version, ref, decided, lease):
                     self._written.forget(run_id)
                     return finalized(step_id)
                 version, fresh = self._read_version(ref), True
         # other workers update the same run document: contention, like an outage, is for
         # the caller to retry within its finalize budget
         raise TransientStoreError(f"{operation}: the document changed under {self._max_attempts} tries")
+
+    def _finalize_on(
+        self, version: Version, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
+    ) -> bool:
+        # ours: the step held our token in that version, so its lease goes with it
+        return self._commit_on(version, ref, finalize_update(plan), lambda b: b.delete(lease)) is not None
 
     # --- the fence before the manifest, advance_flow's write ---
 
@@ -329,3 +365,8 @@ class FirestoreFlowRunStore:
 
     def _lease_ref(self, run_id: str, step_id: str) -> firestore.DocumentReference:
         return self._leases.document(lease_document_id(run_id, step_id))
+
+
+def _still_ready(state: RetryCallState) -> None:
+    """Every claim commit lost to another write of the run while the step stayed READY."""
+    return None

@@ -1,10 +1,16 @@
 """The reaper's view of Firestore: `step_leases` (one document per claimed step, written by the
-claim and deleted by the finalize, in their transactions) and the conditional write that
-takes an expired step back (core/step_rules.py `plan_reap`).
+claim and deleted by the finalize, each in its commit on the run document) and the conditional
+write that takes an expired step back (core/step_rules.py `plan_reap`).
 
 The query `expiresAt <= now` uses the single-field index Firestore keeps on `expiresAt` by
 default (deploy/firestore.indexes.json states it explicitly); it touches only leases, never
 every run.
+
+A reap is a compare-and-set, like the claim and the finalize, with no transaction and no
+lock on the run: the lease and the run are read (one BatchGet), the plan made from those
+versions, and the run's update and the lease's deletion committed together on the condition
+that neither document changed since. When one did (the step was finalized or claimed again
+meanwhile), both are read again and the plan made again.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from worker_chart_export.adapters.firestore.client import (
     DEFAULT_RPC_TIMEOUT_SECONDS,
     DEFAULT_TRANSACTION_ATTEMPTS,
+    BatchCommitter,
     RpcOptions,
-    TransactionRunner,
-    run_transaction,
-    snapshot_dict,
+    Version,
+    commit_batch,
+    version_of,
 )
-from worker_chart_export.adapters.firestore.errors import translated
+from worker_chart_export.adapters.firestore.errors import CHANGED_MEANWHILE, translated
 from worker_chart_export.adapters.firestore.flow_runs import step_field
+from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
     LEASE_EXPIRY_FIELD,
@@ -49,13 +57,15 @@ class FirestoreLeaseReaper:
         flow_runs_collection: str = FLOW_RUNS_COLLECTION,
         leases_collection: str = STEP_LEASES_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
-        run_in_transaction: TransactionRunner = run_transaction,
+        max_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
+        commit: BatchCommitter = commit_batch,
     ) -> None:
         self._client = client
         self._runs = client.collection(flow_runs_collection)
         self._leases = client.collection(leases_collection)
         self._rpc = RpcOptions(rpc_timeout)
-        self._run_in_transaction = run_in_transaction
+        self._max_attempts = max_attempts
+        self._commit = commit
 
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:
         query = (
@@ -70,25 +80,61 @@ class FirestoreLeaseReaper:
         ]
 
     def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+        """`max_attempts`: the step's (REAPER_MAX_ATTEMPTS), not this write's tries."""
+        operation = f"reap of step {lease.step_id} in flow_runs/{lease.run_id}"
         run_ref = self._runs.document(lease.run_id)
         lease_ref = self._leases.document(lease.document_id)
+        with translated(operation):
+            for _ in range(self._max_attempts):
+                lease_version, run_version = self._read(lease_ref, run_ref)
+                outcome = self._reap_on(lease, lease_version, run_version, now=now, max_attempts=max_attempts)
+                if outcome is not None:
+                    return outcome
+        raise TransientStoreError(f"{operation}: the documents changed under {self._max_attempts} tries")
 
-        def reap(transaction: firestore.Transaction) -> ReapOutcome:
-            current = snapshot_dict(self._rpc.get(lease_ref, transaction))
-            if current is None or current.get("claimToken") != lease.token:
-                return ReapOutcome.SUPERSEDED  # claimed again meanwhile: a newer lease
-            document = snapshot_dict(self._rpc.get(run_ref, transaction))
-            plan = plan_reap(document, lease.step_id, token=lease.token, now=now, max_attempts=max_attempts)
-            if plan is None:
-                if not claim_is_current(document, lease.step_id, lease.token):
-                    transaction.delete(lease_ref)  # the step finished or vanished: a stray lease
-                    return ReapOutcome.CLEARED
+    def _read(
+        self, lease_ref: firestore.DocumentReference, run_ref: firestore.DocumentReference
+    ) -> tuple[Version, Version]:
+        """The lease and the run, in one round trip and without a lock."""
+        found = {
+            s.reference.path: version_of(s) for s in self._rpc.get_all(self._client, [lease_ref, run_ref])
+        }
+        absent = Version(None, None)
+        return found.get(lease_ref.path, absent), found.get(run_ref.path, absent)
+
+    def _reap_on(
+        self,
+        lease: ExpiredLease,
+        lease_version: Version,
+        run_version: Version,
+        *,
+        now: datetime,
+        max_attempts: int,
+    ) -> ReapOutcome | None:
+        """The plan from these versions, committed only while both are current: its outcome,
+        or None when either document changed before the commit (read and plan again)."""
+        current = lease_version.doc
+        if current is None or current.get("claimToken") != lease.token:
+            return ReapOutcome.SUPERSEDED  # claimed again meanwhile: a newer lease
+        run_ref = self._runs.document(lease.run_id)
+        lease_ref = self._leases.document(lease.document_id)
+        document = run_version.doc
+        plan = plan_reap(document, lease.step_id, token=lease.token, now=now, max_attempts=max_attempts)
+        batch = self._client.batch()
+        if plan is None:
+            if claim_is_current(document, lease.step_id, lease.token):
                 return ReapOutcome.NOT_EXPIRED
-            transaction.update(run_ref, reap_update(plan.step_id, plan.set_fields, plan.delete_fields))
-            transaction.delete(lease_ref)
-            return ReapOutcome.RETRIED if plan.retried else ReapOutcome.FAILED
+            outcome = ReapOutcome.CLEARED  # the step finished or vanished: a stray lease
+        else:
+            fields = reap_update(plan.step_id, plan.set_fields, plan.delete_fields)
+            batch.update(run_ref, fields, option=self._unchanged_since(run_version))
+            outcome = ReapOutcome.RETRIED if plan.retried else ReapOutcome.FAILED
+        batch.delete(lease_ref, option=self._unchanged_since(lease_version))
+        try:
+            self._commit(batch, self._rpc)
+        except CHANGED_MEANWHILE:
+            return None
+        return outcome
 
-        with translated(f"reap of step {lease.step_id} in flow_runs/{lease.run_id}"):
-            return self._run_in_transaction(
-                self._client, reap, max_attempts=DEFAULT_TRANSACTION_ATTEMPTS, rpc=self._rpc
-            )
+    def _unchanged_since(self, version: Version) -> Any:
+        return self._client.write_option(last_update_time=version.update_time)
