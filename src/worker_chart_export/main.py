@@ -26,6 +26,8 @@ from worker_chart_export.core.errors import ErrorCode
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
+    from worker_chart_export.core.step_rules import RunVersion
+
 CloudEventHandler = Callable[["CloudEvent", Any], None]
 Decoded = TypeVar("Decoded")
 
@@ -179,32 +181,42 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
         payloadFormat=decoded.payload_format,
         readyChartExportSteps=list(decoded.ready_step_ids),
     )
-    # The whole version now, as the claim is planned from it: one commit when it is current.
-    version = events.decode_document_version(cloud_event)  # PoisonEvent: acknowledged
     # An unsafe runId is still delegated: execute_step finalizes the step FAILED
     # (VALIDATION_FAILED) without writing under an unsafe path.
-    _execute(version, step_id, log.bind(stepId=step_id), {"eventId": cloud_event.get("id")})
+    log = log.bind(stepId=step_id)
+    seen = _seen_version(cloud_event, log)
+    _execute(decoded.run_id, step_id, seen, log, {"eventId": cloud_event.get("id")})
 
 
-def _execute(version: events.DocumentVersion, step_id: str, log: Any, identity: dict[str, Any]) -> None:
+def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
+    """The whole version the event carries, for the claim to be planned from (one commit when
+    it is current); None when it cannot be had whole: the claim then reads the document first,
+    since the skim already showed a READY step that acknowledging would leave waiting."""
+    from worker_chart_export.core.step_rules import RunVersion
+
+    try:
+        version = decode_version_event(cloud_event)
+    except events.PoisonEvent as poison:
+        log.warning("event document not decodable whole: the claim reads it first", reason=poison.reason)
+        return None
+    if version.document is None or version.update_time is None:
+        return None
+    return RunVersion(version.document, version.update_time)
+
+
+def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, identity: dict[str, Any]) -> None:
     import structlog
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export.bootstrap import production_runtime
     from worker_chart_export.core.errors import RedeliverEvent
-    from worker_chart_export.core.step_rules import RunVersion
     from worker_chart_export.execute import execute_step
 
-    seen = None
-    if version.document is not None and version.update_time is not None:
-        seen = RunVersion(version.document, version.update_time)
     try:
         # execute_step's own lines take service/env/eventId from the context
         with structlog.contextvars.bound_contextvars(**identity):
             runtime = production_runtime()
-            report = execute_step(
-                version.run_id, step_id, ports=runtime.ports, limits=runtime.limits, seen=seen
-            )
+            report = execute_step(run_id, step_id, ports=runtime.ports, limits=runtime.limits, seen=seen)
     except RedeliverEvent as exc:
         # Either the claim could not be made while the step is still READY, or a claimed
         # step's result could not be recorded (FinalizeFailed): the reason says which.

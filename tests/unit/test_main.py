@@ -221,6 +221,20 @@ def test_the_events_version_is_handed_to_the_claim(
     assert seen.update_time == updated and seen.document == flow_run_fields({"s": chart_step()})
 
 
+def test_a_version_that_does_not_decode_whole_is_claimed_from_a_fresh_read(
+    client: FlaskClient, fake_execution: FakeExecution, log_capture: LogCapture
+) -> None:
+    # The skim shows a READY step, but a field holds a timestamp Firestore never writes:
+    # acknowledging would leave the step waiting, so the claim reads the document first.
+    message = build_document_event_data(DOC_NAME, flow_run_fields({"s": chart_step()}))
+    message.value.fields["createdAt"].timestamp_value.seconds = 10**13
+    response = client.post("/", data=message.SerializeToString(), headers=binary_headers())
+    assert response.status_code == 200
+    assert fake_execution.calls == [(RUN_ID, "s")]
+    assert fake_execution.seen == [None]
+    assert only(log_capture.events("event document not decodable whole: the claim reads it first"))
+
+
 def test_an_unsafe_run_id_is_still_delegated(client: FlaskClient, fake_execution: FakeExecution) -> None:
     path = "flow_runs/run..1"
     body = protobuf_body({"s": chart_step()}, name=document_resource_name("p", path))
