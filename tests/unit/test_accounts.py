@@ -361,6 +361,20 @@ def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> No
     assert waited.paced_seconds == pytest.approx(1.0) and clock.sleeps == [pytest.approx(1.0)]
 
 
+def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
+    """A key that looks free takes the wave's first pick; the next goes where the next
+    slot is sooner, not onto the same key's queue."""
+    clock = FakeClock(NOON)
+    store = WaveCountingStore()
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=5)) == "a"  # a's next slot: 1 s from now
+    clock.advance(0.5)
+    leases = chosen.acquire_many(3, max_wait=5)
+    assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
+    slots = sorted((lease.reservation.send_at - clock.now()).total_seconds() for lease in leases)
+    assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]
+
+
 def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"used": usage(44)})

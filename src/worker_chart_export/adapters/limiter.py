@@ -74,6 +74,16 @@ class _AccountView:
     cool_until: float = 0.0  # monotonic
     disabled: bool = False
 
+    def expected_wait(self, now: float, moment: float) -> float:
+        """How long one more request on this account would wait, by what this process
+        knows: the pacing state its last reservation saw, advanced by one slot for each
+        of its picks still reserving (so concurrent picks spread over the accounts
+        instead of queueing on the one that looked free), or the cooldown."""
+        tat = self.tat
+        for _ in range(self.in_flight):
+            tat = self.pacing.next_tat(tat, now)
+        return max(self.pacing.send_time(tat, now) - now, self.cool_until - moment)
+
 
 class AccountLimiter:
     """Chooses, reserves and paces accounts. Thread-safe; one per process, shared by steps."""
@@ -110,9 +120,10 @@ class AccountLimiter:
     def acquire(self, *, tried: Collection[str] = (), max_wait: float) -> Lease | NoAccount:
         """Reserve quota and a send slot on the best account, then wait for the slot.
 
-        Order: not yet tried for this request, then the soonest expected slot, then least
-        used (this process's in-flight picks counted, so concurrent requests spread), then
-        id. A refused account costs one transaction and the next is tried.
+        Order: not yet tried for this request, then the soonest expected slot (this
+        process's picks still reserving counted as taken slots), then least used (those
+        picks counted too), then id. A refused account costs one transaction and the next
+        is tried.
         """
         busy, refused = False, set[str]()
         while (account_id := self._pick(tried, refused)) is not None:
@@ -186,7 +197,7 @@ class AccountLimiter:
                 usable,
                 key=lambda v: (
                     v.config.id in tried,
-                    max(v.pacing.send_time(v.tat, now.timestamp()) - now.timestamp(), v.cool_until - moment),
+                    v.expected_wait(now.timestamp(), moment),
                     v.usage_today + v.in_flight,
                     v.config.id,
                 ),
