@@ -21,9 +21,17 @@ from pydantic import SecretStr
 
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing, ReservationRequest, next_utc_midnight
+from worker_chart_export.core.usage import (
+    Pacing,
+    ReservationRequest,
+    daily_limit_of,
+    next_utc_midnight,
+    tat_of,
+    usage_today,
+)
 from worker_chart_export.logs import get_logger
 from worker_chart_export.ports import UsageStore
 
@@ -112,6 +120,9 @@ class AccountLimiter:
         # One reservation per account at a time in this process: concurrent transactions
         # on one usage document would only contend (Firestore aborts and retries them).
         self._reserve_locks = {a.id: threading.Lock() for a in accounts}
+        # Set when a reservation shows another instance wrote an account since this process
+        # last saw it: the views are behind, so the next wave reads them all first.
+        self._behind = False
 
     @property
     def account_ids(self) -> tuple[str, ...]:
@@ -139,7 +150,9 @@ class AccountLimiter:
         soonest slot first. Accounts are picked as acquire() picks them, one after another,
         so the wave spreads; a cooling account is left out. Fewer leases, or none, when
         the store knows too little or refuses: those calls acquire() one by one. A lease's
-        slot may still be ahead: `wait_for_slot` before sending."""
+        slot may still be ahead: `wait_for_slot` before sending. When other instances have
+        been reserving on these accounts, one read of them all comes first (`_catch_up`)."""
+        self._catch_up()
         picks: list[str] = []
         cooling: set[str] = set()
         while len(picks) < count and (account_id := self._pick((), cooling)) is not None:
@@ -161,17 +174,45 @@ class AccountLimiter:
             ReservationRequest(a, n, self._views[a].daily_limit, self._views[a].pacing)
             for a, n in sorted(counts.items())
         ]
+        leases = []
         with ExitStack() as locks:
             for request in requests:  # sorted: concurrent waves cannot deadlock
                 locks.enter_context(self._reserve_locks[request.account_id])
             answer = self._store.reserve_many(requests, now=self._clock.now(), max_wait=max_wait)
-        leases = []
-        for account_id, reservations in answer.items():
-            view = self._views[account_id]
-            if reservations:
-                self._learn(view, reservations[-1])
-            leases += [Lease(account_id, view.config.api_key, r, 0.0) for r in reservations if r.reserved]
+            if set(counts) - set(answer):  # left out: changed meanwhile, or not known here
+                self._behind = True
+            for account_id, reservations in answer.items():
+                view = self._views[account_id]
+                taken = [Lease(account_id, view.config.api_key, r, 0.0) for r in reservations if r.reserved]
+                if reservations:
+                    self._learn(view, reservations[-1], units=len(taken))
+                leases += taken
         return sorted(leases, key=lambda lease: lease.reservation.send_at or self._clock.now())
+
+    def _catch_up(self) -> None:
+        """When another instance has written the accounts since this process saw them, a
+        wave picked on the old view would queue on the keys that only look free (the
+        fleet benchmark: 22 to 27 calls per key instead of 24). One read of every usable
+        account brings the view, and the store's versions, up to date. Best effort."""
+        now = self._clock.now()
+        with self._lock:
+            if not self._behind:
+                return
+            self._behind = False
+            ids = [a for a, v in self._views.items() if self._usable(v, now)]
+        try:
+            docs = self._store.read(ids)
+        except TransientStoreError:
+            return  # the wave goes on what is known; its reservations still hold exactly
+        with self._lock:
+            for account_id, doc in docs.items():
+                view = self._views[account_id]
+                view.usage_today = usage_today(doc, now)
+                fresh = tat_of(doc)
+                if fresh is not None and (view.tat is None or fresh > view.tat):
+                    view.tat = fresh  # the shared state only moves forward
+                if view.usage_today >= daily_limit_of(doc, view.daily_limit):
+                    view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
 
     def wait_for_slot(self, lease: Lease) -> Lease:
         """Sleeps until the lease's send slot; the lease, saying how long that was."""
@@ -222,9 +263,9 @@ class AccountLimiter:
                     pacing=view.pacing,
                     max_wait=max_wait - cooling,
                 )
+                self._learn(view, reservation, units=int(reservation.reserved))
         finally:
             self._release_pick(account_id)
-        self._learn(view, reservation)
         if not reservation.reserved:
             return reservation.refusal or ReservationRefusal.EXHAUSTED
         assert reservation.send_at is not None  # a reservation always says when
@@ -233,9 +274,13 @@ class AccountLimiter:
             self._clock.sleep(wait)
         return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
 
-    def _learn(self, view: _AccountView, reservation: Reservation) -> None:
+    def _learn(self, view: _AccountView, reservation: Reservation, *, units: int) -> None:
+        """What a reservation (taking `units` units here) said of its account. Called under
+        the account's reserve lock, so this process's own reservations are all counted."""
         now = self._clock.now()
         with self._lock:
+            if reservation.usage_today > view.usage_today + units:
+                self._behind = True  # someone else reserved on it meanwhile
             view.usage_today = reservation.usage_today
             if reservation.tat is not None:
                 view.tat = reservation.tat
