@@ -4,7 +4,10 @@ One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` tha
 unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
 shared by every instance through that document. This process only keeps a cheap view to
 choose well without reading: what the last reservations said (usage, pacing state), which
-accounts are exhausted (cached), cooling down after a rate 429, or refused their key.
+accounts are exhausted (cached), cooling down after a rate 429, or refused their key. Its
+own picks still reserving count as taken slots. Once a reservation shows that another
+instance wrote an account meanwhile, the next wave reads every account first (one round
+trip), so a fleet's waves do not queue on keys that only look free.
 """
 
 from __future__ import annotations
