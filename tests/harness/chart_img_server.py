@@ -11,13 +11,15 @@ Request Limit), on 127.0.0.1 only:
   drawings within the plan's parameter limit (403 "Exceed Max Usage Parameter Limit (3)");
 - the JSON body needs `symbol` and `interval` (422 array naming the param otherwise);
   configured bad symbols get 422 {"message": "Invalid Symbol"};
-- scripted behaviours per symbol or per template: latency, hang, N x 500 then success,
-  a fixed error (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
+- scripted behaviours per symbol or per template: latency (optionally cut short once a
+  given number of calls are in flight at once), hang, N x 500 then success, a fixed error
+  (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
 
-Every request is recorded (account id, never the key; arrival time; symbol; template;
-status) so tests can count calls and check rates. A template is recognised by its request
-body: `register_template(id, request)` teaches the server what that template sends.
+Every request is recorded (account id, never the key; arrival and answer times; symbol;
+template; status) so tests can count calls, check rates and see how many were in flight.
+A template is recognised by its request body: `register_template(id, request)` teaches the
+server what that template sends.
 """
 
 from __future__ import annotations
