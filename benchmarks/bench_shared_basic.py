@@ -18,10 +18,8 @@ Exits 1 if a target is missed.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -30,11 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_served_step import step_document  # noqa: E402
+from bench_served_step import start_emulators, step_document  # noqa: E402
 
-from e2e.multi_instance import StandInAccount, running_instances, template_copies  # noqa: E402
-from harness.firestore_emulator import start_firestore_emulator  # noqa: E402
-from harness.gcs_emulator import start_gcs_emulator  # noqa: E402
+from e2e.multi_instance import StandInAccount, running_instances  # noqa: E402
 
 INSTANCES = 3
 CHARTS_PER_STEP = 4
@@ -52,16 +48,17 @@ def main() -> int:
     walls: list[float] = []
     too_many: list[int] = []
     with ExitStack() as resources:
-        emulator = resources.enter_context(start_firestore_emulator())
-        os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host
-        gcs = start_gcs_emulator()
-        resources.callback(gcs.stop)
-        templates = Path(resources.enter_context(tempfile.TemporaryDirectory()))
-        ids = template_copies(templates, CHARTS_PER_STEP)
+        emulators = start_emulators(resources, CHARTS_PER_STEP)
+        emulator, ids = emulators.firestore, emulators.template_ids
         for run in range(args.runs):
             account = StandInAccount(f"basic{run}", rate=RATE, burst=BURST, config={"plan": "BASIC"})
             with running_instances(
-                emulator, gcs.url, [account], instances=INSTANCES, latency=LATENCY, templates_dir=templates
+                emulator,
+                emulators.gcs_url,
+                [account],
+                instances=INSTANCES,
+                latency=LATENCY,
+                templates_dir=emulators.templates,
             ) as stack:
                 deliveries = []
                 for i, worker in enumerate(stack.workers):

@@ -75,9 +75,11 @@ def build_chart_api(
     secret_client: SecretClient | None = None,
     retry_policy: RetryPolicy | None = None,
     seams: Seams | None = None,
+    steps_at_once: int | None = None,
 ) -> ChartApi:
     """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
-    Real and record need accounts and a usage store; mock needs neither."""
+    Real and record need accounts and a usage store; mock needs neither. `steps_at_once`:
+    how many steps share it at once (default the served instance's threads)."""
     library = FixtureLibrary(settings.charts_fixtures_dir)
     if not calls_chart_img(settings):
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
@@ -89,7 +91,7 @@ def build_chart_api(
     if usage_store is None:
         raise ConfigError(CHARTS_API_MODE, f"{settings.charts_api_mode.value} mode needs a usage store")
     return build_http_chart_api(
-        chart_img_options(settings),
+        chart_img_options(settings, steps_at_once=steps_at_once),
         accounts,
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
@@ -98,14 +100,17 @@ def build_chart_api(
     )
 
 
-def chart_img_options(settings: Settings) -> ChartImgOptions:
+def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -> ChartImgOptions:
+    """What the HTTP chart API is built from. Its connections: one for every chart the
+    process runs at once, i.e. steps at once (the instance's threads) x CHART_CONCURRENCY."""
     from worker_chart_export.adapters.chart_img import ChartImgOptions
 
+    steps = settings.threads if steps_at_once is None else steps_at_once
     return ChartImgOptions(
         base_url=settings.chart_img_base_url,
         request_timeout_seconds=settings.chart_img_request_timeout_seconds,
         max_attempts=settings.chart_img_max_attempts,
-        max_connections=settings.chart_concurrency,
+        max_connections=steps * settings.chart_concurrency,
         daily_limit=settings.chart_img_daily_limit,
         rate_per_second=settings.chart_img_rate_per_second,
         burst=settings.chart_img_burst,
@@ -297,7 +302,7 @@ def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayo
         flow_runs=flow_runs,
         templates=LocalTemplateSource(settings.chart_templates_dir),
         artifacts=artifacts,
-        chart_api=build_chart_api(settings, usage),
+        chart_api=build_chart_api(settings, usage, steps_at_once=1),  # run-local runs one step
     )
     return LocalPorts(flow_runs, ports)
 

@@ -35,6 +35,7 @@ FIRESTORE_EMULATOR_HOST = "FIRESTORE_EMULATOR_HOST"
 CHARTS_LOCAL_OUTPUT_DIR = "CHARTS_LOCAL_OUTPUT_DIR"
 PORT = "PORT"
 REAPER_MAX_ATTEMPTS = "REAPER_MAX_ATTEMPTS"
+THREADS = "THREADS"  # functions-framework's gunicorn threads: events served at once
 
 # Settings field -> the variable that sets it
 ENV_VARS: dict[str, str] = {
@@ -61,6 +62,7 @@ ENV_VARS: dict[str, str] = {
     "local_output_dir": CHARTS_LOCAL_OUTPUT_DIR,
     "port": PORT,
     "reaper_max_attempts": REAPER_MAX_ATTEMPTS,
+    "threads": THREADS,
 }
 
 

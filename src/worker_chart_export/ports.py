@@ -126,6 +126,11 @@ class UsageStore(Protocol):
         """
         ...
 
+    def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
+        """The accounts' documents as they are now (None: no document yet), in one round
+        trip; the versions the next reservations write on. Raises TransientStoreError."""
+        ...
+
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         """After a quota 429: usageToday = dailyLimit for the rest of the UTC day."""
         ...

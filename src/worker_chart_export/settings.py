@@ -53,6 +53,10 @@ class Settings(BaseModel):
     chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
     chart_img_max_attempts: int = Field(default=3, ge=1, le=10)
     chart_concurrency: int = Field(default=8, ge=1, le=64)
+    # Steps one served instance runs at once: functions-framework's gunicorn threads, which
+    # it takes from THREADS (deploy.sh sets it to Cloud Run's concurrency), else 4 per CPU.
+    # The CHART-IMG connection pool holds threads x chart_concurrency.
+    threads: int = Field(default_factory=lambda: 4 * (os.cpu_count() or 1), ge=1, le=1000)
     # Cloud Run request timeout; the step's budget is this minus the finalize reserve.
     request_timeout_seconds: float = Field(default=300.0, gt=0)
     finalize_budget_seconds: float = Field(default=30.0, gt=0)

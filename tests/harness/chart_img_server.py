@@ -11,13 +11,15 @@ Request Limit), on 127.0.0.1 only:
   drawings within the plan's parameter limit (403 "Exceed Max Usage Parameter Limit (3)");
 - the JSON body needs `symbol` and `interval` (422 array naming the param otherwise);
   configured bad symbols get 422 {"message": "Invalid Symbol"};
-- scripted behaviours per symbol or per template: latency, hang, N x 500 then success,
-  a fixed error (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
+- scripted behaviours per symbol or per template: latency (optionally cut short once a
+  given number of calls are in flight at once), hang, N x 500 then success, a fixed error
+  (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
 
-Every request is recorded (account id, never the key; arrival time; symbol; template;
-status) so tests can count calls and check rates. A template is recognised by its request
-body: `register_template(id, request)` teaches the server what that template sends.
+Every request is recorded (account id, never the key; arrival and answer times; symbol;
+template; status) so tests can count calls, check rates and see how many were in flight.
+A template is recognised by its request body: `register_template(id, request)` teaches the
+server what that template sends.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class Script:
     """What the server does for requests that match a symbol or a template."""
 
     latency: float = 0.0  # seconds before answering
+    # with latency: answer as soon as this many calls have been in flight at once (the
+    # server's peak), or when latency passes: a capacity test need not wait on the clock
+    hold_until_in_flight: int = 0
     hang: float = 0.0  # seconds to stall without answering (longer than the client timeout)
     fail_times: int = 0  # answer fail_status this many times, then behave normally
     fail_status: int = 500
@@ -109,6 +114,7 @@ class RecordedRequest:
     template: str | None
     status: int | None = None  # None while still being answered
     message: str | None = None
+    answered: float | None = None  # time.monotonic() when the answer was ready
 
 
 @dataclass
@@ -136,6 +142,9 @@ def _canonical(request: Mapping[str, Any]) -> str:
 class ChartImgServer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._in_flight_changed = threading.Condition(self._lock)
+        self._in_flight = 0  # admitted calls being answered, every key together
+        self._peak_in_flight = 0
         self._stopping = threading.Event()
         self._accounts_by_key: dict[str, _Account] = {}
         self._templates: dict[str, str] = {}
@@ -222,6 +231,11 @@ class ChartImgServer:
                 default=0,
             )
 
+    def peak_in_flight(self) -> int:
+        """The most admitted calls answered at once, every key together."""
+        with self._lock:
+            return self._peak_in_flight
+
     # --- lifecycle ---
 
     def start(self) -> ChartImgServer:
@@ -230,6 +244,8 @@ class ChartImgServer:
 
     def stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
+        with self._in_flight_changed:
+            self._in_flight_changed.notify_all()  # and those held for a peak
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -258,20 +274,28 @@ class ChartImgServer:
             self._requests.append(record)
             refusal = self._admit(account, arrived)
             if account is not None and refusal is None:
-                account.in_flight += 1
-                account.max_in_flight = max(account.max_in_flight, account.in_flight)
+                self._count_in_flight(account, +1)
         try:
             reply = refusal or self._check_request(account, body) or self._answer(record, body)
         finally:
             if account is not None and refusal is None:
                 with self._lock:
-                    account.in_flight -= 1
+                    self._count_in_flight(account, -1)
         with self._lock:
+            record.answered = time.monotonic()
             record.status = reply.status
             if reply.content_type == "application/json":
                 answer = json.loads(reply.body)
                 record.message = answer.get("message") if isinstance(answer, dict) else "validation"
         return reply
+
+    def _count_in_flight(self, account: _Account, change: int) -> None:
+        """Under the lock: the key's and the server's calls in flight, and their peaks."""
+        account.in_flight += change
+        account.max_in_flight = max(account.max_in_flight, account.in_flight)
+        self._in_flight += change
+        self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+        self._in_flight_changed.notify_all()
 
     @staticmethod
     def _check_request(account: _Account | None, body: Mapping[str, Any]) -> _Reply | None:
@@ -326,7 +350,7 @@ class ChartImgServer:
         if script is None:
             return _Reply(200, PNG, "image/png")
         if script.latency:
-            self._stopping.wait(script.latency)
+            self._wait(script)
         if script.hang:
             self._stopping.wait(script.hang)
             return _json_reply(504, "Endpoint request timed out")
@@ -340,6 +364,16 @@ class ChartImgServer:
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")
+
+    def _wait(self, script: Script) -> None:
+        if not script.hold_until_in_flight:
+            self._stopping.wait(script.latency)
+            return
+        with self._in_flight_changed:
+            self._in_flight_changed.wait_for(
+                lambda: self._peak_in_flight >= script.hold_until_in_flight or self._stopping.is_set(),
+                timeout=script.latency,
+            )
 
 
 class _Server(ThreadingHTTPServer):
@@ -417,6 +451,33 @@ def chart_call(
         body=body,
         fixture_key=fixture_key(symbol, interval, template_id),
     )
+
+
+def peak_in_flight_of(log: Iterable[Mapping[str, Any]]) -> int:
+    """The most requests of a request log (`request_log()`, `GET /admin/requests`) being
+    answered at once: the overlap of their [arrived, answered] intervals."""
+    edges = sorted(
+        edge
+        for r in log
+        if r.get("answered") is not None
+        for edge in ((r["arrived"], 1), (r["answered"], -1))
+    )
+    peak = current = 0
+    for _, change in edges:  # at a tie the end (-1) sorts first: touching is not overlapping
+        current += change
+        peak = max(peak, current)
+    return peak
+
+
+def connections_all_free(api: Any) -> bool:
+    """Every connection permit of a real/record chart API back in place (mock has none):
+    an attempt that kept one would shrink the instance's capacity for good."""
+    client = getattr(getattr(api, "real", api), "client", None)
+    if client is None:
+        return True
+    taken: int = client.permits.take_available(client.permits.size)
+    client.permits.release(taken)
+    return bool(taken == client.permits.size)
 
 
 def find_secrets(haystacks: Iterable[str], keys: Iterable[str]) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from harness.chart_img_server import PNG, ChartImgServer, FakeClock, chart_call, find_secrets
+from harness.chart_img_server import (
+    PNG,
+    ChartImgServer,
+    FakeClock,
+    chart_call,
+    connections_all_free,
+    find_secrets,
+)
 from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
@@ -53,6 +60,7 @@ class Harness:
     tmp_path: Path
     results: list[ChartResult]
     wave_units: int = 0
+    apis: list[Any] = field(default_factory=list)
 
     def api(
         self,
@@ -75,12 +83,14 @@ class Harness:
             **settings,
         }
         clock = WallClockFrom(now) if now else SYSTEM_CLOCK
-        return build_chart_api(
+        api = build_chart_api(
             Settings(**values),
             store or InMemoryUsageStore(),
             retry_policy=FAST_RETRIES,
             seams=Seams(clock=clock),
         )
+        self.apis.append(api)
+        return api
 
     def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:
         result: ChartResult = api.render(call, Budget.starting_now(budget_seconds))
@@ -118,6 +128,7 @@ def h(chart_img_server: ChartImgServer, log_capture: LogCapture, tmp_path: Path)
     texts += [json.dumps(r.error.to_dict()) for r in harness.results if isinstance(r, ChartFailure)]
     assert harness.server.keys, "the test configured no key: the scan would prove nothing"
     assert find_secrets(texts, harness.server.keys) == []
+    assert all(connections_all_free(api) for api in harness.apis), "an attempt kept its connection"
 
 
 def code(result: ChartResult) -> str:

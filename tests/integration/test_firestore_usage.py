@@ -167,6 +167,20 @@ def test_a_wave_reserves_several_accounts_in_one_write_each(firestore_client: fi
     assert FirestoreUsageStore(firestore_client).reserve_many(requests, now=NOW, max_wait=5.0) == {}
 
 
+def test_a_read_makes_the_next_wave_write_on_the_current_versions(firestore_client: firestore.Client) -> None:
+    """Another instance wrote since this store's last look: the read brings its versions up
+    to date, so the wave's writes find them current instead of being left out."""
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    assert store.prime() == 1
+    put_usage(firestore_client, "acc-1", usageToday=9, windowStart=TODAY)  # another instance
+    requests = [ReservationRequest("acc-1", 2, 44, None), ReservationRequest("acc-2", 1, 44, None)]
+    assert store.read(["acc-1", "acc-2"]) == {"acc-1": {"usageToday": 9, "windowStart": TODAY}, "acc-2": None}
+    answer = store.reserve_many(requests, now=NOW, max_wait=5.0)
+    assert [r.usage_today for r in answer["acc-1"]] == [10, 11] and answer["acc-2"][0].usage_today == 1
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 11, "windowStart": TODAY}
+
+
 def test_a_wave_whose_answer_was_lost_is_read_again(
     firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -361,6 +361,47 @@ def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> No
     assert waited.paced_seconds == pytest.approx(1.0) and clock.sleeps == [pytest.approx(1.0)]
 
 
+def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
+    """A key that looks free takes the wave's first pick; the next goes where the next
+    slot is sooner, not onto the same key's queue."""
+    clock = FakeClock(NOON)
+    store = WaveCountingStore()
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=5)) == "a"  # a's next slot: 1 s from now
+    clock.advance(0.5)
+    leases = chosen.acquire_many(3, max_wait=5)
+    assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
+    slots = sorted((lease.reservation.send_at - clock.now()).total_seconds() for lease in leases)
+    assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]
+
+
+class ReadCountingStore(WaveCountingStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.reads: list[list[str]] = []
+
+    def read(self, account_ids: Any) -> Any:
+        self.reads.append(list(account_ids))
+        return super().read(account_ids)
+
+
+def test_a_wave_reads_every_account_first_once_another_instance_was_seen() -> None:
+    """Instance `other` made both keys busy; `this` learns it from one reservation's
+    count, then reads all accounts before its wave instead of queueing on a stale view."""
+    clock = FakeClock(NOON)
+    store = ReadCountingStore()
+    this, other = (limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1) for _ in range(2))
+    assert lease_id(this.acquire(max_wait=10)) == "a"  # a: slot 0; this knows a's next is 1 s
+    other.acquire_many(3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
+    assert this.acquire_many(1, max_wait=10) and store.reads == []  # nothing seen yet: no read
+    # that wave (on b, which this process thought unused) saw b's count jump: behind now
+    leases = this.acquire_many(2, max_wait=10)
+    assert store.reads == [["a", "b"]]
+    slots = sorted((lease.reservation.send_at - NOON).total_seconds() for lease in leases)
+    assert slots == [pytest.approx(2.0), pytest.approx(3.0)]  # b at 2 s, a at 3 s: not a, a
+    assert this.acquire_many(1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
+
+
 def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"used": usage(44)})

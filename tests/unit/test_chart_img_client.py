@@ -16,7 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
+from harness.chart_img_server import PNG, FakeClock, chart_call, connections_all_free, find_secrets, new_key
 from harness.logs import LogCapture
 from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi, Seams
@@ -126,6 +126,7 @@ def rig(log_capture: LogCapture, tmp_path: Path) -> Iterator[Callable[..., Rig]]
 
     yield make
     assert not find_secrets([log_capture.text], KEYS.values())
+    assert all(connections_all_free(r.api) for r in made), "an attempt kept its connection permit"
 
 
 def failure(result: ChartResult) -> dict[str, Any]:

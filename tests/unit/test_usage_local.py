@@ -135,3 +135,11 @@ def test_a_slot_beyond_max_wait_is_refused_and_takes_nothing(make_store: Callabl
     busy = store.reserve("acc1", default_limit=44, now=NOON, pacing=pacing, max_wait=0.5)
     assert not busy.reserved and busy.refusal is ReservationRefusal.BUSY
     assert store.snapshot() == before
+
+
+def test_read_answers_the_documents_as_they_are(make_store: Callable[..., Store]) -> None:
+    store = make_store({"a": {"usageToday": 3, "windowStart": TODAY, "tat": 5.0}})
+    assert store.read(["a", "b"]) == {"a": {"usageToday": 3, "windowStart": TODAY, "tat": 5.0}, "b": None}
+    answer = store.read(["a"])
+    answer["a"]["usageToday"] = 99  # a copy: the store is untouched
+    assert store.read(["a"])["a"] == {"usageToday": 3, "windowStart": TODAY, "tat": 5.0}

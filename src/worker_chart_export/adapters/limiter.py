@@ -4,7 +4,10 @@ One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` tha
 unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
 shared by every instance through that document. This process only keeps a cheap view to
 choose well without reading: what the last reservations said (usage, pacing state), which
-accounts are exhausted (cached), cooling down after a rate 429, or refused their key.
+accounts are exhausted (cached), cooling down after a rate 429, or refused their key. Its
+own picks still reserving count as taken slots. Once a reservation shows that another
+instance wrote an account meanwhile, the next wave reads every account first (one round
+trip), so a fleet's waves do not queue on keys that only look free.
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ from pydantic import SecretStr
 
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.errors import TransientStoreError
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing, ReservationRequest, next_utc_midnight
+from worker_chart_export.core.usage import (
+    Pacing,
+    ReservationRequest,
+    daily_limit_of,
+    next_utc_midnight,
+    tat_of,
+    usage_today,
+)
 from worker_chart_export.logs import get_logger
 from worker_chart_export.ports import UsageStore
 
@@ -74,6 +85,16 @@ class _AccountView:
     cool_until: float = 0.0  # monotonic
     disabled: bool = False
 
+    def expected_wait(self, now: float, moment: float) -> float:
+        """How long one more request on this account would wait, by what this process
+        knows: the pacing state its last reservation saw, advanced by one slot for each
+        of its picks still reserving (so concurrent picks spread over the accounts
+        instead of queueing on the one that looked free), or the cooldown."""
+        tat = self.tat
+        for _ in range(self.in_flight):
+            tat = self.pacing.next_tat(tat, now)
+        return max(self.pacing.send_time(tat, now) - now, self.cool_until - moment)
+
 
 class AccountLimiter:
     """Chooses, reserves and paces accounts. Thread-safe; one per process, shared by steps."""
@@ -102,6 +123,9 @@ class AccountLimiter:
         # One reservation per account at a time in this process: concurrent transactions
         # on one usage document would only contend (Firestore aborts and retries them).
         self._reserve_locks = {a.id: threading.Lock() for a in accounts}
+        # Set when a reservation shows another instance wrote an account since this process
+        # last saw it: the views are behind, so the next wave reads them all first.
+        self._behind = False
 
     @property
     def account_ids(self) -> tuple[str, ...]:
@@ -110,9 +134,10 @@ class AccountLimiter:
     def acquire(self, *, tried: Collection[str] = (), max_wait: float) -> Lease | NoAccount:
         """Reserve quota and a send slot on the best account, then wait for the slot.
 
-        Order: not yet tried for this request, then the soonest expected slot, then least
-        used (this process's in-flight picks counted, so concurrent requests spread), then
-        id. A refused account costs one transaction and the next is tried.
+        Order: not yet tried for this request, then the soonest expected slot (this
+        process's picks still reserving counted as taken slots), then least used (those
+        picks counted too), then id. A refused account costs one transaction and the next
+        is tried.
         """
         busy, refused = False, set[str]()
         while (account_id := self._pick(tried, refused)) is not None:
@@ -128,7 +153,9 @@ class AccountLimiter:
         soonest slot first. Accounts are picked as acquire() picks them, one after another,
         so the wave spreads; a cooling account is left out. Fewer leases, or none, when
         the store knows too little or refuses: those calls acquire() one by one. A lease's
-        slot may still be ahead: `wait_for_slot` before sending."""
+        slot may still be ahead: `wait_for_slot` before sending. When other instances have
+        been reserving on these accounts, one read of them all comes first (`_catch_up`)."""
+        self._catch_up()
         picks: list[str] = []
         cooling: set[str] = set()
         while len(picks) < count and (account_id := self._pick((), cooling)) is not None:
@@ -150,17 +177,45 @@ class AccountLimiter:
             ReservationRequest(a, n, self._views[a].daily_limit, self._views[a].pacing)
             for a, n in sorted(counts.items())
         ]
+        leases = []
         with ExitStack() as locks:
             for request in requests:  # sorted: concurrent waves cannot deadlock
                 locks.enter_context(self._reserve_locks[request.account_id])
             answer = self._store.reserve_many(requests, now=self._clock.now(), max_wait=max_wait)
-        leases = []
-        for account_id, reservations in answer.items():
-            view = self._views[account_id]
-            if reservations:
-                self._learn(view, reservations[-1])
-            leases += [Lease(account_id, view.config.api_key, r, 0.0) for r in reservations if r.reserved]
+            if set(counts) - set(answer):  # left out: changed meanwhile, or not known here
+                self._behind = True
+            for account_id, reservations in answer.items():
+                view = self._views[account_id]
+                taken = [Lease(account_id, view.config.api_key, r, 0.0) for r in reservations if r.reserved]
+                if reservations:
+                    self._learn(view, reservations[-1], units=len(taken))
+                leases += taken
         return sorted(leases, key=lambda lease: lease.reservation.send_at or self._clock.now())
+
+    def _catch_up(self) -> None:
+        """When another instance has written the accounts since this process saw them, a
+        wave picked on the old view would queue on the keys that only look free (the
+        fleet benchmark: 22 to 27 calls per key instead of 24). One read of every usable
+        account brings the view, and the store's versions, up to date. Best effort."""
+        now = self._clock.now()
+        with self._lock:
+            if not self._behind:
+                return
+            self._behind = False
+            ids = [a for a, v in self._views.items() if self._usable(v, now)]
+        try:
+            docs = self._store.read(ids)
+        except TransientStoreError:
+            return  # the wave goes on what is known; its reservations still hold exactly
+        with self._lock:
+            for account_id, doc in docs.items():
+                view = self._views[account_id]
+                view.usage_today = usage_today(doc, now)
+                fresh = tat_of(doc)
+                if fresh is not None and (view.tat is None or fresh > view.tat):
+                    view.tat = fresh  # the shared state only moves forward
+                if view.usage_today >= daily_limit_of(doc, view.daily_limit):
+                    view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
 
     def wait_for_slot(self, lease: Lease) -> Lease:
         """Sleeps until the lease's send slot; the lease, saying how long that was."""
@@ -186,7 +241,7 @@ class AccountLimiter:
                 usable,
                 key=lambda v: (
                     v.config.id in tried,
-                    max(v.pacing.send_time(v.tat, now.timestamp()) - now.timestamp(), v.cool_until - moment),
+                    v.expected_wait(now.timestamp(), moment),
                     v.usage_today + v.in_flight,
                     v.config.id,
                 ),
@@ -211,9 +266,9 @@ class AccountLimiter:
                     pacing=view.pacing,
                     max_wait=max_wait - cooling,
                 )
+                self._learn(view, reservation, units=int(reservation.reserved))
         finally:
             self._release_pick(account_id)
-        self._learn(view, reservation)
         if not reservation.reserved:
             return reservation.refusal or ReservationRefusal.EXHAUSTED
         assert reservation.send_at is not None  # a reservation always says when
@@ -222,9 +277,13 @@ class AccountLimiter:
             self._clock.sleep(wait)
         return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
 
-    def _learn(self, view: _AccountView, reservation: Reservation) -> None:
+    def _learn(self, view: _AccountView, reservation: Reservation, *, units: int) -> None:
+        """What a reservation (taking `units` units here) said of its account. Called under
+        the account's reserve lock, so this process's own reservations are all counted."""
         now = self._clock.now()
         with self._lock:
+            if reservation.usage_today > view.usage_today + units:
+                self._behind = True  # someone else reserved on it meanwhile
             view.usage_today = reservation.usage_today
             if reservation.tat is not None:
                 view.tat = reservation.tat

@@ -81,6 +81,10 @@ class _DocsUsageStore:
                     docs.setdefault(request.account_id, {}).update(update)
         return answer
 
+    def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
+        with self._transaction() as docs:
+            return {a: copy.deepcopy(docs[a]) if a in docs else None for a in account_ids}
+
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
         with self._transaction() as docs:
             fields = exhausted_fields(docs.get(account_id), default_limit=default_limit, now=now)

@@ -27,7 +27,7 @@ class ChartImgOptions:
     base_url: str
     request_timeout_seconds: float  # one HTTP call
     max_attempts: int  # per chart, across accounts
-    max_connections: int  # the step's chart concurrency
+    max_connections: int  # every chart the process runs at once: steps at once x chart concurrency
     # an account's pacing and daily limit, unless the account (its plan, or its usage doc) sets them
     daily_limit: int
     rate_per_second: float

@@ -3,11 +3,15 @@
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
 `core.chart_api_errors`, retried per `core.retry_policy`, all inside the step's Budget.
-`first_wave` reserves the first attempts of a step's first wave in one round trip
-(AccountLimiter.acquire_many); each render of that step takes one of those leases for its
-first attempt (unless CHART-IMG has refused that account meanwhile), and acquires one by
-one after. Thread-safe: execute.py renders a step's requests from a thread pool. Logs and
-failure details carry the account id, the HTTP status and the API's message, never a key.
+Every attempt holds one of the client's connection permits (permits.py) from before it
+reserves until its answer is read: a reservation never waits for a connection.
+`first_wave` takes as many permits as are free (no waiting) for a step's first wave and
+reserves that many first attempts in one round trip (AccountLimiter.acquire_many); each
+render of that step takes one of those leases, with its permit, for its first attempt
+(unless CHART-IMG has refused that account meanwhile), and acquires permit and lease one
+by one after. Thread-safe: execute.py renders a step's requests from a thread pool. Logs
+and failure details carry the account id, the HTTP status and the API's message, never a
+key.
 """
 
 from __future__ import annotations
@@ -96,24 +100,35 @@ class RealChartApi:
         self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._logged_lock = threading.Lock()
         self._prepaid: dict[tuple[str, str], list[Lease]] = {}  # a step's, during first_wave
+        self._permits = client.permits
         self._prepaid_lock = threading.Lock()
 
     @contextmanager
     def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
-        """The first attempts of `calls` reserved in one round trip, for this block: what
-        its renders have not used when it ends is dropped (never carried to a later run of
-        the same step: its slots and its day would be stale)."""
+        """The first attempts of `calls` reserved in one round trip, for this block, as far
+        as connections are free: what its renders have not used when it ends is dropped
+        (never carried to a later run of the same step: its slots and its day would be
+        stale), and its permits given back."""
         if not calls:
             yield
             return
         step = (calls[0].run_id, calls[0].step_id)
-        with self._prepaid_lock:
-            self._prepaid[step] = self._reserve_first_wave(calls, budget)
+        # only as many as have a connection now: the others reserve when they get one
+        permits = self._permits.take_available(len(calls))
+        leases: list[Lease] = []
+        try:
+            if permits:
+                leases = self._reserve_first_wave(calls[:permits], budget)
+        finally:
+            self._permits.release(permits - len(leases))
+        with self._prepaid_lock:  # each lease in the list owns one permit
+            self._prepaid.setdefault(step, []).extend(leases)
         try:
             yield
         finally:
             with self._prepaid_lock:
-                self._prepaid.pop(step, None)
+                unused = self._prepaid.pop(step, [])
+            self._permits.release(len(unused))
 
     def _reserve_first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> list[Lease]:
         max_wait = budget.remaining() - self._policy.min_attempt_seconds
@@ -125,16 +140,17 @@ class RealChartApi:
             return []  # each call then tries on its own, and says so if the store stays away
 
     def _take_prepaid(self, call: ChartCall) -> Lease | None:
-        """The step's next prepaid lease, soonest slot first. One on an account CHART-IMG
-        has refused since (exhausted, rate-limited, key refused) is dropped: its unit is
-        spent either way, and a call on it would only be refused again."""
+        """The step's next prepaid lease, with its permit, soonest slot first. One on an
+        account CHART-IMG has refused since (exhausted, rate-limited, key refused) is
+        dropped: its unit is spent either way, and a call on it would only be refused again."""
         step = (call.run_id, call.step_id)
         with self._prepaid_lock:
             leases = self._prepaid.get(step, [])
             while leases:
                 lease = leases.pop(0)
                 if self.limiter.still_accepted(lease.account_id):
-                    return lease
+                    return lease  # with its permit
+                self._permits.release()
             return None
 
     def render(self, call: ChartCall, budget: Budget) -> ChartResult:
@@ -171,13 +187,28 @@ class RealChartApi:
         return outcome
 
     def _try_once(self, request: _Request) -> _Outcome:
-        max_wait = request.budget.remaining() - self._policy.min_attempt_seconds
-        if max_wait < 0:
+        if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
         prepaid = None if request.tried else self._take_prepaid(request.call)
-        if prepaid is not None:
-            request.tried.append(prepaid.account_id)
-            return self._send(request, self.limiter.wait_for_slot(prepaid), attempt=1)
+        # a connection first, then (and only then) a quota unit and a send slot
+        if prepaid is None and not self._permits.acquire(timeout=self._max_wait(request)):
+            return self._cannot_start(request, None)
+        try:
+            if prepaid is not None:
+                request.tried.append(prepaid.account_id)
+                return self._send(request, self.limiter.wait_for_slot(prepaid), attempt=1)
+            return self._reserve_and_send(request)
+        finally:
+            self._permits.release()
+
+    def _max_wait(self, request: _Request) -> float:
+        """How long an attempt may wait to start and still have its minimum time."""
+        return request.budget.remaining() - self._policy.min_attempt_seconds
+
+    def _reserve_and_send(self, request: _Request) -> _Outcome:
+        max_wait = self._max_wait(request)
+        if max_wait < 0:  # the wait for a connection took what was left
+            return self._cannot_start(request, None)
         try:
             lease = self.limiter.acquire(tried=request.tried, max_wait=max_wait)
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
@@ -61,7 +62,9 @@ def parse_retry_after(value: str | None, clock: Clock) -> float | None:
 
 
 class ChartImgClient:
-    """One httpx.Client per process, pooled to the step concurrency and reused."""
+    """One httpx.Client per process, reused: its pool holds `max_connections`, one for every
+    chart the instance runs at once, and `permits` hands them out (one per attempt, taken
+    before the attempt reserves quota: see permits.py)."""
 
     def __init__(
         self,
@@ -76,9 +79,11 @@ class ChartImgClient:
             base_url=base_url.rstrip("/"), transport=transport, limits=limits, follow_redirects=False
         )
         self._clock = clock
+        self.permits = ConnectionPermits(max_connections)
 
     def post_chart(self, body: Mapping[str, Any], api_key: SecretStr, *, timeout: float) -> HttpAnswer:
         """POST the chart request; raises httpx.TimeoutException / httpx.TransportError.
+        The caller holds one of `permits`, so a pooled connection is free: no pool wait.
 
         httpx timeouts are per phase (connect, each read...), so the body is streamed and
         the whole exchange is also held to `timeout`: a server that trickles bytes cannot

@@ -24,7 +24,7 @@ calls then reserve one at a time as above. Not retried: the fallback is the retr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -213,6 +213,23 @@ class FirestoreUsageStore:
             # fails if another instance created it meanwhile, and the store reads it then)
             self._absent_unless_seen = True
         return len(snapshots)
+
+    def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
+        """The documents now, in one BatchGet, remembered as the versions to write on (so a
+        BatchWrite after it finds them current, unless another instance wrote meanwhile)."""
+        refs = [self._collection.document(a) for a in account_ids]
+        with translated("read of chart_img_accounts_usage", contention=False):
+            snapshots = list(self._client.get_all(refs, retry=self._rpc.retry, timeout=self._rpc.timeout))
+        docs: dict[str, Mapping[str, Any] | None] = {}
+        with self._versions_lock:
+            # (a reservation of ours committed after this read makes the version remembered
+            # here stale: its next write fails its precondition and reads again, as ever)
+            for snapshot in snapshots:
+                doc = snapshot.to_dict() if snapshot.exists else None
+                docs[snapshot.id] = doc
+                self._versions[snapshot.id] = Version(doc, snapshot.update_time if doc is not None else None)
+                self._forgotten.discard(snapshot.id)
+        return docs
 
     def _known_version(self, account_id: str) -> Version | None:
         with self._versions_lock:

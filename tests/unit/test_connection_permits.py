@@ -1,0 +1,196 @@
+"""Connection permits: a chart takes its connection before its quota unit and send slot.
+
+The HTTP side is an httpx.MockTransport that can hold an answer until the test lets it go,
+so "a chart is waiting for a connection" is observed (the permits count their waiters),
+never guessed from the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import PNG, chart_call, connections_all_free, new_key
+from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.bootstrap import LocalLayout, build_chart_api, build_local_ports, chart_img_options
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.types import ChartCall, ChartResult, ChartSuccess
+from worker_chart_export.settings import Settings, load_settings
+
+# --- the semaphore -------------------------------------------------------------------------
+
+
+def test_permits_are_handed_out_up_to_their_number() -> None:
+    permits = ConnectionPermits(3)
+    assert permits.take_available(5) == 3
+    assert not permits.acquire(timeout=0)
+    permits.release(2)
+    assert permits.take_available(5) == 2
+    permits.release(0)  # nothing to give back: no error
+    permits.release(3)
+    assert permits.acquire(timeout=0)
+
+
+def test_giving_back_more_than_was_taken_is_a_bug() -> None:
+    permits = ConnectionPermits(2)
+    permits.take_available(1)
+    with pytest.raises(ValueError, match="released too many"):
+        permits.release(2)
+
+
+def test_a_pool_needs_a_connection() -> None:
+    with pytest.raises(ValueError, match="at least one permit"):
+        ConnectionPermits(0)
+
+
+# --- sized from the settings ---------------------------------------------------------------
+
+
+def test_the_pool_holds_every_chart_the_instance_runs_at_once() -> None:
+    settings = load_settings(environ={"THREADS": "4", "CHART_CONCURRENCY": "8"})
+    assert settings.threads == 4
+    assert chart_img_options(settings).max_connections == 32
+    assert chart_img_options(settings, steps_at_once=1).max_connections == 8
+
+
+def test_threads_default_to_functions_frameworks_own() -> None:
+    import os
+
+    assert load_settings(environ={}).threads == 4 * (os.cpu_count() or 1)
+
+
+def test_a_bad_threads_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="THREADS"):
+        load_settings(environ={"THREADS": "0"})
+
+
+def test_run_local_runs_one_step_so_its_pool_is_one_steps_charts(tmp_path: Path) -> None:
+    key = new_key()
+    settings = Settings(
+        charts_api_mode="real",
+        chart_img_accounts_json=SecretStr(json.dumps([{"id": "acc1", "apiKey": key}])),
+        chart_concurrency=5,
+        threads=16,
+    )
+    layout = LocalLayout.under(tmp_path, "run-1")
+    api: Any = build_local_ports(settings, tmp_path / "run.json", layout).ports.chart_api
+    assert api.client.permits.size == 5
+
+
+# --- a chart waits for its connection before it reserves ------------------------------------
+
+
+class HeldAnswers:
+    """Answers a PNG once the test releases the request; counts who is inside."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.arrived = threading.Semaphore(0)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.arrived.release()
+        assert self.release.wait(10), "the test never released the answer"
+        return httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, *, connections: int, accounts: int = 1) -> None:
+        self.answers = HeldAnswers()
+        self.store = InMemoryUsageStore()
+        config = [{"id": f"acc{i}", "apiKey": new_key()} for i in range(accounts)]
+        settings = Settings(
+            charts_api_mode="real",
+            chart_img_base_url="https://chart-img.test",
+            chart_img_accounts_json=SecretStr(json.dumps(config)),
+            chart_img_rate_per_second=100.0,
+            chart_img_burst=10,
+            chart_concurrency=connections,
+            threads=1,
+            charts_fixtures_dir=tmp_path,
+        )
+        self.api: Any = build_chart_api(
+            settings, self.store, seams=Seams(transport=httpx.MockTransport(self.answers.handler))
+        )
+        self.permits: ConnectionPermits = self.api.client.permits
+        self.pool = ThreadPoolExecutor(max_workers=8)
+
+    def units(self) -> int:
+        return sum(doc["usageToday"] for doc in self.store.snapshot().values())
+
+    def render(self, call: ChartCall, budget: Budget) -> Future[ChartResult]:
+        return self.pool.submit(self.api.render, call, budget)
+
+
+@pytest.fixture
+def rig(tmp_path: Path, log_capture: LogCapture) -> Iterator[Callable[..., Rig]]:
+    made: list[Rig] = []
+
+    def make(**kwargs: Any) -> Rig:
+        made.append(Rig(tmp_path, **kwargs))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.answers.release.set()
+        r.pool.shutdown(wait=True)
+        r.api.close()
+
+
+def test_a_chart_waiting_for_a_connection_holds_no_reservation(rig: Callable[..., Rig]) -> None:
+    r = rig(connections=1)
+    budget = Budget.starting_now(30.0)
+    first = r.render(chart_call("tpl_a"), budget)
+    assert r.answers.arrived.acquire(timeout=10)  # the first chart is on the wire
+    second = r.render(chart_call("tpl_b"), budget)
+    until(lambda: r.permits.waiting == 1, "the second chart waiting for the connection")
+    assert r.units() == 1  # the waiting chart has reserved nothing yet
+    r.answers.release.set()
+    assert [first.result(10), second.result(10)] == [ChartSuccess(PNG, "acc0")] * 2
+    assert r.units() == 2 and connections_all_free(r.api)
+
+
+def test_a_first_wave_reserves_only_what_has_a_connection(rig: Callable[..., Rig]) -> None:
+    r = rig(connections=2, accounts=2)
+    budget = Budget.starting_now(30.0)
+    other_step = r.render(chart_call("tpl_x", run_id="run-other"), budget)
+    assert r.answers.arrived.acquire(timeout=10)  # one connection busy with another step
+    calls = [chart_call(f"tpl_{i}") for i in range(3)]
+    with r.api.first_wave(calls, budget):
+        assert r.units() == 1 + 1  # the other step's unit, and one prepaid: one free connection
+        renders = [r.render(call, budget) for call in calls]
+        until(lambda: r.permits.waiting == 2, "the wave's other charts waiting for a connection")
+        assert r.units() == 2
+        r.answers.release.set()
+        results = [f.result(10) for f in renders]
+    assert all(isinstance(result, ChartSuccess) for result in [*results, other_step.result(10)])
+    assert r.units() == 4 and connections_all_free(r.api)
+
+
+def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., Rig]) -> None:
+    r = rig(connections=3)
+    r.answers.release.set()
+    calls = [chart_call(f"tpl_{i}") for i in range(3)]
+    with r.api.first_wave(calls, Budget.starting_now(30.0)):
+        assert not r.permits.acquire(timeout=0)  # all three held for the wave
+        assert r.api.render(calls[0], Budget.starting_now(30.0)) == ChartSuccess(PNG, "acc0")
+    assert connections_all_free(r.api) and r.units() == 3
