@@ -36,6 +36,6 @@ USER 10001
 ENV HOME=/tmp
 EXPOSE 8080
 
-# `serve` runs the CloudEvent function worker_chart_export.main:on_flow_run_updated
+# `serve` runs the CloudEvent function worker_chart_export.functions.main:on_flow_run_updated
 # (functions-framework under gunicorn) on $PORT, which Cloud Run sets.
 CMD ["worker-chart-export", "serve"]

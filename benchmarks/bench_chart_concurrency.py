@@ -41,9 +41,9 @@ from harness.chart_img_server import new_key
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api, step_limits
-from worker_chart_export.execute import execute_step
 from worker_chart_export.logs import configure_logging
-from worker_chart_export.ports import Ports
+from worker_chart_export.service.execute import execute_step
+from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import ChartsApiMode, Settings
 
 REPO = Path(__file__).resolve().parents[1]

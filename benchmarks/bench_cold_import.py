@@ -1,7 +1,7 @@
 """Cold-start import cost of the CloudEvent entry vs. the bare minimum any such function pays.
 
 Median wall time over fresh interpreter processes of
-    python -c "import worker_chart_export.main"
+    python -c "import worker_chart_export.functions.main"
 vs. python -c "import functions_framework, google.events.cloud.firestore"
 and the ratio (target <= 1.3). With --importtime, also lists the modules the entry imports
 beyond the baseline, heaviest first (from `python -X importtime`).
@@ -23,7 +23,7 @@ import time
 # The image installs requirements.prod.lock, which has no rich (a dev extra, for the stack
 # command); structlog imports rich whenever it is installed. Both sides run as in the image.
 AS_IN_THE_IMAGE = "import sys; sys.modules['rich'] = None; "
-ENTRY = AS_IN_THE_IMAGE + "import worker_chart_export.main"
+ENTRY = AS_IN_THE_IMAGE + "import worker_chart_export.functions.main"
 BASELINE = AS_IN_THE_IMAGE + "import functions_framework, google.events.cloud.firestore"
 TARGET_RATIO = 1.3
 

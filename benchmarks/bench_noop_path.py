@@ -36,7 +36,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.serve import FUNCTION_TARGET
+from worker_chart_export.functions.serve import FUNCTION_TARGET
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 TARGET_RATIO = 1.2
@@ -53,7 +53,7 @@ def bare(cloud_event):
 # Each server runs exactly as `run_server` would; the bare one through the same
 # functions-framework calls, so the two differ only in the function they serve.
 SERVE_OURS = (
-    "import sys; from worker_chart_export.serve import run_server; "
+    "import sys; from worker_chart_export.functions.serve import run_server; "
     "run_server(int(sys.argv[1]), host='127.0.0.1')"
 )
 SERVE_BARE = (
@@ -125,8 +125,8 @@ def test_client_posters(
 ) -> Iterator[tuple[Post, Post]]:
     import functions_framework
 
+    from worker_chart_export.functions.serve import create_function_app
     from worker_chart_export.logs import configure_logging
-    from worker_chart_export.serve import create_function_app
 
     def poster(app: Any) -> Post:
         client = app.test_client()

@@ -30,7 +30,7 @@ from worker_chart_export.environment import (
     CHARTS_BUCKET,
     CHARTS_FIXTURES_DIR,
 )
-from worker_chart_export.ports import ArtifactStore, ChartApi, Ports, UsageStore
+from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports, UsageStore
 from worker_chart_export.settings import ChartsApiMode, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
     from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
-    from worker_chart_export.reaper import LeaseReaper
+    from worker_chart_export.service.reaper import LeaseReaper
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def warm_up() -> float:
 
     began = time.monotonic()
     try:
-        import worker_chart_export.execute  # noqa: F401  (the handler's lazy import, paid now)
+        import worker_chart_export.service.execute  # noqa: F401  (the handler's lazy import, paid now)
 
         production_runtime().connect()
     except Exception as exc:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from worker_chart_export.skim import RawDocumentEventData, RawValue
+from worker_chart_export.functions.decoding.skim import RawDocumentEventData, RawValue
 
 
 class FakeClock:

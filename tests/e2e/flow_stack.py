@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from worker_chart_export.devstack.router import Delivery
-from worker_chart_export.devstack.stack import LocalStack, StackOptions
-from worker_chart_export.events import decode_document_version
+from worker_chart_export.functions.decoding.events import decode_document_version
+from worker_chart_export.tools.devstack.router import Delivery
+from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
 ADVANCE_TRIGGER, WORKER_TRIGGER = "advance-flow", "chart-worker"
 SETTLE_SECONDS = 90.0

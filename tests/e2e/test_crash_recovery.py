@@ -19,7 +19,7 @@ import pytest
 from e2e.flow_stack import history, log_tails, new_run_id, running_stack, step_status, wait_until
 from harness.builders import chart_step, flow_run
 from harness.chart_img_server import ChartImgServer
-from worker_chart_export.devstack.stack import WORKER_TARGET, LocalStack
+from worker_chart_export.tools.devstack.stack import WORKER_TARGET, LocalStack
 
 pytestmark = pytest.mark.emulators
 

@@ -28,8 +28,8 @@ from e2e.flow_stack import (
     wait_until,
 )
 from harness.builders import chart_step, flow_run
-from worker_chart_export.devstack.stack import ADVANCE_TARGET, LocalStack
 from worker_chart_export.testing import binary_update_event
+from worker_chart_export.tools.devstack.stack import ADVANCE_TARGET, LocalStack
 
 pytestmark = pytest.mark.emulators
 

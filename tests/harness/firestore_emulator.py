@@ -207,8 +207,8 @@ def register_update_trigger(emulator: FirestoreEmulator, name: str, target_base_
         raise FirestoreEmulatorError(
             f"target {target_base_url} is not the emulator's functions_emulator {emulator.functions_emulator}"
         )
-    from worker_chart_export.devstack.processes import StackError
-    from worker_chart_export.devstack.services import register_trigger as register
+    from worker_chart_export.tools.devstack.processes import StackError
+    from worker_chart_export.tools.devstack.services import register_trigger as register
 
     try:
         register(emulator.host, emulator.project, name)

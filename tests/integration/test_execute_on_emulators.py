@@ -19,8 +19,8 @@ from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy
 from worker_chart_export.core.errors import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.execute import execute_step
-from worker_chart_export.ports import Ports
+from worker_chart_export.service.execute import execute_step
+from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators

@@ -14,14 +14,14 @@ from google.cloud import firestore
 from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
 from worker_chart_export.core.errors import TransientStoreError
-from worker_chart_export.templates_sync import (
+from worker_chart_export.testing import FakeClock
+from worker_chart_export.tools.templates_sync import (
     EXIT_INVALID,
     EXIT_OK,
     SyncAction,
     run_templates_sync,
     sync_templates,
 )
-from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
 
@@ -269,7 +269,7 @@ def test_the_plan_changes_the_verdict(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from worker_chart_export.cli import main
+    from worker_chart_export.cli.main import main
 
     big = template("big_v1")
     big["request"].update(width=1920, height=1080)

@@ -10,7 +10,7 @@ import pytest
 
 from harness.builders import SAMPLE_FLOW_RUN
 from harness.gcs_emulator import list_objects, read_object
-from worker_chart_export.cli import main
+from worker_chart_export.cli.main import main
 
 pytestmark = pytest.mark.emulators
 

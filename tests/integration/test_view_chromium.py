@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from harness.builders import REPO, SAMPLE_FLOW_RUN
-from worker_chart_export.view import EXIT_BAD_INPUT, EXIT_OK, add_view_arguments, run_view
+from worker_chart_export.tools.view import EXIT_BAD_INPUT, EXIT_OK, add_view_arguments, run_view
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

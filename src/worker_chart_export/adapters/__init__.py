@@ -1,1 +1,1 @@
-"""Adapters implementing the ports of `worker_chart_export.ports`."""
+"""Adapters implementing the ports of `worker_chart_export.service.ports`."""

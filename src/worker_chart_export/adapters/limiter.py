@@ -36,7 +36,7 @@ from worker_chart_export.core.usage import (
     usage_today,
 )
 from worker_chart_export.logs import get_logger
-from worker_chart_export.ports import UsageStore
+from worker_chart_export.service.ports import UsageStore
 
 # Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
 # instances' clocks and network paths differ by milliseconds.

@@ -1,6 +1,6 @@
 """advance_flow's rules as pure functions: which steps become READY and what the run status is.
 
-docs/flow_rules.md states the rules in words; tests/unit/test_flow_rules_properties.py checks this
+docs/flow_rules.md states the rules in words; tests/unit/core/test_flow_rules_properties.py checks this
 module against a reference written from that text. A plan depends on the document alone, so a
 duplicate or reordered event yields the same plan for the same snapshot, and the store applies it
 under a precondition on that snapshot (a stale plan is rejected there, never merged).
@@ -144,3 +144,13 @@ def apply_plan(flow_run: Mapping[str, Any], plan: AdvancePlan) -> dict[str, Any]
         if plan.run_error is not None and plan.run_status is RunStatus.FAILED:
             out["error"] = dict(plan.run_error)
     return out
+
+
+NEW_RUN_STATUS = RunStatus.PENDING  # a run advance_flow has not looked at yet
+
+
+def as_new_run(document: dict[str, Any]) -> dict[str, Any]:
+    """The document as a new run is created: status PENDING, whatever it says. advance_flow
+    owns the run status, and its first write (PENDING -> RUNNING) is the update that brings
+    the run's READY steps to their workers, whose triggers fire on updates only."""
+    return {**document, "status": NEW_RUN_STATUS.value}

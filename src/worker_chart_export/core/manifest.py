@@ -86,7 +86,7 @@ def build_manifest(
 
 
 def check_manifest(manifest: dict[str, Any]) -> None:
-    from worker_chart_export.contracts import MANIFEST, schema_errors
+    from worker_chart_export.bundled.contracts import MANIFEST, schema_errors
 
     problems = schema_errors(MANIFEST, manifest)
     if problems:

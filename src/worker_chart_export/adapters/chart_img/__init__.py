@@ -17,7 +17,7 @@ from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.adapters.limiter import AccountLimiter
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.retry_policy import RetryPolicy
-from worker_chart_export.ports import UsageStore
+from worker_chart_export.service.ports import UsageStore
 
 __all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]
 

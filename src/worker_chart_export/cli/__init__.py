@@ -1,0 +1,1 @@
+"""The `worker-chart-export` command: flags in, summaries and exit codes out."""

@@ -1,0 +1,124 @@
+"""`worker-chart-export submit`: put a flow_run into Firestore as a producer does, and with
+`--wait` follow it to its end.
+
+The file is checked against contracts/flow_run.schema.json; `--run-id` replaces its runId, so
+one file (the bundled sample too) starts as many runs as wanted. The run is created
+create-only (an existing runId is refused) with status PENDING (`core.flow_rules.as_new_run`):
+advance_flow receives the creation, makes the first steps READY and the run RUNNING, and the
+workers take it from there. Nothing else writes.
+
+Output: the runId; with `--wait`, one line per status change until the run is SUCCEEDED,
+FAILED or CANCELLED (or `--timeout`), then each CHART_EXPORT step's manifest and the `view`
+command that opens it. Exit 0 the run SUCCEEDED (or, without --wait, was created), 1 it did
+not, 2 bad input or Firestore unusable (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from worker_chart_export.adapters.firestore.checked_client import cli_firestore
+from worker_chart_export.adapters.flow_run_file import UsageError, read_valid_flow_run
+from worker_chart_export.core.flow_rules import NEW_RUN_STATUS
+from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
+from worker_chart_export.core.run_progress import chart_manifests, is_finished, status_changes
+from worker_chart_export.settings import load_settings
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+EXIT_SUCCEEDED, EXIT_FAILED = 0, 1
+DEFAULT_TIMEOUT_SECONDS = 600.0
+POLL_SECONDS = 0.5
+_RPC_SECONDS = 10.0
+
+
+def add_submit_command(commands: Any) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="create a flow_run in Firestore (as a producer does) and optionally follow it to its end",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    submit.add_argument(
+        "--flow-run-path", required=True, type=Path, help="flow_run JSON (flow_run.schema.json)"
+    )
+    submit.add_argument("--run-id", help="the new run's id, instead of the file's runId")
+    submit.add_argument("--wait", action="store_true", help="print each status change until the run ends")
+    submit.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help=f"with --wait: seconds to follow the run (default {DEFAULT_TIMEOUT_SECONDS:.0f})",
+    )
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    document = read_valid_flow_run(args.flow_run_path, run_id=args.run_id)
+    run_id = str(document["runId"])
+    settings = load_settings()
+    with cli_firestore(settings.google_cloud_project, settings.firestore_emulator_host) as client:
+        from worker_chart_export.adapters.firestore.producer import create_flow_run
+
+        create_flow_run(client, document)
+        if document.get("status") != NEW_RUN_STATUS:
+            print(
+                f"worker-chart-export: note: {args.flow_run_path} says status {document.get('status')}; "
+                f"created {NEW_RUN_STATUS}, as every new run (advance_flow sets the run status)",
+                file=sys.stderr,
+            )
+        print(run_id, flush=True)
+        if not args.wait:
+            return EXIT_SUCCEEDED
+        final = follow(client.collection(FLOW_RUNS_COLLECTION).document(run_id), args.timeout, _print_line)
+    return _report(run_id, final, args.timeout)
+
+
+def follow(
+    reference: firestore.DocumentReference,
+    timeout: float,
+    say: Callable[[str], None],
+    *,
+    poll_seconds: float = POLL_SECONDS,
+) -> dict[str, Any]:
+    """Read the run every `poll_seconds` until it is finished or `timeout` passed, saying each
+    status change; returns the last version read (empty if the run was deleted)."""
+    from worker_chart_export.adapters.firestore import bounded_retry
+
+    started = time.monotonic()
+    seen: dict[str, Any] = {}
+    while True:
+        snapshot = reference.get(retry=bounded_retry(_RPC_SECONDS), timeout=_RPC_SECONDS)
+        current = snapshot.to_dict() or {}
+        elapsed = time.monotonic() - started
+        for change in status_changes(seen, current):
+            say(f"{elapsed:6.1f}s  {change.describe()}  {change.attempt_text}".rstrip())
+        seen = current
+        if not snapshot.exists or is_finished(current) or elapsed > timeout:
+            return current
+        time.sleep(poll_seconds)
+
+
+def _report(run_id: str, final: dict[str, Any], timeout: float) -> int:
+    status = final.get("status")
+    if not final:
+        print(f"run {run_id}: the document was deleted")
+    elif is_finished(final):
+        print(f"run {run_id}: {status}")
+    else:
+        print(f"run {run_id}: still {status} after {timeout:.0f} s (it goes on; --timeout to wait longer)")
+    for step_id, uri in chart_manifests(final).items():
+        print(f"{step_id}: {uri}")
+        print(f"  view: worker-chart-export view {uri}")
+    return EXIT_SUCCEEDED if status == "SUCCEEDED" else EXIT_FAILED
+
+
+def _print_line(text: str) -> None:
+    print(text, flush=True)

@@ -1,0 +1,1 @@
+"""Firestore CloudEvents as plain values: the cheap skim, the whole version, the `Value`s."""

@@ -1,0 +1,158 @@
+"""Serve one function of `main` over HTTP the way Cloud Run's functions runtime does: the
+worker `on_flow_run_updated` (default), `advance_flow`, or the reaper `reap_expired_leases`.
+
+functions-framework 3.10 builds a Flask app and runs it under gunicorn on Linux (one worker
+process, `gthread` worker with `$THREADS` threads, default 4 per CPU), so concurrent events
+are handled concurrently; where gunicorn is unavailable it falls back to Flask's server.
+
+`install_request_logging` puts two things around that app, so every request leaves at least
+one structured log line and nothing answers with a plain-text traceback:
+- `RequestLogMiddleware` (WSGI): opens the request's log scope with its trace (`traceparent`,
+  `X-Cloud-Trace-Context`, or the binary-mode CloudEvent's `ce-traceparent`) and, when
+  nothing was logged by the time the answer is ready (a 405, functions-framework's own 400
+  or 415), writes the one line saying what was answered;
+- a Flask error handler: an exception raised before our function ran comes from decoding
+  the request (the cloudevents SDK on deep JSON, bytes that are not UTF-8, a JSON array as
+  a structured event): the request can never succeed, so it is answered 400 with one
+  WARNING line. An exception our function let escape is a 500 (Eventarc redelivers) with
+  one ERROR line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from worker_chart_export import logs
+
+FUNCTION_TARGET = "on_flow_run_updated"
+SIGNATURE_TYPE = "cloudevent"
+# Every function main.py serves, and how functions-framework must call it.
+SIGNATURES: dict[str, str] = {
+    FUNCTION_TARGET: SIGNATURE_TYPE,
+    "advance_flow": "cloudevent",
+    "reap_expired_leases": "http",
+}
+_INSTALLED = "worker_chart_export.request_logging"
+_EXCERPT_CHARS = 300
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def main_source_path() -> Path:
+    """The file functions-framework loads the function from (it wants a path, not a module)."""
+    return Path(__file__).resolve().with_name("main.py")
+
+
+def create_function_app(target: str = FUNCTION_TARGET, signature_type: str | None = None) -> Any:
+    """The WSGI (Flask) app serving a function of main.py; also handy for `test_client()`."""
+    import functions_framework
+
+    # create_app appends the source's folder to sys.path, for a function's siblings: that
+    # folder is `functions/`, whose modules no other import name can be mistaken for.
+    # functions-framework ships no annotations: its calls are untyped
+    app = functions_framework.create_app(  # type: ignore[no-untyped-call]
+        target=target, source=str(main_source_path()), signature_type=signature_type or SIGNATURES[target]
+    )
+    install_request_logging(app)  # main.py did when it was loaded; this says so here too
+    return app
+
+
+def install_request_logging(app: Any) -> None:
+    """Idempotent: wraps the Flask `app` with the middleware and the error handler."""
+    if app.extensions.get(_INSTALLED):
+        return
+    app.extensions[_INSTALLED] = True
+    app.register_error_handler(Exception, _answer_exception)
+    app.wsgi_app = RequestLogMiddleware(app.wsgi_app)
+
+
+class RequestLogMiddleware:
+    """One log scope per request, and a line for a request nothing else logged."""
+
+    def __init__(self, app: WsgiApp) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        get = environ.get
+        trace = logs.first_trace(
+            get("HTTP_TRACEPARENT"), get("HTTP_X_CLOUD_TRACE_CONTEXT"), get("HTTP_CE_TRACEPARENT")
+        )
+        request, token = logs.begin_request(trace)
+        statuses: list[str] = []
+
+        def capture_status(status: str, headers: Any, exc_info: Any = None) -> Any:
+            statuses.append(status)
+            return start_response(status, headers, exc_info)
+
+        try:
+            return self.app(environ, capture_status)
+        finally:
+            if request.lines == 0:
+                _log_answer(environ, statuses[-1] if statuses else "500 INTERNAL SERVER ERROR")
+            logs.end_request(token)
+
+
+def _log_answer(environ: dict[str, Any], status_line: str) -> None:
+    code = int(status_line.split(" ", 1)[0]) if status_line[:3].isdigit() else 500
+    method = "info" if code < 400 else "warning" if code < 500 else "error"
+    message = "request answered" if code < 400 else "request rejected"
+    getattr(_logger(), method)(message, httpStatus=code, **_request_summary(environ))
+
+
+def _answer_exception(exc: Exception) -> Any:
+    """Flask's handler for any exception a view raised (HTTP errors pass through)."""
+    from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
+
+    if isinstance(exc, HTTPException):
+        return exc
+    request = logs.current_request()
+    reason = _excerpt(f"{type(exc).__name__}: {exc}")
+    from flask import request as flask_request
+
+    summary = _request_summary(flask_request.environ)
+    if request is not None and not request.entered:
+        _logger().warning(
+            "request rejected: not a decodable CloudEvent", reason=reason, httpStatus=400, **summary
+        )
+        return BadRequest(description=f"not a decodable CloudEvent: {reason}")
+    # our function's entry logs what it lets escape; this is the net below it
+    _logger().error("event handling failed", reason=reason, httpStatus=500, exc_info=exc, **summary)
+    return InternalServerError(description="event handling failed")
+
+
+def _request_summary(environ: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a request, each value cut short (all of it is untrusted input)."""
+    summary = {
+        "httpMethod": environ.get("REQUEST_METHOD"),
+        "httpPath": environ.get("PATH_INFO"),
+        "contentType": environ.get("CONTENT_TYPE"),
+        "contentLength": environ.get("CONTENT_LENGTH"),
+        "eventId": environ.get("HTTP_CE_ID"),
+        "eventType": environ.get("HTTP_CE_TYPE"),
+    }
+    return {key: _excerpt(value) for key, value in summary.items() if value}
+
+
+def _excerpt(text: str) -> str:
+    return text if len(text) <= _EXCERPT_CHARS else f"{text[:_EXCERPT_CHARS]}... ({len(text)} chars)"
+
+
+def _logger() -> Any:
+    return logs.configured_logger()
+
+
+def run_server(
+    port: int, host: str = "0.0.0.0", *, threads: int | None = None, target: str = FUNCTION_TARGET
+) -> None:
+    """Blocks serving on host:port until the process is stopped (SIGTERM/SIGINT).
+
+    `threads` overrides functions-framework's default (`$THREADS`, else 4 per CPU).
+    """
+    from functions_framework._http import create_server
+
+    options: dict[str, Any] = {} if threads is None else {"threads": threads}
+    server = create_server(create_function_app(target), debug=False, **options)  # type: ignore[no-untyped-call]
+    server.run(host, port)

@@ -1,0 +1,240 @@
+"""`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
+
+All or nothing: every file is validated (contracts/chart_template.schema.json, the rules
+CHART-IMG applies under the configured plan — core/template_rules.py, the same ones step
+validation uses — and the file name must be `<id>.json`) before anything is written; one bad
+file means no writes at all.
+Valid templates are compared with the stored documents and only the differing ones are
+written, as full overwrites, so a re-run is a no-op and the report says what changed.
+From the CLI, `--dry-run` only validates, offline; Firestore problems are one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from worker_chart_export.bundled.contracts import CHART_TEMPLATE, validator
+from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
+from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.template_rules import template_problems
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+EXIT_OK = 0
+EXIT_INVALID = 1  # some template files are invalid: nothing was written
+
+_BATCH_LIMIT = 500  # Firestore's maximum writes per batch
+_RPC_TIMEOUT_SECONDS = 30.0
+
+
+class SyncAction(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class SyncProblem:
+    file: str  # file name inside the directory
+    path: str  # JSON path of the offending field, `$` for the whole document
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.path}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    directory: Path
+    collection: str
+    dry_run: bool
+    problems: tuple[SyncProblem, ...] = ()
+    actions: Mapping[str, SyncAction] = field(default_factory=dict)  # template id -> action
+    not_in_directory: tuple[str, ...] = ()  # stored ids without a file: reported, never deleted
+    plan: str = DEFAULT_PLAN  # the CHART-IMG plan whose limits the templates were checked against
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Ids written (or, with dry_run, that would be written)."""
+        return tuple(i for i, a in self.actions.items() if a is not SyncAction.UNCHANGED)
+
+    def to_text(self) -> str:
+        if self.problems:
+            lines = [
+                f"templates sync: {len(self.problems)} problem(s) in {self.directory} "
+                f"(checked against the {self.plan} plan); nothing was written:"
+            ]
+            lines += [f"  {p}" for p in self.problems]
+            return "\n".join(lines)
+        prefix = "would be " if self.dry_run else ""
+        lines = [
+            f"templates sync{' (dry run)' if self.dry_run else ''}: {self.directory} -> "
+            f"Firestore {self.collection}/ (checked against the {self.plan} plan)"
+        ]
+        for template_id, action in sorted(self.actions.items()):
+            shown = action.value if action is SyncAction.UNCHANGED else prefix + action.value
+            lines.append(f"  {template_id}: {shown}")
+        for template_id in self.not_in_directory:
+            lines.append(f"  {template_id}: in Firestore only (left untouched)")
+        counts = {a: sum(1 for x in self.actions.values() if x is a) for a in SyncAction}
+        lines.append(
+            f"{len(self.actions)} template(s): {counts[SyncAction.CREATED]} {prefix}created, "
+            f"{counts[SyncAction.UPDATED]} {prefix}updated, {counts[SyncAction.UNCHANGED]} unchanged"
+        )
+        return "\n".join(lines)
+
+
+def load_templates(
+    directory: Path, plan: Plan = PLANS[DEFAULT_PLAN]
+) -> tuple[dict[str, dict[str, Any]], list[SyncProblem]]:
+    """(valid templates by id, every problem found). Checks all files, stops at none."""
+    if not directory.is_dir():
+        return {}, [SyncProblem(str(directory), "$", "not a directory")]
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        return {}, [SyncProblem(str(directory), "$", "no *.json template files")]
+    templates: dict[str, dict[str, Any]] = {}
+    problems: list[SyncProblem] = []
+    for path in files:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {exc}"))
+            continue
+        found = [
+            SyncProblem(path.name, where, message) for where, message in document_problems(document, plan)
+        ]
+        problems += found
+        if not isinstance(document, dict):
+            continue  # the schema already said so
+        template_id = document.get("id")
+        if isinstance(template_id, str) and template_id != path.stem:
+            problems.append(
+                SyncProblem(path.name, "$.id", f"{template_id!r} does not match the file name {path.stem!r}")
+            )
+        if not found and isinstance(template_id, str):
+            templates[template_id] = document
+    return templates, problems
+
+
+def document_problems(document: Any, plan: Plan) -> list[tuple[str, str]]:
+    """(JSON path, message) for each problem: the template rules, then what only the schema
+    says. A schema error about a field the rules already named is left out (one message per
+    field, the rules' being the one that names the plan's limit)."""
+    ruled = (
+        [(f"${p.suffix}", p.message) for p in template_problems(document, plan)]
+        if isinstance(document, dict)
+        else []
+    )
+    ruled_paths = {where for where, _ in ruled}
+    schema = []
+    for error in sorted(validator(CHART_TEMPLATE).iter_errors(document), key=lambda e: list(e.path)):
+        where: str = error.json_path
+        # `required` and `not` speak about a child from its parent: the rules name the child
+        covers_children = error.validator in ("required", "not")
+        if where in ruled_paths or (covers_children and any(p.startswith(f"{where}.") for p in ruled_paths)):
+            continue
+        schema.append((where, str(error.message)))
+    return sorted(ruled + schema, key=lambda item: item[0])
+
+
+def sync_templates(
+    directory: Path,
+    client: firestore.Client,
+    *,
+    collection: str = CHART_TEMPLATES_COLLECTION,
+    dry_run: bool = False,
+    plan: Plan = PLANS[DEFAULT_PLAN],
+) -> SyncReport:
+    """Validate every file, then upsert the templates that differ from Firestore.
+
+    Raises TransientStoreError when Firestore cannot be reached (nothing, or only whole
+    batches, written: each batch commits atomically and a re-run finishes the job).
+    """
+    from worker_chart_export.adapters.firestore import bounded_retry, translated
+
+    templates, problems = load_templates(directory, plan)
+    if problems:
+        return SyncReport(directory, collection, dry_run, problems=tuple(problems), plan=plan.name)
+    ref_of = client.collection(collection)
+    retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
+    with translated(f"read of {collection}", contention=False):
+        stored = {
+            s.id: s.to_dict()
+            for s in client.get_all(
+                [ref_of.document(i) for i in templates], retry=retry, timeout=_RPC_TIMEOUT_SECONDS
+            )
+            if s.exists
+        }
+        stored_ids = {ref.id for ref in ref_of.list_documents(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)}
+    actions: dict[str, SyncAction] = {}
+    for template_id, document in templates.items():
+        if template_id not in stored:
+            actions[template_id] = SyncAction.CREATED
+        elif stored[template_id] != document:
+            actions[template_id] = SyncAction.UPDATED
+        else:
+            actions[template_id] = SyncAction.UNCHANGED
+    report = SyncReport(
+        directory,
+        collection,
+        dry_run,
+        actions=actions,
+        not_in_directory=tuple(sorted(stored_ids - templates.keys())),
+        plan=plan.name,
+    )
+    if dry_run:
+        return report
+    changed = report.written
+    with translated(f"write of {collection}", contention=False):
+        for start in range(0, len(changed), _BATCH_LIMIT):
+            batch = client.batch()
+            for template_id in changed[start : start + _BATCH_LIMIT]:
+                batch.set(ref_of.document(template_id), templates[template_id])  # full overwrite
+            batch.commit(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)
+    return report
+
+
+def run_templates_sync(
+    directory: Path,
+    project: str | None,
+    dry_run: bool,
+    *,
+    emulator_host: str | None = None,
+    plan: Plan = PLANS[DEFAULT_PLAN],
+) -> tuple[int, str]:
+    """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates; Firestore unusable
+    (no credentials, unreachable, refused): UsageError, one line (exit 2). A dry run only
+    validates, offline: no credentials needed, no client created."""
+    from worker_chart_export.adapters.firestore.checked_client import cli_firestore
+
+    directory = Path(directory)
+    templates, problems = load_templates(directory, plan)
+    if problems:
+        return EXIT_INVALID, SyncReport(
+            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name
+        ).to_text()
+    if dry_run:
+        return EXIT_OK, _validated_text(directory, sorted(templates), plan)
+    with cli_firestore(project, emulator_host) as client:
+        report = sync_templates(directory, client, plan=plan)
+    return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()
+
+
+def _validated_text(directory: Path, template_ids: list[str], plan: Plan) -> str:
+    lines = [
+        f"templates sync (dry run): {len(template_ids)} template(s) in {directory} are valid "
+        f"(checked against the {plan.name} plan); Firestore was not contacted, nothing was written"
+    ]
+    lines += [f"  {template_id}: valid" for template_id in template_ids]
+    return "\n".join(lines)

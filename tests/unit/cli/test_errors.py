@@ -1,0 +1,168 @@
+"""One line for every CLI error: the commands that reach Firestore (advance, reap, templates
+sync, submit), run as a user runs them (the console script in a subprocess), without
+credentials and with an emulator that is not there. Each ends with exit 2 and one stderr
+line naming the problem and the fix, within seconds (the Firestore client alone would retry
+an unreachable host for 60 s). `templates sync --dry-run` needs neither."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.builders import SAMPLE_FLOW_RUN
+from worker_chart_export.cli.main import main
+
+NO_CREDENTIALS = (
+    "no Google Cloud credentials: run `gcloud auth application-default login`, "
+    "or set FIRESTORE_EMULATOR_HOST for the emulator"
+)
+# a guard against the client's 60 s retry, not a timing test
+WITHIN_SECONDS = 15.0
+FIRESTORE_COMMANDS = {
+    "advance": ["advance", "--run-id", "run_1"],
+    "reap": ["reap"],
+    "templates-sync": ["templates", "sync"],
+    "submit": ["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--wait"],
+}
+_GOOGLE_ENV = (
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+    "FIRESTORE_EMULATOR_HOST",
+    "CLOUDSDK_CONFIG",
+)
+
+
+@dataclass(frozen=True)
+class Finished:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:  # bound, then closed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def no_credentials_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No key file, an empty gcloud configuration, no metadata server to ask."""
+    empty_config = tmp_path / "gcloud"
+    empty_config.mkdir(exist_ok=True)
+    env = {name: value for name, value in os.environ.items() if name not in _GOOGLE_ENV}
+    return {**env, "CLOUDSDK_CONFIG": str(empty_config), "NO_GCE_CHECK": "True", **extra}
+
+
+def run(argv: Sequence[str], env: dict[str, str]) -> Finished:
+    script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
+    assert script, "console script worker-chart-export is not installed next to the interpreter"
+    began = time.monotonic()
+    done = subprocess.run([script, *argv], capture_output=True, text=True, timeout=120, env=env)
+    return Finished(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+def run_all(env: dict[str, str]) -> dict[str, Finished]:
+    """Every Firestore command at once (each waits on its own deadline)."""
+    with ThreadPoolExecutor(max_workers=len(FIRESTORE_COMMANDS)) as pool:
+        finished = pool.map(lambda argv: run(argv, env), FIRESTORE_COMMANDS.values())
+        return dict(zip(FIRESTORE_COMMANDS, finished, strict=True))
+
+
+def assert_one_line(results: dict[str, Finished], expected: str) -> None:
+    for name, result in results.items():
+        assert result.code == 2, (name, result)
+        assert result.stdout == "", (name, result)
+        assert result.stderr_lines == [f"worker-chart-export: error: {expected}"], (name, result)
+        assert result.seconds < WITHIN_SECONDS, (name, result)
+
+
+def test_without_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
+    assert_one_line(run_all(no_credentials_env(tmp_path)), NO_CREDENTIALS)
+
+
+def test_with_a_project_but_no_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
+    env = no_credentials_env(tmp_path, GOOGLE_CLOUD_PROJECT="some-project")
+    assert_one_line(run_all(env), NO_CREDENTIALS)
+
+
+def test_a_key_file_that_is_not_there_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "key.json"
+    results = run_all(no_credentials_env(tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(missing)))
+    assert_one_line(
+        results,
+        f"Google Cloud credentials unusable (DefaultCredentialsError: File {missing} was not found.): "
+        "run `gcloud auth application-default login`",
+    )
+
+
+def test_an_emulator_that_is_not_there_is_named_within_seconds(tmp_path: Path) -> None:
+    host = f"127.0.0.1:{closed_port()}"
+    assert_one_line(
+        run_all(no_credentials_env(tmp_path, FIRESTORE_EMULATOR_HOST=host)),
+        f"Firestore emulator at {host} did not answer within 5 s: is the emulator running?",
+    )
+
+
+@pytest.mark.parametrize("where", ["no-credentials", "closed-port"])
+def test_templates_dry_run_validates_offline(tmp_path: Path, where: str) -> None:
+    extra = {"FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"} if where == "closed-port" else {}
+    result = run(["templates", "sync", "--dry-run"], no_credentials_env(tmp_path, **extra))
+    assert result.code == 0, result
+    assert "4 template(s) in" in result.stdout and "Firestore was not contacted" in result.stdout
+    assert "price_psar_adi_v1: valid" in result.stdout
+    assert result.seconds < WITHIN_SECONDS
+
+
+def test_templates_dry_run_creates_no_client(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import worker_chart_export.adapters.firestore as firestore_adapters
+
+    def no_client(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a dry run created a Firestore client")
+
+    monkeypatch.setattr(firestore_adapters, "make_firestore_client", no_client)
+    assert main(["templates", "sync", "--dry-run"]) == 0
+    assert "Firestore was not contacted" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="created a Firestore client"):  # the seam is the one used
+        main(["templates", "sync"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["advance", "--run-id", "a/b"], "--run-id 'a/b': document id contains '/'"),
+        (["advance", "--run-id", "__x__"], "--run-id '__x__': document id matches __.*__"),
+        (
+            ["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--run-id", "no spaces"],
+            f"--flow-run-path {SAMPLE_FLOW_RUN}: not a valid flow_run (flow_run.schema.json): $.runId:",
+        ),
+        (["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--timeout", "0"], "--timeout 0.0: must be"),
+        (["submit", "--flow-run-path", "/none.json"], "--flow-run-path /none.json: No such file"),
+    ],
+    ids=["slash", "reserved", "schema", "timeout", "no-file"],
+)
+def test_bad_input_is_one_line_before_firestore_is_reached(
+    argv: list[str], expected: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{closed_port()}")  # never reached
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"worker-chart-export: error: {expected}"), err

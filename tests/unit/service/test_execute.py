@@ -1,0 +1,522 @@
+"""execute_step on the local adapters, with faults injected around them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.builders import REPO, chart_step, flow_run
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.errors import (
+    ArtifactWriteError,
+    FinalizeFailed,
+    RedeliverEvent,
+    TransientStoreError,
+)
+from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
+from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.service.execute import execute_step
+from worker_chart_export.service.ports import Ports
+from worker_chart_export.testing import FakeClock
+
+# the defaults' request timeout (300 s) with a short finalize budget
+LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=2)
+
+
+@dataclass
+class World:
+    tmp: Path
+    source: Path
+    store: LocalFlowRunStore
+    artifacts: LocalArtifactStore
+    ports: Ports
+
+    def step(self, step_id: str = "charts") -> dict[str, Any]:
+        return self.store.read()["steps"][step_id]
+
+    def manifest(self, step_id: str = "charts") -> dict[str, Any]:
+        path = self.tmp / "gcs" / "bkt" / "charts" / "run1" / step_id / "manifest.json"
+        return json.loads(path.read_text())
+
+
+def make_world(tmp_path: Path, doc: dict[str, Any], **port_overrides: Any) -> World:
+    source = tmp_path / "flow_run.json"
+    source.write_text(json.dumps(doc))
+    store = LocalFlowRunStore(source, tmp_path / "state.json")
+    artifacts = LocalArtifactStore(tmp_path / "gcs", "bkt")
+    ports = Ports(
+        flow_runs=port_overrides.get("flow_runs", store),
+        templates=port_overrides.get("templates", LocalTemplateSource(REPO / "chart-templates")),
+        artifacts=port_overrides.get("artifacts", artifacts),
+        chart_api=port_overrides.get(
+            "chart_api", MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+        ),
+    )
+    return World(tmp_path, source, store, artifacts, ports)
+
+
+def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture: Any) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert report.outcome == "SUCCEEDED" and report.items_count == 3 and report.failures_count == 0
+    step = world.step()
+    assert step["status"] == "SUCCEEDED" and step["attempt"] == 1 and "error" not in step
+    assert step["outputs"]["outputsManifestGcsUri"] == "gs://bkt/charts/run1/charts/manifest.json"
+    assert step["startedAt"] == "2026-11-22T10:00:00.000Z" and step["finishedAt"]
+    manifest = world.manifest()
+    for item in manifest["items"]:
+        local = tmp_path / "gcs" / item["png_gcs_uri"].removeprefix("gs://")
+        assert local.read_bytes().startswith(b"\x89PNG")
+    messages = [line["message"] for line in log_capture.lines()]
+    for expected in (
+        "claim succeeded",
+        "chart api call started",
+        "chart api call finished",
+        "manifest written",
+        "step completed",
+    ):
+        assert expected in messages
+    assert all(line["runId"] == "run1" and line["stepId"] == "charts" for line in log_capture.lines())
+
+
+def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    before = world.store.read()
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
+    assert world.store.read() == before
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
+def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(status=status)}))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "NOOP"
+    assert not world.store.state.exists()  # nothing was ever written
+    assert not (tmp_path / "gcs").exists()
+
+
+def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
+    # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
+    doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
+    world = make_world(tmp_path, doc)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "FAILED" and report.items_count == 0 and report.failures_count == 3
+    step = world.step()
+    assert step["status"] == "FAILED"
+    assert step["error"]["code"] == "CHART_API_MOCK_MISSING"  # 2 missing beat 1 CHART_API_FAILED
+    assert step["outputs"]["outputsManifestGcsUri"].endswith("/manifest.json")  # kept for diagnostics
+    codes = [f["error"]["code"] for f in world.manifest()["failures"]]
+    assert codes == ["CHART_API_FAILED", "CHART_API_MOCK_MISSING", "CHART_API_MOCK_MISSING"]
+
+
+def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
+    step = chart_step()
+    step["inputs"]["minImages"] = 0
+    world = make_world(tmp_path, flow_run({"charts": step}, symbol="ETHUSDT"))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "SUCCEEDED" and report.items_count == 0 and report.failures_count == 3
+
+
+def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    step = world.step()
+    assert step["status"] == "FAILED" and "steps.charts.timeframe" in step["error"]["message"]
+    assert not (tmp_path / "gcs").exists()
+
+
+def test_run_id_escaping_the_prefix_fails_validation_and_writes_nothing(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}, run_id="../../etc"))
+    report = execute_step("../../etc", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
+    assert world.step()["status"] == "FAILED"
+    assert not (tmp_path / "gcs").exists() and not (tmp_path.parent / "etc").exists()
+
+
+class FailingArtifacts:
+    def __init__(self, inner: LocalArtifactStore, *, png: bool = False, manifest: bool = False) -> None:
+        self.inner, self.png, self.manifest_fails, self.bucket = inner, png, manifest, inner.bucket
+
+    def create_png(self, object_path: str, data: bytes) -> str:
+        if self.png:
+            raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
+        return self.inner.create_png(object_path, data)
+
+    def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
+        if self.manifest_fails:
+            raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
+        return self.inner.put_manifest(object_path, data, **fence)
+
+
+def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    world = make_world(
+        tmp_path, flow_run({"charts": chart_step()}), artifacts=FailingArtifacts(base.artifacts, png=True)
+    )
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
+    assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
+
+
+def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    world = make_world(
+        tmp_path,
+        flow_run({"charts": chart_step()}),
+        artifacts=FailingArtifacts(base.artifacts, manifest=True),
+    )
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
+    step = world.step()
+    assert step["status"] == "FAILED" and "outputs" not in step
+    assert step["error"]["details"]["itemsCount"] == 3
+
+
+class ChartApiDouble:
+    """A ChartApi that reserves nothing ahead; subclasses answer `render`."""
+
+    mode = "mock"
+
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
+class WaveRecordingChartApi(ChartApiDouble):
+    """Records the first wave it is asked for, and which renders ran inside it."""
+
+    def __init__(self) -> None:
+        self.waves: list[list[str]] = []
+        self.in_wave = False
+        self.rendered_in_wave: list[bool] = []
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    @contextmanager
+    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
+        self.waves.append([c.chart_template_id for c in calls])
+        self.in_wave = True
+        try:
+            yield
+        finally:
+            self.in_wave = False
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        self.rendered_in_wave.append(self.in_wave)
+        return self.inner.render(call, budget)
+
+
+def test_the_first_wave_is_reserved_around_the_renders(tmp_path: Path) -> None:
+    chart_api = WaveRecordingChartApi()
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=chart_api)
+    limits = dataclasses.replace(LIMITS, chart_concurrency=2)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+    requested = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]
+    assert len(requested) > 2 and report.outcome == "SUCCEEDED"
+    assert chart_api.waves == [requested[:2]]  # one wave: as many as run at once
+    assert chart_api.rendered_in_wave == [True] * len(requested) and not chart_api.in_wave
+
+
+class CrashingChartApi(ChartApiDouble):
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        raise KeyError("a defect")
+
+
+def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
+    with pytest.raises(KeyError):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    step = world.step()
+    assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
+
+
+class SlowChartApi(ChartApiDouble):
+    def __init__(self, slow_template: str) -> None:
+        self.slow_template = slow_template
+        self.release = threading.Event()
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        if call.chart_template_id == self.slow_template:
+            self.release.wait(10)
+        return self.inner.render(call, budget)
+
+
+def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
+    api = SlowChartApi("momentum_rsi_macd_v1")
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
+    tight = StepLimits.within_request(request_timeout_seconds=1.3, finalize_budget_seconds=0.3)
+    try:
+        report = execute_step("run1", "charts", ports=world.ports, limits=tight)
+    finally:
+        api.release.set()
+    assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
+    [failure] = world.manifest()["failures"]
+    assert failure["error"]["details"]["reason"] == "STEP_BUDGET_EXHAUSTED"
+
+
+@dataclass
+class FlakyFinalizeStore:
+    inner: LocalFlowRunStore
+    failures_left: int
+    calls: list[str] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("finalize")
+        if self.failures_left:
+            self.failures_left -= 1
+            raise TransientStoreError("finalize: 503 Service Unavailable")
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_transient_finalize_errors_are_retried_within_budget(tmp_path: Path) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    flaky = FlakyFinalizeStore(base.store, failures_left=2)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
+    clock = FakeClock()
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
+    assert report.outcome == "SUCCEEDED" and report.finalized
+    assert len(flaky.calls) == 3 and len(clock.sleeps) == 2
+    assert base.store.read()["steps"]["charts"]["status"] == "SUCCEEDED"
+
+
+def test_finalize_budget_exhausted_fails_the_invocation_loudly(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    flaky = FlakyFinalizeStore(base.store, failures_left=10_000)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=flaky)
+    clock = FakeClock()
+    with pytest.raises(FinalizeFailed, match="could not be finalized within 2s"):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
+    assert sum(clock.sleeps) <= 2 + 5  # bounded by the budget plus at most one capped wait
+    [event] = log_capture.events("finalize failed")
+    assert event["severity"] == "ERROR" and event["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
+
+
+@dataclass
+class FenceCountingStore:
+    inner: LocalFlowRunStore
+    fence_reads: int = 0
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        self.fence_reads += 1
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("request_timeout", "fence_reads"),
+    [(300.0, 0), (LEASE_SAFETY_MARGIN.total_seconds() - 5, 1)],
+    ids=["well-inside-the-lease", "lease-shorter-than-the-margin"],
+)
+def test_the_manifest_fence_reads_the_store_only_near_the_leases_end(
+    tmp_path: Path, request_timeout: float, fence_reads: int
+) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    counting = FenceCountingStore(base.store)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=counting)
+    limits = StepLimits.within_request(request_timeout_seconds=request_timeout, finalize_budget_seconds=2)
+
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+
+    assert report.outcome == "SUCCEEDED" and report.manifest_uri is not None
+    assert counting.fence_reads == fence_reads
+
+
+class UnavailableStore:
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise TransientStoreError("claim: 503 Service Unavailable")
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("finalize must not run when nothing was claimed")
+
+
+def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
+    with pytest.raises(RedeliverEvent, match="could not reach the store"):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+
+
+@dataclass
+class SeenRecordingStore:
+    """Passes everything to the local store, recording the version each claim was given."""
+
+    inner: LocalFlowRunStore
+    seen: list[RunVersion | None] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, seen: RunVersion | None = None, **kwargs: Any) -> Any:
+        self.seen.append(seen)
+        return self.inner.claim_step(*args, seen=seen, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_the_events_version_is_what_the_claim_is_planned_from(tmp_path: Path, log_capture: Any) -> None:
+    document = flow_run({"charts": chart_step()})
+    base = make_world(tmp_path, document)
+    recording = SeenRecordingStore(base.store)
+    world = make_world(tmp_path, document, flow_runs=recording)
+    seen = RunVersion(document, FakeClock().now())
+
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, seen=seen)
+    again = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+
+    assert report.outcome == "SUCCEEDED" and again.error_code == "STEP_CLAIM_CONFLICT"
+    assert recording.seen == [seen, None]  # run-local and the CLI have none: the store reads
+    claimed = log_capture.events("claim succeeded")[0]
+    refused = log_capture.events("claim not taken: no-op")[0]
+    assert isinstance(claimed["durationMs"], float) and isinstance(refused["durationMs"], float)
+
+
+class StillReadyStore:
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise RedeliverEvent("claim of charts: the step is still READY after 5 commits")
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("finalize must not run when nothing was claimed")
+
+
+def test_a_claim_still_ready_after_its_tries_asks_for_redelivery(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=StillReadyStore())
+    with pytest.raises(RedeliverEvent, match="still READY"):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+
+
+def test_previous_attempt_error_is_cleared_on_a_new_claim(tmp_path: Path) -> None:
+    step = chart_step(attempt=2, error={"code": "CHART_API_FAILED", "message": "old"}, finishedAt="x")
+    world = make_world(tmp_path, flow_run({"charts": step}))
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    state = world.step()
+    assert state["attempt"] == 3 and "error" not in state and state["status"] == "SUCCEEDED"
+
+
+@dataclass
+class RefusingFinalizeStore:
+    """Refuses results it cannot store (as Firestore does a too-large document) a number of times."""
+
+    inner: LocalFlowRunStore
+    refusals_left: int
+    finals: list[Any] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: Any) -> Any:
+        self.finals.append(final)
+        if self.refusals_left:
+            self.refusals_left -= 1
+            raise ValueError("400 maximum entity size is 1048576 bytes")
+        return self.inner.finalize_step(run_id, step_id, token=token, final=final)
+
+
+def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    refusing = RefusingFinalizeStore(base.store, refusals_left=1)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    step = base.store.read()["steps"]["charts"]
+    assert step["status"] == "FAILED" and step["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
+    assert (
+        "(SUCCEEDED) could not be recorded: ValueError: 400 maximum entity size" in step["error"]["message"]
+    )
+    assert [f.status.value for f in refusing.finals] == ["SUCCEEDED", "FAILED"]
+    assert log_capture.events("finalize refused: recording a bare failure instead")[0]["severity"] == "ERROR"
+
+
+def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_capture: Any) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    refusing = RefusingFinalizeStore(base.store, refusals_left=2)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
+    with pytest.raises(FinalizeFailed, match="could not be finalized"):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
+
+
+def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(outputs=[1])}))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert report.outcome == "SUCCEEDED"
+    assert world.step()["outputs"] == {"outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json"}
+
+
+class InterruptingChartApi(ChartApiDouble):
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        raise KeyboardInterrupt
+
+
+def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=InterruptingChartApi())
+    with pytest.raises(KeyboardInterrupt):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    step = world.step()
+    assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
+    assert "KeyboardInterrupt" in step["error"]["message"]
+
+
+def test_crash_message_names_the_cause(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
+    with pytest.raises(KeyError):
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    assert world.step()["error"]["message"] == "the worker failed unexpectedly: KeyError: 'a defect'"
+
+
+def test_cancelled_budget_has_no_time_left() -> None:
+    budget = Budget.starting_now(60)
+    assert budget.remaining() > 59
+    budget.cancel()
+    assert budget.remaining() == 0.0 and budget.expired()
+
+
+def test_budget_ending_earlier_shares_cancellation() -> None:
+    budget = Budget.starting_now(100)
+    earlier = budget.ending_earlier(20)
+    assert 79 < earlier.remaining() <= 80
+    budget.cancel()
+    assert earlier.remaining() == 0.0
+
+
+class BudgetRecordingChartApi(ChartApiDouble):
+    def __init__(self) -> None:
+        self.remaining: list[float] = []
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+        self.remaining.append(budget.remaining())
+        return self.inner.render(call, budget)
+
+
+def test_charts_leave_time_for_the_manifest(tmp_path: Path) -> None:
+    api = BudgetRecordingChartApi()
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
+    limits = StepLimits.within_request(request_timeout_seconds=300, finalize_budget_seconds=30)
+    execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
+    assert api.remaining == [250.0, 250.0, 250.0]  # 300 - 30 finalize reserve - 20 manifest reserve
