@@ -43,14 +43,20 @@ def next_utc_midnight(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Pacing:
-    """How fast one account may be called: `rate_per_second` with `burst` banked."""
+    """How fast one account may be called: `rate_per_second` with `burst` banked.
+
+    `arrival_jitter` is how much later than its slot a request may reach the provider (a
+    thread woken late, a slow connection) relative to the others: the banked burst is used
+    that much less, so that a late burst followed by an on-time request still fits the
+    provider's bucket (GCRA's cell delay variation tolerance)."""
 
     rate_per_second: float
     burst: int
+    arrival_jitter: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.rate_per_second <= 0 or self.burst < 1:
-            raise ValueError("pacing needs rate_per_second > 0 and burst >= 1")
+        if self.rate_per_second <= 0 or self.burst < 1 or self.arrival_jitter < 0:
+            raise ValueError("pacing needs rate_per_second > 0, burst >= 1 and arrival_jitter >= 0")
 
     @property
     def interval(self) -> float:
@@ -58,7 +64,7 @@ class Pacing:
 
     @property
     def tolerance(self) -> float:
-        return (self.burst - 1) * self.interval
+        return max(0.0, (self.burst - 1) * self.interval - self.arrival_jitter)
 
     def send_time(self, tat: float | None, now: float) -> float:
         """When a request arriving at `now` may be sent (epoch seconds)."""

@@ -19,7 +19,7 @@ from worker_chart_export.adapters.accounts_config import (
     parse_accounts,
     secret_version_name,
 )
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, PacingMargins, Refusal
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.errors import ConfigError
 from worker_chart_export.core.plans import AccountLimits
@@ -169,7 +169,7 @@ def limiter(
         store,
         defaults=AccountLimits(default_limit, rate, burst),
         clock=clock,
-        pacing_headroom=1.0,
+        margins=PacingMargins(headroom=1.0, arrival_jitter=0.0),
     )
 
 

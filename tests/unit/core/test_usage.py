@@ -38,10 +38,10 @@ def test_a_paced_account_waits_for_its_slot() -> None:
 
 
 @st.composite
-def schedules(draw: Any) -> tuple[Pacing, list[float]]:
+def schedules(draw: Any, paced: Pacing | None = None) -> tuple[Pacing, list[float]]:
     """Reservations in commit order: each at its own moment (instances' clocks agree but
     their requests interleave), with its commit delay, then a send time in the allowed range."""
-    pacing = Pacing(draw(st.sampled_from([1.0, 10.0])), draw(st.integers(1, 15)))
+    pacing = paced or Pacing(draw(st.sampled_from([1.0, 10.0])), draw(st.integers(1, 15)))
     count = draw(st.integers(1, 40))
     moments = sorted(draw(st.lists(st.floats(0, 5), min_size=count, max_size=count)))
     doc: dict[str, Any] | None = None
@@ -61,7 +61,10 @@ def schedules(draw: Any) -> tuple[Pacing, list[float]]:
 @settings(max_examples=300, deadline=None)
 @given(schedules())
 def test_sends_anywhere_in_their_range_fit_the_providers_bucket(schedule: tuple[Pacing, list[float]]) -> None:
-    pacing, sends = schedule
+    assert_fits_the_bucket(*schedule)
+
+
+def assert_fits_the_bucket(pacing: Pacing, sends: list[float]) -> None:
     arrivals = sorted(sends)  # the order CHART-IMG sees, whatever the reservation order
     for i, start in enumerate(arrivals):
         for j in range(i, len(arrivals)):
@@ -69,6 +72,30 @@ def test_sends_anywhere_in_their_range_fit_the_providers_bucket(schedule: tuple[
             # datetimes carry microseconds and epoch floats ~0.2 µs: 10 µs of slack
             allowed = pacing.burst + (arrivals[j] - start + TIME_GRAIN) * pacing.rate_per_second
             assert in_window <= allowed, (i, j, arrivals)
+
+
+@st.composite
+def late_arrivals(draw: Any) -> tuple[Pacing, list[float]]:
+    """A schedule paced with an arrival jitter J, each request reaching the provider up to J
+    after it was sent (J no more than the burst banks: beyond that no schedule can help)."""
+    rate, burst = draw(st.sampled_from([1.0, 10.0])), draw(st.integers(2, 15))
+    jitter = draw(st.floats(0, (burst - 1) / rate))
+    _, sends = draw(schedules(Pacing(rate, burst, jitter)))
+    return Pacing(rate, burst), [send + draw(st.floats(0, jitter)) for send in sends]
+
+
+@settings(max_examples=300, deadline=None)
+@given(late_arrivals())
+def test_requests_up_to_the_jitter_late_still_fit_the_providers_bucket(
+    schedule: tuple[Pacing, list[float]],
+) -> None:
+    # e.g. a burst of three reaching CHART-IMG 0.2 s late, the next request on time
+    assert_fits_the_bucket(*schedule)
+
+
+def test_the_jitter_is_taken_off_the_banked_burst() -> None:
+    assert Pacing(1.0, 3, arrival_jitter=0.3).tolerance == 2.0 - 0.3
+    assert Pacing(1.0, 1, arrival_jitter=0.3).tolerance == 0.0  # nothing banked to give up
 
 
 @given(
