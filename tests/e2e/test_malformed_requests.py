@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -139,9 +140,21 @@ def serving(
     try:
         if send(server, warm_up, uuid.uuid4().hex) not in warm_up.expected:
             pytest.fail(f"{target} did not answer the warm-up:\n{server.log_tail()}", pytrace=False)
+        if target == "on_flow_run_updated":
+            # the worker warms itself up in a background thread once serving (its line, "instance
+            # warmed up" or "... warm-up failed" without a bucket here, may come after that request)
+            _wait_for_line(server, '"message": "instance warm')
         yield server
     finally:
         server.stop()
+
+
+def _wait_for_line(server: Worker, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in server.log_path.read_text(encoding="utf-8", errors="replace"):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {text!r} line within {timeout} s:\n{server.log_tail()}", pytrace=False)
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
