@@ -106,6 +106,17 @@ def test_wheel_installed_outside_the_checkout_runs_the_sample(tmp_path: Path) ->
     )
     contracts = Path(where.stdout.strip())
     assert contracts.is_dir() and contracts.is_relative_to(venv_site / "worker_chart_export"), where.stderr
+    # CHART-IMG's documented lists travel in contracts/chart-img/ and load from the wheel
+    documented = _run(
+        python,
+        "-c",
+        "from worker_chart_export.bundled import chart_img_docs as d; "
+        "print(len(d.studies()), len(d.drawings()), len(d.timezones()), d.intervals().default)",
+        cwd=elsewhere,
+        env=env,
+    )
+    assert documented.stdout.split() == ["92", "15", "82", "1D"], documented.stderr
+    assert (contracts / "chart-img" / "README.md").is_file()
     result = _run(
         venv / "bin" / "worker-chart-export",
         "run-local",

@@ -1,4 +1,5 @@
-"""Where the files shipped with the worker are: JSON Schemas, chart templates, fixtures.
+"""Where the files shipped with the worker are: JSON Schemas, CHART-IMG's documented lists,
+chart templates, fixtures.
 
 They live at the repository's top level (contracts/, chart-templates/, fixtures/), where
 people edit them, and the wheel carries them as package data under
@@ -32,6 +33,11 @@ def bundled_dir(name: str) -> Path:
 
 def contracts_dir() -> Path:
     return bundled_dir("contracts")
+
+
+def chart_img_docs_dir() -> Path:
+    """contracts/chart-img/: CHART-IMG's documented lists (read by bundled.chart_img_docs)."""
+    return contracts_dir() / "chart-img"
 
 
 def chart_templates_dir() -> Path:

@@ -33,6 +33,7 @@ HEAVY_MODULES = (
     # what pulls them in: imported by the handler only when a step is to be executed
     "worker_chart_export.service.execute",
     "worker_chart_export.bootstrap",
+    "worker_chart_export.bundled.chart_img_docs",  # CHART-IMG's documented lists: for steps only
 )
 
 
