@@ -1,20 +1,41 @@
 """A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (docs/design.md, "How it is tested";
 the answers: "CHART-IMG answers").
 
-It answers the way the real service documents (doc.chart-img.com, Errors / API v2 and
-Request Limit), on 127.0.0.1 only:
+It answers the way the real service documents (doc.chart-img.com: Snapshot v2 Advanced Chart,
+Request Limit, Errors / API v2; the lists in contracts/chart-img/, read through
+worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
 - `x-api-key` must be a configured key: else 403 {"message": "Forbidden"};
 - per key: a token-bucket rate limit (429 "Too Many Requests" past it) and a daily quota
   (429 "Limit Exceeded" once used up);
+- the body is optional: a missing body, `symbol` or `interval` gets the documented default
+  (BINANCE:BTCUSDT, 1D; RecordedRequest.defaulted names what was filled in); a body that is
+  not JSON, or sent as another content type, gets 400 {"message": "Bad Request"} (the status
+  table's 400 row; the docs show no 400 body, so its wording is the stand-in's); JSON that is
+  not an object gets 422 {"message": "Invalid Request"};
+- a symbol that is not a non-empty string, or an interval outside the documented list, gets
+  the documented 422 array (`must be a valid tradingview EXCHANGE:SYMBOL`, `must be a
+  supported interval`); configured bad symbols get 422 {"message": "Invalid Symbol"};
 - per key's plan: width/height within 400x300 .. the plan's maximum (403 "Exceed Max Usage
-  Resolution Limit (800x600)" above it, a 422 array below the minimum) and studies +
-  drawings within the plan's parameter limit (403 "Exceed Max Usage Parameter Limit (3)");
-- the JSON body needs `symbol` and `interval` (422 array naming the param otherwise);
-  configured bad symbols get 422 {"message": "Invalid Symbol"};
-- scripted behaviours per symbol or per template: latency (optionally cut short once a
+  Resolution Limit (800x600)" above it; below the minimum a 422 array whose `msg`, "must be at
+  least 400", is the stand-in's wording: the docs give the minimum, not that message) and
+  studies + drawings within the plan's parameter limit (403 "Exceed Max Usage Parameter
+  Limit (3)");
+- scripted behaviours per symbol, template or key: latency (optionally cut short once a
   given number of calls are in flight at once), hang, N x 500 then success, a fixed error
-  (e.g. 403 "Forbidden"), or a 200 that is not a PNG;
+  (e.g. 401 "Invalid Request", 409 "Session Disconnected", 504 "External Request Timeout":
+  a scripted status without a message gets the documented one; a message the docs do not
+  show is refused unless `undocumented=True`), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
+
+When a request counts against the daily quota, and in which order CHART-IMG checks key,
+pace, quota and body, the docs do not say: they give the daily maximum per plan and a 429
+"Exceed the usage limit or the rate limit", nothing more. The stand-in's order is its own
+choice: key, pace, quota, then the body, then the scripted answer. `charges` chooses what
+spends a unit: "admitted" (the default, the cautious reading: every request past key, pace and
+quota, whatever its answer) or "rendered" (only a 200 image). Its wordings "Forbidden", "Too
+Many Requests", "Limit Exceeded" and "Endpoint request timed out" are AWS API Gateway's own
+answers, whose usage plans count a request before the service behind it sees the body; that
+hints at "admitted" and proves nothing.
 
 Every request is recorded (account id, never the key; arrival and answer times; symbol;
 template; status) so tests can count calls, check rates and see how many were in flight.
@@ -36,17 +57,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from worker_chart_export import testing
+from worker_chart_export.bundled import chart_img_docs
 from worker_chart_export.core.naming import fixture_key
 from worker_chart_export.core.plans import Plan, plan_named
 from worker_chart_export.core.types import ChartCall
 
 PATH = "/v2/tradingview/advanced-chart"
 ADMIN_REQUESTS_PATH = "/admin/requests"
+MARKET = ("symbol", "interval")  # optional in the body: CHART-IMG has a default for each
+BAD_SYMBOL = "must be a valid tradingview EXCHANGE:SYMBOL"  # the documented 422 array msgs
+BAD_INTERVAL = "must be a supported interval"
+Charges = Literal["admitted", "rendered"]
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -84,11 +110,34 @@ class Script:
     hang: float = 0.0  # seconds to stall without answering (longer than the client timeout)
     fail_times: int = 0  # answer fail_status this many times, then behave normally
     fail_status: int = 500
-    fail_message: str = "Something Went Wrong"
-    status: int | None = None  # always this error, e.g. 403
-    message: str = "Forbidden"
+    fail_message: str | None = None  # None: the documented one ("Something Went Wrong")
+    status: int | None = None  # always this error, e.g. 401, 403, 409, 504
+    message: str | None = None  # None: the documented one, e.g. 409 "Session Disconnected"
     non_png: bool = False  # 200 with an HTML page
+    undocumented: bool = False  # allow messages the docs do not show (an unknown answer)
     failed: int = 0
+
+    def __post_init__(self) -> None:
+        self.fail_message = documented_message(self.fail_status, self.fail_message, self.undocumented)
+        if self.status is not None:
+            self.message = documented_message(self.status, self.message, self.undocumented)
+
+
+def documented_message(status: int, message: str | None, undocumented: bool = False) -> str:
+    """The `{"message": ...}` CHART-IMG documents for `status` (its first example when none is
+    given); a wording the docs do not show only with `undocumented`."""
+    shown = chart_img_docs.errors().messages(status)
+    if message is None:
+        examples = [b["message"] for b in chart_img_docs.errors().examples.get(status, ()) if "message" in b]
+        if not examples:
+            raise ValueError(f"the docs show no message for HTTP {status}: script one with message=")
+        return str(examples[0])
+    if message not in shown and not undocumented:
+        raise ValueError(
+            f"HTTP {status} {message!r} is not a documented API v2 answer ({sorted(shown)}); "
+            "pass undocumented=True to script one on purpose"
+        )
+    return message
 
 
 @dataclass
@@ -112,6 +161,7 @@ class RecordedRequest:
     symbol: str | None
     interval: str | None
     template: str | None
+    defaulted: tuple[str, ...] = ()  # body fields the documented defaults filled in
     status: int | None = None  # None while still being answered
     message: str | None = None
     answered: float | None = None  # time.monotonic() when the answer was ready
@@ -135,8 +185,41 @@ def _validation_reply(*problems: tuple[str, Any, str]) -> _Reply:
 
 
 def _canonical(request: Mapping[str, Any]) -> str:
-    shape = {k: v for k, v in request.items() if k not in ("symbol", "interval")}
+    shape = {k: v for k, v in request.items() if k not in MARKET}
     return json.dumps(shape, sort_keys=True, separators=(",", ":"))
+
+
+def _read_body(headers: Mapping[str, str], raw: bytes) -> tuple[dict[str, Any], _Reply | None]:
+    """The JSON object sent ({} for no body), or the documented refusal of what was sent."""
+    if not raw.strip():
+        return {}, None  # "The default values will be used ... if no request body is provided."
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if content_type != "application/json":
+            raise ValueError(content_type)
+        body = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return {}, _json_reply(400, "Bad Request")
+    if not isinstance(body, dict):
+        return {}, _json_reply(422, "Invalid Request")
+    return body, None
+
+
+def _with_defaults(body: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The body as CHART-IMG reads it: a missing symbol or interval gets its documented default."""
+    documented = chart_img_docs.request_bounds().body
+    missing = tuple(name for name in MARKET if name not in body)
+    return {**body, **{name: documented[name].default for name in missing}}, missing
+
+
+def _market_problems(body: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+    symbol, interval = body["symbol"], body["interval"]
+    problems = []
+    if not isinstance(symbol, str) or not symbol.strip():
+        problems.append(("symbol", symbol, BAD_SYMBOL))
+    if interval not in chart_img_docs.intervals().values:
+        problems.append(("interval", interval, BAD_INTERVAL))
+    return problems
 
 
 class ChartImgServer:
@@ -150,7 +233,9 @@ class ChartImgServer:
         self._templates: dict[str, str] = {}
         self._scripts_by_symbol: dict[str, Script] = {}
         self._scripts_by_template: dict[str, Script] = {}
+        self._scripts_by_key: dict[str, Script] = {}
         self.invalid_symbols: set[str] = set()
+        self.charges: Charges = "admitted"  # what spends a unit of the daily quota (see above)
         self._requests: list[RecordedRequest] = []
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
@@ -193,13 +278,23 @@ class ChartImgServer:
         with self._lock:
             self._templates[_canonical(request)] = template_id
 
-    def script(self, *, symbol: str | None = None, template: str | None = None, **behaviour: Any) -> Script:
+    def script(
+        self,
+        *,
+        symbol: str | None = None,
+        template: str | None = None,
+        key: str | None = None,
+        **behaviour: Any,
+    ) -> Script:
+        """What to answer requests for this symbol, template or API key (checked in that order)."""
         script = Script(**behaviour)
         with self._lock:
             if symbol is not None:
                 self._scripts_by_symbol[symbol] = script
             if template is not None:
                 self._scripts_by_template[template] = script
+            if key is not None:
+                self._scripts_by_key[key] = script
         return script
 
     @property
@@ -253,41 +348,57 @@ class ChartImgServer:
     # --- answering ---
 
     def handle(self, path: str, headers: Mapping[str, str], raw: bytes) -> _Reply:
+        """Key, pace and quota first (a unit spent when `charges` is "admitted"), then the
+        body, then the scripted answer: the stand-in's order, not one the docs give."""
         arrived = time.monotonic()
         if path != PATH:
             return _json_reply(404, "Not Found")
-        try:
-            body = json.loads(raw or b"null")
-        except ValueError:
-            body = None
-        body = body if isinstance(body, dict) else {}
-        symbol, interval = body.get("symbol"), body.get("interval")
+        sent, unreadable = _read_body(headers, raw)
+        body, defaulted = _with_defaults(sent) if unreadable is None else (sent, ())
         with self._lock:
-            account = self._accounts_by_key.get(headers.get("x-api-key") or "")
-            record = RecordedRequest(
-                account.account_id if account else None,
-                arrived,
-                symbol if isinstance(symbol, str) else None,
-                interval if isinstance(interval, str) else None,
-                self._templates.get(_canonical(body)),
-            )
-            self._requests.append(record)
+            key = headers.get("x-api-key") or ""
+            account = self._accounts_by_key.get(key)
+            record = self._record(account, arrived, None if unreadable else body, defaulted)
             refusal = self._admit(account, arrived)
             if account is not None and refusal is None:
                 self._count_in_flight(account, +1)
         try:
-            reply = refusal or self._check_request(account, body) or self._answer(record, body)
+            reply = (
+                refusal or unreadable or self._check_request(account, body) or self._answer(record, key, body)
+            )
         finally:
             if account is not None and refusal is None:
                 with self._lock:
                     self._count_in_flight(account, -1)
         with self._lock:
+            if account is not None and self.charges == "rendered" and reply.status == 200:
+                account.used += 1
             record.answered = time.monotonic()
             record.status = reply.status
             if reply.content_type == "application/json":
                 answer = json.loads(reply.body)
                 record.message = answer.get("message") if isinstance(answer, dict) else "validation"
         return reply
+
+    def _record(
+        self,
+        account: _Account | None,
+        arrived: float,
+        body: Mapping[str, Any] | None,
+        defaulted: tuple[str, ...],
+    ) -> RecordedRequest:
+        """Under the lock: a new entry of the request log (body None: it could not be read)."""
+        symbol, interval = (body.get("symbol"), body.get("interval")) if body is not None else (None, None)
+        record = RecordedRequest(
+            account.account_id if account else None,
+            arrived,
+            symbol if isinstance(symbol, str) else None,
+            interval if isinstance(interval, str) else None,
+            self._templates.get(_canonical(body)) if body is not None else None,
+            defaulted,
+        )
+        self._requests.append(record)
+        return record
 
     def _count_in_flight(self, account: _Account, change: int) -> None:
         """Under the lock: the key's and the server's calls in flight, and their peaks."""
@@ -301,18 +412,14 @@ class ChartImgServer:
     def _check_request(account: _Account | None, body: Mapping[str, Any]) -> _Reply | None:
         """The body checks CHART-IMG documents for Snapshot v2, against the key's plan."""
         assert account is not None  # _admit refused unknown keys
-        missing = [
-            (name, body.get(name), "is required")
-            for name in ("symbol", "interval")
-            if not isinstance(body.get(name), str) or not body.get(name)
-        ]
         width, height = body.get("width", 800), body.get("height", 600)
         small = [
             (n, v, f"must be at least {m}") for n, v, m in (("width", width, 400), ("height", height, 300))
         ]
         small = [p for p in small if isinstance(p[1], int) and p[1] < int(p[2].rsplit(" ", 1)[1])]
-        if missing or small:
-            return _validation_reply(*missing, *small)
+        problems = _market_problems(body) + small
+        if problems:
+            return _validation_reply(*problems)
         plan = account.plan
         if (
             isinstance(width, int)
@@ -337,15 +444,18 @@ class ChartImgServer:
             account.tokens -= 1.0
         if account.daily_quota is not None and account.used >= account.daily_quota:
             return _json_reply(429, "Limit Exceeded")
-        account.used += 1
+        if self.charges == "admitted":
+            account.used += 1
         return None
 
-    def _answer(self, record: RecordedRequest, body: Mapping[str, Any]) -> _Reply:
+    def _answer(self, record: RecordedRequest, key: str, body: Mapping[str, Any]) -> _Reply:
         if record.symbol in self.invalid_symbols:
             return _json_reply(422, "Invalid Symbol")
         with self._lock:
-            script = self._scripts_by_symbol.get(record.symbol) or (
-                self._scripts_by_template.get(record.template) if record.template else None
+            script = (
+                self._scripts_by_symbol.get(record.symbol or "")
+                or (self._scripts_by_template.get(record.template) if record.template else None)
+                or self._scripts_by_key.get(key)
             )
         if script is None:
             return _Reply(200, PNG, "image/png")
@@ -358,9 +468,9 @@ class ChartImgServer:
             fail_now = script.failed < script.fail_times
             script.failed += fail_now
         if fail_now:
-            return _json_reply(script.fail_status, script.fail_message)
+            return _json_reply(script.fail_status, script.fail_message or "")
         if script.status is not None:
-            return _json_reply(script.status, script.message)
+            return _json_reply(script.status, script.message or "")
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")

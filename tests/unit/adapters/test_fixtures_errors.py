@@ -12,6 +12,7 @@ import pytest
 
 from harness.builders import REPO
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
+from worker_chart_export.bundled import chart_img_docs
 from worker_chart_export.core.chart_api_errors import error_message
 from worker_chart_export.core.errors import ErrorCode
 from worker_chart_export.core.naming import ERROR_FIXTURE_NAME, error_fixture_name
@@ -20,20 +21,9 @@ from worker_chart_export.core.types import ChartFailure
 FOLDER = REPO / "fixtures" / "chart-api" / "chart-img" / "advanced-chart-v2"
 ERROR_FIXTURES = sorted(FOLDER.glob("*.json"))
 
-# The API v2 error bodies the documentation shows, by status.
+# The API v2 error bodies the documentation shows, by status (contracts/chart-img/errors.json).
 DOCUMENTED_MESSAGES = {
-    401: {"Invalid Request"},
-    403: {
-        "Forbidden",
-        "Layout Forbidden",
-        "Exceed Max Usage Resolution Limit (800x600)",
-        "Exceed Max Usage Parameter Limit (3)",
-    },
-    409: {"Session Disconnected"},
-    422: {"Invalid Symbol", "Invalid Interval", "Invalid Request"},
-    429: {"Too Many Requests", "Limit Exceeded"},
-    500: {"Something Went Wrong"},
-    504: {"External Request Timeout", "Endpoint request timed out"},
+    status: chart_img_docs.errors().messages(status) for status in chart_img_docs.errors().examples
 }
 VALIDATION_ITEM_KEYS = {"value", "msg", "param", "location"}
 
