@@ -42,7 +42,7 @@ from worker_chart_export.adapters.firestore.client import (
     Version,
     run_transaction,
 )
-from worker_chart_export.adapters.firestore.errors import is_contention, translated
+from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
