@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from worker_chart_export.adapters.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import ReservationRequest

@@ -32,7 +32,7 @@ from worker_chart_export.adapters.firestore.client import (
 )
 from worker_chart_export.adapters.firestore.exception_map import CHANGED_MEANWHILE, translated
 from worker_chart_export.adapters.firestore.run_documents import step_field
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
     LEASE_EXPIRY_FIELD,

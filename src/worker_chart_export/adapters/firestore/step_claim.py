@@ -4,8 +4,9 @@ The claim plans from the version its caller saw (the event's), else from a read:
 when the event is current. When the commit loses its precondition the document is read at
 once: the step RUNNING under another token (the race was lost) or gone is the no-op it always
 was, RUNNING under ours is our commit (its answer lost); only a step still READY (another
-write of the run came first) is tried again, a few times with jitter, and then
-RedeliverEvent. An outage is settled the same way, by reading back.
+write of the run came first) is tried again, a few times with jitter, and then raises
+ClaimContended (the service asks for a redelivery). An outage is settled the same way, by
+reading back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from worker_chart_export.adapters.firestore.client import Version, plain
 from worker_chart_export.adapters.firestore.exception_map import outage_error, translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update, lease_fields
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.errors import RedeliverEvent, TransientStoreError
+from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
 from worker_chart_export.core.step_rules import (
     ClaimPlan,
     RunVersion,
@@ -85,7 +86,7 @@ class StepClaim:
         )
         outcome: ClaimOutcome | None = retrying(one_try)
         if outcome is None:
-            raise RedeliverEvent(
+            raise ClaimContended(
                 f"{request.operation}: the step is still READY after {self.tries} commits "
                 "that lost to other writes of the run"
             )

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 from google.protobuf.message import DecodeError
 
 from worker_chart_export.core.document_ids import document_id_problem
+from worker_chart_export.core.exceptions import PoisonEvent, UndecodableValue
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
@@ -45,11 +46,7 @@ from worker_chart_export.functions.decoding.skim import (
     SkimEventData,
     SkimMapEntry,
 )
-from worker_chart_export.functions.decoding.values import (
-    UndecodableValue,
-    document_to_python,
-    timestamp_to_datetime,
-)
+from worker_chart_export.functions.decoding.values import document_to_python, timestamp_to_datetime
 
 _CHART_EXPORT_BYTES = CHART_EXPORT.encode()
 # a C-level predicate for filter(): ~2x cheaper per step than a Python-level `in`
@@ -71,14 +68,6 @@ class CloudEventLike(Protocol):
     data: Any
 
     def get(self, key: str, default: Any = None) -> Any: ...
-
-
-class PoisonEvent(ValueError):
-    """The event can never be processed: acknowledge it (2xx) after a WARNING, no writes."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
