@@ -29,7 +29,7 @@ from worker_chart_export.core.exceptions import (
     RedeliverEvent,
     TransientStoreError,
 )
-from worker_chart_export.functions.decoding import events
+from worker_chart_export.functions.decoding import events, versions
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
@@ -45,9 +45,9 @@ def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
     return _decoded(events.decode_event, cloud_event)
 
 
-def decode_version_event(cloud_event: CloudEvent) -> events.DocumentVersion:
-    """`events.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
-    return _decoded(events.decode_document_version, cloud_event)
+def decode_version_event(cloud_event: CloudEvent) -> versions.DocumentVersion:
+    """`versions.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
+    return _decoded(versions.decode_document_version, cloud_event)
 
 
 def _decoded(decode: Callable[[CloudEvent], Decoded], cloud_event: CloudEvent) -> Decoded:
