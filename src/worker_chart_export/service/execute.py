@@ -11,7 +11,7 @@ the manifest -> decide the status -> finalize (retried within its own budget).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -86,7 +86,6 @@ def execute_step(
     ports: Ports,
     limits: StepLimits,
     clock: Clock = SYSTEM_CLOCK,
-    new_token: Callable[[], str] = new_claim_token,
     seen: RunVersion | None = None,
 ) -> StepReport:
     """`seen`: the version of the run the event carried, which the claim is planned from
@@ -97,7 +96,7 @@ def execute_step(
         ctx = StepContext(
             run_id,
             step_id,
-            new_token(),
+            new_claim_token(),
             ports,
             clock,
             limits,
