@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from worker_chart_export import bundled
-from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.environment import ENV_VARS
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from worker_chart_export.functions.decoding.events import decode_document_version
+from worker_chart_export.functions.decoding.versions import decode_document_version
 from worker_chart_export.tools.devstack.router import Delivery
 from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 

@@ -35,7 +35,7 @@ from e2e.flow_stack import (
     wait_until,
 )
 from harness.builders import SAMPLE_FLOW_RUN, chart_step, flow_run
-from worker_chart_export.functions.decoding.events import decode_document_version
+from worker_chart_export.functions.decoding.versions import decode_document_version
 from worker_chart_export.tools.devstack.stack import ADVANCE_TARGET, LocalStack
 
 pytestmark = pytest.mark.emulators

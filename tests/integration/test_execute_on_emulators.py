@@ -17,7 +17,7 @@ from harness.gcs_emulator import list_objects, read_object, storage_client_for
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy
-from worker_chart_export.core.errors import FinalizeFailed
+from worker_chart_export.core.exceptions import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports

@@ -15,7 +15,8 @@ from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
-from worker_chart_export.core.errors import ErrorCode, RedeliverEvent, StepError, TransientStoreError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
 from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion
 from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.testing import FakeClock
@@ -170,13 +171,13 @@ def test_a_claim_that_lost_to_another_write_of_the_run_tries_again(
     assert after["steps"][STEP_ID]["claimToken"] == "tok-A"
 
 
-def test_a_claim_still_ready_after_every_try_asks_for_redelivery(firestore_client: firestore.Client) -> None:
+def test_a_claim_still_ready_after_every_try_is_contended(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     clock = FakeClock()
     commits = CountingCommits(another_step_written(ref))
     store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=clock)
 
-    with pytest.raises(RedeliverEvent, match=f"still READY after {CLAIM_TRIES} commits"):
+    with pytest.raises(ClaimContended, match=f"still READY after {CLAIM_TRIES} commits"):
         claim(store, seen=seen_version(ref))
 
     assert commits.calls == CLAIM_TRIES

@@ -13,7 +13,7 @@ from google.cloud import firestore
 
 from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.testing import FakeClock
 from worker_chart_export.tools.templates_sync import (
     EXIT_INVALID,

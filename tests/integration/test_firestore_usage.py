@@ -12,7 +12,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Pacing, ReservationRequest
 from worker_chart_export.testing import FakeClock

@@ -25,7 +25,7 @@ from worker_chart_export.adapters.gcs import (
     WritePolicy,
     make_storage_client,
 )
-from worker_chart_export.core.errors import ArtifactWriteError
+from worker_chart_export.core.exceptions import ArtifactWriteError
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators

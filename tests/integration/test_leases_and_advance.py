@@ -16,7 +16,7 @@ from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
 from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
 from worker_chart_export.adapters.gcs import GcsArtifactStore
-from worker_chart_export.core.errors import ClaimSuperseded
+from worker_chart_export.core.exceptions import ClaimSuperseded
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.reaping import ReapOutcome
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus

@@ -1,5 +1,5 @@
 """A local flow_run JSON file, read and checked for the commands that take one (run-local,
-advance, submit, stack up), and the error they exit 2 with."""
+advance, submit, stack up); what is wrong with it is a `UsageError` (exit 2)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export.core.exceptions import UsageError
+
 _SHOWN_PROBLEMS = 3
-
-
-class UsageError(Exception):
-    """Bad flags, unreadable input files, unusable configuration or credentials, an
-    unreachable Firestore: exit status 2, with the message as one line."""
 
 
 def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from google.auth import exceptions as auth_exceptions
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
-from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.exceptions import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.naming import gcs_uri
 
 if TYPE_CHECKING:

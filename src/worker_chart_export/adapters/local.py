@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.errors import ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.exceptions import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
 from worker_chart_export.core.step_rules import (

@@ -21,6 +21,7 @@ from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
+    ReservationTime,
     exhausted_fields,
     reserve_many,
     reserve_one,
@@ -54,9 +55,8 @@ class _DocsUsageStore:
                 account_id,
                 docs.get(account_id),
                 default_limit=default_limit,
-                now=now,
                 pacing=pacing,
-                max_wait=max_wait,
+                at=ReservationTime(now, max_wait),
             )
             if update is not None:
                 docs.setdefault(account_id, {}).update(update)
@@ -69,13 +69,7 @@ class _DocsUsageStore:
         with self._transaction() as docs:
             for request in requests:
                 update, answer[request.account_id] = reserve_many(
-                    request.account_id,
-                    docs.get(request.account_id),
-                    request.count,
-                    default_limit=request.default_limit,
-                    now=now,
-                    pacing=request.pacing,
-                    max_wait=max_wait,
+                    request, docs.get(request.account_id), ReservationTime(now, max_wait)
                 )
                 if update is not None:
                     docs.setdefault(request.account_id, {}).update(update)

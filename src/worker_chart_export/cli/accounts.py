@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export.adapters.accounts_config import parse_accounts
-from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.exceptions import ConfigError
 
 EXIT_OK, EXIT_USAGE = 0, 2
 SETTING = "ACCOUNTS_FILE"

@@ -19,9 +19,9 @@ from typing import Any
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.firestore.checked_client import cli_firestore
-from worker_chart_export.adapters.flow_run_file import UsageError
 from worker_chart_export.cli.submit import add_submit_command
 from worker_chart_export.core.document_ids import document_id_problem
+from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.settings import load_settings
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.flow_run_file import UsageError, read_flow_run
+from worker_chart_export.adapters.flow_run_file import read_flow_run
 from worker_chart_export.cli.accounts import add_accounts_command, run_accounts
 from worker_chart_export.cli.flow import add_flow_commands, run_advance, run_reap
 from worker_chart_export.cli.submit import run_submit
-from worker_chart_export.core.errors import ConfigError, RedeliverEvent
-from worker_chart_export.core.selection import StepSelectionError, choose_step
+from worker_chart_export.core.exceptions import ConfigError, RedeliverEvent, StepSelectionError, UsageError
+from worker_chart_export.core.selection import choose_step
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
     CHARTS_API_MODE,

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.adapters.firestore.checked_client import cli_firestore
-from worker_chart_export.adapters.flow_run_file import UsageError, read_valid_flow_run
+from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
+from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.flow_rules import NEW_RUN_STATUS
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.run_progress import chart_manifests, is_finished, status_changes

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.flow_graph import CANCEL_FLAG, RunStatus, find_problems, is_one_of
 from worker_chart_export.core.types import StepStatus
 

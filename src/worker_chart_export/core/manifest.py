@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker_chart_export.core.errors import StepError
+from worker_chart_export.core.error_codes import StepError
+from worker_chart_export.core.exceptions import InvalidManifestError
 from worker_chart_export.core.naming import rfc3339_utc
 
 SCHEMA_VERSION = 1
@@ -38,10 +39,6 @@ class ManifestFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return {"request": self.request, "error": self.error.to_dict()}
-
-
-class InvalidManifestError(ValueError):
-    """The worker built a manifest its own contract rejects: a bug, never written out."""
 
 
 @dataclass(frozen=True)

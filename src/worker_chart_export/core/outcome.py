@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.types import StepStatus
 
 # When failures of several kinds sink a step, the step error names the most frequent kind;

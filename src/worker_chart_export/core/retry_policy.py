@@ -19,7 +19,7 @@ from typing import Protocol
 
 from tenacity import RetryCallState
 
-from worker_chart_export.core.chart_api_errors import ROTATING, Disposition
+from worker_chart_export.core.chart_img_answers import ROTATING, Disposition
 
 AGAIN = frozenset({Disposition.RETRY, *ROTATING})
 

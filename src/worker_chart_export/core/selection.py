@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from worker_chart_export.core.exceptions import StepSelectionError
 from worker_chart_export.core.step_rules import is_ready_chart_export
 from worker_chart_export.core.types import CHART_EXPORT
-
-
-class StepSelectionError(ValueError):
-    """An explicitly requested step cannot be taken (missing, or not a CHART_EXPORT step)."""
 
 
 def steps_of(flow_run: Mapping[str, Any]) -> Mapping[str, Any]:

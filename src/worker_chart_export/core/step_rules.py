@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import (
     CHART_EXPORT,

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from worker_chart_export.core.errors import StepError
+from worker_chart_export.core.error_codes import StepError
 
 JsonDict = dict[str, Any]
 

@@ -105,23 +105,32 @@ def tat_of(doc: Mapping[str, Any] | None) -> float | None:
     return float(tat) if isinstance(tat, int | float) and not isinstance(tat, bool) else None
 
 
+@dataclass(frozen=True)
+class ReservationTime:
+    """When a reservation is asked (`now`), how far away its send slot may be (`max_wait`
+    seconds), and how long after `now` its request can leave at the earliest (`send_delay`,
+    the store's commit as recently seen: see above)."""
+
+    now: datetime
+    max_wait: float = float("inf")
+    send_delay: float = 0.0
+
+
 def reserve_one(
     account_id: str,
     doc: Mapping[str, Any] | None,
     *,
     default_limit: int,
-    now: datetime,
     pacing: Pacing | None = None,
-    max_wait: float = float("inf"),
-    send_delay: float = 0.0,
+    at: ReservationTime,
 ) -> tuple[dict[str, Any] | None, Reservation]:
     """(fields to write, or None when nothing changes; the reservation).
 
     Takes one unit of today's quota and, with `pacing`, the next send slot, unless the
-    account is exhausted or its next slot is more than `max_wait` seconds away. A stale
+    account is exhausted or its next slot is more than `at.max_wait` seconds away. A stale
     window is reset even when nothing is reserved, so the document always describes today.
-    `send_delay`: how long after `now` the request can leave at the earliest (see above).
     """
+    now = at.now
     limit = daily_limit_of(doc, default_limit)
     used = usage_today(doc, now)
     today = window_start(now)
@@ -133,41 +142,28 @@ def reserve_one(
     if pacing is not None:
         moment, tat = now.timestamp(), tat_of(doc)
         wait = pacing.send_time(tat, moment) - moment
-        if wait > max_wait:
+        if wait > at.max_wait:
             busy = Reservation(account_id, False, used, limit, refusal=ReservationRefusal.BUSY, tat=tat)
             return reset, busy
-        update["tat"] = pacing.next_tat(tat, moment + send_delay)
+        update["tat"] = pacing.next_tat(tat, moment + at.send_delay)
         send_at = now + timedelta(seconds=wait)
     reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
     return update, reservation
 
 
 def reserve_many(
-    account_id: str,
-    doc: Mapping[str, Any] | None,
-    count: int,
-    *,
-    default_limit: int,
-    now: datetime,
-    pacing: Pacing | None = None,
-    max_wait: float = float("inf"),
-    send_delay: float = 0.0,
+    request: ReservationRequest, doc: Mapping[str, Any] | None, at: ReservationTime
 ) -> tuple[dict[str, Any] | None, list[Reservation]]:
-    """`count` reservations on one account in one write: exactly what `count` reserve_one
-    calls in a row would give, stopping at the first refusal (which ends the list, so a
-    caller sees why the rest was not reserved). (fields to write, or None; reservations)."""
+    """`request.count` reservations on one account in one write: exactly what as many
+    reserve_one calls in a row would give, stopping at the first refusal (which ends the
+    list, so a caller sees why the rest was not reserved). (fields to write, or None;
+    reservations)."""
     update: dict[str, Any] | None = None
     reservations: list[Reservation] = []
     current: dict[str, Any] = dict(doc or {})
-    for _ in range(count):
+    for _ in range(request.count):
         fields, reservation = reserve_one(
-            account_id,
-            current,
-            default_limit=default_limit,
-            now=now,
-            pacing=pacing,
-            max_wait=max_wait,
-            send_delay=send_delay,
+            request.account_id, current, default_limit=request.default_limit, pacing=request.pacing, at=at
         )
         if fields is not None:
             update = {**(update or {}), **fields}

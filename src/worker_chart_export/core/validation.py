@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from worker_chart_export.core.chart_request import build_request_body, resolve_chart_img_symbol
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
 from worker_chart_export.core.template_rules import interval_problem, template_problems

@@ -10,6 +10,7 @@ A new CloudEvent entry goes at the end, as `@functions_framework.cloud_event` ov
 scope and trace, the poison handling (raise PoisonEvent: 200 and one WARNING line) and the
 crash handling (500 and one ERROR line) below. An HTTP entry gets the request scope, trace
 and the one-line guarantee from serve.py's middleware (`create_function_app(target, "http")`).
+What each exception answers is drawn in one tree, in core/exceptions.py.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import functions_framework
 
 from worker_chart_export import logs
-from worker_chart_export.core.errors import ErrorCode
-from worker_chart_export.functions.decoding import events
+from worker_chart_export.core.error_codes import ErrorCode
+from worker_chart_export.core.exceptions import (
+    DecoderDefect,
+    PoisonEvent,
+    RedeliverEvent,
+    TransientStoreError,
+)
+from worker_chart_export.functions.decoding import events, versions
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
@@ -33,25 +40,20 @@ CloudEventHandler = Callable[["CloudEvent", Any], None]
 Decoded = TypeVar("Decoded")
 
 
-class DecoderDefect(events.PoisonEvent):
-    """The decoder itself failed: as deterministic as a bad payload, so acknowledged like
-    one, but logged as an ERROR with the traceback (it is our bug)."""
-
-
 def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
     """`events.decode_event`; raises PoisonEvent (or DecoderDefect) for what never decodes."""
     return _decoded(events.decode_event, cloud_event)
 
 
-def decode_version_event(cloud_event: CloudEvent) -> events.DocumentVersion:
-    """`events.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
-    return _decoded(events.decode_document_version, cloud_event)
+def decode_version_event(cloud_event: CloudEvent) -> versions.DocumentVersion:
+    """`versions.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
+    return _decoded(versions.decode_document_version, cloud_event)
 
 
 def _decoded(decode: Callable[[CloudEvent], Decoded], cloud_event: CloudEvent) -> Decoded:
     try:
         return decode(cloud_event)
-    except events.PoisonEvent:
+    except PoisonEvent:
         raise
     except Exception as exc:
         raise DecoderDefect(f"{type(exc).__name__}: {exc}") from exc
@@ -78,7 +80,7 @@ def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None
             log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
             try:
                 handler(cloud_event, log)
-            except events.PoisonEvent as poison:
+            except PoisonEvent as poison:
                 _log_poison(log, poison, cloud_event)
             except Exception as exc:
                 from werkzeug.exceptions import HTTPException, InternalServerError
@@ -124,7 +126,7 @@ def _enter(event_trace: logs.Trace | None) -> Any:
     return token
 
 
-def _log_poison(log: Any, poison: events.PoisonEvent, cloud_event: CloudEvent) -> None:
+def _log_poison(log: Any, poison: PoisonEvent, cloud_event: CloudEvent) -> None:
     # Contract §10's "received event" attributes: the only line such an event leaves.
     received = _received_attributes(cloud_event)
     if isinstance(poison, DecoderDefect):
@@ -197,7 +199,7 @@ def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
 
     try:
         version = decode_version_event(cloud_event)
-    except events.PoisonEvent as poison:
+    except PoisonEvent as poison:
         log.warning("event document not decodable whole: the claim reads it first", reason=poison.reason)
         return None
     if version.document is None or version.update_time is None:
@@ -210,7 +212,6 @@ def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, ident
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export.bootstrap import production_runtime
-    from worker_chart_export.core.errors import RedeliverEvent
     from worker_chart_export.service.execute import execute_step
 
     try:
@@ -268,11 +269,10 @@ def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
         log.info("advance_flow: flow_run deleted, nothing to advance", eventType=cloud_event.get("type"))
         return
     if version.update_time is None:  # Firestore always sends it: a forged or foreign event
-        raise events.PoisonEvent("the document carries no update_time: there is no version to write on")
+        raise PoisonEvent("the document carries no update_time: there is no version to write on")
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export.bootstrap import advance_store
-    from worker_chart_export.core.errors import TransientStoreError
     from worker_chart_export.service.advance import advance_version
 
     try:
@@ -295,7 +295,6 @@ def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
         log.warning("request rejected: the reaper is run by POST", httpMethod=request.method, httpStatus=405)
         return {"error": "the reaper is run by POST"}, 405
     from worker_chart_export.bootstrap import lease_reaper
-    from worker_chart_export.core.errors import TransientStoreError
     from worker_chart_export.service.reaper import reap_once
     from worker_chart_export.settings import load_settings
 

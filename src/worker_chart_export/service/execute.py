@@ -11,7 +11,7 @@ the manifest -> decide the status -> finalize (retried within its own budget).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,15 +20,15 @@ from typing import Any, NamedTuple
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from worker_chart_export.core import step_errors
+from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
-from worker_chart_export.core.errors import (
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
+    ClaimContended,
     ClaimSuperseded,
-    ErrorCode,
     RedeliverEvent,
-    StepError,
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
@@ -86,7 +86,6 @@ def execute_step(
     ports: Ports,
     limits: StepLimits,
     clock: Clock = SYSTEM_CLOCK,
-    new_token: Callable[[], str] = new_claim_token,
     seen: RunVersion | None = None,
 ) -> StepReport:
     """`seen`: the version of the run the event carried, which the claim is planned from
@@ -97,7 +96,7 @@ def execute_step(
         ctx = StepContext(
             run_id,
             step_id,
-            new_token(),
+            new_claim_token(),
             ports,
             clock,
             limits,
@@ -132,6 +131,10 @@ def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimOutcome:
             lease_expires_at=now + timedelta(seconds=ctx.limits.lease_seconds),
             seen=seen,
         )
+    except ClaimContended as exc:
+        # Other writes of the run kept coming first while the step stayed READY: whoever
+        # claims it on the next delivery does the work.
+        raise RedeliverEvent(str(exc)) from exc
     except TransientStoreError as exc:
         # The store confirmed no claim of ours (it re-reads after an outage), so a redelivery
         # is safe and is the only way to get the work done.
@@ -161,7 +164,7 @@ def _run_claimed_or_record_crash(
         # still running, record it on the step, then let the caller see it.
         ctx.budget.cancel()
         ctx.log.exception("step crashed", error={"code": ErrorCode.WORKER_INTERNAL_ERROR.value})
-        finalize(ctx, ctx.failed(step_errors.worker_crashed(exc)).final)
+        finalize(ctx, ctx.failed(step_failures.worker_crashed(exc)).final)
         raise
 
 
@@ -170,7 +173,7 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
     try:
         templates = ctx.ports.templates.get_templates(requested_template_ids(step))
     except TransientStoreError as exc:
-        return ctx.failed(step_errors.templates_unreadable(exc))
+        return ctx.failed(step_failures.templates_unreadable(exc))
     validated = validate_step(
         flow_run,
         ctx.run_id,
@@ -219,9 +222,9 @@ def _write_manifest_and_decide(
         # The reaper took the step back (our lease expired): a newer execution owns its
         # outputs. Nothing of ours is written over them; the finalize will be refused too.
         ctx.log.warning("manifest not written: claim superseded", reason=str(exc))
-        return StepResult(ctx.failed(step_errors.claim_superseded()).final, *counts)
+        return StepResult(ctx.failed(step_failures.claim_superseded()).final, *counts)
     except (ArtifactWriteError, TransientStoreError) as exc:
-        write_error = step_errors.manifest_write_failed(exc, **counts._asdict())
+        write_error = step_failures.manifest_write_failed(exc, **counts._asdict())
         ctx.log.error("manifest write failed", error=write_error.to_dict())
         return StepResult(ctx.failed(write_error).final, *counts)
     ctx.log.info(
@@ -280,7 +283,7 @@ def _render_in_pool(ctx: StepContext, validated: ValidatedStep, budget: Budget, 
             call = futures[future]
             future.cancel()
             ctx.log.warning("chart abandoned: step budget exhausted", chartTemplateId=call.chart_template_id)
-            error = step_errors.chart_abandoned(
+            error = step_failures.chart_abandoned(
                 call.chart_template_id, call.fixture_key, ctx.limits.step_budget_seconds
             )
             rendered.failures.append(ManifestFailure(requests[call.chart_template_id], error))
@@ -319,7 +322,7 @@ def _render_one(
     try:
         uri = ctx.ports.artifacts.create_png(path, result.png)
     except ArtifactWriteError as exc:
-        error = step_errors.png_write_failed(exc, path)
+        error = step_failures.png_write_failed(exc, path)
         log.error("png write failed", error=error.to_dict())
         return ManifestFailure(request, error)
     description = str(templates[call.chart_template_id]["description"])

@@ -6,9 +6,10 @@ from __future__ import annotations
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 from tenacity.stop import stop_base
 
-from worker_chart_export.core import step_errors
+from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.errors import ErrorCode, FinalizeFailed, TransientStoreError
+from worker_chart_export.core.error_codes import ErrorCode
+from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.types import FinalizeOutcome, StepFinal
 from worker_chart_export.service.step_context import StepContext
 
@@ -66,13 +67,13 @@ def finalize(ctx: StepContext, final: StepFinal) -> bool:
 
 
 def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exception) -> FinalizeOutcome:
-    reason = step_errors.finalize_refusal_reason(cause)
+    reason = step_failures.finalize_refusal_reason(cause)
     ctx.log.error(
         "finalize refused: recording a bare failure instead",
         error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason},
         intendedStatus=refused.status.value,
     )
-    bare = ctx.failed(step_errors.result_not_recordable(refused, reason)).final
+    bare = ctx.failed(step_failures.result_not_recordable(refused, reason)).final
     try:
         return ctx.ports.flow_runs.finalize_step(ctx.run_id, ctx.step_id, token=ctx.token, final=bare)
     except Exception as exc:

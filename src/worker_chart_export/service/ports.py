@@ -39,7 +39,7 @@ class FlowRunStore(Protocol):
         `seen`: the version of the run the caller saw (an event's), which the claim may be
         planned from; without it the store reads first. A step not (or no longer) READY is
         a refusal (CONFLICT / NOT_FOUND), returned as it is.
-        Raises RedeliverEvent when the step is still READY after the claim's tries (other
+        Raises ClaimContended when the step is still READY after the claim's tries (other
         writes of the run kept coming first); raises TransientStoreError when the store is
         unavailable and no claim of ours landed.
         """

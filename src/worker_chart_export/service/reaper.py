@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
 from worker_chart_export.core.step_rules import DEFAULT_MAX_ATTEMPTS
 from worker_chart_export.logs import get_logger

@@ -10,7 +10,7 @@ from structlog.typing import FilteringBoundLogger
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.errors import StepError
+from worker_chart_export.core.error_codes import StepError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.types import StepFinal, StepStatus
 from worker_chart_export.service.ports import Ports

@@ -21,7 +21,7 @@ from worker_chart_export.adapters.accounts_config import (
 )
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, PacingMargins, Refusal
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
-from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import AccountLimits
 
 KEY = new_key()

@@ -11,7 +11,7 @@ import pytest
 from harness.builders import REPO
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.errors import ErrorCode
+from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.naming import fixture_key
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 

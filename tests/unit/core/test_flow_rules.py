@@ -10,7 +10,7 @@ import pytest
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.bundled.contracts import FLOW_RUN, schema_errors
-from worker_chart_export.core.errors import ErrorCode
+from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.flow_graph import cycle_step_ids, find_problems
 from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 

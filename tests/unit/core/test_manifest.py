@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.exceptions import InvalidManifestError
 from worker_chart_export.core.manifest import (
-    InvalidManifestError,
     ManifestFailure,
     ManifestHeader,
     ManifestItem,

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from harness.builders import chart_step, flow_run
-from worker_chart_export.core.selection import StepSelectionError, choose_step, ready_chart_export_step_ids
+from worker_chart_export.core.exceptions import StepSelectionError
+from worker_chart_export.core.selection import choose_step, ready_chart_export_step_ids
 
 
 def test_first_ready_chart_export_step_by_sorted_id() -> None:

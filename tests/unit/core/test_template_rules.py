@@ -15,7 +15,7 @@ from harness.builders import TEMPLATES_DIR, chart_step, flow_run, load_templates
 from worker_chart_export.bootstrap import step_limits
 from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.cli.main import main
-from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import PLANS, plan_named
 from worker_chart_export.core.template_rules import (
     CHART_IMG_INTERVALS,

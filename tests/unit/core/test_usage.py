@@ -13,7 +13,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker_chart_export.core.usage import Pacing, reserve_many, reserve_one
+from worker_chart_export.core.usage import (
+    Pacing,
+    ReservationRequest,
+    ReservationTime,
+    reserve_many,
+    reserve_one,
+)
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 BASIC = Pacing(rate_per_second=1.0, burst=3)
@@ -21,7 +27,9 @@ TIME_GRAIN = 1e-5
 
 
 def reserve(doc: dict[str, Any] | None, now: datetime, delay: float, pacing: Pacing = BASIC) -> Any:
-    return reserve_one("acc", doc, default_limit=1000, now=now, pacing=pacing, send_delay=delay)
+    return reserve_one(
+        "acc", doc, default_limit=1000, pacing=pacing, at=ReservationTime(now, send_delay=delay)
+    )
 
 
 def test_an_account_with_room_sends_at_once_and_counts_the_commit() -> None:
@@ -113,12 +121,12 @@ def test_a_batch_of_reservations_is_the_same_reservations_one_after_another(
     doc: dict[str, Any] = {"windowStart": "2026-11-23T00:00:00Z", "usageToday": used, "dailyLimit": limit}
     if tat_ahead is not None:
         doc["tat"] = NOW.timestamp() + tat_ahead
-    options: dict[str, Any] = {"default_limit": 44, "now": NOW, "pacing": pacing, "max_wait": max_wait}
-    update, batch = reserve_many("acc", doc, count, send_delay=0.02, **options)
+    at = ReservationTime(NOW, max_wait, send_delay=0.02)
+    update, batch = reserve_many(ReservationRequest("acc", count, 44, pacing), doc, at)
 
     sequential, current, last_update = [], dict(doc), None
     for _ in range(count):
-        fields, reservation = reserve_one("acc", current, send_delay=0.02, **options)
+        fields, reservation = reserve_one("acc", current, default_limit=44, pacing=pacing, at=at)
         sequential.append(reservation)
         if fields is not None:
             current.update(fields)

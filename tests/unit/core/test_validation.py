@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from harness.builders import chart_step, flow_run, load_templates
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.plans import PLANS, Plan
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 

@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from google.protobuf import json_format
 
 from harness.logs import LogCapture
-from worker_chart_export.core.errors import FinalizeFailed, RedeliverEvent
+from worker_chart_export.core.exceptions import FinalizeFailed, RedeliverEvent
 from worker_chart_export.functions.serve import create_function_app
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
@@ -481,7 +481,7 @@ def test_cloud_event_entry_gives_a_new_entry_the_same_poison_crash_and_trace_han
     from werkzeug.exceptions import InternalServerError
 
     from worker_chart_export import logs
-    from worker_chart_export.functions.decoding.events import PoisonEvent
+    from worker_chart_export.core.exceptions import PoisonEvent
     from worker_chart_export.functions.main import cloud_event_entry
 
     monkeypatch.setattr(logs, "_trace_project", "demo-project")

@@ -15,7 +15,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from harness.logs import LogCapture
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
 from worker_chart_export.functions.serve import create_function_app

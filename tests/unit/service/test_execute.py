@@ -17,8 +17,9 @@ from harness.builders import REPO, chart_step, flow_run
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.errors import (
+from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
+    ClaimContended,
     FinalizeFailed,
     RedeliverEvent,
     TransientStoreError,
@@ -396,7 +397,7 @@ def test_the_events_version_is_what_the_claim_is_planned_from(tmp_path: Path, lo
 
 class StillReadyStore:
     def claim_step(self, *args: Any, **kwargs: Any) -> Any:
-        raise RedeliverEvent("claim of charts: the step is still READY after 5 commits")
+        raise ClaimContended("claim of charts: the step is still READY after 5 commits")
 
     def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError("finalize must not run when nothing was claimed")

@@ -2,7 +2,7 @@
 
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
-`core.chart_api_errors`, retried per `core.retry_policy`, all inside the step's Budget.
+`core.chart_img_answers`, retried per `core.retry_policy`, all inside the step's Budget.
 Every attempt holds one of the client's connection permits (permits.py) from before it
 reserves until its answer is read: a reservation never waits for a connection.
 `first_wave` takes as many permits as are free (no waiting) for a step's first wave and
@@ -30,7 +30,7 @@ from tenacity import Retrying
 from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_api_errors import (
+from worker_chart_export.core.chart_img_answers import (
     Disposition,
     accounts_exhausted,
     classify,
@@ -39,7 +39,8 @@ from worker_chart_export.core.chart_api_errors import (
     not_a_png,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
-from worker_chart_export.core.errors import ErrorCode, StepError, TransientStoreError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.logs import get_logger

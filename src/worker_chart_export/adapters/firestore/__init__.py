@@ -10,7 +10,7 @@ from worker_chart_export.adapters.firestore.client import (
     make_firestore_client,
     run_transaction,
 )
-from worker_chart_export.adapters.firestore.errors import is_contention, is_transient, translated
+from worker_chart_export.adapters.firestore.exception_map import is_contention, is_transient, translated
 from worker_chart_export.adapters.firestore.flow_runs import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.templates import FirestoreTemplateSource
 from worker_chart_export.adapters.firestore.usage import FirestoreUsageStore

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from worker_chart_export.adapters.flow_run_file import UsageError
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError, UsageError
 from worker_chart_export.environment import FIRESTORE_EMULATOR_HOST, GOOGLE_CLOUD_PROJECT
 
 if TYPE_CHECKING:

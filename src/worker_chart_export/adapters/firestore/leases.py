@@ -30,9 +30,9 @@ from worker_chart_export.adapters.firestore.client import (
     commit_batch,
     version_of,
 )
-from worker_chart_export.adapters.firestore.errors import CHANGED_MEANWHILE, translated
-from worker_chart_export.adapters.firestore.flow_runs import step_field
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.adapters.firestore.exception_map import CHANGED_MEANWHILE, translated
+from worker_chart_export.adapters.firestore.run_documents import step_field
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
     LEASE_EXPIRY_FIELD,

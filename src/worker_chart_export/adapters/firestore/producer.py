@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.adapters.flow_run_file import UsageError
+from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.flow_rules import as_new_run
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 

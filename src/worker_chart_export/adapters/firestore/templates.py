@@ -14,7 +14,7 @@ from worker_chart_export.adapters.firestore.client import (
     RpcOptions,
     snapshot_dict,
 )
-from worker_chart_export.adapters.firestore.errors import translated
+from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
 from worker_chart_export.core.types import JsonDict

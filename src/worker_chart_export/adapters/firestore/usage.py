@@ -42,13 +42,14 @@ from worker_chart_export.adapters.firestore.client import (
     Version,
     run_transaction,
 )
-from worker_chart_export.adapters.firestore.errors import is_contention, translated
+from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
+    ReservationTime,
     exhausted_fields,
     reserve_many,
     reserve_one,
@@ -125,14 +126,9 @@ class FirestoreUsageStore:
             # commit that then took 150 ms is a send 150 ms late, and CHART-IMG's bucket,
             # which refills from the arrivals it sees, answers the next paced call with 429.
             spent = self._clock.monotonic() - began
+            at = ReservationTime(now + timedelta(seconds=spent), max_wait, self._commit_estimate())
             update, reservation = reserve_one(
-                account_id,
-                known.doc,
-                default_limit=default_limit,
-                now=now + timedelta(seconds=spent),
-                pacing=pacing,
-                max_wait=max_wait,
-                send_delay=self._commit_estimate(),
+                account_id, known.doc, default_limit=default_limit, pacing=pacing, at=at
             )
             if update is not None:
                 self._compare_and_set(ref, account_id, known, update)
@@ -147,21 +143,12 @@ class FirestoreUsageStore:
         answer: dict[str, list[Reservation]] = {}
         planned: list[_PlannedWrite] = []
         batch = BulkWriteBatch(self._client)
-        delay = self._commit_estimate()
+        at = ReservationTime(now, max_wait, self._commit_estimate())
         for request in requests:
             known = self._known_version(request.account_id)
             if known is None:
                 continue  # a read first: the one-at-a-time path does it
-            update, reservations = reserve_many(
-                request.account_id,
-                known.doc,
-                request.count,
-                default_limit=request.default_limit,
-                now=now,
-                pacing=request.pacing,
-                max_wait=max_wait,
-                send_delay=delay,
-            )
+            update, reservations = reserve_many(request, known.doc, at)
             if update is None:
                 answer[request.account_id] = reservations  # refused on what we know: no write
                 continue

@@ -1,1 +1,2 @@
-"""Firestore CloudEvents as plain values: the cheap skim, the whole version, the `Value`s."""
+"""Firestore CloudEvents as plain values: the cheap skim (events), the whole version
+(versions), the payload's shapes (payload), the runId (names), the `Value`s (values)."""

@@ -7,10 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-
-class UndecodableValue(ValueError):
-    """A value Firestore never sends (a timestamp outside years 1-9999, nanos beyond a
-    second): only a forged event carries one, and decoding it again cannot help."""
+from worker_chart_export.core.exceptions import UndecodableValue
 
 
 def timestamp_to_datetime(timestamp: Any) -> datetime:

@@ -19,7 +19,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
-from worker_chart_export.adapters.flow_run_file import UsageError, read_valid_flow_run
+from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
+from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
 

@@ -24,7 +24,8 @@ from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.errors import ConfigError, ErrorCode, TransientStoreError
+from worker_chart_export.core.error_codes import ErrorCode
+from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings

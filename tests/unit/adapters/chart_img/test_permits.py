@@ -26,7 +26,7 @@ from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import LocalLayout, build_chart_api, build_local_ports, chart_img_options
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.errors import ConfigError
+from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.types import ChartCall, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings, load_settings
 

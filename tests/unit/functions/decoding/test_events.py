@@ -16,13 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.builders import SAMPLE_FLOW_RUN
+from worker_chart_export.core.exceptions import PoisonEvent
 from worker_chart_export.core.selection import ready_chart_export_step_ids
-from worker_chart_export.functions.decoding.events import PoisonEvent, decode_document_version, decode_event
+from worker_chart_export.functions.decoding.events import decode_event
 from worker_chart_export.functions.decoding.values import (
     document_to_python,
     firestore_value_to_python,
     step_to_python,
 )
+from worker_chart_export.functions.decoding.versions import decode_document_version
 from worker_chart_export.testing import (
     build_document_event_data,
     document_resource_name,

@@ -6,7 +6,7 @@ never hold secrets.
 
 from __future__ import annotations
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.types import StepFinal
 
 _CAUSE_CHARS = 300  # an exception's text is cut: the step document must stay small

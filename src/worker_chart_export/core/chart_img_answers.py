@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.errors import ErrorCode, StepError
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 
 FINAL_STATUSES = frozenset({400, 401, 403, 404, 409, 422})
 RETRY_STATUSES = frozenset({500, 502, 503, 504})

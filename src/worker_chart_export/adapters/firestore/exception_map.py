@@ -18,7 +18,7 @@ import grpc
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from worker_chart_export.core.errors import TransientStoreError
+from worker_chart_export.core.exceptions import TransientStoreError
 
 _TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     api_exceptions.ServiceUnavailable,

@@ -1,5 +1,6 @@
 """Error codes of the worker contract (§8) and of the error and retry model that apply here
-(docs/contract.md, part 3), and the worker's exception tree."""
+(docs/contract.md, part 3), and the `error{code,message,details}` object a step records.
+The exceptions are core/exceptions.py's."""
 
 from __future__ import annotations
 
@@ -46,49 +47,3 @@ class StepError:
         if self.details:
             data["details"] = self.details
         return data
-
-
-class WorkerError(Exception):
-    """Base for errors the worker raises on purpose."""
-
-
-class ConfigError(WorkerError):
-    """The worker's own configuration is unusable (bad env, malformed accounts JSON...).
-
-    It carries the setting it is about, by the environment variable a user sets it with,
-    and the problem on its own, so that an edge which took the value from somewhere else
-    (a CLI flag, a file) names that instead: `render(label)`. `source` says where exactly,
-    when the setting only points at the value (e.g. the secret version read).
-    """
-
-    def __init__(self, setting: str, problem: str, *, source: str | None = None) -> None:
-        self.setting = setting
-        self.problem = problem
-        self.source = source
-        super().__init__(self.render())
-
-    def render(self, label: str | None = None) -> str:
-        if label is None:
-            label = f"{self.setting} {self.source}" if self.source else self.setting
-        return f"{label}: {self.problem}"
-
-
-class TransientStoreError(WorkerError):
-    """A store (Firestore, GCS) failed in a way worth retrying: timeouts, 5xx, unavailable."""
-
-
-class ArtifactWriteError(WorkerError):
-    """Writing an object failed after the adapter's own bounded retries."""
-
-
-class RedeliverEvent(WorkerError):
-    """The invocation must fail (HTTP 5xx) so that Eventarc delivers the event again."""
-
-
-class ClaimSuperseded(WorkerError):
-    """Our claim was taken back (its lease expired and the reaper made the step READY or
-    FAILED) before our result was written: a newer execution owns the step's outputs."""
-
-
-class FinalizeFailed(RedeliverEvent):
-    """The step's result could not be recorded within the finalize budget."""

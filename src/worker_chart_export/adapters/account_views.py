@@ -1,0 +1,245 @@
+"""This process's view of the CHART-IMG accounts, for the limiter to choose well without
+reading: what the last reservations said (usage, the shared pacing state), which accounts
+are exhausted (cached), cooling down after a rate 429, or refused their key, and the order
+the next pick takes. Its own picks still reserving count as taken slots. Once a reservation
+shows that another instance wrote an account meanwhile, the view is "behind": the limiter's
+next wave reads every account first (`catch_up_ids`, `caught_up`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.types import Reservation, ReservationRefusal
+from worker_chart_export.core.usage import Pacing, daily_limit_of, next_utc_midnight, tat_of, usage_today
+from worker_chart_export.logs import get_logger
+
+# Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
+# instances' clocks and network paths differ by milliseconds.
+PACING_HEADROOM = 0.9
+# How much later than its slot a request may reach CHART-IMG relative to the one after it:
+# measured on a 2-core machine, a burst sent while 96 charts started at once arrived 0.2 s late
+# and the next, on time, met a 429 (benchmarks/bench_fleet.py). The burst is banked that much less.
+ARRIVAL_JITTER_SECONDS = 0.3
+# A rate 429 without Retry-After cools the key down this long; Retry-After is honoured up
+# to MAX_COOLDOWN_SECONDS (a longer wait belongs to the quota, not the rate).
+MIN_COOLDOWN_SECONDS = 1.0
+MAX_COOLDOWN_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class PacingMargins:
+    """How far under the plan's own limits each account is paced (see the constants)."""
+
+    headroom: float = PACING_HEADROOM
+    arrival_jitter: float = ARRIVAL_JITTER_SECONDS
+
+    def pacing(self, limits: AccountLimits) -> Pacing:
+        return Pacing(limits.rate_per_second * self.headroom, limits.burst, self.arrival_jitter)
+
+
+@dataclass
+class AccountView:
+    """This process's last knowledge of one account; only used to choose the order."""
+
+    config: AccountConfig
+    daily_limit: int
+    pacing: Pacing
+    usage_today: int = 0
+    tat: float | None = None  # the shared pacing state as the last reservation saw it
+    in_flight: int = 0  # picked, reservation not yet returned
+    exhausted_until: datetime | None = None
+    # CHART-IMG itself said the day's quota is gone (not just our count): see still_accepted
+    provider_exhausted_until: datetime | None = None
+    cool_until: float = 0.0  # monotonic
+    disabled: bool = False
+
+    def expected_wait(self, now: float, moment: float) -> float:
+        """How long one more request on this account would wait, by what this process
+        knows: the pacing state its last reservation saw, advanced by one slot for each
+        of its picks still reserving (so concurrent picks spread over the accounts
+        instead of queueing on the one that looked free), or the cooldown."""
+        tat = self.tat
+        for _ in range(self.in_flight):
+            tat = self.pacing.next_tat(tat, now)
+        return max(self.pacing.send_time(tat, now) - now, self.cool_until - moment)
+
+    def usable(self, now: datetime) -> bool:
+        exhausted = self.exhausted_until is not None and self.exhausted_until > now
+        return not self.disabled and not exhausted
+
+
+class AccountViews:
+    """Every account's view, under one lock. Thread-safe; one per process."""
+
+    def __init__(
+        self,
+        accounts: Sequence[AccountConfig],
+        *,
+        defaults: AccountLimits,
+        clock: Clock,
+        exhausted_ttl: float = 60.0,
+        margins: PacingMargins | None = None,
+    ) -> None:
+        if not accounts:
+            raise ValueError("AccountLimiter needs at least one account")
+        self._views: dict[str, AccountView] = {}
+        for account in accounts:
+            limits = account.limits(defaults)
+            pacing = (margins or PacingMargins()).pacing(limits)
+            self._views[account.id] = AccountView(account, limits.daily_limit, pacing)
+        self._clock = clock
+        self._ttl = timedelta(seconds=exhausted_ttl)
+        self._lock = threading.Lock()
+        # Set when a reservation shows another instance wrote an account since this process
+        # last saw it: the views are behind, so the next wave reads them all first.
+        self._behind = False
+
+    @property
+    def account_ids(self) -> tuple[str, ...]:
+        return tuple(self._views)
+
+    def __getitem__(self, account_id: str) -> AccountView:
+        return self._views[account_id]
+
+    def pick(self, tried: Collection[str], refused: Collection[str]) -> str | None:
+        """The best account not yet refused in this acquire, counted in flight at once so
+        the next concurrent caller ranks with this pick in mind.
+
+        Order: not yet tried for this request, then the soonest expected slot (this
+        process's picks still reserving counted as taken slots), then least used (those
+        picks counted too), then id."""
+        now, moment = self._clock.now(), self._clock.monotonic()
+        with self._lock:
+            usable = [v for v in self._views.values() if v.config.id not in refused and v.usable(now)]
+            if not usable:
+                return None
+            best = min(
+                usable,
+                key=lambda v: (
+                    v.config.id in tried,
+                    v.expected_wait(now.timestamp(), moment),
+                    v.usage_today + v.in_flight,
+                    v.config.id,
+                ),
+            )
+            best.in_flight += 1
+            return best.config.id
+
+    def release(self, account_id: str) -> None:
+        """The pick's reservation returned (or never started)."""
+        with self._lock:
+            self._views[account_id].in_flight -= 1
+
+    def cooling(self, account_id: str) -> float:
+        """Seconds until the account's rate cooldown ends (0: not cooling)."""
+        return max(0.0, self._views[account_id].cool_until - self._clock.monotonic())
+
+    def learn(self, account_id: str, reservation: Reservation, *, units: int) -> None:
+        """What a reservation (taking `units` units here) said of its account. Called under
+        the account's reserve lock, so this process's own reservations are all counted."""
+        now = self._clock.now()
+        with self._lock:
+            view = self._views[account_id]
+            if reservation.usage_today > view.usage_today + units:
+                self._behind = True  # someone else reserved on it meanwhile
+            view.usage_today = reservation.usage_today
+            if reservation.tat is not None:
+                view.tat = reservation.tat
+            if reservation.refusal is ReservationRefusal.EXHAUSTED:
+                view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+
+    def fell_behind(self) -> None:
+        """A wave's account was left out (changed meanwhile, or not known here)."""
+        with self._lock:
+            self._behind = True
+
+    def catch_up_ids(self) -> list[str] | None:
+        """The usable accounts to read when the view is behind (then no longer marked so),
+        else None."""
+        now = self._clock.now()
+        with self._lock:
+            if not self._behind:
+                return None
+            self._behind = False
+            return [a for a, v in self._views.items() if v.usable(now)]
+
+    def caught_up(self, docs: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """The accounts' documents as just read: usage, pacing (only forward), exhaustion."""
+        now = self._clock.now()
+        with self._lock:
+            for account_id, doc in docs.items():
+                view = self._views[account_id]
+                view.usage_today = usage_today(doc, now)
+                fresh = tat_of(doc)
+                if fresh is not None and (view.tat is None or fresh > view.tat):
+                    view.tat = fresh  # the shared state only moves forward
+                if view.usage_today >= daily_limit_of(doc, view.daily_limit):
+                    view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+
+    # --- what CHART-IMG said about an account ---
+
+    def provider_exhausted(self, account_id: str, now: datetime) -> None:
+        """After a quota 429: out until the next UTC midnight."""
+        with self._lock:
+            view = self._views[account_id]
+            view.exhausted_until = view.provider_exhausted_until = next_utc_midnight(now)
+
+    def cool_down(self, account_id: str, retry_after: float | None) -> float:
+        """After a rate 429: no call on this key for a short, bounded time. Returns it."""
+        seconds = min(MAX_COOLDOWN_SECONDS, max(MIN_COOLDOWN_SECONDS, retry_after or 0.0))
+        with self._lock:
+            view = self._views[account_id]
+            view.cool_until = max(view.cool_until, self._clock.monotonic() + seconds)
+        return seconds
+
+    def disable(self, account_id: str) -> None:
+        """After CHART-IMG refused the key: never used again by this process; one ERROR."""
+        with self._lock:
+            view = self._views[account_id]
+            first = not view.disabled
+            view.disabled = True
+        if first:
+            get_logger().error(
+                "chart-img account key refused: account disabled",
+                accountId=account_id,
+                error={"code": "CHART_API_KEY_REFUSED"},
+            )
+
+    def exhausted_accounts(self) -> tuple[str, ...]:
+        now = self._clock.now()
+        with self._lock:
+            return tuple(
+                sorted(
+                    a
+                    for a, v in self._views.items()
+                    if v.exhausted_until is not None and v.exhausted_until > now
+                )
+            )
+
+    def all_disabled(self) -> bool:
+        with self._lock:
+            return all(v.disabled for v in self._views.values())
+
+    def still_accepted(self, account_id: str) -> bool:
+        """CHART-IMG has not refused the account since: no quota 429, no rate cooldown, key
+        not refused. (That our own count reached the daily limit does not matter here: a
+        unit already reserved is within it.)"""
+        with self._lock:
+            view = self._views[account_id]
+            until = view.provider_exhausted_until
+            exhausted = until is not None and until > self._clock.now()
+            cooling = view.cool_until > self._clock.monotonic()
+            return not (view.disabled or exhausted or cooling)
+
+    def usable_accounts(self) -> tuple[str, ...]:
+        """Accounts whose key has not been refused."""
+        with self._lock:
+            return tuple(a for a, v in self._views.items() if not v.disabled)

@@ -1,0 +1,54 @@
+"""The finalize of a step (RUNNING -> SUCCEEDED/FAILED, its lease deleted) as compare-and-sets
+on the run document.
+
+The finalize starts from the version our claim committed (remembered per run), so it is ONE
+commit unless another write of the run landed meanwhile; then the document is read, the plan
+made again (a refusal is returned as it is) and written on that version. After
+`max_attempts` such losses it raises TransientStoreError, which its caller retries within
+its budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud import firestore
+
+from worker_chart_export.adapters.firestore.client import Version
+from worker_chart_export.adapters.firestore.exception_map import translated
+from worker_chart_export.adapters.firestore.run_documents import RunDocuments, finalize_update
+from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.step_rules import FinalizePlan, finalized, plan_finalize
+from worker_chart_export.core.types import FinalizeOutcome, StepFinal
+
+
+def finalize_step(
+    docs: RunDocuments, run_id: str, step_id: str, *, token: str, final: StepFinal, max_attempts: int
+) -> FinalizeOutcome:
+    operation = f"finalize of step {step_id} in flow_runs/{run_id}"
+    ref = docs.run_ref(run_id)
+    lease = docs.lease_ref(run_id, step_id)
+    with translated(operation):
+        version, fresh = docs.written.recall(run_id), False
+        if version is None:
+            version, fresh = docs.read_version(ref), True
+        for _ in range(max_attempts):
+            decided = plan_finalize(version.doc, run_id, step_id, token=token, final=final)
+            if isinstance(decided, FinalizeOutcome):
+                if fresh:
+                    docs.written.forget(run_id)
+                    return decided
+            elif _finalize_on(docs, version, ref, decided, lease):
+                docs.written.forget(run_id)
+                return finalized(step_id)
+            version, fresh = docs.read_version(ref), True
+    # other workers update the same run document: contention, like an outage, is for
+    # the caller to retry within its finalize budget
+    raise TransientStoreError(f"{operation}: the document changed under {max_attempts} tries")
+
+
+def _finalize_on(
+    docs: RunDocuments, version: Version, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
+) -> bool:
+    # ours: the step held our token in that version, so its lease goes with it
+    return docs.commit_on(version, ref, finalize_update(plan), lambda b: b.delete(lease)) is not None
