@@ -51,10 +51,10 @@ from worker_chart_export.core.errors import RedeliverEvent, TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
-    LEASE_EXPIRY_FIELD,
     STEP_LEASES_COLLECTION,
     lease_document_id,
 )
+from worker_chart_export.core.reaping import lease_document
 from worker_chart_export.core.step_rules import (
     CLAIM_TRIES,
     ClaimPlan,
@@ -97,17 +97,6 @@ def finalize_update(plan: FinalizePlan) -> dict[str, Any]:
     # merged key by key: outputs other workers or earlier attempts wrote stay in place
     fields.update({step_field(plan.step_id, "outputs", k): v for k, v in plan.set_outputs.items()})
     return fields
-
-
-def lease_fields(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
-    """The step_leases document a claim writes: what the reaper needs, nothing else."""
-    return {
-        "runId": run_id,
-        "stepId": plan.step_id,
-        "claimToken": plan.claim.token,
-        LEASE_EXPIRY_FIELD: plan.set_fields["leaseExpiresAt"],
-        "attempt": plan.claim.attempt,
-    }
 
 
 def advance_update(plan: AdvancePlan) -> dict[str, Any]:
@@ -266,7 +255,7 @@ class FirestoreFlowRunStore:
         lease = self._lease_ref(request.run_id, request.step_id)
         try:
             written = self._commit_on(
-                version, ref, claim_update(plan), lambda b: b.set(lease, lease_fields(request.run_id, plan))
+                version, ref, claim_update(plan), lambda b: b.set(lease, lease_document(request.run_id, plan))
             )
         except Exception as exc:
             outage = outage_error(exc, request.operation)
