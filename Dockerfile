@@ -14,8 +14,10 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 
 # Pinned runtime dependencies (no test tools) first: this layer is rebuilt only when the lock changes.
+# Each downloaded file must match one of the lock's hashes; the package below has none, so it
+# is installed by its own command.
 COPY requirements.prod.lock ./
-RUN pip install -r requirements.prod.lock
+RUN pip install --require-hashes -r requirements.prod.lock
 
 # The package is installed as a wheel (not editable): contracts/, chart-templates/ and
 # fixtures/ travel inside it as package data, so nothing at run time reads /app or the repo

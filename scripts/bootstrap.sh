@@ -7,5 +7,7 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+# Every file pip downloads must match a hash in the lock (README "Dependencies"); the project
+# itself has no hash, so it is installed by a second command, outside hash-checking mode.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .

@@ -1,5 +1,6 @@
-"""The package stands alone: a wheel carries the schemas, templates and fixtures, and the
-installed console script runs a step from any folder, with no checkout beside it."""
+"""The package stands alone: a wheel carries the schemas, templates and fixtures (and the view's
+page template), and the installed console script runs a step and renders its page from any
+folder, with no checkout beside it."""
 
 from __future__ import annotations
 
@@ -130,6 +131,10 @@ def test_wheel_installed_outside_the_checkout_runs_the_sample(tmp_path: Path) ->
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("CHART_EXPORT SUCCEEDED:"), result.stdout
     assert len(list((elsewhere / "out" / "gcs").rglob("*.png"))) == 3
+    # the view's page template is package data too
+    viewed = _run(venv / "bin" / "worker-chart-export", "view", elsewhere / "out", cwd=elsewhere, env=env)
+    assert viewed.returncode == 0, viewed.stdout + viewed.stderr
+    assert len(list((elsewhere / "out" / "gcs").rglob("chart-view-*.html"))) == 1
 
 
 @pytest.mark.parametrize("name", ["contracts", "chart_templates", "fixtures"])

@@ -238,9 +238,9 @@ def finalized(step_id: str) -> FinalizeOutcome:
     return FinalizeOutcome(True, f"step {step_id} finalized")
 
 
-def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan) -> None:
-    """Execute a plan on a plain step dict (the local store's document)."""
-    if isinstance(plan, ClaimPlan):
+def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
+    """Execute a plan on a plain step dict (the local and in-memory stores' documents)."""
+    if isinstance(plan, ClaimPlan | ReapPlan):
         for name in plan.delete_fields:
             step.pop(name, None)
         step.update(plan.set_fields)

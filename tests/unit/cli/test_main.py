@@ -24,6 +24,17 @@ def write_flow_run(tmp_path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
+def run_local_argv(
+    flow_run: Path | str = SAMPLE_FLOW_RUN, output_dir: Path | None = None, **flags: object
+) -> list[str]:
+    """run-local's argv: the flow_run, the output folder when given, then each of `flags` as
+    --name=value (charts_api_mode="real" gives --charts-api-mode=real)."""
+    argv = ["run-local", "--flow-run-path", str(flow_run)]
+    if output_dir is not None:
+        argv += ["--output-dir", str(output_dir)]
+    return argv + [f"--{name.replace('_', '-')}={value}" for name, value in flags.items()]
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -38,9 +49,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_sample_succeeds_with_text_summary_and_second_run_is_noop(tmp_path: Path, capsys: Any) -> None:
     out_dir = tmp_path / "out"
-    code, out, err = run_cli(
-        capsys, "run-local", f"--flow-run-path={SAMPLE_FLOW_RUN}", "--output-dir", str(out_dir)
-    )
+    code, out, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, out_dir))
     assert code == 0, err
     first = out.splitlines()[0]
     assert first == (
@@ -53,9 +62,7 @@ def test_sample_succeeds_with_text_summary_and_second_run_is_noop(tmp_path: Path
     start = [json.loads(line) for line in err.splitlines() if '"run-local started"' in line]
     assert start and start[0]["mode"] == "local" and start[0]["chartsApi"] == {"mode": "mock"}
 
-    code, out, _ = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(out_dir)
-    )
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, out_dir))
     assert code == 1 and out.startswith("CHART_EXPORT NOOP")
     assert (
         json.loads(SAMPLE_FLOW_RUN.read_text())["steps"]["charts_1h"]["status"] == "READY"
@@ -66,13 +73,7 @@ def test_bucket_without_credentials_is_a_clear_error(tmp_path: Path, capsys: Any
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
     code, out, err = run_cli(
-        capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path),
-        "--charts-bucket=gs://my-bucket",
+        capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path, charts_bucket="gs://my-bucket")
     )
     assert code == 2 and out == ""
     assert "bucket 'my-bucket' is configured but no Google Cloud credentials" in err or "none.json" in err
@@ -80,16 +81,7 @@ def test_bucket_without_credentials_is_a_clear_error(tmp_path: Path, capsys: Any
 
 
 def test_json_summary_local(tmp_path: Path, capsys: Any) -> None:
-    code, out, _ = run_cli(
-        capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path),
-        "--output-summary",
-        "json",
-    )
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path, output_summary="json"))
     assert code == 0
     summary = json.loads(out)
     assert summary == summary | {
@@ -105,23 +97,13 @@ def test_json_summary_local(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_none_summary_prints_nothing_on_stdout(tmp_path: Path, capsys: Any) -> None:
-    code, out, err = run_cli(
-        capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path),
-        "--output-summary=none",
-    )
+    code, out, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path, output_summary="none"))
     assert code == 0 and out == "" and '"step completed"' in err
 
 
 def test_failed_step_exits_1(tmp_path: Path, capsys: Any) -> None:
     path = write_flow_run(tmp_path, flow_run({"charts": chart_step()}, symbol="ETHUSDT"))  # no fixtures
-    code, out, _ = run_cli(
-        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
-    )
+    code, out, _ = run_cli(capsys, *run_local_argv(path, tmp_path / "o"))
     assert code == 1 and out.startswith("CHART_EXPORT FAILED:") and "CHART_API_MOCK_MISSING" in out
 
 
@@ -135,38 +117,23 @@ def test_step_id_flag_picks_the_step_and_checks_its_type(tmp_path: Path, capsys:
     )
     path = write_flow_run(tmp_path, doc)
     code, out, _ = run_cli(
-        capsys,
-        "run-local",
-        "--flow-run-path",
-        str(path),
-        "--step-id=b_charts",
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--output-summary=json",
+        capsys, *run_local_argv(path, tmp_path / "o", step_id="b_charts", output_summary="json")
     )
     assert code == 0 and json.loads(out)["stepId"] == "b_charts"
-    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(path), "--step-id", "llm")
+    code, _, err = run_cli(capsys, *run_local_argv(path, step_id="llm"))
     assert code == 2 and "stepType 'LLM_REPORT', expected 'CHART_EXPORT'" in err
-    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(path), "--step-id", "nope")
+    code, _, err = run_cli(capsys, *run_local_argv(path, step_id="nope"))
     assert code == 2 and "'nope' not found" in err
 
 
 def test_mode_flag_beats_env_and_env_beats_default(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("CHARTS_API_MODE", "real")
     # env says real, no accounts: a configuration error (exit 2) that names the problem
-    code, _, err = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path / "a")
-    )
+    code, _, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path / "a"))
     assert code == 2 and "no CHART-IMG accounts configured" in err
     code, out, _ = run_cli(
         capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path / "b"),
-        "--charts-api-mode=mock",
-        "--output-summary=json",
+        *run_local_argv(SAMPLE_FLOW_RUN, tmp_path / "b", charts_api_mode="mock", output_summary="json"),
     )
     assert code == 0 and json.loads(out)["chartsApiMode"] == "mock"
 
@@ -184,9 +151,9 @@ def test_bucket_flag_beats_env(tmp_path: Path, capsys: Any, monkeypatch: Any) ->
     ("argv", "message"),
     [
         (["run-local"], "--flow-run-path"),
-        (["run-local", "--flow-run-path", "/nonexistent/x.json"], "No such file"),
-        (["run-local", "--flow-run-path", "x", "--charts-api-mode", "fake"], "invalid choice"),
-        (["run-local", "--flow-run-path", "x", "--output-summary", "yaml"], "invalid choice"),
+        (run_local_argv("/nonexistent/x.json"), "No such file"),
+        (run_local_argv("x", charts_api_mode="fake"), "invalid choice"),
+        (run_local_argv("x", output_summary="yaml"), "invalid choice"),
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], message: str, capsys: Any) -> None:
@@ -200,10 +167,10 @@ def test_usage_errors_exit_2(argv: list[str], message: str, capsys: Any) -> None
 def test_unparseable_flow_run_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(bad))
+    code, _, err = run_cli(capsys, *run_local_argv(bad))
     assert code == 2 and "not valid JSON" in err
     bad.write_text(json.dumps({"steps": {}}))
-    code, _, err = run_cli(capsys, "run-local", "--flow-run-path", str(bad))
+    code, _, err = run_cli(capsys, *run_local_argv(bad))
     assert code == 2 and "has no runId" in err
 
 
@@ -212,14 +179,9 @@ def test_accounts_file_is_read_but_its_key_never_printed(tmp_path: Path, capsys:
     accounts.write_text(json.dumps([{"id": "acc1", "apiKey": SECRET_KEY}]))
     code, out, err = run_cli(
         capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--accounts-config-path",
-        str(accounts),
-        "--output-summary=json",
+        *run_local_argv(
+            SAMPLE_FLOW_RUN, tmp_path / "o", accounts_config_path=accounts, output_summary="json"
+        ),
     )
     assert code == 0
     produced = out + err + "".join(p.read_text(errors="ignore") for p in (tmp_path / "o").rglob("*.json"))
@@ -231,14 +193,9 @@ def test_malformed_accounts_file_is_a_clear_error_without_the_key(tmp_path: Path
     accounts.write_text('[{"id": "acc1", "apiKey": "' + SECRET_KEY + '"},')
     code, out, err = run_cli(
         capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--accounts-config-path",
-        str(accounts),
-        "--charts-api-mode=real",
+        *run_local_argv(
+            SAMPLE_FLOW_RUN, tmp_path / "o", accounts_config_path=accounts, charts_api_mode="real"
+        ),
     )
     assert code == 2 and f"--accounts-config-path {accounts}: not valid JSON" in err
     assert SECRET_KEY not in out + err
@@ -248,7 +205,7 @@ def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
     script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
     assert script, "console script worker-chart-export is not installed next to the interpreter"
     result = subprocess.run(
-        [script, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)],
+        [script, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -262,15 +219,7 @@ def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bucket", ["b", "gs://My_Bucket", "a/b", "gs://", "-bucket"])
 def test_bad_bucket_name_is_a_usage_error_before_any_work(tmp_path: Path, capsys: Any, bucket: str) -> None:
-    code, out, err = run_cli(
-        capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path),
-        f"--charts-bucket={bucket}",
-    )
+    code, out, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path, charts_bucket=bucket))
     assert code == 2 and out == "" and "CHARTS_BUCKET" in err and "bucket name" in err
     assert not list(tmp_path.rglob("*.json"))
 
@@ -300,9 +249,7 @@ def test_two_flow_runs_with_the_same_file_name_keep_separate_state(tmp_path: Pat
     for name, run_id in (("a", "run_a"), ("b", "run_b")):
         (tmp_path / name).mkdir()
         path = write_flow_run(tmp_path / name, flow_run({"charts": chart_step()}, run_id=run_id))
-        code, out, err = run_cli(
-            capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(out_dir)
-        )
+        code, out, err = run_cli(capsys, *run_local_argv(path, out_dir))
         assert code == 0, err
         assert out.startswith("CHART_EXPORT SUCCEEDED")
     assert sorted(p.name for p in (out_dir / "flow_runs").glob("*.json")) == ["run_a.json", "run_b.json"]
@@ -318,25 +265,19 @@ def test_unusable_output_is_a_usage_error_naming_it(tmp_path: Path, capsys: Any,
         (out_dir / "flow_runs").mkdir(parents=True)
         (out_dir / "flow_runs" / "run_20261122_btcusdt_0001.json").write_text("{oops")
         expected = "is unreadable"
-    code, out, err = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(out_dir)
-    )
+    code, out, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, out_dir))
     assert code == 2 and out == "" and expected in err and "Traceback" not in err
 
 
 def test_steps_that_are_not_a_map_are_named(tmp_path: Path, capsys: Any) -> None:
     path = write_flow_run(tmp_path, {"runId": "r", "steps": [chart_step()]})
-    code, _, err = run_cli(
-        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
-    )
+    code, _, err = run_cli(capsys, *run_local_argv(path, tmp_path / "o"))
     assert code == 2 and "steps must be a map" in err
 
 
 def test_noop_summary_does_not_claim_local_artifacts(tmp_path: Path, capsys: Any) -> None:
     path = write_flow_run(tmp_path, flow_run({"charts": chart_step(status="SUCCEEDED")}))
-    code, out, _ = run_cli(
-        capsys, "run-local", "--flow-run-path", str(path), "--output-dir", str(tmp_path / "o")
-    )
+    code, out, _ = run_cli(capsys, *run_local_argv(path, tmp_path / "o"))
     assert (
         code == 1 and out == "CHART_EXPORT NOOP: no READY CHART_EXPORT step in the flow_run (NO_READY_STEP)\n"
     )
@@ -349,9 +290,7 @@ def test_interrupt_exits_130(tmp_path: Path, capsys: Any, monkeypatch: pytest.Mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(execute, "execute_step", interrupted)
-    code, _, err = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)
-    )
+    code, _, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path))
     assert code == 130 and "interrupted" in err
 
 
@@ -375,9 +314,7 @@ def test_misconfigured_folders_and_urls_stop_before_the_step_is_claimed(
     tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
 ) -> None:
     monkeypatch.setenv(variable, value)
-    code, out, err = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--output-dir", str(tmp_path)
-    )
+    code, out, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path))
     assert code == 2 and out == "" and message in err
     assert not list(tmp_path.rglob("*.json"))  # nothing claimed
 
@@ -389,13 +326,9 @@ def test_a_setting_from_a_flag_is_named_by_the_flag_and_its_problem_kept_whole(
     accounts.write_text("")  # no accounts at all: the problem text itself names the variable
     code, out, err = run_cli(
         capsys,
-        "run-local",
-        "--flow-run-path",
-        str(SAMPLE_FLOW_RUN),
-        "--output-dir",
-        str(tmp_path / "o"),
-        f"--accounts-config-path={accounts}",
-        "--charts-api-mode=real",
+        *run_local_argv(
+            SAMPLE_FLOW_RUN, tmp_path / "o", accounts_config_path=accounts, charts_api_mode="real"
+        ),
     )
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1] == (
@@ -403,14 +336,12 @@ def test_a_setting_from_a_flag_is_named_by_the_flag_and_its_problem_kept_whole(
         "set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path or CHART_IMG_ACCOUNTS_SECRET"
     )
     # the same bad bucket names the flag when a flag gave it, the variable when the environment did
-    code, _, from_flag = run_cli(
-        capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--charts-bucket=Bad_Bucket"
-    )
+    code, _, from_flag = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, charts_bucket="Bad_Bucket"))
     assert code == 2 and from_flag.startswith(
         "worker-chart-export: error: --charts-bucket (over CHARTS_BUCKET): "
     )
     monkeypatch.setenv("CHARTS_BUCKET", "Bad_Bucket")
-    code, _, from_env = run_cli(capsys, "run-local", "--flow-run-path", str(SAMPLE_FLOW_RUN))
+    code, _, from_env = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN))
     assert code == 2 and from_env.startswith("worker-chart-export: error: CHARTS_BUCKET: ")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import subprocess
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.protobuf import json_format
 
+from harness.builders import REPO
 from harness.logs import LogCapture
 from worker_chart_export.core.exceptions import FinalizeFailed, RedeliverEvent
 from worker_chart_export.functions.serve import create_function_app
@@ -330,6 +333,34 @@ def test_noop_event_imports_no_cloud_client_http_client_or_pydantic() -> None:
     assert "no READY CHART_EXPORT step" in completed.stdout
     assert result["loaded"] == []
     assert all(result["importable"])
+
+
+def _imported_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_module_the_function_runs_imports_the_view_or_jinja2() -> None:
+    # Every import statement, lazy ones included, of every module but the developers' entry
+    # points (cli/, tools/) and testing.py: the served function never loads the view's page
+    # machinery (Flask imports jinja2 itself; our code adds no template to a cold start).
+    package = REPO / "src" / "worker_chart_export"
+    outside = ("cli", "tools", "testing.py")
+    served = [p for p in package.rglob("*.py") if p.relative_to(package).parts[0] not in outside]
+    assert len(served) > 50 and package / "functions" / "main.py" in served
+    offending = {
+        f"{path.relative_to(package)}: {name}"
+        for path in served
+        for name in _imported_names(path)
+        if name.split(".")[0] in ("jinja2", "markupsafe")
+        or name.startswith(("worker_chart_export.tools", "worker_chart_export.cli"))
+    }
+    assert offending == set()
 
 
 def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(

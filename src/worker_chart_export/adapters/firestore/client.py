@@ -78,9 +78,10 @@ class BoundedTransaction(firestore.Transaction):
     """A transaction whose BeginTransaction, Commit and Rollback carry `rpc`'s timeout (and,
     but for Commit, its bounded retry). The library sends them with the client's defaults
     (UNAVAILABLE retried for 60 s) and takes no options for them, so these are its own three
-    methods (google-cloud-firestore 2.x, pinned in the lock) with the bounds added; the
-    outage tests fail if an upgrade changes them. Commit is not retried: its answer can be
-    lost after it landed, which the callers settle by reading (the claim's confirming read).
+    methods (google-cloud-firestore 2.x, pinned in the lock) with the bounds added;
+    tests/unit/test_private_apis.py fails if an upgrade changes them, naming which. Commit
+    is not retried: its answer can be lost after it landed, which the callers settle by
+    reading (the claim's confirming read).
     """
 
     def __init__(self, client: firestore.Client, rpc: RpcOptions, *, max_attempts: int) -> None:

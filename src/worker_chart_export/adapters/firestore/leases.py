@@ -1,6 +1,6 @@
 """The reaper's view of Firestore: `step_leases` (one document per claimed step, written by the
 claim and deleted by the finalize, each in its commit on the run document) and the conditional
-write that takes an expired step back (core/step_rules.py `plan_reap`).
+write that takes an expired step back (core/reaping.py `decide_reap`).
 
 The query `expiresAt <= now` uses the single-field index Firestore keeps on `expiresAt` by
 default (deploy/firestore.indexes.json states it explicitly); it touches only leases, never
@@ -39,8 +39,7 @@ from worker_chart_export.core.naming import (
     STEP_LEASES_COLLECTION,
     rfc3339_utc,
 )
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
-from worker_chart_export.core.step_rules import claim_is_current, plan_reap
+from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, decide_reap
 
 
 def reap_update(step_id: str, set_fields: dict[str, Any], delete_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -111,30 +110,22 @@ class FirestoreLeaseReaper:
         now: datetime,
         max_attempts: int,
     ) -> ReapOutcome | None:
-        """The plan from these versions, committed only while both are current: its outcome,
-        or None when either document changed before the commit (read and plan again)."""
-        current = lease_version.doc
-        if current is None or current.get("claimToken") != lease.token:
-            return ReapOutcome.SUPERSEDED  # claimed again meanwhile: a newer lease
-        run_ref = self._runs.document(lease.run_id)
-        lease_ref = self._leases.document(lease.document_id)
-        document = run_version.doc
-        plan = plan_reap(document, lease.step_id, token=lease.token, now=now, max_attempts=max_attempts)
+        """The decision from these versions, committed only while both are current: its
+        outcome, or None when either document changed before the commit (read and decide again)."""
+        decision = decide_reap(lease, lease_version.doc, run_version.doc, now=now, max_attempts=max_attempts)
+        if not decision.delete_lease:
+            return decision.outcome  # nothing to write
         batch = self._client.batch()
-        if plan is None:
-            if claim_is_current(document, lease.step_id, lease.token):
-                return ReapOutcome.NOT_EXPIRED
-            outcome = ReapOutcome.CLEARED  # the step finished or vanished: a stray lease
-        else:
-            fields = reap_update(plan.step_id, plan.set_fields, plan.delete_fields)
-            batch.update(run_ref, fields, option=self._unchanged_since(run_version))
-            outcome = ReapOutcome.RETRIED if plan.retried else ReapOutcome.FAILED
+        if decision.plan is not None:
+            fields = reap_update(decision.plan.step_id, decision.plan.set_fields, decision.plan.delete_fields)
+            batch.update(self._runs.document(lease.run_id), fields, option=self._unchanged_since(run_version))
+        lease_ref = self._leases.document(lease.document_id)
         batch.delete(lease_ref, option=self._unchanged_since(lease_version))
         try:
             self._commit(batch, self._rpc)
         except CHANGED_MEANWHILE:
             return None
-        return outcome
+        return decision.outcome
 
     def _unchanged_since(self, version: Version) -> Any:
         return self._client.write_option(last_update_time=version.update_time)

@@ -16,7 +16,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from worker_chart_export.adapters.firestore.client import BatchCommitter, RpcOptions, Version, version_of
 from worker_chart_export.adapters.firestore.exception_map import CHANGED_MEANWHILE
 from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id
+from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.step_rules import ClaimPlan, FinalizePlan
 
 # what a store's commit adds to the batch besides the run document's update
@@ -43,17 +43,6 @@ def finalize_update(plan: FinalizePlan) -> dict[str, Any]:
     # merged key by key: outputs other workers or earlier attempts wrote stay in place
     fields.update({step_field(plan.step_id, "outputs", k): v for k, v in plan.set_outputs.items()})
     return fields
-
-
-def lease_fields(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
-    """The step_leases document a claim writes: what the reaper needs, nothing else."""
-    return {
-        "runId": run_id,
-        "stepId": plan.step_id,
-        "claimToken": plan.claim.token,
-        LEASE_EXPIRY_FIELD: plan.set_fields["leaseExpiresAt"],
-        "attempt": plan.claim.attempt,
-    }
 
 
 def advance_update(plan: AdvancePlan) -> dict[str, Any]:

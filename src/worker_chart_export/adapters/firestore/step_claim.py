@@ -20,9 +20,10 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attem
 
 from worker_chart_export.adapters.firestore.client import Version, plain
 from worker_chart_export.adapters.firestore.exception_map import outage_error, translated
-from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update, lease_fields
+from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
+from worker_chart_export.core.reaping import lease_document
 from worker_chart_export.core.step_rules import (
     ClaimPlan,
     RunVersion,
@@ -103,7 +104,7 @@ class StepClaim:
         lease = self.docs.lease_ref(request.run_id, request.step_id)
         try:
             written = self.docs.commit_on(
-                version, ref, claim_update(plan), lambda b: b.set(lease, lease_fields(request.run_id, plan))
+                version, ref, claim_update(plan), lambda b: b.set(lease, lease_document(request.run_id, plan))
             )
         except Exception as exc:
             outage = outage_error(exc, request.operation)

@@ -1,9 +1,14 @@
 """A ChartsOutputsManifest (already validated) and its PNG bytes -> one static HTML page.
 
-Pure: no I/O, no clock, so the same inputs give the same page. Everything taken from the
-manifest, the state file or a reader's problem text is untrusted and goes through `_esc`. The
-page is self-contained: CSS inline, PNGs embedded as data: URIs, and a Content-Security-Policy
-that forbids any fetch, so it works offline and cannot call out even if a value slipped through.
+Pure: no I/O beyond reading the packaged template, no clock, so the same inputs give the same
+page. The functions here turn the manifest into plain values; `page.html.j2` (package data)
+lays them out, with jinja2's autoescape on: everything taken from the manifest, the state file
+or a reader's problem text is untrusted and is escaped there. The page is self-contained: CSS
+inline, PNGs embedded as data: URIs, and a Content-Security-Policy that forbids any fetch, so it
+works offline and cannot call out even if a value slipped through.
+
+jinja2 is imported when a page is rendered, not when the view is imported: the CLI that serves
+the function imports this package, and its start-up should not pay for a template.
 """
 
 from __future__ import annotations
@@ -12,14 +17,19 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
-from typing import Any
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.outcome import step_status
 from worker_chart_export.tools.view.model import ChartImage, StepState
 from worker_chart_export.tools.view.style import CSS
 
+if TYPE_CHECKING:
+    from jinja2 import Template
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PACKAGE, TEMPLATE_NAME = "worker_chart_export.tools.view", "page.html.j2"
 _DETAILS_MAX_CHARS = 600
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -30,8 +40,48 @@ class Page:
     problems: tuple[str, ...]  # what the page flags (missing PNGs, inconsistencies), for stderr too
 
 
-def _esc(value: object) -> str:
-    return escape(str(value), quote=True)
+@dataclass(frozen=True)
+class _Status:
+    status: str
+    note: str
+    css_class: str
+    error_code: str | None  # the step's error, shown when the state file records one
+    error_message: str
+
+
+@dataclass(frozen=True)
+class _Stat:
+    label: str
+    value: object
+    element_id: str
+
+
+@dataclass(frozen=True)
+class _Figure:
+    template: str
+    uri: str
+    label: str | None
+    facts: tuple[tuple[str, object], ...]
+    png_base64: str | None  # None: `problem` says why the image is not shown
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    template: str
+    code: str
+    message: str
+    details: str  # "" when the failure has none
+
+
+@cache
+def _template() -> Template:
+    """The packaged template, compiled once per process, its layout whitespace dropped."""
+    from jinja2 import Environment, StrictUndefined
+
+    source = resources.files(_PACKAGE).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    compact = "".join(line.strip() for line in source.splitlines())
+    return Environment(autoescape=True, undefined=StrictUndefined).from_string(compact)
 
 
 def image_problem(image: ChartImage | None) -> str | None:
@@ -60,83 +110,54 @@ def page_problems(manifest: Mapping[str, Any], images: Mapping[str, ChartImage])
     return problems
 
 
-def _status_block(manifest: Mapping[str, Any], state: StepState | None) -> str:
+def _status(manifest: Mapping[str, Any], state: StepState | None) -> _Status:
     derived = step_status(len(manifest["items"]), manifest["minImages"]).value
     rule = f"{len(manifest['items'])} image(s), minImages {manifest['minImages']}"
     if state is None:
-        status, note = derived, f"from the manifest: {rule}"
-    else:
-        status, note = state.status, f"from {state.source}"
-        if state.status != derived:
-            note += f"; the manifest's rule gives {derived} ({rule})"
-    error = ""
-    if state is not None and state.error_code:
-        error = (
-            f'<p class="step-error"><span class="code">{_esc(state.error_code)}</span> '
-            f"{_esc(state.error_message or '')}</p>"
-        )
-    css_class = {"SUCCEEDED": "ok", "FAILED": "bad"}.get(status, "neutral")
-    return (
-        f'<div class="status"><span class="pill {css_class}" id="step-status">{_esc(status)}</span>'
-        f'<span class="status-note">{_esc(note)}</span></div>{error}'
-    )
+        return _Status(derived, f"from the manifest: {rule}", _css_class(derived), None, "")
+    note = f"from {state.source}"
+    if state.status != derived:
+        note += f"; the manifest's rule gives {derived} ({rule})"
+    return _Status(state.status, note, _css_class(state.status), state.error_code, state.error_message or "")
 
 
-def _stat(label: str, value: object, stat_id: str) -> str:
-    return (
-        f'<div class="stat"><div class="stat-value" id="{stat_id}">{_esc(value)}</div>'
-        f"<div>{_esc(label)}</div></div>"
-    )
+def _css_class(status: str) -> str:
+    return {"SUCCEEDED": "ok", "FAILED": "bad"}.get(status, "neutral")
 
 
-def _header(manifest: Mapping[str, Any], state: StepState | None) -> str:
+def _facts(manifest: Mapping[str, Any]) -> list[str]:
     facts = [manifest["symbol"], manifest["timeframe"], f"created {manifest['createdAt']}"]
     if "chartsApiMode" in manifest:
         facts.append(f"{manifest['chartsApiMode']} mode")
-    stats = "".join(
-        [
-            _stat("requested", len(manifest["requested"]), "stat-requested"),
-            _stat("images", len(manifest["items"]), "stat-items"),
-            _stat("failures", len(manifest["failures"]), "stat-failures"),
-            _stat("minImages", manifest["minImages"], "stat-min-images"),
-        ]
-    )
-    return (
-        f'<header><div class="eyebrow">CHART_EXPORT step</div>'
-        f'<h1><span class="step">{_esc(manifest["stepId"])}</span> '
-        f'<span class="run">{_esc(manifest["runId"])}</span></h1>'
-        f'<p class="facts">{" · ".join(_esc(f) for f in facts)}</p>'
-        f'{_status_block(manifest, state)}<div class="stats">{stats}</div></header>'
-    )
+    return facts
 
 
-def _figure(item: Mapping[str, Any], manifest: Mapping[str, Any], image: ChartImage | None) -> str:
-    template = _esc(item["chartTemplateId"])
+def _stats(manifest: Mapping[str, Any]) -> list[_Stat]:
+    return [
+        _Stat("requested", len(manifest["requested"]), "stat-requested"),
+        _Stat("images", len(manifest["items"]), "stat-items"),
+        _Stat("failures", len(manifest["failures"]), "stat-failures"),
+        _Stat("minImages", manifest["minImages"], "stat-min-images"),
+    ]
+
+
+def _figure(item: Mapping[str, Any], manifest: Mapping[str, Any], image: ChartImage | None) -> _Figure:
     reason = image_problem(image)
+    png_base64 = None
     if reason is None and image is not None and image.data is not None:
-        data = base64.b64encode(image.data).decode("ascii")
-        visual = f'<img src="data:image/png;base64,{data}" alt="chart {template}">'
-    else:
-        visual = (
-            '<div class="placeholder" role="img" aria-label="image missing">'
-            f"<strong>Image unavailable</strong><span>{_esc(reason)}</span></div>"
-        )
+        png_base64 = base64.b64encode(image.data).decode("ascii")
     symbol = manifest["symbol"]
     meta = item.get("meta") or {}
     if isinstance(meta.get("chartImgSymbol"), str):
         symbol = f"{symbol} ({meta['chartImgSymbol']})"
-    rows = [
+    facts = (
         ("kind", item["kind"]),
         ("symbol", symbol),
         ("timeframe", manifest["timeframe"]),
         ("generatedAt", item["generatedAt"]),
-    ]
-    facts = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
-    label = f'<div class="label">{_esc(item["label"])}</div>' if item.get("label") else ""
-    return (
-        f'<figure class="chart" data-template="{template}">{visual}<figcaption>'
-        f'<div class="template">{template}</div>{label}<dl>{facts}</dl>'
-        f'<div class="uri">{_esc(item["png_gcs_uri"])}</div></figcaption></figure>'
+    )
+    return _Figure(
+        item["chartTemplateId"], item["png_gcs_uri"], item.get("label") or None, facts, png_base64, reason
     )
 
 
@@ -146,23 +167,19 @@ def _details(details: object) -> str:
     text = json.dumps(details, sort_keys=True, ensure_ascii=False, default=str)
     if len(text) > _DETAILS_MAX_CHARS:
         text = text[:_DETAILS_MAX_CHARS] + " …"
-    return f"<code>{_esc(text)}</code>"
+    return text
 
 
-def _failures(failures: Sequence[Mapping[str, Any]]) -> str:
-    if not failures:
-        return '<p class="empty">No failures: every requested chart was rendered.</p>'
-    rows = "".join(
-        f'<tr><td class="template">{_esc(f["request"]["chartTemplateId"])}</td>'
-        f'<td><span class="code">{_esc(f["error"]["code"])}</span></td>'
-        f'<td class="message">{_esc(f["error"]["message"])}</td>'
-        f'<td class="details">{_details(f["error"].get("details"))}</td></tr>'
+def _failures(failures: Sequence[Mapping[str, Any]]) -> list[_Failure]:
+    return [
+        _Failure(
+            f["request"]["chartTemplateId"],
+            f["error"]["code"],
+            f["error"]["message"],
+            _details(f["error"].get("details")),
+        )
         for f in failures
-    )
-    return (
-        '<table class="failures" id="failures"><thead><tr><th>template</th><th>code</th>'
-        f"<th>message</th><th>details</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    ]
 
 
 def render_page(
@@ -173,27 +190,21 @@ def render_page(
     state: StepState | None = None,
 ) -> Page:
     """The page for a schema-valid manifest; `images` is keyed by `png_gcs_uri`."""
+    from markupsafe import Markup  # comes with jinja2
+
     problems = page_problems(manifest, images)
-    problems_html = ""
-    if problems:
-        items = "".join(f"<li>{_esc(p)}</li>" for p in problems)
-        problems_html = f'<section class="problems" id="problems"><h2>Problems</h2><ul>{items}</ul></section>'
-    figures = "".join(_figure(i, manifest, images.get(i["png_gcs_uri"])) for i in manifest["items"])
-    if not figures:
-        figures = '<p class="empty">No images were produced.</p>'
-    title = f"{manifest['stepId']} · {manifest['runId']}"
-    html = (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_esc(_CSP)}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_esc(title)}</title><style>{CSS}</style></head><body><main>"
-        f"{_header(manifest, state)}{problems_html}"
-        f'<section><h2>Charts <span class="count">{len(manifest["items"])}</span></h2>'
-        f'<div class="grid">{figures}</div></section>'
-        f'<section><h2>Failures <span class="count">{len(manifest["failures"])}</span></h2>'
-        f"{_failures(manifest['failures'])}</section>"
-        f'<footer>Manifest: <span class="uri">{_esc(source)}</span> · '
-        f"schemaVersion {_esc(manifest['schemaVersion'])}</footer>"
-        "</main></body></html>\n"
+    html = _template().render(
+        csp=_CSP,
+        css=Markup(CSS),  # our own stylesheet, not input: its quotes must stay quotes
+        step_id=manifest["stepId"],
+        run_id=manifest["runId"],
+        facts=_facts(manifest),
+        status=_status(manifest, state),
+        stats=_stats(manifest),
+        problems=problems,
+        figures=[_figure(i, manifest, images.get(i["png_gcs_uri"])) for i in manifest["items"]],
+        failures=_failures(manifest["failures"]),
+        source=source,
+        schema_version=manifest["schemaVersion"],
     )
-    return Page(html=html, problems=tuple(problems))
+    return Page(html=html + "\n", problems=tuple(problems))

@@ -1,0 +1,108 @@
+"""In memory: the flow_runs and step_leases collections as two dicts, the local twin of
+adapters/firestore's FirestoreFlowRunStore and FirestoreLeaseReaper (procrastinate's in-memory
+connector is the model). A claim writes the step's lease with the run, a finalize deletes it,
+the reaper takes expired ones back: the same core plans the Firestore adapters commit
+(core/step_rules.py, core/reaping.py), each executed atomically under one lock where Firestore
+needs a compare-and-set. For tests of the services without an emulator.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from datetime import datetime
+from typing import Any
+
+from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id, rfc3339_utc
+from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, decide_reap, lease_document
+from worker_chart_export.core.step_rules import (
+    RunVersion,
+    apply_to_step,
+    claim_is_current,
+    finalized,
+    plan_claim,
+    plan_finalize,
+)
+from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
+
+
+class InMemoryFlowRuns:
+    """A FlowRunStore and a LeaseReaper over `runs` (runId -> flow_run document) and `leases`
+    (lease_document_id -> step_leases document). Both are plain dicts a test may read, or
+    write to set up what no method makes (a stray lease, a renewed one)."""
+
+    def __init__(self, runs: dict[str, dict[str, Any]] | None = None) -> None:
+        self.runs: dict[str, dict[str, Any]] = copy.deepcopy(runs or {})
+        self.leases: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def lease_of(self, run_id: str, step_id: str) -> dict[str, Any] | None:
+        return self.leases.get(lease_document_id(run_id, step_id))
+
+    # --- FlowRunStore
+
+    def claim_step(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        token: str,
+        now: datetime,
+        lease_expires_at: datetime,
+        seen: RunVersion | None = None,
+    ) -> ClaimOutcome:
+        # `seen` is not needed: the lock makes read, plan and write one step
+        with self._lock:
+            document = self.runs.get(run_id)
+            plan = plan_claim(
+                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
+            )
+            if isinstance(plan, ClaimOutcome):
+                return plan
+            assert document is not None  # the plan found the step in it
+            apply_to_step(document["steps"][step_id], plan)
+            self.leases[lease_document_id(run_id, step_id)] = lease_document(run_id, plan)
+            return plan.outcome()
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+        with self._lock:
+            document = self.runs.get(run_id)
+            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
+            if isinstance(plan, FinalizeOutcome):
+                return plan
+            assert document is not None
+            apply_to_step(document["steps"][step_id], plan)
+            self.leases.pop(lease_document_id(run_id, step_id), None)
+            return finalized(step_id)
+
+    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
+        with self._lock:
+            return claim_is_current(self.runs.get(run_id), step_id, token)
+
+    # --- LeaseReaper
+
+    def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:
+        """Leases with expiresAt <= now, soonest first, as Firestore's query returns them."""
+        cutoff = rfc3339_utc(now)
+        with self._lock:
+            found = [
+                (str(data[LEASE_EXPIRY_FIELD]), document_id, data)
+                for document_id, data in self.leases.items()
+                if isinstance(data.get(LEASE_EXPIRY_FIELD), str) and data[LEASE_EXPIRY_FIELD] <= cutoff
+            ]
+        found.sort(key=lambda entry: entry[:2])
+        leases = (ExpiredLease.from_document(document_id, data) for _, document_id, data in found[:limit])
+        return [lease for lease in leases if lease is not None]
+
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+        with self._lock:
+            run = self.runs.get(lease.run_id)
+            decision = decide_reap(
+                lease, self.leases.get(lease.document_id), run, now=now, max_attempts=max_attempts
+            )
+            if decision.plan is not None:
+                assert run is not None  # the plan found the step in it
+                apply_to_step(run["steps"][lease.step_id], decision.plan)
+            if decision.delete_lease:
+                del self.leases[lease.document_id]
+            return decision.outcome

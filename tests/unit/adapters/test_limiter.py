@@ -1,0 +1,322 @@
+"""The AccountLimiter over the in-memory usage store (contract §14.4): which account next,
+exhaustion, pacing, waves, refused keys."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import FakeClock, new_key
+from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, PacingMargins, Refusal
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.core.plans import AccountLimits
+
+NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
+TODAY = "2025-03-10T00:00:00Z"
+
+
+class CountingStore(InMemoryUsageStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.reserves: list[str] = []
+
+    def reserve(self, account_id: str, **kwargs: Any) -> Any:
+        self.reserves.append(account_id)
+        return super().reserve(account_id, **kwargs)
+
+
+def accounts(*ids: str, **extra: Any) -> list[AccountConfig]:
+    return [AccountConfig(id=i, apiKey=SecretStr(new_key()), **extra) for i in ids]
+
+
+def limiter(
+    store: InMemoryUsageStore,
+    configs: list[AccountConfig],
+    clock: FakeClock,
+    *,
+    default_limit: int = 44,
+    rate: float = 100.0,
+    burst: int = 100,
+) -> AccountLimiter:
+    return AccountLimiter(
+        configs,
+        store,
+        defaults=AccountLimits(default_limit, rate, burst),
+        clock=clock,
+        margins=PacingMargins(headroom=1.0, arrival_jitter=0.0),
+    )
+
+
+def usage(used: int, **extra: Any) -> dict[str, Any]:
+    return {"usageToday": used, "windowStart": TODAY, **extra}
+
+
+def lease_id(result: Lease | NoAccount) -> str:
+    assert isinstance(result, Lease), result
+    return result.account_id
+
+
+def test_least_used_first_ties_by_id_from_what_reservations_said() -> None:
+    """No read before choosing: the order comes from what this process's reservations
+    returned; accounts it knows nothing of count as unused."""
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    picks = [lease_id(chosen.acquire(max_wait=1)) for _ in range(5)]
+    assert picks == ["a", "b", "c", "b", "c"]  # then a=6, b=4, c=4
+    assert store.reserves == picks  # one transaction per acquire, nothing else
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 6, "b": 4, "c": 4}
+
+
+def test_tried_accounts_go_last_but_stay_usable() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert lease_id(chosen.acquire(tried=["a"], max_wait=1)) == "b"
+    assert lease_id(chosen.acquire(tried=["a", "b"], max_wait=1)) == "a"
+    single = limiter(InMemoryUsageStore(), accounts("only"), clock)
+    assert lease_id(single.acquire(tried=["only"], max_wait=1)) == "only"
+
+
+def test_daily_limit_document_then_config_then_default() -> None:
+    clock = FakeClock(NOON)
+    configs = [
+        AccountConfig(id="doc", apiKey=SecretStr(new_key()), dailyLimit=50),
+        AccountConfig(id="cfg", apiKey=SecretStr(new_key()), dailyLimit=3),
+        AccountConfig(id="dflt", apiKey=SecretStr(new_key())),
+    ]
+    store = InMemoryUsageStore({"doc": usage(2, dailyLimit=2), "cfg": usage(2), "dflt": usage(4)})
+    chosen = limiter(store, configs, clock, default_limit=5)
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["cfg", "dflt"]
+    refused = chosen.acquire(max_wait=1)
+    assert refused == NoAccount(Refusal.EXHAUSTED, ("cfg", "dflt", "doc"))
+
+
+def test_a_plan_sets_the_account_defaults_and_explicit_values_win() -> None:
+    defaults = AccountLimits(44, 1.0, 3)
+    pro = AccountConfig(id="p", apiKey=SecretStr(new_key()), plan="pro")
+    assert pro.plan == "PRO"
+    assert pro.limits(defaults) == AccountLimits(500, 10.0, 15)
+    tuned = AccountConfig(id="t", apiKey=SecretStr(new_key()), plan="MEGA", dailyLimit=7, burst=2)
+    assert tuned.limits(defaults) == AccountLimits(7, 15.0, 2)
+    plain = AccountConfig(id="b", apiKey=SecretStr(new_key()))
+    assert plain.limits(defaults) == defaults  # no plan named: the configured defaults (44/day)
+
+
+def test_all_exhausted_is_cached_for_a_minute() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(44), "b": usage(44)})
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.EXHAUSTED, ("a", "b"))
+    assert store.reserves == ["a", "b"]  # each refused: no unit taken
+    assert store.snapshot() == {"a": usage(44), "b": usage(44)}
+    clock.advance(59)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    assert store.reserves == ["a", "b"]  # answered from the in-process cache
+    clock.advance(2)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    assert store.reserves == ["a", "b", "a", "b"]
+
+
+def test_exhaustion_cache_ends_at_utc_midnight() -> None:
+    clock = FakeClock(datetime(2025, 3, 10, 23, 59, 30, tzinfo=UTC))
+    store = InMemoryUsageStore({"a": usage(44)})
+    chosen = limiter(store, accounts("a"), clock)
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    clock.advance(31)  # 00:00:01 the next day, well inside the 60 s ttl
+    assert lease_id(chosen.acquire(max_wait=1)) == "a"
+    assert store.snapshot()["a"]["usageToday"] == 1
+    assert store.snapshot()["a"]["windowStart"] == "2025-03-11T00:00:00Z"
+
+
+def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    chosen.mark_exhausted("a")
+    assert store.snapshot()["a"] == {"usageToday": 44, "windowStart": TODAY}
+    store._docs.pop("a")  # e.g. someone reset the document
+    clock.advance(3600)
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(3)] == ["b", "b", "b"]
+    assert chosen.exhausted_accounts() == ("a",)
+    clock.advance(timedelta(hours=11, minutes=1).total_seconds())  # past midnight
+    assert chosen.exhausted_accounts() == ()
+    assert lease_id(chosen.acquire(max_wait=1)) == "a"
+
+
+def test_prefers_an_account_with_a_slot_now() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"busy": usage(0), "idle": usage(10)})
+    chosen = limiter(store, accounts("busy", "idle"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=5)) == "busy"
+    assert lease_id(chosen.acquire(max_wait=5)) == "idle"  # busy is less used but has no slot
+    assert clock.sleeps == []
+    third = chosen.acquire(max_wait=5)  # nobody has a slot: the soonest one, after a wait
+    assert isinstance(third, Lease)
+    assert third.paced_seconds == pytest.approx(1.0)
+    assert clock.sleeps == [pytest.approx(1.0)]
+
+
+def test_no_slot_within_max_wait_is_refused_without_a_transaction() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore()
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=0)) == "a"
+    assert chosen.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())
+    assert store.reserves == ["a"]  # this process already knew a's next slot is 1 s away
+
+
+def test_pacing_is_shared_through_the_store_by_every_instance() -> None:
+    """Two instances (two limiters) on one usage store: together they keep one key's rate."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    configs = accounts("a")
+    first, second = (limiter(store, configs, clock, rate=1.0, burst=2) for _ in range(2))
+    leases = [first.acquire(max_wait=10), second.acquire(max_wait=10), first.acquire(max_wait=10)]
+    leases.append(second.acquire(max_wait=10))
+    waits = [lease.paced_seconds for lease in leases if isinstance(lease, Lease)]
+    assert waits == [0.0, 0.0, pytest.approx(1.0), pytest.approx(1.0)]  # burst 2, then 1/s
+    assert store.snapshot()["a"]["usageToday"] == 4
+
+
+def test_account_used_up_by_another_instance_moves_on() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"a": usage(44)})  # this process has not seen it yet
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert lease_id(chosen.acquire(max_wait=1)) == "b"
+    assert chosen.exhausted_accounts() == ("a",)
+
+
+def test_a_rate_limited_key_cools_down_without_being_exhausted() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert chosen.cool_down("a", None) == 1.0  # at least a second
+    assert chosen.cool_down("b", 3600) == 30.0  # Retry-After honoured, within bounds
+    assert chosen.exhausted_accounts() == ()
+    lease = chosen.acquire(max_wait=5)
+    assert lease_id(lease) == "a" and isinstance(lease, Lease) and lease.paced_seconds == 1.0
+    assert "tat" in store.snapshot()["a"] and store.snapshot()["a"]["usageToday"] == 1
+
+
+class WaveCountingStore(InMemoryUsageStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.waves: list[dict[str, int]] = []
+
+    def reserve_many(self, requests: Any, **kwargs: Any) -> Any:
+        self.waves.append({r.account_id: r.count for r in requests})
+        return super().reserve_many(requests, **kwargs)
+
+
+def test_a_wave_is_one_store_call_spread_as_acquires_would_spread_it() -> None:
+    clock = FakeClock(NOON)
+    store = WaveCountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    leases = chosen.acquire_many(5, max_wait=1)
+    # unknown accounts count as unused: in flight, five picks spread a, b, c, a, b
+    assert store.waves == [{"a": 2, "b": 2, "c": 1}]
+    assert sorted(lease.account_id for lease in leases) == ["a", "a", "b", "b", "c"]
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 7, "b": 4, "c": 3}
+    assert clock.sleeps == []  # nothing waited yet: the slots are the caller's to wait for
+    # what the wave's reservations said is known now: the next pick is the least used
+    assert lease_id(chosen.acquire(max_wait=1)) == "c"
+
+
+def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=3)
+    leases = chosen.acquire_many(5, max_wait=1.5)
+    slots = [lease.reservation.send_at - NOON for lease in leases if lease.reservation.send_at]
+    assert [slot.total_seconds() for slot in slots] == [0.0, 0.0, 0.0, 1.0]  # not a 5th 2 s away
+    assert store.snapshot()["a"]["usageToday"] == 4
+    waited = chosen.wait_for_slot(leases[-1])
+    assert waited.paced_seconds == pytest.approx(1.0) and clock.sleeps == [pytest.approx(1.0)]
+
+
+def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
+    """A key that looks free takes the wave's first pick; the next goes where the next
+    slot is sooner, not onto the same key's queue."""
+    clock = FakeClock(NOON)
+    store = WaveCountingStore()
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=5)) == "a"  # a's next slot: 1 s from now
+    clock.advance(0.5)
+    leases = chosen.acquire_many(3, max_wait=5)
+    assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
+    slots = sorted((lease.reservation.send_at - clock.now()).total_seconds() for lease in leases)
+    assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]
+
+
+class ReadCountingStore(WaveCountingStore):
+    def __init__(self, docs: dict | None = None) -> None:
+        super().__init__(docs)
+        self.reads: list[list[str]] = []
+
+    def read(self, account_ids: Any) -> Any:
+        self.reads.append(list(account_ids))
+        return super().read(account_ids)
+
+
+def test_a_wave_reads_every_account_first_once_another_instance_was_seen() -> None:
+    """Instance `other` made both keys busy; `this` learns it from one reservation's
+    count, then reads all accounts before its wave instead of queueing on a stale view."""
+    clock = FakeClock(NOON)
+    store = ReadCountingStore()
+    this, other = (limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1) for _ in range(2))
+    assert lease_id(this.acquire(max_wait=10)) == "a"  # a: slot 0; this knows a's next is 1 s
+    other.acquire_many(3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
+    assert this.acquire_many(1, max_wait=10) and store.reads == []  # nothing seen yet: no read
+    # that wave (on b, which this process thought unused) saw b's count jump: behind now
+    leases = this.acquire_many(2, max_wait=10)
+    assert store.reads == [["a", "b"]]
+    slots = sorted((lease.reservation.send_at - NOON).total_seconds() for lease in leases)
+    assert slots == [pytest.approx(2.0), pytest.approx(3.0)]  # b at 2 s, a at 3 s: not a, a
+    assert this.acquire_many(1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
+
+
+def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"used": usage(44)})
+    chosen = limiter(store, accounts("cool", "used", "ok"), clock)
+    chosen.cool_down("cool", None)
+    leases = chosen.acquire_many(3, max_wait=5)
+    assert [lease.account_id for lease in leases] == ["ok", "ok"]  # "used" refused at once
+    assert chosen.exhausted_accounts() == ("used",)
+    assert "cool" not in store.snapshot()
+
+
+def test_a_refused_key_is_disabled_and_logged_once(log_capture: Any) -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("bad", "good"), clock)
+    chosen.disable("bad")
+    chosen.disable("bad")
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["good", "good"]
+    (event,) = log_capture.events("chart-img account key refused: account disabled")
+    assert event["severity"] == "ERROR" and event["accountId"] == "bad"
+    chosen.disable("good")
+    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())
+
+
+def test_concurrent_callers_spread_over_the_accounts() -> None:
+    """Nobody has read anything; in-flight picks still count, so nobody piles on acc a."""
+    clock = FakeClock(NOON)
+
+    class SlowStore(InMemoryUsageStore):
+        def reserve(self, account_id: str, **kwargs: Any) -> Any:
+            time.sleep(0.02)  # a transaction takes a while
+            return super().reserve(account_id, **kwargs)
+
+    store = SlowStore()
+    chosen = limiter(store, accounts("a", "b", "c"), clock)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        picks = list(pool.map(lambda _: lease_id(chosen.acquire(max_wait=1)), range(6)))
+    assert sorted(picks) == ["a", "a", "b", "b", "c", "c"]
+    assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 2, "b": 2, "c": 2}
