@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,22 +27,24 @@ THREADS, CHART_CONCURRENCY = 4, 8
 SYMBOL = "BINANCE:BTCUSDT"
 
 
-def served_chart_api(server: ChartImgServer, tmp_path: Path, store: InMemoryUsageStore) -> Any:
+def served_chart_api(
+    server: ChartImgServer, tmp_path: Path, store: InMemoryUsageStore, environment: Callable[..., None]
+) -> Any:
     """The chart API a served instance builds, from the environment deploy.sh sets."""
     accounts = [{"id": f"acc{i}", "apiKey": server.add_account(f"acc{i}")} for i in range(CHART_CONCURRENCY)]
-    environ = {
-        "THREADS": str(THREADS),
-        "CHART_CONCURRENCY": str(CHART_CONCURRENCY),
-        "CHARTS_API_MODE": "real",
-        "CHART_IMG_BASE_URL": server.base_url,
-        "CHART_IMG_ACCOUNTS_JSON": json.dumps(accounts),
-        "CHART_IMG_RATE_PER_SECOND": "100",
-        "CHART_IMG_BURST": "50",
-        "CHART_IMG_DAILY_LIMIT": "1000",
-        "CHART_IMG_REQUEST_TIMEOUT_SECONDS": "10",
-        "CHARTS_FIXTURES_DIR": str(tmp_path),
-    }
-    return build_chart_api(load_settings(environ=environ), store)
+    environment(
+        THREADS=str(THREADS),
+        CHART_CONCURRENCY=str(CHART_CONCURRENCY),
+        CHARTS_API_MODE="real",
+        CHART_IMG_BASE_URL=server.base_url,
+        CHART_IMG_ACCOUNTS_JSON=json.dumps(accounts),
+        CHART_IMG_RATE_PER_SECOND="100",
+        CHART_IMG_BURST="50",
+        CHART_IMG_DAILY_LIMIT="1000",
+        CHART_IMG_REQUEST_TIMEOUT_SECONDS="10",
+        CHARTS_FIXTURES_DIR=str(tmp_path),
+    )
+    return build_chart_api(load_settings(), store)
 
 
 def run_step(api: Any, step: int) -> list[ChartResult]:
@@ -54,12 +57,15 @@ def run_step(api: Any, step: int) -> list[ChartResult]:
 
 
 def test_every_chart_of_every_step_an_instance_runs_is_in_flight_at_once(
-    chart_img_server: ChartImgServer, tmp_path: Path, log_capture: LogCapture
+    chart_img_server: ChartImgServer,
+    tmp_path: Path,
+    log_capture: LogCapture,
+    settings_environment: Callable[..., None],
 ) -> None:
     crowd = THREADS * CHART_CONCURRENCY
     chart_img_server.script(symbol=SYMBOL, latency=3.0, hold_until_in_flight=crowd)
     store = InMemoryUsageStore()
-    api = served_chart_api(chart_img_server, tmp_path, store)
+    api = served_chart_api(chart_img_server, tmp_path, store, settings_environment)
     try:
         with ThreadPoolExecutor(max_workers=THREADS) as steps:  # gunicorn's threads
             results = [r for step in steps.map(lambda s: run_step(api, s), range(THREADS)) for r in step]

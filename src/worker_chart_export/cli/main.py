@@ -27,7 +27,7 @@ from worker_chart_export.environment import (
 )
 from worker_chart_export.functions.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import load_settings
+from worker_chart_export.settings import RunLocalSettings, load_settings
 from worker_chart_export.tools.devstack import add_stack_command, run_stack
 from worker_chart_export.tools.view import add_view_arguments, run_view
 
@@ -173,7 +173,7 @@ def run_local(args: argparse.Namespace) -> int:
             "chart_img_accounts_json": _read_accounts_file(args.accounts_config_path),
             "local_output_dir": args.output_dir,
         },
-        defaults={"charts_api_mode": "mock"},
+        kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
     )
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)

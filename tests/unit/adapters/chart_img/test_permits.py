@@ -59,22 +59,27 @@ def test_a_pool_needs_a_connection() -> None:
 # --- sized from the settings ---------------------------------------------------------------
 
 
-def test_the_pool_holds_every_chart_the_instance_runs_at_once() -> None:
-    settings = load_settings(environ={"THREADS": "4", "CHART_CONCURRENCY": "8"})
+def test_the_pool_holds_every_chart_the_instance_runs_at_once(
+    settings_environment: Callable[..., None],
+) -> None:
+    settings_environment(THREADS="4", CHART_CONCURRENCY="8")
+    settings = load_settings()
     assert settings.threads == 4
     assert chart_img_options(settings).max_connections == 32
     assert chart_img_options(settings, steps_at_once=1).max_connections == 8
 
 
-def test_threads_default_to_functions_frameworks_own() -> None:
+def test_threads_default_to_functions_frameworks_own(settings_environment: Callable[..., None]) -> None:
     import os
 
-    assert load_settings(environ={}).threads == 4 * (os.cpu_count() or 1)
+    settings_environment()
+    assert load_settings().threads == 4 * (os.cpu_count() or 1)
 
 
-def test_a_bad_threads_value_names_the_variable() -> None:
+def test_a_bad_threads_value_names_the_variable(settings_environment: Callable[..., None]) -> None:
+    settings_environment(THREADS="0")
     with pytest.raises(ConfigError, match="THREADS"):
-        load_settings(environ={"THREADS": "0"})
+        load_settings()
 
 
 def test_run_local_runs_one_step_so_its_pool_is_one_steps_charts(tmp_path: Path) -> None:
