@@ -17,9 +17,11 @@ from typing import Any
 
 from harness.chart_img_server import ChartImgServer, chart_call, peak_in_flight_of
 from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.types import ChartResult, ChartSuccess
 from worker_chart_export.settings import load_settings
 
@@ -44,13 +46,13 @@ def served_chart_api(
         CHART_IMG_REQUEST_TIMEOUT_SECONDS="10",
         CHARTS_FIXTURES_DIR=str(tmp_path),
     )
-    return build_chart_api(load_settings(), store)
+    return build_chart_api(load_settings(), store, seams=Seams(SYSTEM_CLOCK))
 
 
 def run_step(api: Any, step: int) -> list[ChartResult]:
     """As execute.py runs a step: its first wave reserved at once, its charts from a pool."""
     calls = [chart_call(f"tpl_{i}", run_id=f"run-{step}", symbol=SYMBOL) for i in range(CHART_CONCURRENCY)]
-    budget = Budget.starting_now(20.0)
+    budget = Budget.starting_now(20.0, SYSTEM_CLOCK)
     with api.first_wave(calls, budget), ThreadPoolExecutor(max_workers=CHART_CONCURRENCY) as pool:
         futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
         return [f.result() for f in futures]

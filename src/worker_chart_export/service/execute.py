@@ -22,7 +22,7 @@ from structlog.typing import FilteringBoundLogger
 
 from worker_chart_export.core import step_errors
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.errors import (
     ArtifactWriteError,
     ClaimSuperseded,
@@ -85,7 +85,7 @@ def execute_step(
     *,
     ports: Ports,
     limits: StepLimits,
-    clock: Clock = SYSTEM_CLOCK,
+    clock: Clock,
     new_token: Callable[[], str] = new_claim_token,
     seen: RunVersion | None = None,
 ) -> StepReport:

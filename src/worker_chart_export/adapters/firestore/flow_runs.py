@@ -46,7 +46,7 @@ from worker_chart_export.adapters.firestore.client import (
     version_of,
 )
 from worker_chart_export.adapters.firestore.errors import CHANGED_MEANWHILE, outage_error, translated
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.errors import RedeliverEvent, TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import (
@@ -181,7 +181,7 @@ class FirestoreFlowRunStore:
         max_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
         claim_tries: int = CLAIM_TRIES,
         commit: BatchCommitter = commit_batch,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
         if max_attempts < 1 or claim_tries < 1:
             raise ValueError("max_attempts and claim_tries must be >= 1")
