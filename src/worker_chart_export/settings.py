@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from worker_chart_export import bundled
 from worker_chart_export.core.errors import ConfigError
@@ -122,7 +122,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings  # the flags, then the environment: nothing else
+        # The flags, then the environment; no .env file, no secrets folder. validate_by_name
+        # would also make the environment source read a field's name (charts_bucket) as a
+        # variable: it reads through _Variables, the same fields by their aliases only.
+        return init_settings, EnvSettingsSource(_Variables)
 
     @property
     def charts_bucket_configured(self) -> bool:
@@ -151,6 +154,12 @@ class Settings(BaseSettings):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
         return value.rstrip("/")
+
+
+class _Variables(Settings):
+    """Settings' fields as the environment names them: by alias (the variable) only."""
+
+    model_config = SettingsConfigDict(validate_by_name=False)
 
 
 class RunLocalSettings(Settings):
