@@ -38,9 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from harness.builders import chart_step_for
 from harness.chart_img_server import new_key
+from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api, step_limits
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
@@ -143,7 +145,7 @@ def run_once(scenario: Scenario) -> tuple[float, int, int]:
                     }
                 )
             )
-            api: Any = build_chart_api(settings, InMemoryUsageStore())
+            api: Any = build_chart_api(settings, InMemoryUsageStore(), seams=Seams(SYSTEM_CLOCK))
             ports = Ports(
                 flow_runs=LocalFlowRunStore(source, root / "state.json"),
                 templates=LocalTemplateSource(root / "templates"),
@@ -151,7 +153,9 @@ def run_once(scenario: Scenario) -> tuple[float, int, int]:
                 chart_api=api,
             )
             started = time.monotonic()
-            report = execute_step("bench", "charts", ports=ports, limits=step_limits(settings))
+            report = execute_step(
+                "bench", "charts", ports=ports, limits=step_limits(settings), clock=SYSTEM_CLOCK
+            )
             wall = time.monotonic() - started
             api.close()
         return wall, report.items_count, server.finish().count(429)

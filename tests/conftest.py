@@ -1,6 +1,9 @@
 """Shared pytest set-up. Each harness module owns one real (or CHART-IMG-like) service."""
 
 import os
+from collections.abc import Callable
+
+import pytest
 
 # The tests' own Storage clients, like the worker's (adapters/gcs.py), skip the bucket
 # metadata lookup google-cloud-storage would run in a background thread: left running after
@@ -14,3 +17,18 @@ pytest_plugins = [
     "harness.gcs_emulator",
     "harness.chart_img_server",
 ]
+
+
+@pytest.fixture
+def settings_environment(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """`settings_environment(THREADS="4")`: the worker's variables are exactly these (every
+    other variable Settings reads is unset), as `load_settings` will read them."""
+    from worker_chart_export.settings import Settings
+
+    def only(**variables: str) -> None:
+        for field in Settings.model_fields.values():
+            monkeypatch.delenv(str(field.validation_alias), raising=False)
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+
+    return only

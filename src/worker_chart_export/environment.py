@@ -1,8 +1,8 @@
 """The environment variables the worker reads: each name defined once, here.
 
 A leaf module (stdlib only): the CloudEvent entry's no-op path imports it for the log
-identity, and must not pay for pydantic. `settings.load_settings` builds the typed
-`Settings` from these names; errors about a setting carry the variable's name.
+identity, and must not pay for pydantic. `settings.Settings` reads each of its fields from
+one of these names (the field's alias); errors about a setting carry the variable's name.
 """
 
 from __future__ import annotations
@@ -36,34 +36,6 @@ CHARTS_LOCAL_OUTPUT_DIR = "CHARTS_LOCAL_OUTPUT_DIR"
 PORT = "PORT"
 REAPER_MAX_ATTEMPTS = "REAPER_MAX_ATTEMPTS"
 THREADS = "THREADS"  # functions-framework's gunicorn threads: events served at once
-
-# Settings field -> the variable that sets it
-ENV_VARS: dict[str, str] = {
-    "env": APP_ENV,
-    "charts_api_mode": CHARTS_API_MODE,
-    "charts_bucket": CHARTS_BUCKET,
-    "charts_default_timezone": CHARTS_DEFAULT_TIMEZONE,
-    "charts_fixtures_dir": CHARTS_FIXTURES_DIR,
-    "chart_templates_dir": CHART_TEMPLATES_DIR,
-    "chart_img_base_url": CHART_IMG_BASE_URL,
-    "chart_img_accounts_json": CHART_IMG_ACCOUNTS_JSON,
-    "chart_img_accounts_secret": CHART_IMG_ACCOUNTS_SECRET,
-    "chart_img_daily_limit": CHART_IMG_DAILY_LIMIT,
-    "chart_img_plan": CHART_IMG_PLAN,
-    "chart_img_rate_per_second": CHART_IMG_RATE_PER_SECOND,
-    "chart_img_burst": CHART_IMG_BURST,
-    "chart_img_request_timeout_seconds": CHART_IMG_REQUEST_TIMEOUT_SECONDS,
-    "chart_img_max_attempts": CHART_IMG_MAX_ATTEMPTS,
-    "chart_concurrency": CHART_CONCURRENCY,
-    "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS,
-    "finalize_budget_seconds": FINALIZE_BUDGET_SECONDS,
-    "google_cloud_project": GOOGLE_CLOUD_PROJECT,
-    "firestore_emulator_host": FIRESTORE_EMULATOR_HOST,
-    "local_output_dir": CHARTS_LOCAL_OUTPUT_DIR,
-    "port": PORT,
-    "reaper_max_attempts": REAPER_MAX_ATTEMPTS,
-    "threads": THREADS,
-}
 
 
 def log_identity(environ: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -1,6 +1,12 @@
-"""The typed configuration (`Settings`) and `load_settings`, its one builder from flags,
-environment and defaults. Only `bootstrap` and the edges (CLI, serve) read Settings: the
-rest of the worker takes plain values (`core.limits.StepLimits`, adapter arguments).
+"""The typed configuration (`Settings`, read from the environment by pydantic-settings) and
+`load_settings`, which adds the flags. Only `bootstrap` and the edges (CLI, serve) read
+Settings: the rest of the worker takes plain values (`core.limits.StepLimits`, adapter
+arguments).
+
+Each field is read from one variable, its alias (the names are in environment.py), spelled
+exactly so; an empty variable counts as unset. Flags (by field name) win over the
+environment, the environment over a caller's own defaults (`RunLocalSettings`), those over
+the defaults here. No `.env` file and no secrets folder are read.
 """
 
 from __future__ import annotations
@@ -12,12 +18,38 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from worker_chart_export import bundled
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
-from worker_chart_export.environment import ENV_VARS
+from worker_chart_export.environment import (
+    APP_ENV,
+    CHART_CONCURRENCY,
+    CHART_IMG_ACCOUNTS_JSON,
+    CHART_IMG_ACCOUNTS_SECRET,
+    CHART_IMG_BASE_URL,
+    CHART_IMG_BURST,
+    CHART_IMG_DAILY_LIMIT,
+    CHART_IMG_MAX_ATTEMPTS,
+    CHART_IMG_PLAN,
+    CHART_IMG_RATE_PER_SECOND,
+    CHART_IMG_REQUEST_TIMEOUT_SECONDS,
+    CHART_TEMPLATES_DIR,
+    CHARTS_API_MODE,
+    CHARTS_BUCKET,
+    CHARTS_DEFAULT_TIMEZONE,
+    CHARTS_FIXTURES_DIR,
+    CHARTS_LOCAL_OUTPUT_DIR,
+    FINALIZE_BUDGET_SECONDS,
+    FIRESTORE_EMULATOR_HOST,
+    GOOGLE_CLOUD_PROJECT,
+    PORT,
+    REAPER_MAX_ATTEMPTS,
+    REQUEST_TIMEOUT_SECONDS,
+    THREADS,
+)
 
 DEFAULT_BUCKET = "worker-chart-export-local"
 # GCS bucket naming rules (dotted names may be longer, up to 222 characters)
@@ -30,42 +62,75 @@ class ChartsApiMode(StrEnum):
     RECORD = "record"
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        case_sensitive=True,  # CHARTS_BUCKET, never charts_bucket
+        env_ignore_empty=True,  # `VAR=` means unset, as before pydantic-settings
+        validate_by_name=True,  # flags and tests give fields by name
+        validate_by_alias=True,
+    )
 
-    env: str = "local"  # APP_ENV: shows up as `env` on every log line
-    charts_api_mode: ChartsApiMode = ChartsApiMode.REAL
-    charts_bucket: str = DEFAULT_BUCKET  # bucket name, without gs://
-    charts_bucket_configured: bool = False  # False when charts_bucket is only the default
-    charts_default_timezone: str = "Etc/UTC"
-    charts_fixtures_dir: Path = Field(default_factory=lambda: bundled.fixtures_dir() / "chart-api")
-    chart_templates_dir: Path = Field(default_factory=bundled.chart_templates_dir)
-    chart_img_base_url: str = "https://api.chart-img.com"
-    chart_img_accounts_json: SecretStr | None = None
+    env: str = Field("local", validation_alias=APP_ENV)  # shows up as `env` on every log line
+    charts_api_mode: ChartsApiMode = Field(ChartsApiMode.REAL, validation_alias=CHARTS_API_MODE)
+    charts_bucket: str = Field(DEFAULT_BUCKET, validation_alias=CHARTS_BUCKET)  # without gs://
+    charts_default_timezone: str = Field("Etc/UTC", validation_alias=CHARTS_DEFAULT_TIMEZONE)
+    charts_fixtures_dir: Path = Field(
+        default_factory=lambda: bundled.fixtures_dir() / "chart-api", validation_alias=CHARTS_FIXTURES_DIR
+    )
+    chart_templates_dir: Path = Field(
+        default_factory=bundled.chart_templates_dir, validation_alias=CHART_TEMPLATES_DIR
+    )
+    chart_img_base_url: str = Field("https://api.chart-img.com", validation_alias=CHART_IMG_BASE_URL)
+    chart_img_accounts_json: SecretStr | None = Field(None, validation_alias=CHART_IMG_ACCOUNTS_JSON)
     # Secret Manager version, e.g. projects/p/secrets/chart-img-accounts/versions/latest
-    chart_img_accounts_secret: str | None = None
-    chart_img_daily_limit: int = Field(default=44, ge=1)
+    chart_img_accounts_secret: str | None = Field(None, validation_alias=CHART_IMG_ACCOUNTS_SECRET)
+    chart_img_daily_limit: int = Field(44, ge=1, validation_alias=CHART_IMG_DAILY_LIMIT)
     # The accounts' smallest CHART-IMG plan: the resolution and parameter limits templates
     # are checked against (an account's own `plan` sets its quota and pacing, not this).
-    chart_img_plan: str = DEFAULT_PLAN
-    chart_img_rate_per_second: float = Field(default=1.0, gt=0)
-    chart_img_burst: int = Field(default=3, ge=1)
-    chart_img_request_timeout_seconds: float = Field(default=45.0, gt=0)
-    chart_img_max_attempts: int = Field(default=3, ge=1, le=10)
-    chart_concurrency: int = Field(default=8, ge=1, le=64)
+    chart_img_plan: str = Field(DEFAULT_PLAN, validation_alias=CHART_IMG_PLAN)
+    chart_img_rate_per_second: float = Field(1.0, gt=0, validation_alias=CHART_IMG_RATE_PER_SECOND)
+    chart_img_burst: int = Field(3, ge=1, validation_alias=CHART_IMG_BURST)
+    chart_img_request_timeout_seconds: float = Field(
+        45.0, gt=0, validation_alias=CHART_IMG_REQUEST_TIMEOUT_SECONDS
+    )
+    chart_img_max_attempts: int = Field(3, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS)
+    chart_concurrency: int = Field(8, ge=1, le=64, validation_alias=CHART_CONCURRENCY)
     # Steps one served instance runs at once: functions-framework's gunicorn threads, which
     # it takes from THREADS (deploy.sh sets it to Cloud Run's concurrency), else 4 per CPU.
     # The CHART-IMG connection pool holds threads x chart_concurrency.
-    threads: int = Field(default_factory=lambda: 4 * (os.cpu_count() or 1), ge=1, le=1000)
+    threads: int = Field(
+        default_factory=lambda: 4 * (os.cpu_count() or 1), ge=1, le=1000, validation_alias=THREADS
+    )
     # Cloud Run request timeout; the step's budget is this minus the finalize reserve.
-    request_timeout_seconds: float = Field(default=300.0, gt=0)
-    finalize_budget_seconds: float = Field(default=30.0, gt=0)
-    google_cloud_project: str | None = None
-    firestore_emulator_host: str | None = None
-    local_output_dir: Path = Path("out")
-    port: int = 8080
+    request_timeout_seconds: float = Field(300.0, gt=0, validation_alias=REQUEST_TIMEOUT_SECONDS)
+    finalize_budget_seconds: float = Field(30.0, gt=0, validation_alias=FINALIZE_BUDGET_SECONDS)
+    google_cloud_project: str | None = Field(None, validation_alias=GOOGLE_CLOUD_PROJECT)
+    firestore_emulator_host: str | None = Field(None, validation_alias=FIRESTORE_EMULATOR_HOST)
+    local_output_dir: Path = Field(Path("out"), validation_alias=CHARTS_LOCAL_OUTPUT_DIR)
+    port: int = Field(8080, validation_alias=PORT)
     # the reaper: a step whose lease expired goes back to READY while attempt < this, else FAILED
-    reaper_max_attempts: int = Field(default=3, ge=1, le=100)
+    reaper_max_attempts: int = Field(3, ge=1, le=100, validation_alias=REAPER_MAX_ATTEMPTS)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The flags, then the environment; no .env file, no secrets folder. validate_by_name
+        # would also make the environment source read a field's name (charts_bucket) as a
+        # variable: it reads through _Variables, the same fields by their aliases only.
+        return init_settings, EnvSettingsSource(_Variables)
+
+    @property
+    def charts_bucket_configured(self) -> bool:
+        """False when charts_bucket is only the default (run-local then writes locally)."""
+        return "charts_bucket" in self.model_fields_set
 
     @field_validator("charts_bucket")
     @classmethod
@@ -91,31 +156,42 @@ class Settings(BaseModel):
         return value.rstrip("/")
 
 
-def load_settings(
-    overrides: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
-    *,
-    defaults: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Flags (overrides, by field name; None means "not given") over env over `defaults`
-    (a caller's own defaults, e.g. run-local's mock mode) over the Settings defaults.
+class _Variables(Settings):
+    """Settings' fields as the environment names them: by alias (the variable) only."""
 
-    Raises ConfigError naming the environment variable of the first bad setting; an edge
-    that took the value from a flag renders the flag instead (`ConfigError.render`).
+    model_config = SettingsConfigDict(validate_by_name=False)
+
+
+class RunLocalSettings(Settings):
+    """run-local's own defaults, under the environment's: mock charts (fixtures, no accounts)."""
+
+    charts_api_mode: ChartsApiMode = Field(ChartsApiMode.MOCK, validation_alias=CHARTS_API_MODE)
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, *, kind: type[Settings] = Settings) -> Settings:
+    """`kind` (Settings, or a caller's defaults such as RunLocalSettings) from `flags` (by
+    field name; None means "not given") over the environment.
+
+    Raises ConfigError naming the environment variable of the first bad setting, never its
+    value (the accounts JSON holds keys); an edge that took the value from a flag renders
+    the flag instead (`ConfigError.render`).
     """
-    source = os.environ if environ is None else environ
-    from_env = {field_name: source[var] for field_name, var in ENV_VARS.items() if source.get(var)}
-    from_flags = {k: v for k, v in (overrides or {}).items() if v is not None}
-    values: dict[str, Any] = {**(defaults or {}), **from_env, **from_flags}
-    values["charts_bucket_configured"] = "charts_bucket" in from_env or "charts_bucket" in from_flags
+    given = {name: value for name, value in (flags or {}).items() if value is not None}
     try:
-        return Settings(**values)
+        return kind(**given)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            name = str(err["loc"][0]) if err["loc"] else "settings"
-            # never echo the input: it may be the accounts JSON with keys in it
-            problems.append((ENV_VARS.get(name, name), err["msg"]))
-        setting, first = problems[0]
-        rest = "".join(f"; {var}: {msg}" for var, msg in problems[1:])
-        raise ConfigError(setting, first + rest) from None
+        raise _config_error(exc, kind) from None
+
+
+def _config_error(exc: ValidationError, kind: type[Settings]) -> ConfigError:
+    """The first problem by its variable (a value from the environment is located by its
+    alias, one from a flag by its field's name), and the others after it; only pydantic's
+    message, never the input."""
+    variables = {name: str(field.validation_alias) for name, field in kind.model_fields.items()}
+    problems = []
+    for err in exc.errors():
+        where = str(err["loc"][0]) if err["loc"] else "settings"
+        problems.append((variables.get(where, where), err["msg"]))
+    setting, first = problems[0]
+    rest = "".join(f"; {var}: {msg}" for var, msg in problems[1:])
+    return ConfigError(setting, first + rest)

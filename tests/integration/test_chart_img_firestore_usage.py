@@ -15,9 +15,11 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import ChartImgServer, chart_call, find_secrets
 from harness.logs import LogCapture
+from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings
 
@@ -51,9 +53,9 @@ def test_concurrent_steps_lose_no_increment(
         chart_concurrency=TEMPLATES,
     )
     # one ChartApi per step: separate instances share nothing but Firestore
-    stores = [FirestoreUsageStore(firestore_client) for _ in range(STEPS)]
-    apis: list[Any] = [build_chart_api(settings, store) for store in stores]
-    budget = Budget.starting_now(60.0)
+    stores = [FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK) for _ in range(STEPS)]
+    apis: list[Any] = [build_chart_api(settings, store, seams=Seams(SYSTEM_CLOCK)) for store in stores]
+    budget = Budget.starting_now(60.0, SYSTEM_CLOCK)
     calls = [
         [
             chart_call(f"tpl_{t}", symbol="BINANCE:BTCUSDT" if t else "BINANCE:ETHUSDT", run_id=f"run-{s}")

@@ -93,7 +93,7 @@ class Harness:
         return api
 
     def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:
-        result: ChartResult = api.render(call, Budget.starting_now(budget_seconds))
+        result: ChartResult = api.render(call, Budget.starting_now(budget_seconds, SYSTEM_CLOCK))
         self.results.append(result)
         return result
 
@@ -108,7 +108,7 @@ class Harness:
     ) -> list[ChartResult]:
         """As execute.py runs a step: `prepared`, inside the first wave's reservation (then
         `wave_units` is what `store` counted when the wave began)."""
-        budget = Budget.starting_now(60.0)
+        budget = Budget.starting_now(60.0, SYSTEM_CLOCK)
         wave = api.first_wave(calls[:workers], budget) if prepared else nullcontext()
         with wave, ThreadPoolExecutor(max_workers=workers) as pool:
             if store is not None:
@@ -173,7 +173,7 @@ def test_a_prepaid_lease_on_an_account_refused_since_is_not_used(h: Harness) -> 
     store = InMemoryUsageStore()
     api = h.api([{"id": a, "apiKey": k} for a, k in keys.items()], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(4)]
-    with api.first_wave(calls, Budget.starting_now(20.0)):
+    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):
         assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"acc1": 2, "acc2": 2}
         results = [h.render(api, call) for call in calls]  # one after another: the order is known
     assert results == [ChartSuccess(PNG, "acc2")] * 4
@@ -192,7 +192,7 @@ def test_a_wave_that_reached_the_daily_limit_still_sends_what_it_reserved(h: Har
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1", "dailyLimit": 2}], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(4)]
-    with api.first_wave(calls, Budget.starting_now(20.0)):  # 2 units, then the limit: known
+    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):  # 2 units, then the limit: known
         results = [h.render(api, call) for call in calls]
     assert results[:2] == [ChartSuccess(PNG, "acc1")] * 2
     assert [code(r) for r in results[2:]] == ["CHART_API_LIMIT_EXCEEDED"] * 2
@@ -204,7 +204,7 @@ def test_what_a_wave_did_not_use_is_dropped_when_it_ends(h: Harness) -> None:
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1"}], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
-    with api.first_wave(calls, Budget.starting_now(20.0)):
+    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):
         h.render(api, calls[0])  # the others abandoned before they started
     assert store.snapshot()["acc1"]["usageToday"] == 3
     assert h.render(api, calls[1]) == ChartSuccess(PNG, "acc1")  # a unit of its own

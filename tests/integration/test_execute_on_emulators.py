@@ -17,6 +17,7 @@ from harness.gcs_emulator import list_objects, read_object, storage_client_for
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.service.execute import execute_step
@@ -36,8 +37,8 @@ def world(firestore_client: Any, gcs_bucket: tuple[Any, str]) -> Callable[..., P
 
     def build(**overrides: Any) -> Ports:
         return Ports(
-            flow_runs=overrides.get("flow_runs", FirestoreFlowRunStore(firestore_client)),
-            templates=FirestoreTemplateSource(firestore_client),
+            flow_runs=overrides.get("flow_runs", FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)),
+            templates=FirestoreTemplateSource(firestore_client, clock=SYSTEM_CLOCK),
             artifacts=overrides.get("artifacts", GcsArtifactStore(storage_client, bucket, clock=FakeClock())),
             chart_api=MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api")),
         )
@@ -61,7 +62,7 @@ def test_step_succeeds_with_pngs_and_manifest_in_gcs(
         firestore_client,
         flow_run({"charts": chart_step(), "other": {"stepType": "LLM_REPORT", "status": "PENDING"}}),
     )
-    report = execute_step("run1", "charts", ports=world(), limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world(), limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "SUCCEEDED" and report.items_count == 3
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "SUCCEEDED" and step["attempt"] == 1
@@ -86,7 +87,9 @@ def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
         storage_client_for(proxy.url), bucket, policy=WritePolicy(max_attempts=2), clock=FakeClock()
     )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
-    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), limits=LIMITS)
+    report = execute_step(
+        "run1", "charts", ports=world(artifacts=artifacts), limits=LIMITS, clock=SYSTEM_CLOCK
+    )
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "FAILED" and step["error"]["code"] == "MANIFEST_WRITE_FAILED"
@@ -106,7 +109,9 @@ def test_gcs_failing_png_writes_only_records_gcs_write_failed(
         request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
     )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
-    report = execute_step("run1", "charts", ports=world(artifacts=artifacts), limits=limits)
+    report = execute_step(
+        "run1", "charts", ports=world(artifacts=artifacts), limits=limits, clock=SYSTEM_CLOCK
+    )
     assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
     manifest = json.loads(read_object(storage_client, bucket, "charts/run1/charts/manifest.json")[0])
     assert [f["error"]["code"] for f in manifest["failures"]] == ["GCS_WRITE_FAILED"] * 3
@@ -133,12 +138,12 @@ def test_firestore_unavailable_during_finalize_fails_the_invocation(
     world: Any, firestore_client: Any, unreachable_firestore_client: Any, log_capture: Any
 ) -> None:
     store = ClaimHereFinalizeThere(
-        FirestoreFlowRunStore(firestore_client),
-        FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=1.0),
+        FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK),
+        FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=1.0, clock=SYSTEM_CLOCK),
     )
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
-        execute_step("run1", "charts", ports=world(flow_runs=store), limits=LIMITS)
+        execute_step("run1", "charts", ports=world(flow_runs=store), limits=LIMITS, clock=SYSTEM_CLOCK)
     # The result could not be recorded: the step keeps its lease for recovery, and the loss is loud.
     step = step_of(firestore_client, "run1", "charts")
     assert step["status"] == "RUNNING" and step["leaseExpiresAt"]
@@ -152,7 +157,7 @@ def test_step_id_full_of_odd_characters_is_failed_cleanly(
     world: Any, firestore_client: Any, gcs_bucket: Any
 ) -> None:
     put_flow_run(firestore_client, flow_run({ODD_STEP_ID: chart_step(), "charts": chart_step()}))
-    report = execute_step("run1", ODD_STEP_ID, ports=world(), limits=LIMITS)
+    report = execute_step("run1", ODD_STEP_ID, ports=world(), limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     step = step_of(firestore_client, "run1", ODD_STEP_ID)
     assert step["status"] == "FAILED" and "stepId" in step["error"]["message"]
@@ -165,7 +170,7 @@ def test_run_id_that_would_escape_the_prefix_writes_nothing(
     world: Any, firestore_client: Any, gcs_bucket: Any, run_id: str
 ) -> None:
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}, run_id=run_id))
-    report = execute_step(run_id, "charts", ports=world(), limits=LIMITS)
+    report = execute_step(run_id, "charts", ports=world(), limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     assert step_of(firestore_client, run_id, "charts")["status"] == "FAILED"
     assert list_objects(gcs_bucket[0], gcs_bucket[1]) == []

@@ -15,6 +15,7 @@ from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
 from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion
@@ -94,7 +95,7 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
     before, _ = stored(ref)
     assert before is not None
 
-    outcome = claim(FirestoreFlowRunStore(firestore_client))
+    outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK))
 
     assert outcome.status is ClaimStatus.CLAIMED
     assert outcome.claim == Claim("tok-A", 1, NOW, LEASE)
@@ -123,7 +124,7 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
 def test_a_claim_on_the_events_version_is_one_commit(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     commits = CountingCommits()
-    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+    store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=SYSTEM_CLOCK)
 
     outcome = claim(store, seen=seen_version(ref))
 
@@ -140,7 +141,10 @@ def test_a_claim_on_the_events_version_is_one_commit(firestore_client: firestore
 def test_a_stale_event_loses_its_commit_and_learns_at_once(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     stale = seen_version(ref)
-    assert claim(FirestoreFlowRunStore(firestore_client), token="tok-A").status is ClaimStatus.CLAIMED
+    assert (
+        claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), token="tok-A").status
+        is ClaimStatus.CLAIMED
+    )
     before = stored(ref)
     clock = FakeClock()
     commits = CountingCommits()
@@ -193,7 +197,7 @@ def test_a_claim_on_a_deleted_run_is_not_found(firestore_client: firestore.Clien
     seen = seen_version(ref)
     ref.delete()
 
-    outcome = claim(FirestoreFlowRunStore(firestore_client), seen=seen)
+    outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), seen=seen)
 
     assert outcome.status is ClaimStatus.NOT_FOUND
     assert not ref.get().exists
@@ -210,7 +214,7 @@ def test_reclaim_increments_attempt_and_drops_previous_outcome(firestore_client:
     }
     ref = put(firestore_client, flow_run(default_steps("READY", **previous)))
 
-    outcome = claim(FirestoreFlowRunStore(firestore_client), token="tok-new")
+    outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), token="tok-new")
 
     assert outcome.status is ClaimStatus.CLAIMED
     assert outcome.claim is not None and outcome.claim.attempt == 3
@@ -243,7 +247,7 @@ def test_claim_of_unclaimable_step_is_a_conflict_without_writes(
     ref = put(firestore_client, flow_run(steps))
     before = stored(ref)
 
-    outcome = claim(FirestoreFlowRunStore(firestore_client))
+    outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK))
 
     assert outcome.status is ClaimStatus.CONFLICT
     assert reason_part in outcome.reason
@@ -252,7 +256,7 @@ def test_claim_of_unclaimable_step_is_a_conflict_without_writes(
 
 
 def test_claim_of_missing_run_is_not_found(firestore_client: firestore.Client) -> None:
-    outcome = claim(FirestoreFlowRunStore(firestore_client))
+    outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK))
 
     assert outcome.status is ClaimStatus.NOT_FOUND
     assert RUN_ID in outcome.reason
@@ -265,7 +269,7 @@ def test_concurrent_claims_have_exactly_one_winner_and_no_redelivery(
 ) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     seen = seen_version(ref) if from_event else None
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     contenders = 10
     barrier = threading.Barrier(contenders)
     results: dict[str, ClaimOutcome | BaseException] = {}
@@ -330,7 +334,7 @@ def test_odd_step_id_claims_and_finalizes_without_touching_siblings(
         "charts": chart_step("PENDING"),
     }
     ref = put(firestore_client, flow_run(steps))
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
 
     claimed = claim(store, token="tok-odd", step_id=ODD_STEP_ID)
     assert claimed.status is ClaimStatus.CLAIMED, claimed.reason
@@ -360,13 +364,13 @@ def test_odd_step_id_claims_and_finalizes_without_touching_siblings(
 
 def claimed_run(client: firestore.Client, token: str = "tok-A", **extra: Any) -> firestore.DocumentReference:
     ref = put(client, flow_run(default_steps("READY", **extra)))
-    assert claim(FirestoreFlowRunStore(client), token=token).status is ClaimStatus.CLAIMED
+    assert claim(FirestoreFlowRunStore(client, clock=SYSTEM_CLOCK), token=token).status is ClaimStatus.CLAIMED
     return ref
 
 
 def test_finalize_success_writes_status_and_merges_outputs(firestore_client: firestore.Client) -> None:
     ref = claimed_run(firestore_client, outputs={"keptFromBefore": "x", "outputsManifestGcsUri": "old"})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
 
     outcome = store.finalize_step(
         RUN_ID, STEP_ID, token="tok-A", final=succeeded(outputsManifestGcsUri="gs://b/new/manifest.json")
@@ -389,7 +393,7 @@ def test_finalize_failure_writes_the_error(firestore_client: firestore.Client) -
         ErrorCode.VALIDATION_FAILED, "timeframe 7h is not a CHART-IMG interval", {"field": "timeframe"}
     )
 
-    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+    outcome = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK).finalize_step(
         RUN_ID, STEP_ID, token="tok-A", final=StepFinal(StepStatus.FAILED, FINISHED, error=error)
     )
 
@@ -409,7 +413,7 @@ def test_finalize_with_another_token_writes_nothing(firestore_client: firestore.
     ref = claimed_run(firestore_client, token="tok-owner")
     before = stored(ref)
 
-    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+    outcome = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK).finalize_step(
         RUN_ID, STEP_ID, token="tok-intruder", final=succeeded()
     )
 
@@ -420,7 +424,7 @@ def test_finalize_with_another_token_writes_nothing(firestore_client: firestore.
 
 def test_second_finalize_writes_nothing(firestore_client: firestore.Client) -> None:
     ref = claimed_run(firestore_client)
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     assert store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded(a=1)).written
     before = stored(ref)
 
@@ -438,7 +442,7 @@ def test_finalize_after_the_run_was_deleted_writes_nothing(firestore_client: fir
     ref = claimed_run(firestore_client)
     ref.delete()
 
-    outcome = FirestoreFlowRunStore(firestore_client).finalize_step(
+    outcome = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK).finalize_step(
         RUN_ID, STEP_ID, token="tok-A", final=succeeded()
     )
 
@@ -469,7 +473,7 @@ def another_step_written(ref: firestore.DocumentReference) -> Callable[[int], No
 def test_finalize_after_our_claim_is_one_commit(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     commits = CountingCommits()
-    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+    store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=SYSTEM_CLOCK)
     assert claim(store).status is ClaimStatus.CLAIMED
     assert firestore_client.collection("step_leases").get()
     claimed = commits.calls
@@ -485,7 +489,7 @@ def test_finalize_after_our_claim_is_one_commit(firestore_client: firestore.Clie
 def test_finalize_after_another_step_was_written_keeps_that_write(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
     commits = CountingCommits()
-    store = FirestoreFlowRunStore(firestore_client, commit=commits)
+    store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=SYSTEM_CLOCK)
     assert claim(store).status is ClaimStatus.CLAIMED
     ref.update({"steps.report.status": "READY"})  # e.g. advance_flow, between claim and finalize
     claimed = commits.calls
@@ -501,7 +505,7 @@ def test_finalize_after_another_step_was_written_keeps_that_write(firestore_clie
 
 def test_finalize_after_our_claim_was_taken_back_writes_nothing(firestore_client: firestore.Client) -> None:
     ref = put(firestore_client, flow_run(default_steps()))
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     assert claim(store).status is ClaimStatus.CLAIMED
     # the reaper gave the step to another execution: the version the store remembers is gone
     ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "tok-newer"})
@@ -518,7 +522,7 @@ def test_finalize_that_keeps_losing_to_other_writes_is_a_transient_error(
 ) -> None:
     ref = claimed_run(firestore_client)
     commits = CountingCommits(another_step_written(ref))
-    store = FirestoreFlowRunStore(firestore_client, max_attempts=2, commit=commits)
+    store = FirestoreFlowRunStore(firestore_client, max_attempts=2, commit=commits, clock=SYSTEM_CLOCK)
 
     with pytest.raises(TransientStoreError, match="changed under 2 tries"):
         store.finalize_step(RUN_ID, STEP_ID, token="tok-A", final=succeeded())
@@ -535,7 +539,7 @@ def test_finalize_that_keeps_losing_to_other_writes_is_a_transient_error(
 def test_unreachable_firestore_raises_transient_error_quickly(
     unreachable_firestore_client: firestore.Client, operation: str
 ) -> None:
-    store = FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=2.0)
+    store = FirestoreFlowRunStore(unreachable_firestore_client, rpc_timeout=2.0, clock=SYSTEM_CLOCK)
     started = time.monotonic()
 
     with pytest.raises(TransientStoreError, match=f"{operation} of step {STEP_ID}.*unavailable"):
@@ -570,7 +574,7 @@ def test_claim_whose_commit_landed_but_answer_was_lost_is_still_ours(
             raise lost_answer
         return results
 
-    store = FirestoreFlowRunStore(firestore_client, commit=lose_the_first_answer)
+    store = FirestoreFlowRunStore(firestore_client, commit=lose_the_first_answer, clock=SYSTEM_CLOCK)
     outcome = claim(store, token="tok-lost", seen=seen_version(ref))
     assert outcome.status is ClaimStatus.CLAIMED and "confirmed by a re-read" in outcome.reason
     assert outcome.claim is not None and outcome.claim.token == "tok-lost" and outcome.claim.attempt == 1
@@ -593,7 +597,9 @@ def test_claim_lost_to_an_outage_before_commit_is_a_transient_error(
 
     with pytest.raises(TransientStoreError, match="unavailable"):
         claim(
-            FirestoreFlowRunStore(firestore_client, commit=outage), token="tok-never", seen=seen_version(ref)
+            FirestoreFlowRunStore(firestore_client, commit=outage, clock=SYSTEM_CLOCK),
+            token="tok-never",
+            seen=seen_version(ref),
         )
     assert stored(ref) == before
 
@@ -606,6 +612,8 @@ def test_claim_met_by_an_outage_after_another_won_is_a_conflict(firestore_client
         ref.update({f"steps.{STEP_ID}.status": "RUNNING", f"steps.{STEP_ID}.claimToken": "winner"})
         raise api_exceptions.ServiceUnavailable("connection reset")
 
-    outcome = claim(FirestoreFlowRunStore(firestore_client, commit=winner_then_outage), seen=seen)
+    outcome = claim(
+        FirestoreFlowRunStore(firestore_client, commit=winner_then_outage, clock=SYSTEM_CLOCK), seen=seen
+    )
 
     assert outcome.status is ClaimStatus.CONFLICT and "RUNNING" in outcome.reason

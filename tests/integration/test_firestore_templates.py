@@ -13,6 +13,7 @@ from google.cloud import firestore
 
 from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.testing import FakeClock
 from worker_chart_export.tools.templates_sync import (
@@ -92,7 +93,7 @@ def test_only_uncached_ids_are_fetched(firestore_client: firestore.Client) -> No
     for template_id in ("a_v1", "b_v1"):
         firestore_client.collection(COLLECTION).document(template_id).set(template(template_id))
     counting = CountingClient(firestore_client)
-    source = FirestoreTemplateSource(counting)  # type: ignore[arg-type]
+    source = FirestoreTemplateSource(counting, clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
 
     source.get_templates(["a_v1"])
     both = source.get_templates(["a_v1", "b_v1", "a_v1"])
@@ -103,7 +104,7 @@ def test_only_uncached_ids_are_fetched(firestore_client: firestore.Client) -> No
 
 def test_returned_templates_cannot_alter_the_cache(firestore_client: firestore.Client) -> None:
     firestore_client.collection(COLLECTION).document("rsi_v1").set(template("rsi_v1"))
-    source = FirestoreTemplateSource(firestore_client)
+    source = FirestoreTemplateSource(firestore_client, clock=SYSTEM_CLOCK)
 
     source.get_templates(["rsi_v1"])["rsi_v1"]["request"]["theme"] = "light"  # type: ignore[index]
 
@@ -111,7 +112,7 @@ def test_returned_templates_cannot_alter_the_cache(firestore_client: firestore.C
 
 
 def test_unreachable_firestore_raises_transient_error(unreachable_firestore_client: firestore.Client) -> None:
-    source = FirestoreTemplateSource(unreachable_firestore_client, rpc_timeout=2.0)
+    source = FirestoreTemplateSource(unreachable_firestore_client, rpc_timeout=2.0, clock=SYSTEM_CLOCK)
     started = time.monotonic()
 
     with pytest.raises(TransientStoreError, match="chart_templates rsi_v1: Firestore unavailable"):
@@ -121,7 +122,7 @@ def test_unreachable_firestore_raises_transient_error(unreachable_firestore_clie
 
 def test_unsafe_ids_are_never_looked_up(firestore_client: firestore.Client) -> None:
     counting = CountingClient(firestore_client)
-    source = FirestoreTemplateSource(counting)  # type: ignore[arg-type]
+    source = FirestoreTemplateSource(counting, clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
 
     assert source.get_templates(["../flow_runs", "a/b", ""]) == {}
     assert counting.get_all_calls == []

@@ -12,6 +12,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Pacing, ReservationRequest
@@ -34,7 +35,7 @@ def put_usage(client: firestore.Client, account_id: str, **fields: Any) -> None:
 
 
 def test_reserve_takes_units_until_the_limit(firestore_client: firestore.Client) -> None:
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
 
     results = [store.reserve("acc-1", default_limit=2, now=NOW) for _ in range(3)]
 
@@ -48,7 +49,7 @@ def test_reserve_takes_units_until_the_limit(firestore_client: firestore.Client)
 
 def test_daily_limit_in_the_document_overrides_the_default(firestore_client: firestore.Client) -> None:
     put_usage(firestore_client, "acc-1", dailyLimit=1, usageToday=0, windowStart=TODAY, note="kept")
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
 
     first = store.reserve("acc-1", default_limit=44, now=NOW)
     second = store.reserve("acc-1", default_limit=44, now=NOW)
@@ -66,7 +67,7 @@ def test_daily_limit_in_the_document_overrides_the_default(firestore_client: fir
 
 def test_a_new_utc_day_resets_the_window(firestore_client: firestore.Client) -> None:
     put_usage(firestore_client, "acc-1", usageToday=44, windowStart=YESTERDAY)
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
     assert store.reserve("acc-1", default_limit=44, now=NOW - timedelta(days=1)).reserved is False
 
     reservation = store.reserve("acc-1", default_limit=44, now=NOW)
@@ -164,7 +165,12 @@ def test_a_wave_reserves_several_accounts_in_one_write_each(firestore_client: fi
     assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 7
     assert store.reserve("acc-2", default_limit=44, now=NOW).usage_today == 10
     # not primed: nothing is known, so nothing is batched
-    assert FirestoreUsageStore(firestore_client).reserve_many(requests, now=NOW, max_wait=5.0) == {}
+    assert (
+        FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK).reserve_many(
+            requests, now=NOW, max_wait=5.0
+        )
+        == {}
+    )
 
 
 def test_a_read_makes_the_next_wave_write_on_the_current_versions(firestore_client: firestore.Client) -> None:
@@ -223,7 +229,7 @@ def test_the_slot_counts_the_time_the_store_spent(firestore_client: firestore.Cl
 
 def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:
     put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY, dailyLimit=20)
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
 
     store.mark_exhausted("acc-1", default_limit=44, now=NOW)
 
@@ -235,7 +241,7 @@ def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> N
 
 def test_concurrent_reservations_never_exceed_the_limit(firestore_client: firestore.Client) -> None:
     limit, threads_count, per_thread = 4, 3, 2
-    store = FirestoreUsageStore(firestore_client)
+    store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
     barrier = threading.Barrier(threads_count)
     results: list[Reservation | BaseException] = []
     lock = threading.Lock()

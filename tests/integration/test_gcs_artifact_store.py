@@ -25,6 +25,7 @@ from worker_chart_export.adapters.gcs import (
     WritePolicy,
     make_storage_client,
 )
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ArtifactWriteError
 from worker_chart_export.testing import FakeClock
 
@@ -80,14 +81,14 @@ def test_the_worker_s_client_looks_up_no_bucket_metadata_behind_its_back(
     lookups: list[str] = []
     monkeypatch.setattr(BucketMetadataCache, "get_or_queue_fetch", lambda _, name: lookups.append(name))
     _, bucket = gcs_bucket
-    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket)
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
     store.create_png(PNG_PATH, PNG_A)
     assert lookups == []
 
 
 def test_create_png_writes_bytes_with_png_content_type(gcs_bucket: Bucket) -> None:
     client, bucket = gcs_bucket
-    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket)
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
 
     uri = store.create_png(PNG_PATH, PNG_A)
 
@@ -99,7 +100,7 @@ def test_create_png_writes_bytes_with_png_content_type(gcs_bucket: Bucket) -> No
 
 def test_create_png_twice_is_success_and_keeps_the_first_content(gcs_bucket: Bucket) -> None:
     client, bucket = gcs_bucket
-    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket)
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
     first = store.create_png(PNG_PATH, PNG_A)
     generation = object_metadata(client, bucket, PNG_PATH)["generation"]
 
@@ -112,7 +113,7 @@ def test_create_png_twice_is_success_and_keeps_the_first_content(gcs_bucket: Buc
 
 def test_put_manifest_overwrites_with_json_and_no_cache(gcs_bucket: Bucket) -> None:
     client, bucket = gcs_bucket
-    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket)
+    store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
     old = json.dumps({"items": ["old"]}).encode()
     new = json.dumps({"items": ["new"]}).encode()
 
@@ -155,7 +156,7 @@ def test_fenced_manifest_over_an_earlier_one_looks_asks_again_and_replaces_it(
     gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory
 ) -> None:
     client, bucket = gcs_bucket
-    GcsArtifactStore(client, bucket).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
+    GcsArtifactStore(client, bucket, clock=SYSTEM_CLOCK).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
     proxy = faulty_gcs_proxy(0, 503)
     fence = Fence()
 
@@ -171,7 +172,7 @@ def test_a_failed_look_at_the_earlier_manifest_is_reported_as_a_read(
     gcs_bucket: Bucket, faulty_gcs_proxy: ProxyFactory
 ) -> None:
     client, bucket = gcs_bucket
-    GcsArtifactStore(client, bucket).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
+    GcsArtifactStore(client, bucket, clock=SYSTEM_CLOCK).put_manifest(MANIFEST_PATH, b'{"attempt": 1}')
     proxy = faulty_gcs_proxy(0, 403, fail_object_reads=True)
 
     with pytest.raises(ArtifactWriteError) as raised:

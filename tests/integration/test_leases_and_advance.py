@@ -16,6 +16,7 @@ from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
 from worker_chart_export.adapters.firestore.client import RpcOptions, commit_batch
 from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
 from worker_chart_export.adapters.gcs import GcsArtifactStore
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ClaimSuperseded
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.reaping import ReapOutcome
@@ -62,7 +63,7 @@ def step_of(ref: firestore.DocumentReference, step_id: str = STEP) -> dict[str, 
 
 def test_a_claim_writes_its_lease_and_the_finalize_removes_it(firestore_client: firestore.Client) -> None:
     put_run(firestore_client, {STEP: chart_step()})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     claim(store, "tok-1")
     assert lease_doc(firestore_client) == {
         "runId": RUN,
@@ -84,7 +85,7 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(
     firestore_client: firestore.Client,
 ) -> None:
     ref = put_run(firestore_client, {STEP: chart_step()})
-    claim(FirestoreFlowRunStore(firestore_client), "tok-dead")
+    claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-dead")
 
     assert reap_at(firestore_client, NOW + LEASE - timedelta(seconds=1)).count(ReapOutcome.RETRIED) == 0
     assert step_of(ref)["status"] == "RUNNING"  # the lease is still valid: untouched
@@ -96,7 +97,7 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(
     assert "claimToken" not in step and "leaseExpiresAt" not in step
     assert lease_doc(firestore_client) is None
     # the dead execution's late finalize is refused
-    late = FirestoreFlowRunStore(firestore_client).finalize_step(
+    late = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK).finalize_step(
         RUN, STEP, token="tok-dead", final=StepFinal(StepStatus.SUCCEEDED, NOW + LEASE * 2)
     )
     assert not late.written and step_of(ref)["status"] == "READY"
@@ -104,7 +105,7 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(
 
 def test_the_last_attempt_fails_with_step_lease_expired(firestore_client: firestore.Client) -> None:
     ref = put_run(firestore_client, {STEP: chart_step(attempt=2)})
-    claim(FirestoreFlowRunStore(firestore_client), "tok-3")  # attempt 3 of 3
+    claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-3")  # attempt 3 of 3
     report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1), max_attempts=3)
     assert report.count(ReapOutcome.FAILED) == 1
     step = step_of(ref)
@@ -115,7 +116,7 @@ def test_the_last_attempt_fails_with_step_lease_expired(firestore_client: firest
 
 def test_a_step_claimed_again_or_finished_is_never_touched(firestore_client: firestore.Client) -> None:
     ref = put_run(firestore_client, {STEP: chart_step(), "done": chart_step()})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     claim(store, "tok-old")
     expired = FirestoreLeaseReaper(firestore_client).expired_leases(NOW + LEASE * 2, 10)
     assert [(lease.step_id, lease.token) for lease in expired] == [(STEP, "tok-old")]
@@ -152,7 +153,7 @@ def test_a_reap_that_loses_to_another_write_of_the_run_plans_again(
     firestore_client: firestore.Client,
 ) -> None:
     ref = put_run(firestore_client, {STEP: chart_step(), "other": chart_step(status="PENDING")})
-    claim(FirestoreFlowRunStore(firestore_client), "tok-dead")
+    claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-dead")
     commits = CommitsAfter(lambda: ref.update({"steps.other.status": "READY"}))  # e.g. advance_flow
     reaper = FirestoreLeaseReaper(firestore_client, commit=commits)
 
@@ -167,7 +168,7 @@ def test_a_reap_that_loses_to_the_finalize_leaves_the_step_finished(
     firestore_client: firestore.Client,
 ) -> None:
     ref = put_run(firestore_client, {STEP: chart_step()})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     claim(store, "tok-late")
     final = StepFinal(StepStatus.SUCCEEDED, NOW + LEASE, outputs={"o": 1})
     commits = CommitsAfter(lambda: store.finalize_step(RUN, STEP, token="tok-late", final=final))
@@ -182,7 +183,7 @@ def test_a_reap_that_loses_to_the_finalize_leaves_the_step_finished(
 
 def test_a_reap_never_deletes_a_newer_lease(firestore_client: firestore.Client) -> None:
     ref = put_run(firestore_client, {STEP: chart_step()})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     claim(store, "tok-old")
     assert store.finalize_step(RUN, STEP, token="tok-old", final=StepFinal(StepStatus.FAILED, NOW)).written
     stray = {"runId": RUN, "stepId": STEP, "claimToken": "tok-old", "expiresAt": "2026-11-22T04:05:00.000Z"}
@@ -203,7 +204,7 @@ def test_a_reap_never_deletes_a_newer_lease(firestore_client: firestore.Client) 
 def test_the_reaper_queries_only_expired_leases(firestore_client: firestore.Client) -> None:
     for i, minutes in enumerate((1, 3, 10)):
         put_run(firestore_client, {STEP: chart_step()}, run_id=f"run{i}")
-        FirestoreFlowRunStore(firestore_client).claim_step(
+        FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK).claim_step(
             f"run{i}", STEP, token=f"t{i}", now=NOW, lease_expires_at=NOW + timedelta(minutes=minutes)
         )
     found = FirestoreLeaseReaper(firestore_client).expired_leases(NOW + timedelta(minutes=5), 10)
@@ -215,7 +216,7 @@ def test_advance_writes_once_and_a_stale_version_is_a_noop(firestore_client: fir
     steps[STEP]["dependsOn"] = ["ohlcv"]
     ref = put_run(firestore_client, steps)
     snapshot = ref.get()
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     document, version = snapshot.to_dict() or {}, snapshot.update_time
 
     first = advance_version(RUN, document, version, store)
@@ -236,7 +237,7 @@ def test_a_late_manifest_never_replaces_the_newer_executions(
 ) -> None:
     storage_client, bucket = gcs_bucket
     put_run(firestore_client, {STEP: chart_step()})
-    store = FirestoreFlowRunStore(firestore_client)
+    store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     artifacts = GcsArtifactStore(storage_client, bucket, clock=FakeClock())
     path = f"charts/{RUN}/{STEP}/manifest.json"
 

@@ -22,7 +22,7 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.naming import gcs_uri
 
@@ -152,7 +152,7 @@ class GcsArtifactStore:
         bucket: str,
         *,
         policy: WritePolicy = WritePolicy(),
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
         self.bucket = bucket
         self._bucket = client.bucket(bucket)

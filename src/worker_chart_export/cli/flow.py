@@ -6,7 +6,8 @@ FIRESTORE_EMULATOR_HOST), as its CloudEvent function would on that version;
 `advance --flow-run-path FILE` runs it on run-local's state of a local flow_run.
 `reap` runs one reaper pass over Firestore, as Cloud Scheduler's call does.
 `submit` creates a flow_run and follows it (submit.py).
-Firestore is reached through cli_firestore: a failure is one line and exit 2.
+`advance` and `reap` take their parts from bootstrap's Runtime around a checked Firestore
+client (`cli_runtime`): a failure is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.firestore.checked_client import cli_firestore
 from worker_chart_export.cli.submit import add_submit_command
 from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.exceptions import UsageError
@@ -45,14 +45,14 @@ def run_advance(args: argparse.Namespace) -> int:
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     if args.flow_run_path is not None:
         return _advance_local(args.flow_run_path, settings.local_output_dir)
-    from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
+    from worker_chart_export.bootstrap import cli_runtime
     from worker_chart_export.service.advance import advance_version
 
     problem = document_id_problem(args.run_id)
     if problem is not None:
         raise UsageError(f"--run-id {args.run_id!r}: {problem}")
-    with cli_firestore(settings.google_cloud_project, settings.firestore_emulator_host) as client:
-        store = FirestoreFlowRunStore(client)
+    with cli_runtime(settings) as runtime:
+        store = runtime.advance_store()
         version = store.read_version(args.run_id)
         if version is None:
             print(f"worker-chart-export: flow_runs/{args.run_id} does not exist", file=sys.stderr)
@@ -82,13 +82,15 @@ def _advance_local(flow_run_path: Path, output_dir: Path) -> int:
 
 
 def run_reap(args: argparse.Namespace) -> int:
-    from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
+    from worker_chart_export.bootstrap import cli_runtime
     from worker_chart_export.service.reaper import reap_once
 
     settings = load_settings({"reaper_max_attempts": args.max_attempts})
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
-    with cli_firestore(settings.google_cloud_project, settings.firestore_emulator_host) as client:
-        reaper = FirestoreLeaseReaper(client)
-        report = reap_once(reaper, max_attempts=settings.reaper_max_attempts, batch=args.batch)
+    with cli_runtime(settings) as runtime:
+        reaper = runtime.reaper()
+        report = reap_once(
+            reaper.leases, clock=reaper.clock, max_attempts=reaper.max_attempts, batch=args.batch
+        )
     print(json.dumps(report.to_summary()))
     return EXIT_FAILED if report.errors else EXIT_OK

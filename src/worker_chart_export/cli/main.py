@@ -27,7 +27,7 @@ from worker_chart_export.environment import (
 )
 from worker_chart_export.functions.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import load_settings
+from worker_chart_export.settings import RunLocalSettings, load_settings
 from worker_chart_export.tools.devstack import add_stack_command, run_stack
 from worker_chart_export.tools.view import add_view_arguments, run_view
 
@@ -163,7 +163,7 @@ def _read_accounts_file(path: Path | None) -> str | None:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from worker_chart_export.bootstrap import LocalLayout, build_local_ports, step_limits
+    from worker_chart_export.bootstrap import LocalLayout, local_step
     from worker_chart_export.service.execute import StepReport, execute_step
 
     settings = load_settings(
@@ -173,7 +173,7 @@ def run_local(args: argparse.Namespace) -> int:
             "chart_img_accounts_json": _read_accounts_file(args.accounts_config_path),
             "local_output_dir": args.output_dir,
         },
-        defaults={"charts_api_mode": "mock"},
+        kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
     )
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
@@ -191,9 +191,9 @@ def run_local(args: argparse.Namespace) -> int:
         layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
-    local = build_local_ports(settings, args.flow_run_path, layout)
+    flow_runs, step = local_step(settings, args.flow_run_path, layout)
     try:
-        flow_run = local.flow_runs.read()  # the state beside the sample once a run has written it
+        flow_run = flow_runs.read()  # the state beside the sample once a run has written it
     except (OSError, ValueError) as exc:
         raise UsageError(
             f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
@@ -216,7 +216,7 @@ def run_local(args: argparse.Namespace) -> int:
         )
     else:
         try:
-            report = execute_step(run_id, step_id, ports=local.ports, limits=step_limits(settings))
+            report = execute_step(run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock)
         except RedeliverEvent as exc:
             print(f"worker-chart-export: {exc}", file=sys.stderr)
             return EXIT_FAILED

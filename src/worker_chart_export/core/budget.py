@@ -5,18 +5,18 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 
 
 @dataclass(frozen=True)
 class Budget:
     expires_at: float
-    clock: Clock = SYSTEM_CLOCK
+    clock: Clock
     # set by cancel(): work still running (render threads, retries) sees no time left
     _cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @classmethod
-    def starting_now(cls, seconds: float, clock: Clock = SYSTEM_CLOCK) -> Budget:
+    def starting_now(cls, seconds: float, clock: Clock) -> Budget:
         return cls(expires_at=clock.monotonic() + seconds, clock=clock)
 
     def remaining(self) -> float:

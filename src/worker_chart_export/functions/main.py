@@ -211,14 +211,16 @@ def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, ident
     import structlog
     from werkzeug.exceptions import InternalServerError
 
-    from worker_chart_export.bootstrap import production_runtime
+    from worker_chart_export.bootstrap import runtime
     from worker_chart_export.service.execute import execute_step
 
     try:
         # execute_step's own lines take service/env/eventId from the context
         with structlog.contextvars.bound_contextvars(**identity):
-            runtime = production_runtime()
-            report = execute_step(run_id, step_id, ports=runtime.ports, limits=runtime.limits, seen=seen)
+            step = runtime().step()
+            report = execute_step(
+                run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock, seen=seen
+            )
     except RedeliverEvent as exc:
         # Either the claim could not be made while the step is still READY, or a claimed
         # step's result could not be recorded (FinalizeFailed): the reason says which.
@@ -272,11 +274,12 @@ def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
         raise PoisonEvent("the document carries no update_time: there is no version to write on")
     from werkzeug.exceptions import InternalServerError
 
-    from worker_chart_export.bootstrap import advance_store
+    from worker_chart_export.bootstrap import runtime
     from worker_chart_export.service.advance import advance_version
 
+    store = runtime().advance_store()
     try:
-        result = advance_version(version.run_id, version.document, version.update_time, advance_store())
+        result = advance_version(version.run_id, version.document, version.update_time, store)
     except TransientStoreError as exc:
         # expected and retryable: one line without a traceback, and a redelivery
         log.error("advance_flow failed: Eventarc redelivers the event", reason=str(exc))
@@ -294,13 +297,12 @@ def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
     if request.method != "POST":
         log.warning("request rejected: the reaper is run by POST", httpMethod=request.method, httpStatus=405)
         return {"error": "the reaper is run by POST"}, 405
-    from worker_chart_export.bootstrap import lease_reaper
+    from worker_chart_export.bootstrap import runtime
     from worker_chart_export.service.reaper import reap_once
-    from worker_chart_export.settings import load_settings
 
-    settings = load_settings()
+    reaper = runtime().reaper()
     try:
-        report = reap_once(lease_reaper(settings), max_attempts=settings.reaper_max_attempts)
+        report = reap_once(reaper.leases, clock=reaper.clock, max_attempts=reaper.max_attempts)
     except TransientStoreError as exc:
         log.error("reaper pass failed: Firestore unavailable", reason=str(exc), httpStatus=503)
         return {"error": str(exc)}, 503

@@ -22,7 +22,7 @@ from structlog.typing import FilteringBoundLogger
 
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
@@ -85,7 +85,7 @@ def execute_step(
     *,
     ports: Ports,
     limits: StepLimits,
-    clock: Clock = SYSTEM_CLOCK,
+    clock: Clock,
     seen: RunVersion | None = None,
 ) -> StepReport:
     """`seen`: the version of the run the event carried, which the claim is planned from

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
 from worker_chart_export.core.step_rules import DEFAULT_MAX_ATTEMPTS
@@ -28,7 +28,7 @@ class LeaseReaper(Protocol):
 def reap_once(
     reaper: LeaseReaper,
     *,
-    clock: Clock = SYSTEM_CLOCK,
+    clock: Clock,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     batch: int = DEFAULT_BATCH,
 ) -> ReapReport:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,16 +153,23 @@ def test_the_contracts_list_the_same_intervals() -> None:
 # --- the CHART_IMG_PLAN setting ----------------------------------------------------------------
 
 
-def test_chart_img_plan_setting_defaults_to_basic_and_reaches_the_step_limits() -> None:
-    assert load_settings(environ={}).chart_img_plan == "BASIC"
-    assert step_limits(load_settings(environ={})).plan == BASIC
-    settings = load_settings(environ={"CHART_IMG_PLAN": " pro "})
+def test_chart_img_plan_setting_defaults_to_basic_and_reaches_the_step_limits(
+    settings_environment: Callable[..., None],
+) -> None:
+    settings_environment()
+    assert load_settings().chart_img_plan == "BASIC"
+    assert step_limits(load_settings()).plan == BASIC
+    settings_environment(CHART_IMG_PLAN=" pro ")
+    settings = load_settings()
     assert settings.chart_img_plan == "PRO" and step_limits(settings).plan == plan_named("PRO")
 
 
-def test_unknown_chart_img_plan_is_a_config_error_naming_the_variable() -> None:
+def test_unknown_chart_img_plan_is_a_config_error_naming_the_variable(
+    settings_environment: Callable[..., None],
+) -> None:
+    settings_environment(CHART_IMG_PLAN="GOLD")
     with pytest.raises(ConfigError) as caught:
-        load_settings(environ={"CHART_IMG_PLAN": "GOLD"})
+        load_settings()
     assert caught.value.setting == "CHART_IMG_PLAN"
     assert "unknown CHART-IMG plan 'GOLD'" in caught.value.problem and "ENTERPRISE" in caught.value.problem
 

@@ -86,8 +86,10 @@ class FakeExecution:
     raises: BaseException | None = None
     seen: list[Any] = field(default_factory=list)  # the version each claim is to be planned from
 
-    def __call__(self, run_id: str, step_id: str, *, ports: Any, limits: Any, seen: Any = None) -> Any:
-        assert ports == "fake-ports" and limits == "fake-limits"
+    def __call__(
+        self, run_id: str, step_id: str, *, ports: Any, limits: Any, clock: Any, seen: Any = None
+    ) -> Any:
+        assert ports == "fake-ports" and limits == "fake-limits" and clock == "fake-clock"
         self.calls.append((run_id, step_id))
         self.seen.append(seen)
         if self.raises is not None:
@@ -105,8 +107,8 @@ def fake_execution(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeExecution]:
     import worker_chart_export.service.execute as execute_module
 
     fake = FakeExecution(calls=[])
-    runtime = SimpleNamespace(limits="fake-limits", ports="fake-ports")
-    monkeypatch.setattr(bootstrap_module, "production_runtime", lambda: runtime)
+    step = SimpleNamespace(limits="fake-limits", ports="fake-ports", clock="fake-clock")
+    monkeypatch.setattr(bootstrap_module, "runtime", lambda: SimpleNamespace(step=lambda: step))
     monkeypatch.setattr(execute_module, "execute_step", fake)
     yield fake
 

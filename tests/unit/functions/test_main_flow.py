@@ -9,12 +9,14 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
 from harness.logs import LogCapture
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
@@ -83,7 +85,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAdvanceStore]:
     import worker_chart_export.bootstrap as bootstrap_module
 
     fake = FakeAdvanceStore()
-    monkeypatch.setattr(bootstrap_module, "advance_store", lambda: fake)
+    monkeypatch.setattr(bootstrap_module, "runtime", lambda: SimpleNamespace(advance_store=lambda: fake))
     yield fake
 
 
@@ -254,7 +256,8 @@ def lease_reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLeaseReaper]:
     import worker_chart_export.bootstrap as bootstrap_module
 
     fake = FakeLeaseReaper()
-    monkeypatch.setattr(bootstrap_module, "lease_reaper", lambda settings: fake)
+    reaper = SimpleNamespace(leases=fake, clock=SYSTEM_CLOCK, max_attempts=3)
+    monkeypatch.setattr(bootstrap_module, "runtime", lambda: SimpleNamespace(reaper=lambda: reaper))
     yield fake
 
 

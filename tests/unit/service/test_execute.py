@@ -17,6 +17,7 @@ from harness.builders import REPO, chart_step, flow_run
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
     ClaimContended,
@@ -93,9 +94,9 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
 
 def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}))
-    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     before = world.store.read()
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
     assert world.store.read() == before
 
@@ -103,7 +104,7 @@ def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
 def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(status=status)}))
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "NOOP"
     assert not world.store.state.exists()  # nothing was ever written
     assert not (tmp_path / "gcs").exists()
@@ -113,7 +114,7 @@ def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
     # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
     doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
     world = make_world(tmp_path, doc)
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.items_count == 0 and report.failures_count == 3
     step = world.step()
     assert step["status"] == "FAILED"
@@ -127,13 +128,13 @@ def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
     step = chart_step()
     step["inputs"]["minImages"] = 0
     world = make_world(tmp_path, flow_run({"charts": step}, symbol="ETHUSDT"))
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "SUCCEEDED" and report.items_count == 0 and report.failures_count == 3
 
 
 def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "steps.charts.timeframe" in step["error"]["message"]
@@ -142,7 +143,7 @@ def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path:
 
 def test_run_id_escaping_the_prefix_fails_validation_and_writes_nothing(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}, run_id="../../etc"))
-    report = execute_step("../../etc", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("../../etc", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     assert world.step()["status"] == "FAILED"
     assert not (tmp_path / "gcs").exists() and not (tmp_path.parent / "etc").exists()
@@ -168,7 +169,7 @@ def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
     world = make_world(
         tmp_path, flow_run({"charts": chart_step()}), artifacts=FailingArtifacts(base.artifacts, png=True)
     )
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
     assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
 
@@ -180,7 +181,7 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
         flow_run({"charts": chart_step()}),
         artifacts=FailingArtifacts(base.artifacts, manifest=True),
     )
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "outputs" not in step
@@ -223,7 +224,7 @@ def test_the_first_wave_is_reserved_around_the_renders(tmp_path: Path) -> None:
     chart_api = WaveRecordingChartApi()
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=chart_api)
     limits = dataclasses.replace(LIMITS, chart_concurrency=2)
-    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=SYSTEM_CLOCK)
     requested = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]
     assert len(requested) > 2 and report.outcome == "SUCCEEDED"
     assert chart_api.waves == [requested[:2]]  # one wave: as many as run at once
@@ -238,7 +239,7 @@ class CrashingChartApi(ChartApiDouble):
 def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
     with pytest.raises(KeyError):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     step = world.step()
     assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
 
@@ -260,7 +261,7 @@ def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: 
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
     tight = StepLimits.within_request(request_timeout_seconds=1.3, finalize_budget_seconds=0.3)
     try:
-        report = execute_step("run1", "charts", ports=world.ports, limits=tight)
+        report = execute_step("run1", "charts", ports=world.ports, limits=tight, clock=SYSTEM_CLOCK)
     finally:
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
@@ -340,7 +341,7 @@ def test_the_manifest_fence_reads_the_store_only_near_the_leases_end(
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=counting)
     limits = StepLimits.within_request(request_timeout_seconds=request_timeout, finalize_budget_seconds=2)
 
-    report = execute_step("run1", "charts", ports=world.ports, limits=limits)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=SYSTEM_CLOCK)
 
     assert report.outcome == "SUCCEEDED" and report.manifest_uri is not None
     assert counting.fence_reads == fence_reads
@@ -357,7 +358,7 @@ class UnavailableStore:
 def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
     with pytest.raises(RedeliverEvent, match="could not reach the store"):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
 
 
 @dataclass
@@ -385,8 +386,8 @@ def test_the_events_version_is_what_the_claim_is_planned_from(tmp_path: Path, lo
     world = make_world(tmp_path, document, flow_runs=recording)
     seen = RunVersion(document, FakeClock().now())
 
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, seen=seen)
-    again = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, seen=seen, clock=SYSTEM_CLOCK)
+    again = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
 
     assert report.outcome == "SUCCEEDED" and again.error_code == "STEP_CLAIM_CONFLICT"
     assert recording.seen == [seen, None]  # run-local and the CLI have none: the store reads
@@ -406,13 +407,13 @@ class StillReadyStore:
 def test_a_claim_still_ready_after_its_tries_asks_for_redelivery(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=StillReadyStore())
     with pytest.raises(RedeliverEvent, match="still READY"):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
 
 
 def test_previous_attempt_error_is_cleared_on_a_new_claim(tmp_path: Path) -> None:
     step = chart_step(attempt=2, error={"code": "CHART_API_FAILED", "message": "old"}, finishedAt="x")
     world = make_world(tmp_path, flow_run({"charts": step}))
-    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     state = world.step()
     assert state["attempt"] == 3 and "error" not in state and state["status"] == "SUCCEEDED"
 
@@ -443,7 +444,7 @@ def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Pat
     base = make_world(tmp_path, flow_run({"charts": chart_step()}))
     refusing = RefusingFinalizeStore(base.store, refusals_left=1)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
-    execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     step = base.store.read()["steps"]["charts"]
     assert step["status"] == "FAILED" and step["error"]["code"] == "FIRESTORE_FINALIZE_FAILED"
     assert (
@@ -458,13 +459,13 @@ def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_c
     refusing = RefusingFinalizeStore(base.store, refusals_left=2)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
 
 
 def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(outputs=[1])}))
-    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "SUCCEEDED"
     assert world.step()["outputs"] == {"outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json"}
 
@@ -477,7 +478,7 @@ class InterruptingChartApi(ChartApiDouble):
 def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=InterruptingChartApi())
     with pytest.raises(KeyboardInterrupt):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     step = world.step()
     assert step["status"] == "FAILED" and step["error"]["code"] == "WORKER_INTERNAL_ERROR"
     assert "KeyboardInterrupt" in step["error"]["message"]
@@ -486,19 +487,19 @@ def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) 
 def test_crash_message_names_the_cause(tmp_path: Path) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
     with pytest.raises(KeyError):
-        execute_step("run1", "charts", ports=world.ports, limits=LIMITS)
+        execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert world.step()["error"]["message"] == "the worker failed unexpectedly: KeyError: 'a defect'"
 
 
 def test_cancelled_budget_has_no_time_left() -> None:
-    budget = Budget.starting_now(60)
+    budget = Budget.starting_now(60, SYSTEM_CLOCK)
     assert budget.remaining() > 59
     budget.cancel()
     assert budget.remaining() == 0.0 and budget.expired()
 
 
 def test_budget_ending_earlier_shares_cancellation() -> None:
-    budget = Budget.starting_now(100)
+    budget = Budget.starting_now(100, SYSTEM_CLOCK)
     earlier = budget.ending_earlier(20)
     assert 79 < earlier.remaining() <= 80
     budget.cancel()

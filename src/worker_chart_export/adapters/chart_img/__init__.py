@@ -41,10 +41,9 @@ def build_http_chart_api(
     *,
     record_into: FixtureLibrary | None = None,
     retry_policy: RetryPolicy | None = None,
-    seams: Seams | None = None,
+    seams: Seams,
 ) -> RealChartApi | RecordChartApi:
     """Mode `real`, or `record` into `record_into` when it is given."""
-    seams = seams or Seams()
     defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
     limiter = AccountLimiter(accounts, usage_store, defaults=defaults, clock=seams.clock)
     client = ChartImgClient(

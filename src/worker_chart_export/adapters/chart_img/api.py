@@ -38,7 +38,7 @@ from worker_chart_export.core.chart_img_answers import (
     looks_like_png,
     not_a_png,
 )
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
@@ -71,9 +71,10 @@ class Rendered:
 
 @dataclass(frozen=True)
 class Seams:
-    """What a test replaces: time, the HTTP transport, the randomness of the backoff."""
+    """The clock the runtime hands down, and what a test replaces: that clock, the HTTP
+    transport, the randomness of the backoff."""
 
-    clock: Clock = SYSTEM_CLOCK
+    clock: Clock
     transport: httpx.BaseTransport | None = None
     rand: Callable[[], float] = random.random
 
@@ -89,7 +90,7 @@ class RealChartApi:
         request_timeout: float,
         policy: RetryPolicy | None = None,
         mode: str = "real",
-        seams: Seams = Seams(),
+        seams: Seams,
     ) -> None:
         self.mode = mode
         self.client = client

@@ -15,7 +15,7 @@ import httpx
 from pydantic import SecretStr
 
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
 
@@ -72,7 +72,7 @@ class ChartImgClient:
         *,
         max_connections: int,
         transport: httpx.BaseTransport | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._client = httpx.Client(

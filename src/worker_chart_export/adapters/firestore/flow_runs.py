@@ -29,7 +29,7 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, advance_update
 from worker_chart_export.adapters.firestore.step_claim import ClaimRequest, StepClaim
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION
 from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
@@ -48,7 +48,7 @@ class FirestoreFlowRunStore:
         max_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
         claim_tries: int = CLAIM_TRIES,
         commit: BatchCommitter = commit_batch,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
         if max_attempts < 1 or claim_tries < 1:
             raise ValueError("max_attempts and claim_tries must be >= 1")

@@ -15,7 +15,7 @@ from worker_chart_export.adapters.firestore.client import (
     snapshot_dict,
 )
 from worker_chart_export.adapters.firestore.exception_map import translated
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
 from worker_chart_export.core.types import JsonDict
 
@@ -32,7 +32,7 @@ class FirestoreTemplateSource:
         *,
         collection: str = CHART_TEMPLATES_COLLECTION,
         ttl_seconds: float = 300.0,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
     ) -> None:
         self._client = client

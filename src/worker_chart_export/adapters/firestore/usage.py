@@ -43,7 +43,7 @@ from worker_chart_export.adapters.firestore.client import (
     run_transaction,
 )
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
-from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
+from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
@@ -78,7 +78,7 @@ class FirestoreUsageStore:
         collection: str = ACCOUNTS_USAGE_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         contention_attempts: int = 8,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         run_in_transaction: TransactionRunner = run_transaction,
     ) -> None:
         if contention_attempts < 1:

@@ -24,6 +24,7 @@ from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
 from worker_chart_export.core.retry_policy import RetryPolicy
@@ -505,7 +506,7 @@ def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig
     )
     assert json.loads(path.read_text()) == {"status": 422, "body": {"message": "Invalid Symbol"}}
     replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(
-        chart_call("tpl_b"), Budget.starting_now(1)
+        chart_call("tpl_b"), Budget.starting_now(1, SYSTEM_CLOCK)
     )
     assert failure(replayed)["message"] == recorded["message"]
     assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
@@ -549,7 +550,9 @@ def test_record_keeps_no_fixture_without_a_real_answer(
 
 
 def test_build_mock_needs_no_accounts(tmp_path: Path) -> None:
-    api = build_chart_api(Settings(charts_api_mode="mock", charts_fixtures_dir=tmp_path), None)
+    api = build_chart_api(
+        Settings(charts_api_mode="mock", charts_fixtures_dir=tmp_path), None, seams=Seams(SYSTEM_CLOCK)
+    )
     assert isinstance(api, MockChartApi)
     assert api.library.directory == tmp_path / "chart-img/advanced-chart-v2"
 
@@ -557,7 +560,7 @@ def test_build_mock_needs_no_accounts(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["real", "record"])
 def test_build_without_accounts_is_a_config_error(mode: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        build_chart_api(Settings(charts_api_mode=mode), InMemoryUsageStore())
+        build_chart_api(Settings(charts_api_mode=mode), InMemoryUsageStore(), seams=Seams(SYSTEM_CLOCK))
     assert str(caught.value) == NO_ACCOUNTS_MESSAGE
 
 
@@ -568,7 +571,7 @@ def test_build_reads_accounts_from_the_secret() -> None:
             return type("R", (), {"payload": type("P", (), {"data": payload})()})()
 
     settings = Settings(charts_api_mode="real", chart_img_accounts_secret="projects/p/secrets/s")
-    api = build_chart_api(settings, InMemoryUsageStore(), secret_client=Secrets())
+    api = build_chart_api(settings, InMemoryUsageStore(), secret_client=Secrets(), seams=Seams(SYSTEM_CLOCK))
     assert isinstance(api, RealChartApi)
     assert api.limiter.account_ids == ("acc1",)
     api.close()

@@ -24,8 +24,9 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img import Seams
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
-from worker_chart_export.bootstrap import LocalLayout, build_chart_api, build_local_ports, chart_img_options
+from worker_chart_export.bootstrap import LocalLayout, build_chart_api, chart_img_options, local_step
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.types import ChartCall, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings, load_settings
@@ -59,22 +60,27 @@ def test_a_pool_needs_a_connection() -> None:
 # --- sized from the settings ---------------------------------------------------------------
 
 
-def test_the_pool_holds_every_chart_the_instance_runs_at_once() -> None:
-    settings = load_settings(environ={"THREADS": "4", "CHART_CONCURRENCY": "8"})
+def test_the_pool_holds_every_chart_the_instance_runs_at_once(
+    settings_environment: Callable[..., None],
+) -> None:
+    settings_environment(THREADS="4", CHART_CONCURRENCY="8")
+    settings = load_settings()
     assert settings.threads == 4
     assert chart_img_options(settings).max_connections == 32
     assert chart_img_options(settings, steps_at_once=1).max_connections == 8
 
 
-def test_threads_default_to_functions_frameworks_own() -> None:
+def test_threads_default_to_functions_frameworks_own(settings_environment: Callable[..., None]) -> None:
     import os
 
-    assert load_settings(environ={}).threads == 4 * (os.cpu_count() or 1)
+    settings_environment()
+    assert load_settings().threads == 4 * (os.cpu_count() or 1)
 
 
-def test_a_bad_threads_value_names_the_variable() -> None:
+def test_a_bad_threads_value_names_the_variable(settings_environment: Callable[..., None]) -> None:
+    settings_environment(THREADS="0")
     with pytest.raises(ConfigError, match="THREADS"):
-        load_settings(environ={"THREADS": "0"})
+        load_settings()
 
 
 def test_run_local_runs_one_step_so_its_pool_is_one_steps_charts(tmp_path: Path) -> None:
@@ -86,7 +92,7 @@ def test_run_local_runs_one_step_so_its_pool_is_one_steps_charts(tmp_path: Path)
         threads=16,
     )
     layout = LocalLayout.under(tmp_path, "run-1")
-    api: Any = build_local_ports(settings, tmp_path / "run.json", layout).ports.chart_api
+    api: Any = local_step(settings, tmp_path / "run.json", layout).parts.ports.chart_api
     assert api.client.permits.size == 5
 
 
@@ -129,7 +135,9 @@ class Rig:
             charts_fixtures_dir=tmp_path,
         )
         self.api: Any = build_chart_api(
-            settings, self.store, seams=Seams(transport=httpx.MockTransport(self.answers.handler))
+            settings,
+            self.store,
+            seams=Seams(SYSTEM_CLOCK, transport=httpx.MockTransport(self.answers.handler)),
         )
         self.permits: ConnectionPermits = self.api.client.permits
         self.pool = ThreadPoolExecutor(max_workers=8)
@@ -158,7 +166,7 @@ def rig(tmp_path: Path, log_capture: LogCapture) -> Iterator[Callable[..., Rig]]
 
 def test_a_chart_waiting_for_a_connection_holds_no_reservation(rig: Callable[..., Rig]) -> None:
     r = rig(connections=1)
-    budget = Budget.starting_now(30.0)
+    budget = Budget.starting_now(30.0, SYSTEM_CLOCK)
     first = r.render(chart_call("tpl_a"), budget)
     assert r.answers.arrived.acquire(timeout=10)  # the first chart is on the wire
     second = r.render(chart_call("tpl_b"), budget)
@@ -171,7 +179,7 @@ def test_a_chart_waiting_for_a_connection_holds_no_reservation(rig: Callable[...
 
 def test_a_first_wave_reserves_only_what_has_a_connection(rig: Callable[..., Rig]) -> None:
     r = rig(connections=2, accounts=2)
-    budget = Budget.starting_now(30.0)
+    budget = Budget.starting_now(30.0, SYSTEM_CLOCK)
     other_step = r.render(chart_call("tpl_x", run_id="run-other"), budget)
     assert r.answers.arrived.acquire(timeout=10)  # one connection busy with another step
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
@@ -190,7 +198,7 @@ def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., R
     r = rig(connections=3)
     r.answers.release.set()
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
-    with r.api.first_wave(calls, Budget.starting_now(30.0)):
+    with r.api.first_wave(calls, Budget.starting_now(30.0, SYSTEM_CLOCK)):
         assert not r.permits.acquire(timeout=0)  # all three held for the wave
-        assert r.api.render(calls[0], Budget.starting_now(30.0)) == ChartSuccess(PNG, "acc0")
+        assert r.api.render(calls[0], Budget.starting_now(30.0, SYSTEM_CLOCK)) == ChartSuccess(PNG, "acc0")
     assert connections_all_free(r.api) and r.units() == 3

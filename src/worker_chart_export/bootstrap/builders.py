@@ -1,17 +1,17 @@
-"""Where configuration meets adapters: the one module that reads `Settings` to build the
-ports and the step's limits. Heavy client libraries are imported here, lazily, and only for
-the adapters actually used. The chart-API mode is decided here, once (`calls_chart_img`).
+"""How each part is built from `Settings`: the served step's adapters and limits
+(`served_step`), run-local's step on local files (`local_step`), and the chart-API mode,
+decided once (`calls_chart_img`). Heavy client libraries are imported here, lazily, and only
+for the adapters actually used.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import (
@@ -19,6 +19,7 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
+from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
@@ -31,23 +32,23 @@ from worker_chart_export.environment import (
     CHARTS_FIXTURES_DIR,
 )
 from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports, UsageStore
-from worker_chart_export.settings import ChartsApiMode, Settings, load_settings
+from worker_chart_export.settings import ChartsApiMode, Settings
 
 if TYPE_CHECKING:
+    from google.cloud import firestore
     from google.cloud.storage import Client as StorageClient
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
-    from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
-    from worker_chart_export.service.reaper import LeaseReaper
 
 
 @dataclass(frozen=True)
-class Runtime:
-    """What a warm instance keeps between events: the step's limits and the ports."""
+class StepParts:
+    """What execute_step is handed: the ports, the step's limits and the clock."""
 
-    limits: StepLimits
     ports: Ports
+    limits: StepLimits
+    clock: Clock
     # Opens what the first step would otherwise open on its own time (gRPC channel, HTTP
     # connections, credentials); run once by warm_up(), never on the request path.
     connect: Callable[[], None] = field(default=lambda: None, compare=False)
@@ -70,22 +71,23 @@ def calls_chart_img(settings: Settings) -> bool:
 
 def build_chart_api(
     settings: Settings,
-    usage_store: UsageStore | None = None,
+    usage_store: UsageStore | None,
     *,
+    seams: Seams,
     secret_client: SecretClient | None = None,
     retry_policy: RetryPolicy | None = None,
-    seams: Seams | None = None,
     steps_at_once: int | None = None,
 ) -> ChartApi:
     """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
-    Real and record need accounts and a usage store; mock needs neither. `steps_at_once`:
-    how many steps share it at once (default the served instance's threads)."""
+    Real and record need accounts and a usage store; mock needs neither (nor `seams`: the
+    clock, the HTTP transport). `steps_at_once`: how many steps share it at once (default
+    the served instance's threads)."""
     library = FixtureLibrary(settings.charts_fixtures_dir)
     if not calls_chart_img(settings):
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
-        _require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
+        require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
         return MockChartApi(library)
-    from worker_chart_export.adapters.chart_img import Seams, build_http_chart_api
+    from worker_chart_export.adapters.chart_img import build_http_chart_api
 
     accounts = _require_accounts(settings, secret_client)
     if usage_store is None:
@@ -96,7 +98,7 @@ def build_chart_api(
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
         retry_policy=retry_policy,
-        seams=seams or Seams(),
+        seams=seams,
     )
 
 
@@ -143,11 +145,7 @@ def check_configuration(settings: Settings) -> dict[str, object]:
     return summary
 
 
-def gcs_artifacts(settings: Settings) -> ArtifactStore:
-    return _gcs_artifacts_and_client(settings)[0]
-
-
-def _gcs_artifacts_and_client(settings: Settings) -> tuple[ArtifactStore, StorageClient]:
+def gcs_artifacts_and_client(settings: Settings, clock: Clock) -> tuple[ArtifactStore, StorageClient]:
     from google.auth.exceptions import DefaultCredentialsError
 
     from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
@@ -162,32 +160,31 @@ def _gcs_artifacts_and_client(settings: Settings) -> tuple[ArtifactStore, Storag
             "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
-    store = GcsArtifactStore(client, settings.charts_bucket, policy=WritePolicy(max_attempts=3, timeout=15.0))
+    policy = WritePolicy(max_attempts=3, timeout=15.0)
+    store = GcsArtifactStore(client, settings.charts_bucket, policy=policy, clock=clock)
     return store, client
 
 
-def build_production_ports(settings: Settings) -> Ports:
-    return _build_production_runtime(settings).ports
+WARM_UP_DOCUMENT_ID = "warm-up-probe"
 
 
-def _build_production_runtime(settings: Settings) -> Runtime:
+def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> StepParts:
+    """The served worker's step: Firestore (`client`) for runs, templates and usage, GCS for
+    artifacts, the chart API of settings.charts_api_mode; `clock` handed to each."""
+    from worker_chart_export.adapters.chart_img import Seams
     from worker_chart_export.adapters.firestore import (
         FirestoreFlowRunStore,
         FirestoreTemplateSource,
         FirestoreUsageStore,
-        make_firestore_client,
     )
 
-    client = make_firestore_client(
-        settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
-    )
-    artifacts, storage_client = _gcs_artifacts_and_client(settings)
-    usage = FirestoreUsageStore(client) if calls_chart_img(settings) else None
+    artifacts, storage_client = gcs_artifacts_and_client(settings, clock)
+    usage = FirestoreUsageStore(client, clock=clock) if calls_chart_img(settings) else None
     ports = Ports(
-        flow_runs=FirestoreFlowRunStore(client),
-        templates=FirestoreTemplateSource(client),
+        flow_runs=FirestoreFlowRunStore(client, clock=clock),
+        templates=FirestoreTemplateSource(client, clock=clock),
         artifacts=artifacts,
-        chart_api=build_chart_api(settings, usage),
+        chart_api=build_chart_api(settings, usage, seams=Seams(clock)),
     )
 
     def connect() -> None:
@@ -204,45 +201,7 @@ def _build_production_runtime(settings: Settings) -> Runtime:
         with contextlib.suppress(Forbidden):
             storage_client.bucket(settings.charts_bucket).exists(timeout=10.0)
 
-    return Runtime(step_limits(settings), ports, connect)
-
-
-WARM_UP_DOCUMENT_ID = "warm-up-probe"
-_runtime: Runtime | None = None
-_runtime_lock = threading.Lock()
-
-
-def production_runtime() -> Runtime:
-    """Built at most once per process, by warm_up() or else by the first event that has
-    work, then reused by the warm instance."""
-    global _runtime
-    with _runtime_lock:
-        if _runtime is None:
-            _runtime = _build_production_runtime(load_settings())
-        return _runtime
-
-
-def warm_up() -> float:
-    """What the first step would pay for, paid right after the instance starts: the heavy
-    imports, the clients (production_runtime), their connections. Meant for a background
-    thread of the serving process; an event with work meanwhile waits for the runtime lock
-    rather than building a second one, and a no-op event does not wait at all. Returns the
-    seconds it took; failures are logged and left for the first step to meet again."""
-    import time
-
-    from worker_chart_export.logs import get_logger
-
-    began = time.monotonic()
-    try:
-        import worker_chart_export.service.execute  # noqa: F401  (the handler's lazy import, paid now)
-
-        production_runtime().connect()
-    except Exception as exc:
-        get_logger().warning("instance warm-up failed", errorKind=type(exc).__name__, reason=str(exc)[:200])
-        return time.monotonic() - began
-    took = time.monotonic() - began
-    get_logger().info("instance warmed up", durationMs=round(took * 1000))
-    return took
+    return StepParts(ports, step_limits(settings), clock, connect)
 
 
 @dataclass(frozen=True)
@@ -269,29 +228,26 @@ class LocalLayout:
         )
 
 
-def _require_dir(path: Path, setting: str) -> None:
-    if not path.is_dir():
-        raise ConfigError(setting, f"{path} is not a folder")
-
-
-@dataclass(frozen=True)
-class LocalPorts:
-    """run-local's ports, with its flow_run store typed as the local one (it reads the state)."""
+class LocalStep(NamedTuple):
+    """run-local's step, with its flow_run store typed as the local one (it reads the state)."""
 
     flow_runs: LocalFlowRunStore
-    ports: Ports
+    parts: StepParts
 
 
-def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> LocalPorts:
-    """Local files for everything, except GCS when a bucket was configured explicitly."""
+def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> LocalStep:
+    """Local files for everything, except GCS when a bucket was configured explicitly; the
+    system clock (a person waits for it)."""
     # a wrong folder would fail the step as "template not found": say what is wrong instead
-    _require_dir(settings.chart_templates_dir, CHART_TEMPLATES_DIR)
+    require_dir(settings.chart_templates_dir, CHART_TEMPLATES_DIR)
+    from worker_chart_export.adapters.chart_img import Seams
+
+    clock = SYSTEM_CLOCK
     artifacts: ArtifactStore
     if settings.charts_bucket_configured:
-        artifacts = gcs_artifacts(settings)
+        artifacts = gcs_artifacts_and_client(settings, clock)[0]
     else:
         artifacts = LocalArtifactStore(layout.bucket_root, settings.charts_bucket)
-
     usage: UsageStore | None = None
     if calls_chart_img(settings):
         from worker_chart_export.adapters.usage_local import FileUsageStore
@@ -302,37 +258,12 @@ def build_local_ports(settings: Settings, flow_run_path: Path, layout: LocalLayo
         flow_runs=flow_runs,
         templates=LocalTemplateSource(settings.chart_templates_dir),
         artifacts=artifacts,
-        chart_api=build_chart_api(settings, usage, steps_at_once=1),  # run-local runs one step
+        # run-local runs one step
+        chart_api=build_chart_api(settings, usage, seams=Seams(clock), steps_at_once=1),
     )
-    return LocalPorts(flow_runs, ports)
+    return LocalStep(flow_runs, StepParts(ports, step_limits(settings), clock))
 
 
-# --- advance_flow and the reaper ---------------------------------------------------------
-
-_firestore_clients: dict[str, Any] = {}
-_firestore_lock = threading.Lock()
-
-
-def _firestore_client(settings: Settings) -> Any:
-    """One Firestore client per process for the flow functions, reused while warm."""
-    from worker_chart_export.adapters.firestore import make_firestore_client
-
-    with _firestore_lock:
-        key = settings.google_cloud_project or ""
-        if key not in _firestore_clients:
-            _firestore_clients[key] = make_firestore_client(
-                settings.google_cloud_project, emulator_host=settings.firestore_emulator_host
-            )
-        return _firestore_clients[key]
-
-
-def advance_store(settings: Settings | None = None) -> FirestoreFlowRunStore:
-    from worker_chart_export.adapters.firestore import FirestoreFlowRunStore
-
-    return FirestoreFlowRunStore(_firestore_client(settings or load_settings()))
-
-
-def lease_reaper(settings: Settings) -> LeaseReaper:
-    from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
-
-    return FirestoreLeaseReaper(_firestore_client(settings))
+def require_dir(path: Path, setting: str) -> None:
+    if not path.is_dir():
+        raise ConfigError(setting, f"{path} is not a folder")
