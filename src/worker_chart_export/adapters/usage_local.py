@@ -151,3 +151,8 @@ class FileUsageStore(_DocsUsageStore):
     def snapshot(self) -> Docs:
         with self._transaction() as docs:
             return copy.deepcopy(docs)
+
+    def read_all(self) -> dict[str, Mapping[str, Any]]:
+        """Every account's document; a file not written yet means no usage (and reading it
+        creates nothing)."""
+        return dict(self.snapshot()) if self.path.exists() else {}

@@ -187,8 +187,7 @@ class FirestoreUsageStore:
         first reservation of each account costs a commit, not a read and a commit. For an
         instance's start-up warm-up; returns how many documents it read."""
         started = self._clock.monotonic()
-        with translated("read of chart_img_accounts_usage", contention=False):
-            snapshots = list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
+        snapshots = self._every_document()
         took = self._clock.monotonic() - started
         with self._versions_lock:
             # the first commits (often a burst on an idle key) need an estimate too: a
@@ -200,6 +199,15 @@ class FirestoreUsageStore:
             # fails if another instance created it meanwhile, and the store reads it then)
             self._absent_unless_seen = True
         return len(snapshots)
+
+    def read_all(self) -> dict[str, Mapping[str, Any]]:
+        """Every usage document, by account id (one query; nothing remembered): for
+        `worker-chart-export accounts`."""
+        return {snapshot.id: snapshot.to_dict() or {} for snapshot in self._every_document()}
+
+    def _every_document(self) -> list[firestore.DocumentSnapshot[firestore.DocumentReference]]:
+        with translated("read of chart_img_accounts_usage", contention=False):
+            return list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
 
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
         """The documents now, in one BatchGet, remembered as the versions to write on (so a
