@@ -87,7 +87,7 @@ def _total_line(report: QuotaReport) -> str:
 
 
 def render_table(report: QuotaReport, source: str, *, configured: bool) -> str:
-    now, totals = report.now, report.totals
+    now = report.now
     lines = [f"CHART-IMG accounts at {rfc3339_utc(now)}, usage from {source}"]
     if not configured:
         lines.append(NO_CONFIGURATION)
