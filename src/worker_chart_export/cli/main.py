@@ -1,4 +1,4 @@
-"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit,
+"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit, accounts,
 stack. Parses flags, wires adapters, calls the same execute_step as the CloudEvent function,
 prints summaries; every error is one line on stderr."""
 

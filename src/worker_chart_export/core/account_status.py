@@ -35,7 +35,7 @@ EXHAUSTED_REASON = "exhaustedReason"
 DISABLED = "disabled"
 DISABLED_REASON = "disabledReason"
 
-DAILY_LIMIT_REACHED = "daily limit reached"
+DAILY_LIMIT_REACHED = "daily limit used up"  # by our count, or CHART-IMG said so (mark_exhausted)
 KEY_REFUSED = "key refused by CHART-IMG"
 
 
