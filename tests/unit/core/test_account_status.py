@@ -136,6 +136,18 @@ def test_the_documents_daily_limit_overrides_the_configuration() -> None:
     assert account_row("acc1", used(3), configured(daily_limit=40), NOW).limit_source is LimitSource.ACCOUNT
 
 
+def test_a_key_parked_by_a_document_limit_of_zero_is_exhausted() -> None:
+    row = account_row("acc1", used(0, dailyLimit=0), configured(), NOW)
+    assert (row.daily_limit, row.left_today, row.state) == (0, 0, AccountState.EXHAUSTED)
+
+
+def test_a_recorded_reason_is_trimmed_and_bounded() -> None:
+    doc = used(3, disabled=True, disabledReason="  " + "x" * 500 + " ")
+    assert account_row("acc1", doc, configured(), NOW).disabled_reason == "x" * 200
+    blank = used(3, disabled=True, disabledReason="   ")
+    assert account_row("acc1", blank, configured(), NOW).disabled_reason == KEY_REFUSED
+
+
 def test_a_cooling_key_waits_for_its_cooldown() -> None:
     until = NOW + timedelta(seconds=20)
     row = account_row("acc1", used(3, coolUntil=until.timestamp()), configured(), NOW)
