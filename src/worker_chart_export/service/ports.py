@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.step_rules import RunVersion
+from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
@@ -63,8 +64,9 @@ class FlowRunStore(Protocol):
 class TemplateSource(Protocol):
     """chart_templates/{id}: Firestore in production, the chart-templates/ directory locally."""
 
-    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, Mapping[str, Any]]:
-        """Templates by id; ids that do not exist are absent from the result.
+    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, StoredTemplate]:
+        """Templates by id; ids that do not exist are absent from the result. A version
+        already returned comes back as the same StoredTemplate, so its check is not redone.
 
         Raises TransientStoreError when the store cannot be read.
         """
