@@ -69,7 +69,7 @@ def main() -> int:
     if path:
         _install(path)
     argv = sys.argv[1:]
-    from worker_chart_export.cli.main import main as cli
+    from worker_chart_export.cli import main as cli
 
     if argv[:1] == ["--no-warm-up"]:
         argv = argv[1:]
