@@ -2,12 +2,13 @@
 
 No sockets and no real waiting: the transport answers from a list, and sleep and both clocks
 are one FakeClock, so backoff and budget rules are checked exactly. The `rig` fixture
-(conftest.py) builds a Rig; the tests of api.py, http.py and record.py use it.
+(conftest.py) builds a Rig; the tests of api.py, http.py, record.py and session.py use it.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,10 +76,18 @@ class Rig:
     def budget(self, seconds: float = 60.0) -> Budget:
         return Budget.starting_now(seconds, clock=self.clock)
 
-    def render(self, budget_seconds: float = 60.0, **call: Any) -> ChartResult:
-        result: ChartResult = self.api.render(
-            chart_call(call.pop("template", "tpl_a"), **call), self.budget(budget_seconds)
-        )
+    def session(self, budget_seconds: float = 60.0) -> AbstractContextManager[Any]:
+        """A step's chart session with no first wave: every render reserves on its own."""
+        return self.api.for_step([], self.budget(budget_seconds))
+
+    def render(self, budget_seconds: float = 60.0, *, session: Any = None, **call: Any) -> ChartResult:
+        """One call, in `session`, else in a session of its own (a step of one chart)."""
+        chart = chart_call(call.pop("template", "tpl_a"), **call)
+        if session is None:
+            with self.session(budget_seconds) as own:
+                result: ChartResult = own.render(chart)
+        else:
+            result = session.render(chart)
         assert not find_secrets([repr(result), json.dumps(_dict(result), default=str)], KEYS.values())
         return result
 

@@ -287,15 +287,17 @@ def test_limit_exceeded_message_rotates_whatever_the_status(rig: Callable[..., R
 
 def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callable[..., Rig]) -> None:
     r = rig([answer(429, "Limit Exceeded")], accounts=("acc1", "acc2"))
-    error = failure(r.render(template="a"))
-    assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
-    assert error["details"]["httpStatus"] == 429
-    assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
-    assert error["details"]["attempts"] == 2
-    assert len(r.transport.seen) == 2
-    second = failure(r.render(template="b"))  # same step: no HTTP call, no second event
-    assert second["code"] == "CHART_API_LIMIT_EXCEEDED"
-    assert len(r.transport.seen) == 2
+    with r.session() as step:
+        error = failure(r.render(template="a", session=step))
+        assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
+        assert error["details"]["httpStatus"] == 429
+        assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
+        assert error["details"]["attempts"] == 2
+        assert len(r.transport.seen) == 2
+        second = failure(r.render(template="b", session=step))  # same step: no HTTP call, no second event
+        assert second["code"] == "CHART_API_LIMIT_EXCEEDED"
+        assert len(r.transport.seen) == 2
+        assert step.exhaustion_logged
     (event,) = r.logs.events("chart-img accounts exhausted")
     assert event["severity"] == "ERROR"
     assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}

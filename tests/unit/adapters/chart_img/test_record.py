@@ -16,7 +16,6 @@ from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Answer, Rig, answer, failure, png
 from worker_chart_export.adapters.chart_img import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import ChartFailure, ChartSuccess
 
 
@@ -45,9 +44,7 @@ def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig
         tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__422_INVALID_SYMBOL.json"
     )
     assert json.loads(path.read_text()) == {"status": 422, "body": {"message": "Invalid Symbol"}}
-    replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(
-        chart_call("tpl_b"), Budget.starting_now(1)
-    )
+    replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(chart_call("tpl_b"))
     assert failure(replayed)["message"] == recorded["message"]
     assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
 
@@ -84,3 +81,13 @@ def test_record_keeps_no_fixture_without_a_real_answer(
     r = rig(answers, mode="record")
     assert failure(r.render())["code"] == "CHART_API_FAILED"
     assert not list((tmp_path / "fixtures").rglob("*.*"))
+
+
+def test_a_steps_first_wave_reserves_only_what_is_not_recorded(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], mode="record")
+    r.render(template="tpl_a")  # recorded: replayed from now on
+    with r.api.for_step([chart_call("tpl_a"), chart_call("tpl_b")], r.budget()) as step:
+        assert r.store.snapshot()["acc1"]["usageToday"] == 1 + 1  # tpl_b's first attempt only
+        assert step.render(chart_call("tpl_a")) == ChartSuccess(PNG)
+        assert step.render(chart_call("tpl_b")) == ChartSuccess(PNG, "acc1")
+    assert r.store.snapshot()["acc1"]["usageToday"] == 2 and len(r.transport.seen) == 2
