@@ -39,7 +39,7 @@ from worker_chart_export.core.chart_api_errors import (
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.errors import ErrorCode, StepError, TransientStoreError
-from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
+from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
 
@@ -124,8 +124,8 @@ class RealChartApi:
     def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
         request = _Request(call, session)
         retrying = Retrying(
-            stop=StopPolicy(self._policy, session.budget.remaining),
-            wait=BackoffWait(self._policy, self._rand),
+            stop=self._policy.stop(session.budget),
+            wait=self._policy.wait(self._rand),
             retry=wants_retry,
             sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
