@@ -247,8 +247,7 @@ def _write_manifest_and_decide(
 def _render_all(ctx: StepContext, validated: ValidatedStep, budget: Budget) -> _Rendered:
     """All requests concurrently (bounded), each yielding one item or one failure."""
     workers = min(ctx.limits.chart_concurrency, len(validated.calls))
-    # the step's own chart session: its first wave's quota in one round trip, rather than
-    # one per chart as each starts
+    # the step's own chart session: its first wave's quota in one round trip, not one per chart
     with ctx.ports.chart_api.for_step(validated.calls[:workers], budget) as charts:
         return _render_in_pool(ctx, charts, validated, budget, workers)
 
