@@ -138,20 +138,29 @@ class UsageStore(Protocol):
         ...
 
 
+class ChartSession(Protocol):
+    """One step's renders, within the budget its session was opened with (ChartApi.for_step).
+    Used from several threads at once."""
+
+    def render(self, call: ChartCall) -> ChartResult:
+        """Never raises for API-level failures: they come back as ChartFailure."""
+        ...
+
+
 class ChartApi(Protocol):
-    """Renders one logical chart request: real HTTP, fixtures (mock) or record/replay."""
+    """Renders chart requests: real HTTP, fixtures (mock) or record/replay."""
 
     mode: str
 
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
-        """Around a step's first wave of `calls`: what their first attempts need is reserved
-        at once on entering (one round trip for all), if the adapter reserves anything; the
-        renders inside use it, and what they did not use is dropped on leaving. An
-        unreachable store is no error here: the calls then reserve one by one."""
-        ...
-
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
-        """Never raises for API-level failures: they come back as ChartFailure."""
+    def for_step(
+        self, first_wave: Sequence[ChartCall], budget: Budget
+    ) -> AbstractContextManager[ChartSession]:
+        """A step's own session around its renders, gone when the block ends: what the
+        first attempts of `first_wave` need is reserved at once on entering (one round trip
+        for all), if the adapter reserves anything; the renders inside use it, and what they
+        did not use is dropped on leaving. Nothing of it is shared with another session,
+        even one of the same step. An unreachable store is no error here: the calls then
+        reserve one by one."""
         ...
 
 

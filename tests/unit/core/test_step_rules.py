@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tenacity import RetryCallState
 
+from worker_chart_export.adapters.firestore.client import DEFAULT_RPC_TIMEOUT_SECONDS
+from worker_chart_export.core import step_rules
 from worker_chart_export.core.step_rules import (
     CLAIM_TRIES,
     LEASE_SAFETY_MARGIN,
@@ -89,3 +92,15 @@ def test_claim_retries_wait_100_to_500_ms_with_jitter() -> None:
         assert all(0.1 <= w <= 0.5 for w in waits), (attempt, min(waits), max(waits))
         assert len(set(waits)) > 1  # jittered: contenders that lost together spread out
     assert 3 <= CLAIM_TRIES - 1 <= 5  # the error model's 3-5 retries
+
+
+def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
+    longest_wait = claim_retry_wait().max
+    sleeps = (CLAIM_TRIES - 1) * longest_wait
+    rpcs = 1 + 2 * CLAIM_TRIES  # a first read, then a commit and a read per try
+    rpc = 2 * DEFAULT_RPC_TIMEOUT_SECONDS  # api_core: T, and T again from T's last second
+    source = inspect.getsource(step_rules)
+    assert f"{CLAIM_TRIES - 1} x {longest_wait:g} = {sleeps:g} s of sleep" in source
+    assert f"1 + 2 x {CLAIM_TRIES} = {rpcs} RPCs" in source and f"2T = {rpc:g} s" in source
+    assert f"T = DEFAULT_RPC_TIMEOUT_SECONDS = {DEFAULT_RPC_TIMEOUT_SECONDS:g} s" in source
+    assert f"Worst: {sleeps:g} + {rpcs} x {rpc:g} = {sleeps + rpcs * rpc:g} s" in source
