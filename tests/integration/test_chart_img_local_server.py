@@ -351,14 +351,17 @@ def test_a_parameter_limit_403_is_final(h: Harness) -> None:
     assert h.server.count() == 1
 
 
-def test_an_unknown_key_is_skipped_for_the_next_account(h: Harness) -> None:
+def test_an_unknown_key_is_skipped_for_the_next_account_and_disabled_when_refused_again(h: Harness) -> None:
     api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}, {"id": "acc2"}])
     assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc2")
     assert [r.status for r in h.server.requests] == [403, 200]
+    assert h.logs.events("chart-img account key refused: account disabled") == []  # once is no proof
+    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200]
     (event,) = h.logs.events("chart-img account key refused: account disabled")
     assert event["accountId"] == "acc1" and event["severity"] == "ERROR"
-    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
-    assert [r.status for r in h.server.requests] == [403, 200, 200]  # acc1 never again
+    assert h.render(api, chart_call("tpl_c")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200, 200]  # acc1 not again today
 
 
 def test_an_unknown_key_alone_is_final(h: Harness) -> None:
@@ -366,7 +369,8 @@ def test_an_unknown_key_alone_is_final(h: Harness) -> None:
     h.server.add_account("other")  # a real key exists: the leak scan then means something
     result = h.render(api, chart_call("tpl_a"))
     assert (details(result)["httpStatus"], details(result)["message"]) == (403, "Forbidden")
-    assert h.server.count() == 1
+    assert details(result)["disabledAccounts"] == ["acc1"]
+    assert h.server.count() == 2  # tried again at once, refused again: disabled, nothing left
 
 
 # --- record, then replay -------------------------------------------------------------------

@@ -11,7 +11,7 @@ store persists it; those fields are read when present (and ignored when malforme
 |---|---|
 | `coolUntil` | a rate 429's cooldown: no call on the key before this moment |
 | `exhaustedUntil`, `exhaustedReason` | CHART-IMG refused the day's quota: nothing left until then |
-| `disabled`, `disabledReason` | CHART-IMG refused the key itself: not used again |
+| `disabled`, `disabledReason` | CHART-IMG refused the key: not used again in the UTC day of `windowStart` |
 
 A moment may be a timestamp (Firestore's), epoch seconds (as `tat`) or an ISO-8601 string (a
 JSON file). A window of an older UTC day counts as nothing used (`core.usage.usage_today`).
@@ -27,13 +27,19 @@ from typing import Any
 
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.plans import AccountLimits
-from worker_chart_export.core.usage import Pacing, daily_limit_of, next_utc_midnight, tat_of, usage_today
-
-COOL_UNTIL = "coolUntil"
-EXHAUSTED_UNTIL = "exhaustedUntil"
-EXHAUSTED_REASON = "exhaustedReason"
-DISABLED = "disabled"
-DISABLED_REASON = "disabledReason"
+from worker_chart_export.core.usage import (
+    COOL_UNTIL,
+    DISABLED_REASON,
+    EXHAUSTED_REASON,
+    EXHAUSTED_UNTIL,
+    QUOTA_REFUSED,
+    Pacing,
+    daily_limit_of,
+    disabled_today,
+    next_utc_midnight,
+    tat_of,
+    usage_today,
+)
 
 DAILY_LIMIT_REACHED = "daily limit used up"  # by our count, or CHART-IMG said so (mark_exhausted)
 KEY_REFUSED = "key refused by CHART-IMG"
@@ -157,7 +163,7 @@ def _exhaustion(
     """(until when, why) the account has nothing left today, or (None, None)."""
     until = _ahead(doc, EXHAUSTED_UNTIL, now)
     if until is not None:
-        return until, _text(doc, EXHAUSTED_REASON) or "CHART-IMG refused the day's quota"
+        return until, _text(doc, EXHAUSTED_REASON) or QUOTA_REFUSED
     if limit is not None and used >= limit:
         return next_utc_midnight(now), DAILY_LIMIT_REACHED
     return None, None
@@ -186,7 +192,7 @@ def account_row(
     used = usage_today(doc, now)
     limit, source = _limit(doc, account)
     exhausted_until, exhausted_reason = _exhaustion(doc, used, limit, now)
-    disabled = doc.get(DISABLED) is True
+    disabled = disabled_today(doc, now)  # as the worker reads it: for the day it was written
     cooling_until = _ahead(doc, COOL_UNTIL, now)
     slot = _send_slot(doc, account.pacing if account else None, now)
     next_slot = _next_slot(slot, cooling_until, exhausted_until) if not disabled else None

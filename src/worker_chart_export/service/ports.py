@@ -133,8 +133,14 @@ class UsageStore(Protocol):
         trip; the versions the next reservations write on. Raises TransientStoreError."""
         ...
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
-        """After a quota 429: usageToday = dailyLimit for the rest of the UTC day."""
+    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime, reason: str) -> None:
+        """After CHART-IMG's quota answer: usageToday = dailyLimit for the rest of the UTC day,
+        `exhaustedUntil` and `exhaustedReason` (core.usage.exhausted_fields)."""
+        ...
+
+    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
+        """After CHART-IMG refused the key again: `disabled` for the rest of the UTC day, with
+        `disabledReason` (core.usage.disabled_fields); every reservation then refuses it."""
         ...
 
 

@@ -70,7 +70,7 @@ def test_the_table_shows_each_account_and_the_days_capacity(
     assert lines[2].split()[:5] == ["acc1", "BASIC", "50", "2", "48"]
     acc2 = lines[3].split()
     assert acc2[:5] == ["acc2", "PRO", "3", "3", "0"] and "exhausted" in acc2
-    assert "daily limit used up (until" in lines[3]
+    assert "CHART-IMG refused the day's quota (until" in lines[3]  # mark_exhausted's reason
     assert lines[4].startswith("total: 2 account(s), 1 usable, 5 used today of 53: 48 left today; ")
     assert lines[5] == "usage documents of accounts not configured: retired"
 

@@ -174,6 +174,16 @@ def test_a_disabled_key_says_why_and_leaves_the_days_capacity() -> None:
     assert (report.totals.left_today, report.totals.usable, report.totals.used_today) == (50, 1, 3)
 
 
+def test_a_key_disabled_an_older_day_is_shown_as_the_worker_will_try_it() -> None:
+    row = account_row("acc2", used(3, window=YESTERDAY, disabled=True, disabledReason="x"), configured(), NOW)
+    assert (row.state, row.disabled, row.disabled_reason, row.left_today) == (
+        AccountState.FREE,
+        False,
+        None,
+        50,
+    )
+
+
 @pytest.mark.parametrize(
     "fields",
     [

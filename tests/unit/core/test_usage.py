@@ -13,10 +13,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker_chart_export.core.types import ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
     ReservationTime,
+    disabled_fields,
+    disabled_today,
+    exhausted_fields,
     reserve_many,
     reserve_one,
 )
@@ -138,3 +142,36 @@ def test_a_batch_of_reservations_is_the_same_reservations_one_after_another(
     ]
     assert update == (None if last_update is None else {k: current[k] for k in update or {}})
     assert {**doc, **(update or {})} == current
+
+
+# --- what CHART-IMG said about the key, as the document keeps it -----------------------------
+
+TODAY = "2026-11-23T00:00:00Z"
+
+
+def test_a_key_disabled_today_is_refused_without_a_write() -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3, **disabled_fields(None, reason="refused twice", now=NOW)}
+    assert disabled_today(doc, NOW)
+    update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert update is None
+    assert (reservation.reserved, reservation.refusal) == (False, ReservationRefusal.DISABLED)
+
+
+def test_a_key_disabled_an_older_day_is_tried_again_and_the_flag_cleared() -> None:
+    doc = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 9, "disabled": True, "disabledReason": "x"}
+    assert not disabled_today(doc, NOW)
+    update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert reservation.reserved and update == {"windowStart": TODAY, "usageToday": 1, "disabled": False}
+    reset, refused = reserve_one("acc", {**doc, "dailyLimit": 0}, default_limit=44, at=ReservationTime(NOW))
+    assert refused.refusal is ReservationRefusal.EXHAUSTED
+    assert reset == {"windowStart": TODAY, "usageToday": 0, "disabled": False}  # written with a refusal too
+
+
+def test_exhaustion_records_until_when_and_why() -> None:
+    fields = exhausted_fields({"windowStart": TODAY, "usageToday": 7}, default_limit=50, now=NOW, reason="r")
+    assert fields == {
+        "windowStart": TODAY,
+        "usageToday": 50,
+        "exhaustedUntil": "2026-11-24T00:00:00.000Z",
+        "exhaustedReason": "r",
+    }

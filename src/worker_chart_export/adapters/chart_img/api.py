@@ -33,6 +33,7 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img_answers import (
     Disposition,
     classify,
+    error_message,
     failure_from_response,
     looks_like_png,
     not_a_png,
@@ -40,6 +41,7 @@ from worker_chart_export.core.chart_img_answers import (
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
@@ -226,6 +228,7 @@ class RealChartApi:
             answer = answer.without(lease.api_key)
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
+            self.limiter.succeeded(lease.account_id)  # the key works: its 429 streak, refusals end
             if looks_like_png(answer.content):
                 self._log_request(log, started, 200, None)
                 return Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
@@ -239,14 +242,21 @@ class RealChartApi:
         return Outcome(next_step, ChartFailure(error), answer)
 
     def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
-        """What an answer says about the account, told to the limiter."""
+        """What an answer says about the account, told to the limiter (its rules:
+        core.key_history); a FINAL or RETRY answer says nothing about the key."""
+        seen = Answer(answer.status, error_message(answer.body))
         if disposition is Disposition.EXHAUSTED:
-            self.limiter.mark_exhausted(account_id)
+            self.limiter.mark_exhausted(account_id, seen)
         elif disposition is Disposition.RATE_LIMITED:
-            seconds = self.limiter.cool_down(account_id, answer.retry_after)
-            log.warning("chart-img key rate-limited: cooling down", cooldownSeconds=seconds)
-        elif disposition is Disposition.BAD_KEY:
-            self.limiter.disable(account_id)
+            verdict = self.limiter.rate_limited(account_id, seen, answer.retry_after)
+            if verdict.exhausted is None:
+                log.warning(
+                    "chart-img key rate-limited: cooling down",
+                    cooldownSeconds=round(verdict.cooling, 3),
+                    retryAfterSeconds=answer.retry_after,
+                )
+        elif disposition is Disposition.BAD_KEY and not self.limiter.key_refused(account_id, seen):
+            log.warning("chart-img key refused once: the call moves to another account")
 
     def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> Outcome:
         return cannot_start(

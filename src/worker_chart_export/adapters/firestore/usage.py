@@ -12,7 +12,8 @@ instance, as a transaction would serialize them, at fewer round trips and with n
   again and the reservation recomputed: a read and a commit more;
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
-a TransientStoreError. mark_exhausted (rare) stays a transaction.
+a TransientStoreError. mark_exhausted and mark_disabled (rare: CHART-IMG refused the quota or
+the key) stay transactions.
 
 reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
 ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
@@ -47,9 +48,11 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
+    QUOTA_REFUSED,
     Pacing,
     ReservationRequest,
     ReservationTime,
+    disabled_fields,
     exhausted_fields,
     reserve_many,
     reserve_one,
@@ -278,16 +281,34 @@ class FirestoreUsageStore:
             self._versions.pop(account_id, None)
             self._forgotten.add(account_id)
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
+    def mark_exhausted(
+        self, account_id: str, *, default_limit: int, now: datetime, reason: str = QUOTA_REFUSED
+    ) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return exhausted_fields(doc, default_limit=default_limit, now=now, reason=reason)
+
+        self._merge(account_id, fields, f"marking account {account_id} exhausted")
+
+    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return disabled_fields(doc, reason=reason, now=now)
+
+        self._merge(account_id, fields, f"disabling account {account_id}")
+
+    def _merge(
+        self, account_id: str, fields: Callable[[dict[str, Any] | None], dict[str, Any]], operation: str
+    ) -> None:
+        """`fields(document)` merged into the document, in a transaction (rare: after CHART-IMG
+        refused the quota or the key); this store reads the document before its next write."""
         ref = self._collection.document(account_id)
 
-        def exhaust(transaction: firestore.Transaction) -> None:
+        def merge(transaction: firestore.Transaction) -> None:
             snapshot = self._rpc.get(ref, transaction)
             doc = snapshot.to_dict() if snapshot.exists else None
-            transaction.set(ref, exhausted_fields(doc, default_limit=default_limit, now=now), merge=True)
+            transaction.set(ref, fields(doc), merge=True)
 
         self._forget(account_id)
-        self._with_retries(exhaust, f"marking account {account_id} exhausted")
+        self._with_retries(merge, operation)
 
     def _with_retries(self, body: Callable[[firestore.Transaction], T], operation: str) -> T:
         def attempt() -> T:

@@ -133,28 +133,42 @@ def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig
 
 
 @pytest.mark.parametrize(("status", "message"), [(403, "Forbidden"), (401, "Invalid Request")])
-def test_a_refused_key_moves_to_the_next_account_and_is_logged_once(
+def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_again(
     rig: Callable[..., Rig], status: int, message: str
 ) -> None:
-    r = rig([answer(status, message), png()], accounts=("acc1", "acc2"))
+    r = rig([answer(status, message), png(), answer(status, message), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2")  # refused once: still usable
+    (warning,) = r.logs.events("chart-img key refused once: the call moves to another account")
+    assert warning["accountId"] == "acc1" and warning["severity"] == "WARNING"
+    assert r.render() == ChartSuccess(PNG, "acc2")  # acc1 (least used again) refused a second time
     assert r.api.limiter.usable_accounts() == ("acc2",)
-    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not marked exhausted: the key is bad
+    assert r.store.snapshot()["acc1"]["disabled"] is True
     r.render()
-    assert r.transport.accounts == ["acc1", "acc2", "acc2"]  # acc1 never again
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc2"]  # acc1 not again today
     (event,) = r.logs.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
 
 
+def test_a_success_between_two_refusals_keeps_the_key(rig: Callable[..., Rig]) -> None:
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, png(), refused, png()])  # one key: refused once, then tried again at once
+    assert r.render() == ChartSuccess(PNG, "acc1") and r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 4
+    assert r.api.limiter.usable_accounts() == ("acc1",)
+    assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
 def test_every_key_refused_fails_with_the_last_answer(rig: Callable[..., Rig]) -> None:
     r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"))
-    error = failure(r.render())
+    error = failure(r.render())  # acc1, acc2, then acc1 again: disabled
     assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "bad_key"
-    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"]
-    assert len(r.transport.seen) == 2
-    again = failure(r.render())  # nothing left to try: no call at all
-    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 2
+    assert len(r.transport.seen) == 3 and r.api.limiter.usable_accounts() == ("acc2",)
+    error = failure(r.render())  # acc2 again: disabled, then nothing left to try
+    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
+    again = failure(r.render())  # no call at all
+    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
 
 
 # --- retries -------------------------------------------------------------------------------
@@ -259,10 +273,26 @@ def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable
     assert r.transport.accounts == ["acc1", "acc2", "acc2"]
 
 
-def test_a_429_that_says_nothing_else_is_the_quota(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(429, json={}), png()], accounts=("acc1", "acc2"))
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        httpx.Response(429, json={}),
+        httpx.Response(429, content=b""),
+        httpx.Response(429, json={"message": "Rate Limit Exceeded"}),
+        httpx.Response(429, text="<html>slow down</html>"),
+    ],
+    ids=["empty-json", "empty-body", "rate-limit-exceeded", "html"],
+)
+def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
+    rig: Callable[..., Rig], refusal: httpx.Response
+) -> None:
+    r = rig([refusal, png(), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
-    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+    assert r.api.limiter.exhausted_accounts() == ()
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["accountId"], cooling["cooldownSeconds"]) == ("acc1", 1.0)
+    r.clock.advance(1.0)  # the first cooldown is over: acc1 (less used) is picked again
+    assert r.render(template="tpl_b") == ChartSuccess(PNG, "acc1")
 
 
 def test_a_rate_429_cools_the_key_down_without_exhausting_it(rig: Callable[..., Rig]) -> None:
@@ -282,9 +312,12 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.api.limiter.exhausted_accounts() == ()
 
 
-def test_limit_exceeded_message_rotates_whatever_the_status(rig: Callable[..., Rig]) -> None:
+def test_the_daily_limit_wording_under_another_status_cools_without_exhausting(
+    rig: Callable[..., Rig],
+) -> None:
     r = rig([answer(403, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
+    assert r.api.limiter.exhausted_accounts() == () and "exhaustedUntil" not in r.store.snapshot()["acc1"]
 
 
 def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callable[..., Rig]) -> None:

@@ -10,6 +10,7 @@ from contextlib import ExitStack
 
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Rig, answer, png
+from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.types import ChartSuccess
 
 
@@ -61,7 +62,7 @@ def test_a_lease_on_an_account_refused_since_is_dropped_with_its_permit(rig: Cal
     size = r.api.client.permits.size
     with r.api.for_step([chart_call(f"tpl_{i}") for i in range(2)], r.budget()) as step:
         assert [lease.account_id for lease in step.prepaid] == ["acc1", "acc2"]
-        r.api.limiter.mark_exhausted("acc1")
+        r.api.limiter.mark_exhausted("acc1", Answer(429, "Limit Exceeded"))
         lease = step.take_prepaid()
         assert lease is not None and lease.account_id == "acc2" and not step.prepaid
         assert free_permits(r) == size - 1  # acc1's permit given back, acc2's held by the lease
