@@ -3,7 +3,7 @@
 # (Native mode), the image, the bucket, the secret, service accounts and IAM, three Cloud Run
 # services from the same image (the worker, advance_flow, the reaper), two Eventarc triggers
 # with a dead-letter topic, the reaper's Cloud Scheduler job, the Firestore index the reaper's
-# query needs, log-based metrics, alert policies, and the chart templates.
+# query needs, log-based metrics, alert policies, the dashboard, and the chart templates.
 # Idempotent: each resource is looked up first, created when absent, updated only where it
 # differs (Cloud Run gets a new revision each time). See deploy/README.md.
 #
@@ -97,6 +97,9 @@ REAPER_TIMEOUT_SECONDS="${REAPER_TIMEOUT_SECONDS:-120}"
 # Comma-separated notification channel resource names for the alert policies (optional). They
 # are the policies' channels: a re-deploy sets exactly these.
 NOTIFICATION_CHANNELS="${NOTIFICATION_CHANNELS:-}"
+# The Cloud Monitoring dashboard (deploy/monitoring/${DASHBOARD_FILE}): its id in the project.
+DASHBOARD_ID="${DASHBOARD_ID:-${SERVICE}}"
+DASHBOARD_FILE=worker-chart-export.dashboard.json
 # Optional: saves a `gcloud projects describe` (needed for the Pub/Sub service agent's address).
 PROJECT_NUMBER="${PROJECT_NUMBER:-}"
 TEMPLATES_DIR="${TEMPLATES_DIR:-chart-templates}"
@@ -118,7 +121,7 @@ if [[ "${PRINT_CONFIG}" == 1 ]]; then
     ADVANCE_TRIGGER_NAME DEAD_LETTER_TOPIC DEAD_LETTER_HOLD MAX_DELIVERY_ATTEMPTS REAPER_JOB \
     REAPER_SCHEDULE SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS \
     ADVANCE_TIMEOUT_SECONDS CONCURRENCY MAX_INSTANCES MIN_INSTANCES CPU MEMORY \
-    ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS; do
+    ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS DASHBOARD_ID; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
   exit 0
@@ -146,6 +149,9 @@ if [[ "${FINALIZE_BUDGET_SECONDS}" =~ ^[0-9]+$ && "${REQUEST_TIMEOUT_SECONDS}" =
 fi
 if ! [[ "${CHARTS_BUCKET}" =~ ^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$ ]]; then
   problems+=("CHARTS_BUCKET: expected a bucket name or gs://<bucket>, got '${CHARTS_BUCKET}'")
+fi
+if ! [[ "${DASHBOARD_ID}" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ ]]; then
+  problems+=("DASHBOARD_ID: expected letters, digits, '-' and '_' (up to 100), got '${DASHBOARD_ID}'")
 fi
 if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
   problems+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
@@ -471,8 +477,8 @@ run gcloud scheduler jobs "${scheduler_verb}" http "${REAPER_JOB}" \
   --attempt-deadline="${REAPER_TIMEOUT_SECONDS}s"
 
 section "log-based metrics and alert policies (deploy/monitoring/)"
-for metric in chart_img_accounts_exhausted chart_export_steps_failed; do
-  config="deploy/monitoring/${metric}.metric.json"
+for config in deploy/monitoring/*.metric.json; do
+  metric="$(basename "${config}" .metric.json)"
   if describe gcloud logging metrics describe "${metric}"; then
     run gcloud logging metrics update "${metric}" --config-from-file="${config}"
   else
@@ -506,6 +512,28 @@ for template in deploy/monitoring/*.policy.json; do
     run gcloud alpha monitoring policies create --policy-from-file="${policy}" "${create_channels[@]}"
   fi
 done
+
+section "dashboard ${DASHBOARD_ID} (deploy/monitoring/${DASHBOARD_FILE})"
+# GA since long before MIN_GCLOUD_VERSION. The file names the dashboard (projects/${PROJECT_ID}/
+# dashboards/${DASHBOARD_ID}: create takes the id from it), so a re-deploy finds it and replaces it
+# from the file. The API takes an update only with the etag of the version it replaces (it refuses
+# an empty one), read just before: a dashboard edited meanwhile is refused, not overwritten.
+dashboard="${WORK_DIR}/${DASHBOARD_FILE}"
+dashboard_config() { # [etag]
+  sed -n '1p' "deploy/monitoring/${DASHBOARD_FILE}"
+  [[ -z "${1:-}" ]] || printf '  "etag": "%s",\n' "$1"
+  sed -e '1d' -e "s|\${PROJECT_ID}|${PROJECT_ID}|g" -e "s|\${DASHBOARD_ID}|${DASHBOARD_ID}|g" \
+    "deploy/monitoring/${DASHBOARD_FILE}"
+}
+if describe gcloud monitoring dashboards describe "${DASHBOARD_ID}" --format="value(etag)"; then
+  [[ "${DESCRIBED}" =~ ^[A-Za-z0-9_=-]+$ ]] \
+    || die "dashboard ${DASHBOARD_ID}: unexpected etag '${DESCRIBED}'"
+  dashboard_config "${DESCRIBED}" >"${dashboard}"
+  run gcloud monitoring dashboards update "${DASHBOARD_ID}" --config-from-file="${dashboard}"
+else
+  dashboard_config >"${dashboard}"
+  run gcloud monitoring dashboards create --config-from-file="${dashboard}"
+fi
 
 section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
 # The real project's Firestore, whatever emulator the shell may point at.

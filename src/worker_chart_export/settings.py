@@ -148,6 +148,16 @@ class Settings(BaseSettings):
     def _known_plan(cls, value: str) -> str:
         return plan_named(value.strip()).name  # ValueError names the known plans
 
+    @field_validator("charts_default_timezone")
+    @classmethod
+    def _documented_timezone(cls, value: str) -> str:
+        # sent with every template that sets none: one CHART-IMG refuses would cost each a unit
+        from worker_chart_export.bundled.chart_img_docs import timezones
+
+        if value not in timezones():
+            raise ValueError(f"{value!r} is not in CHART-IMG's Supported Timezone table (e.g. Etc/UTC)")
+        return value
+
     @field_validator("chart_img_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:

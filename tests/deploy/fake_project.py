@@ -196,6 +196,9 @@ class Project:
             ("alpha", "monitoring", "policies", "list"): self.policy_list,
             ("alpha", "monitoring", "policies", "create"): self.policy_create,
             ("alpha", "monitoring", "policies", "update"): self.policy_update,
+            ("monitoring", "dashboards", "describe"): self.dashboard_describe,
+            ("monitoring", "dashboards", "create"): self.dashboard_create,
+            ("monitoring", "dashboards", "update"): self.dashboard_update,
         }
 
     def bind_to(self, call: Call, kind: str) -> Answer:
@@ -491,3 +494,38 @@ class Project:
             policy["notificationChannels"] = channels.split(",")
         self.put("policy", name, policy)
         return 0, "", f"Updated alert policy [{name}].\n"
+
+    # --- dashboards: named by the file, replaced only with the etag of the version replaced --
+
+    def dashboard_name(self, dashboard: str) -> str:
+        return dashboard if "/" in dashboard else f"projects/{self.project_id}/dashboards/{dashboard}"
+
+    def dashboard_describe(self, call: Call) -> Answer:
+        return self.describe(
+            call, "dashboard", self.dashboard_name(call.args[0]), "NOT_FOUND: Requested entity was not found."
+        )
+
+    def dashboard_create(self, call: Call) -> Answer:
+        dashboard = json.loads(call.file("config-from-file"))
+        if "etag" in dashboard:
+            raise Refused("INVALID_ARGUMENT: etag must not be set when a dashboard is created")
+        name = dashboard.get("name") or f"projects/{self.project_id}/dashboards/{self.next_id()}"
+        if not name.startswith(f"projects/{self.project_id}/dashboards/"):
+            raise Refused(f"INVALID_ARGUMENT: dashboard name {name} is not in project {self.project_id}")
+        return self.create(call, "dashboard", name, {**dashboard, "name": name, "etag": self.new_etag()})
+
+    def dashboard_update(self, call: Call) -> Answer:
+        name = self.dashboard_name(call.args[0])
+        current = self.existing(call, "dashboard", name)
+        dashboard = json.loads(call.file("config-from-file"))
+        if not dashboard.get("etag"):
+            raise Refused("INVALID_ARGUMENT: Update Dashboard should specify a non empty etag.")
+        if dashboard["etag"] != current["etag"]:
+            raise Refused("ABORTED: the dashboard was changed meanwhile (etag mismatch)")
+        if dashboard.get("name", name) != name:
+            raise Refused(f"INVALID_ARGUMENT: the dashboard's name is {name}")
+        self.put("dashboard", name, {**dashboard, "name": name, "etag": self.new_etag()})
+        return 0, "", f"Updated dashboard [{name}].\n"
+
+    def new_etag(self) -> str:
+        return f"{self.next_id():032x}"

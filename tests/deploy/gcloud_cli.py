@@ -175,8 +175,9 @@ def judge_with_a_fresh_process(gcloud: Path, argv: list[str], cwd: Path, env: di
 
 
 def unknown_fields(socket_path: str, kind: str, text: str) -> list[str]:
-    """Fields of a policy (`alert_policy`) or metric (`log_metric`) file the API does not have,
-    read with the code `--policy-from-file` / `--config-from-file` use."""
+    """Fields of a policy (`alert_policy`), metric (`log_metric`) or dashboard (`dashboard`)
+    file the API does not have, read with the code `--policy-from-file` / `--config-from-file`
+    use."""
     found: list[str] = ask(socket_path, {"op": "message", "kind": kind, "text": text})["unknown"]
     return found
 

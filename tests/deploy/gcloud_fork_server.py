@@ -10,9 +10,10 @@ child per request, so each check is the real CLI's own code on a clean copy of t
 - `{"op": "render", "resources": [...], "format": "...", "flatten": [...], "filter": "..."}`:
   prints resources as `gcloud ... --filter --flatten --format` would (gcloud's own resource
   filter, flattener and printer); answers `{"output": text}`.
-- `{"op": "message", "kind": "alert_policy" | "log_metric", "text": "..."}`: reads a policy or
-  metric file as `--policy-from-file` / `--config-from-file` do; answers `{"unknown": [fields
-  the API message does not have]}` (gcloud checks those files only after the credential step).
+- `{"op": "message", "kind": "alert_policy" | "log_metric" | "dashboard", "text": "..."}`: reads
+  a policy, metric or dashboard file as `--policy-from-file` / `--config-from-file` do; answers
+  `{"unknown": [fields the API message does not have]}` (gcloud reads those files into the API
+  message only after the credential step).
 - `{"op": "uploaded", "dir": "..."}`: the files `gcloud builds submit` would upload from there.
 
 Usage: python gcloud_fork_server.py SDK_LIB_DIR SOCKET_PATH  (prints "ready" once listening).
@@ -103,6 +104,18 @@ def _unknown_fields(message: Any, path: str = "") -> list[str]:
     return found
 
 
+def _dashboard(text: str) -> Any:
+    """As `monitoring dashboards create/update --config-from-file` read it: the file through
+    the command's processor (yaml.load) into the request's `dashboard` field."""
+    from googlecloudsdk.api_lib.util import apis
+    from googlecloudsdk.command_lib.util.apis import arg_utils
+    from googlecloudsdk.core import yaml
+
+    request = apis.GetMessagesModule("monitoring", "v1").MonitoringProjectsDashboardsCreateRequest()
+    arg_utils.SetFieldInMessage(request, "dashboard", yaml.load(text))
+    return request.dashboard
+
+
 def _message(request: dict[str, Any]) -> dict[str, Any]:
     """A --policy-from-file / --config-from-file text read as those commands read it."""
     if request["kind"] == "alert_policy":  # alpha monitoring policies create/update
@@ -111,6 +124,8 @@ def _message(request: dict[str, Any]) -> dict[str, Any]:
 
         policy_class = apis.GetMessagesModule("monitoring", "v3").AlertPolicy
         message = util.MessageFromString(request["text"], policy_class, "AlertPolicy")
+    elif request["kind"] == "dashboard":
+        message = _dashboard(request["text"])
     else:  # logging metrics create/update
         from googlecloudsdk.api_lib.logging import util
 

@@ -1,9 +1,12 @@
-"""The log-based metrics in deploy/monitoring/ match the lines the worker really writes.
+"""The log-based metrics in deploy/monitoring/ match the lines the worker really writes, and the
+dashboard's charts count what they say.
 
 The lines come from `worker-chart-export run-local` in real mode against the local CHART-IMG
 stand-in (the same logging set-up as the served function): a run with every account out of
 quota, a run failing on minImages, and a run that succeeds. Each line goes through Cloud Run's
-structured-logging mapping (logging_filter.cloud_run_entry), then each metric's filter.
+structured-logging mapping (logging_filter.cloud_run_entry), then each metric's filter; the
+points a metric would get (its labels extracted) then go through the dashboard's chart filters
+and groupings (Monitoring's filters use the same comparisons).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,3 +148,84 @@ def test_each_metric_has_a_policy_on_it(name: str) -> None:
     labels = {label["key"] for label in config["metricDescriptor"]["labels"]}
     assert grouped <= {f"metric.label.{k}" for k in labels}
     assert set(config["labelExtractors"]) == labels
+
+
+def dashboard_charts() -> dict[str, dict[str, Any]]:
+    """Each chart of the dashboard by title: its one time-series filter and aggregation."""
+    dashboard = json.loads((MONITORING / "worker-chart-export.dashboard.json").read_text())
+    charts = {}
+    for tile in dashboard["mosaicLayout"]["tiles"]:
+        if "xyChart" in tile["widget"]:
+            [data_set] = tile["widget"]["xyChart"]["dataSets"]
+            charts[tile["widget"]["title"]] = data_set["timeSeriesQuery"]["timeSeriesFilter"]
+    return charts
+
+
+def points(lines: list[str], name: str) -> list[dict[str, Any]]:
+    """What log-based metric `name` records for these lines: one point per matching entry,
+    its labels as Cloud Logging extracts them (a number as its text, a missing value empty)."""
+    config = metric(name)
+    found = []
+    for entry in map(cloud_run_entry, lines):
+        if matches(config["filter"], entry):
+            labels = {k: extract(v, entry) for k, v in config["labelExtractors"].items()}
+            found.append(
+                {
+                    "metric": {
+                        "type": f"logging.googleapis.com/user/{name}",
+                        "label": {k: "" if v is None else str(v) for k, v in labels.items()},
+                    },
+                    "resource": entry["resource"],
+                }
+            )
+    return found
+
+
+def charted(title: str, recorded: list[dict[str, Any]]) -> Counter[tuple[str, ...]]:
+    """The dashboard chart's sum over these points, by its groupByFields."""
+    series = dashboard_charts()[title]
+    grouped = series["aggregation"].get("groupByFields", [])
+    counted: Counter[tuple[str, ...]] = Counter()
+    for point in recorded:
+        if matches(series["filter"], point):
+            counted[tuple(point["metric"]["label"][f.removeprefix("metric.label.")] for f in grouped)] += 1
+    return counted
+
+
+def test_every_request_is_a_unit_and_a_success_is_a_chart(tmp_path: Path, server: ChartImgServer) -> None:
+    server.script(template="momentum_rsi_macd_v1", status=422, message="Invalid Interval")
+    lines = run_worker(tmp_path / "requests", server, chart_step(), exhausted=False)
+    recorded = points(lines, "chart_img_requests")
+    assert len(recorded) == server.count() == 3  # one point per HTTP request CHART-IMG received
+    assert sum(charted("Charts rendered by CHART-IMG, per day", recorded).values()) == 2
+    per_account = charted("Quota units spent per account, per day (every request, failed ones too)", recorded)
+    assert {account for (account,) in per_account} <= {"requests1", "requests2"}
+    assert sum(per_account.values()) == 3
+    failed = charted("CHART-IMG requests failed, by code and HTTP status (per hour)", recorded)
+    assert failed == Counter({("CHART_API_FAILED", "422"): 1})
+
+
+def test_the_failure_and_exhaustion_charts_count_their_metrics(exhausted_lines: list[str]) -> None:
+    assert points(exhausted_lines, "chart_img_requests") == []  # no quota was there: no request
+    failed = charted(
+        "CHART_EXPORT steps FAILED, by error code (per hour)",
+        points(exhausted_lines, "chart_export_steps_failed"),
+    )
+    assert failed == Counter({("CHART_API_LIMIT_EXCEEDED",): 1})
+    exhausted = points(exhausted_lines, "chart_img_accounts_exhausted")
+    assert charted("Steps that found every CHART-IMG account exhausted (per hour)", exhausted) == Counter(
+        {(): 1}
+    )
+
+
+def test_each_dashboard_chart_is_on_a_metric_deploy_creates_and_its_labels() -> None:
+    for title, series in dashboard_charts().items():
+        [name] = [
+            n
+            for n in ("chart_img_requests", "chart_export_steps_failed", "chart_img_accounts_exhausted")
+            if f'metric.type="logging.googleapis.com/user/{n}"' in series["filter"]
+        ]
+        labels = {f"metric.label.{label['key']}" for label in metric(name)["metricDescriptor"]["labels"]}
+        assert set(series["aggregation"].get("groupByFields", [])) <= labels, title
+        named = {word.split("=")[0] for word in series["filter"].split() if word.startswith("metric.label.")}
+        assert named <= labels, title

@@ -122,7 +122,8 @@ def test_every_command_is_a_cloud_cli_command_and_the_order_builds_before_use(sa
     assert first("gcloud eventarc triggers") < first("gcloud pubsub subscriptions")
     assert first("gcloud firestore databases") < first("gcloud eventarc triggers")
     assert first("gcloud logging metrics") < first("gcloud alpha monitoring")
-    assert not sample.find("gcloud", "monitoring")  # GA gcloud has no `monitoring policies`
+    # GA gcloud has no `monitoring policies` (alpha has): only the dashboard is GA
+    assert {c[2] for c in sample.find("gcloud", "monitoring")} == {"dashboards"}
     assert not sample.find("gcloud", "config")  # the project comes from CLOUDSDK_CORE_PROJECT
 
 
@@ -300,7 +301,9 @@ def test_reaper_index_matches_the_shipped_index_definition(sample: DryRun) -> No
 
 def test_metrics_and_policies_come_from_the_monitoring_files(sample: DryRun) -> None:
     created = sample.find("gcloud", "logging", "metrics", "create")
-    assert [c[4] for c in created] == ["chart_img_accounts_exhausted", "chart_export_steps_failed"]
+    metric_files = sorted((REPO / "deploy" / "monitoring").glob("*.metric.json"))
+    assert [c[4] for c in created] == [f.name.removesuffix(".metric.json") for f in metric_files]
+    assert len(created) == 3
     for command in created:
         path = REPO / (flag(command, "config-from-file") or "")
         assert json.loads(path.read_text())["name"] == command[4]
@@ -313,6 +316,17 @@ def test_metrics_and_policies_come_from_the_monitoring_files(sample: DryRun) -> 
         source = REPO / "deploy" / "monitoring" / Path(flag(policy, "policy-from-file") or "").name
         display = json.loads(source.read_text())["displayName"]
         assert flag(lookup, "filter") == f'displayName="{display}"'  # update, not duplicate, on re-run
+
+
+def test_the_dashboard_is_looked_up_by_its_id_and_created_from_its_file(sample: DryRun) -> None:
+    [probe] = [p for p in sample.probes if p[:4] == ["gcloud", "monitoring", "dashboards", "describe"]]
+    assert probe[4] == "worker-chart-export" and flag(probe, "format") == "value(etag)"
+    [create] = sample.find("gcloud", "monitoring", "dashboards", "create")
+    assert Path(flag(create, "config-from-file") or "").name == "worker-chart-export.dashboard.json"
+    order = [" ".join(c[:4]) for c in sample.commands]
+    # after the metrics it charts, before the templates (the last, slowest part)
+    assert order.index("gcloud logging metrics create") < order.index("gcloud monitoring dashboards create")
+    assert sample.config["DASHBOARD_ID"] == "worker-chart-export"
 
 
 @pytest.mark.parametrize(
@@ -355,6 +369,7 @@ def test_an_existing_image_skips_the_build(tmp_path: Path) -> None:
         ({"CHARTS_BUCKET": "gs://Not_A_Bucket!"}, "CHARTS_BUCKET: expected a bucket name or gs://<bucket>"),
         ({"FINALIZE_BUDGET_SECONDS": "300"}, "FINALIZE_BUDGET_SECONDS must be below"),
         ({"MAX_DELIVERY_ATTEMPTS": "2"}, "MAX_DELIVERY_ATTEMPTS must be 5..100"),
+        ({"DASHBOARD_ID": "a|b"}, "DASHBOARD_ID: expected letters, digits, '-' and '_'"),
     ],
 )
 def test_bad_configuration_is_refused_before_any_command(

@@ -26,6 +26,7 @@ HOLD = "worker-chart-export-dead-letter-hold"
 DEAD_LETTER = f"projects/{PROJECT_ID}/topics/worker-chart-export-dead-letter"
 PUBSUB_AGENT = f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 MONITORING = REPO / "deploy" / "monitoring"
+DASHBOARD = f"projects/{PROJECT_ID}/dashboards/worker-chart-export"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,8 @@ def test_first_deploy_runs_through_with_every_call_accepted(first: tuple[Sandbox
     _, deploy = first
     ran_through(deploy)
     assert deploy.find("firestore", "databases", "create")
-    assert not deploy.find("monitoring")  # alert policies only exist in the alpha track
+    # alert policies only exist in the alpha track; dashboards are GA
+    assert {c[1] for c in deploy.find("monitoring")} == {"dashboards"}
 
 
 def test_first_deploy_makes_the_database_and_both_triggers(first: tuple[Sandbox, Deploy]) -> None:
@@ -122,12 +124,50 @@ def test_alert_policies_come_from_the_files_the_dead_letter_one_on_the_hold_subs
     assert (condition["comparison"], condition["thresholdValue"]) == ("COMPARISON_GT", 0)
 
 
+def wanted_dashboard() -> dict[str, Any]:
+    """The dashboard file as deploy.sh names it for the sample project."""
+    text = (MONITORING / "worker-chart-export.dashboard.json").read_text()
+    return dict(
+        json.loads(
+            text.replace("${PROJECT_ID}", PROJECT_ID).replace("${DASHBOARD_ID}", "worker-chart-export")
+        )
+    )
+
+
+def test_first_deploy_creates_the_dashboard_from_its_file(first: tuple[Sandbox, Deploy]) -> None:
+    _, deploy = first
+    [(name, stored)] = deploy.state["resources"]["dashboard"].items()
+    assert name == DASHBOARD == wanted_dashboard()["name"]
+    dashboard = dict(stored)
+    assert dashboard.pop("etag")  # the API's, not the file's
+    assert dashboard == wanted_dashboard()
+    [describe] = deploy.find("monitoring", "dashboards", "describe")
+    assert describe[3] == "worker-chart-export"
+    assert len(deploy.find("monitoring", "dashboards", "create")) == 1
+    assert deploy.find("monitoring", "dashboards", "update") == []
+
+
+def without_etags(state: dict[str, Any]) -> dict[str, Any]:
+    """The state but what every write changes: the dashboard's etag, the fake's id counter."""
+    state = copy.deepcopy(state)
+    state.pop("counter")
+    for dashboard in state["resources"].get("dashboard", {}).values():
+        dashboard.pop("etag")
+    return state
+
+
 def test_a_redeploy_changes_nothing_that_is_right(first: tuple[Sandbox, Deploy], tmp_path: Path) -> None:
     sandbox = first[0].copy(tmp_path)
     before = copy.deepcopy(first[1].state)
     again = sandbox.deploy()
     ran_through(again)
-    assert again.state == before
+    assert without_etags(again.state) == without_etags(before)
+    # the dashboard is replaced from the file, on the version just read (its etag)
+    [update] = again.find("monitoring", "dashboards", "update")
+    assert update[3] == "worker-chart-export"
+    assert (
+        again.resource("dashboard", DASHBOARD)["etag"] != before["resources"]["dashboard"][DASHBOARD]["etag"]
+    )
     verbs = {"create", "delete", "remove-iam-policy-binding"}
     assert [c for c in again.calls if verbs & set(c)] == []
     assert again.find("eventarc", "triggers", "update") == []
@@ -148,6 +188,9 @@ def older_deployment(state: dict[str, Any]) -> None:
     for subscription in state["resources"]["subscription"].values():
         subscription["ackDeadlineSeconds"] = 10
     state["iam"]["bucket:acme-charts-public"].append(["roles/storage.objectViewer", "allUsers"])
+    dashboard = state["resources"]["dashboard"][DASHBOARD]
+    dashboard["displayName"] = "edited by hand"
+    dashboard["mosaicLayout"]["tiles"].pop()
 
 
 def test_a_redeploy_over_an_older_deployment_brings_it_to_what_is_wanted(
@@ -180,6 +223,9 @@ def test_a_redeploy_over_an_older_deployment_brings_it_to_what_is_wanted(
     assert public == {"roles/storage.legacyObjectReader"}
     assert len(again.state["secret_versions"]["chart-img-accounts"]) == 2  # rotated: a new version
     assert all(p["notificationChannels"] == [channels] for p in again.state["resources"]["policy"].values())
+    dashboard = dict(again.resource("dashboard", DASHBOARD))
+    dashboard.pop("etag")
+    assert dashboard == wanted_dashboard()  # the file is the truth
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from gcloud_cli import GcloudJudge, judge_with_a_fresh_process, unknown_fields, 
 from harness.builders import REPO
 
 POLICY = "deploy/monitoring/chart_export_steps_failed.policy.json"
+DASHBOARD = "deploy/monitoring/worker-chart-export.dashboard.json"
 ENV = {"CLOUDSDK_CORE_PROJECT": "acme-charts", "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
 
 
@@ -27,6 +28,9 @@ UPDATE_POLICY = ["alpha", "monitoring", "policies", "update", "p", f"--policy-fr
         ([*UPDATE_POLICY, "--notification-channels=c"], False),  # a flag of create, not update
         ([*UPDATE_POLICY, "--set-notification-channels=c"], True),
         (["pubsub", "subscriptions", "update", "s", "--ack-deadline=abc"], False),
+        (["monitoring", "dashboards", "create", f"--config-from-file={DASHBOARD}"], True),  # GA has them
+        (["monitoring", "dashboards", "update", "d", f"--config-from-file={DASHBOARD}"], True),
+        (["monitoring", "dashboards", "update", "d", "--policy-from-file=x"], False),
         (["version"], True),
     ],
 )
@@ -73,7 +77,8 @@ def test_a_call_the_fake_project_cannot_answer_is_a_rejection_too(judge: GcloudJ
     "path", sorted((REPO / "deploy" / "monitoring").glob("*.json")), ids=lambda p: p.name
 )
 def test_monitoring_files_are_messages_the_api_takes(judge: GcloudJudge, path: Path) -> None:
-    kind = "alert_policy" if path.name.endswith(".policy.json") else "log_metric"
+    kinds = {".policy.json": "alert_policy", ".metric.json": "log_metric", ".dashboard.json": "dashboard"}
+    [kind] = [kind for suffix, kind in kinds.items() if path.name.endswith(suffix)]
     assert unknown_fields(judge.socket_path, kind, path.read_text()) == []
 
 
@@ -81,6 +86,13 @@ def test_the_message_check_can_fail(judge: GcloudJudge) -> None:
     text = (REPO / POLICY).read_text().replace('"thresholdValue"', '"threshold"').replace('"OR"', '"EITHER"')
     found = unknown_fields(judge.socket_path, "alert_policy", text)
     assert sorted(found) == ["combiner", "conditions[0].conditionThreshold.threshold"]
+    text = (REPO / DASHBOARD).read_text().replace('"xyChart"', '"xyGraph"', 1).replace('"ALIGN_SUM"', '"SUM"')
+    found = unknown_fields(judge.socket_path, "dashboard", text)
+    aligner = "widget.xyChart.dataSets[0].timeSeriesQuery.timeSeriesFilter.aggregation.perSeriesAligner"
+    assert sorted(found) == [
+        "mosaicLayout.tiles[1].widget.xyGraph",  # what is under an unknown field is not read
+        *(f"mosaicLayout.tiles[{tile}].{aligner}" for tile in (2, 3, 4, 5)),
+    ]
 
 
 def test_cloud_build_gets_the_build_context_and_never_a_local_accounts_file(

@@ -24,7 +24,8 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   given number of calls are in flight at once), hang, N x 500 then success, a fixed error
   (e.g. 401 "Invalid Request", 409 "Session Disconnected", 504 "External Request Timeout":
   a scripted status without a message gets the documented one; a message the docs do not
-  show is refused unless `undocumented=True`), or a 200 that is not a PNG;
+  show is refused unless `undocumented=True`; `empty_body=True` sends none at all, and
+  `retry_after` a Retry-After header, which the docs never show), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
 
 When a request counts against the daily quota, and in which order CHART-IMG checks key,
@@ -115,6 +116,8 @@ class Script:
     message: str | None = None  # None: the documented one, e.g. 409 "Session Disconnected"
     non_png: bool = False  # 200 with an HTML page
     undocumented: bool = False  # allow messages the docs do not show (an unknown answer)
+    empty_body: bool = False  # the scripted error (status, or fail_status) with no body at all
+    retry_after: str | None = None  # a Retry-After header on the scripted error (the docs show none)
     failed: int = 0
 
     def __post_init__(self) -> None:
@@ -172,6 +175,7 @@ class _Reply:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _json_reply(status: int, message: str) -> _Reply:
@@ -375,7 +379,7 @@ class ChartImgServer:
                 account.used += 1
             record.answered = time.monotonic()
             record.status = reply.status
-            if reply.content_type == "application/json":
+            if reply.content_type == "application/json" and reply.body:
                 answer = json.loads(reply.body)
                 record.message = answer.get("message") if isinstance(answer, dict) else "validation"
         return reply
@@ -468,9 +472,9 @@ class ChartImgServer:
             fail_now = script.failed < script.fail_times
             script.failed += fail_now
         if fail_now:
-            return _json_reply(script.fail_status, script.fail_message or "")
+            return _scripted_error(script, script.fail_status, script.fail_message or "")
         if script.status is not None:
-            return _json_reply(script.status, script.message or "")
+            return _scripted_error(script, script.status, script.message or "")
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")
@@ -484,6 +488,13 @@ class ChartImgServer:
                 lambda: self._peak_in_flight >= script.hold_until_in_flight or self._stopping.is_set(),
                 timeout=script.latency,
             )
+
+
+def _scripted_error(script: Script, status: int, message: str) -> _Reply:
+    reply = _Reply(status, b"") if script.empty_body else _json_reply(status, message)
+    if script.retry_after is not None:
+        reply.headers["retry-after"] = script.retry_after
+    return reply
 
 
 class _Server(ThreadingHTTPServer):
@@ -515,6 +526,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(reply.status)
             self.send_header("content-type", reply.content_type)
             self.send_header("content-length", str(len(reply.body)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(reply.body)
             self.wfile.flush()

@@ -53,8 +53,8 @@ def run_step(api: Any, step: int) -> list[ChartResult]:
     """As execute.py runs a step: its first wave reserved at once, its charts from a pool."""
     calls = [chart_call(f"tpl_{i}", run_id=f"run-{step}", symbol=SYMBOL) for i in range(CHART_CONCURRENCY)]
     budget = Budget.starting_now(20.0, SYSTEM_CLOCK)
-    with api.first_wave(calls, budget), ThreadPoolExecutor(max_workers=CHART_CONCURRENCY) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
+    with api.for_step(calls, budget) as step, ThreadPoolExecutor(max_workers=CHART_CONCURRENCY) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, step.render, c) for c in calls]
         return [f.result() for f in futures]
 
 

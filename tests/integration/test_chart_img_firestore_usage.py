@@ -69,14 +69,17 @@ def test_concurrent_steps_lose_no_increment(
             firestore_client.collection("chart_img_accounts_usage").document(account["id"]).set({})
         for store in stores:
             store.prime()
-        for api, step_calls in zip(apis, calls, strict=True):
-            waves.enter_context(api.first_wave(step_calls, budget))
-        # the first wave landed; the others found versions changed and reserve one by one
+    # each step's chart session; with `prepared`, its first wave reserved on opening
+    sessions = [
+        waves.enter_context(api.for_step(step_calls if prepared else [], budget))
+        for api, step_calls in zip(apis, calls, strict=True)
+    ]
+    if prepared:  # the first wave landed; the others found versions changed and reserve one by one
         assert sum(doc.to_dict().get("usageToday", 0) for doc in usage_docs(firestore_client)) >= TEMPLATES
     with waves, ThreadPoolExecutor(max_workers=STEPS * TEMPLATES) as pool:
         futures = [
-            pool.submit(contextvars.copy_context().run, api.render, call, budget)
-            for api, step_calls in zip(apis, calls, strict=True)
+            pool.submit(contextvars.copy_context().run, session.render, call)
+            for session, step_calls in zip(sessions, calls, strict=True)
             for call in step_calls
         ]
         results: list[ChartResult] = [f.result() for f in futures]

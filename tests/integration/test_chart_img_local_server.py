@@ -11,7 +11,6 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,7 +92,12 @@ class Harness:
         return api
 
     def render(self, api: Any, call: ChartCall, budget_seconds: float = 20.0) -> ChartResult:
-        result: ChartResult = api.render(call, Budget.starting_now(budget_seconds, SYSTEM_CLOCK))
+        """`call` as a step of one chart: in a chart session of its own."""
+        with api.for_step([], Budget.starting_now(budget_seconds, SYSTEM_CLOCK)) as step:
+            return self.render_in(step, call)
+
+    def render_in(self, session: Any, call: ChartCall) -> ChartResult:
+        result: ChartResult = session.render(call)
         self.results.append(result)
         return result
 
@@ -109,11 +113,11 @@ class Harness:
         """As execute.py runs a step: `prepared`, inside the first wave's reservation (then
         `wave_units` is what `store` counted when the wave began)."""
         budget = Budget.starting_now(60.0, SYSTEM_CLOCK)
-        wave = api.first_wave(calls[:workers], budget) if prepared else nullcontext()
-        with wave, ThreadPoolExecutor(max_workers=workers) as pool:
+        wave = calls[:workers] if prepared else []
+        with api.for_step(wave, budget) as step, ThreadPoolExecutor(max_workers=workers) as pool:
             if store is not None:
                 self.wave_units = sum(d.get("usageToday", 0) for d in store.snapshot().values())
-            futures = [pool.submit(contextvars.copy_context().run, api.render, c, budget) for c in calls]
+            futures = [pool.submit(contextvars.copy_context().run, step.render, c) for c in calls]
             results = [f.result() for f in futures]
         self.results.extend(results)
         return results
@@ -173,9 +177,9 @@ def test_a_prepaid_lease_on_an_account_refused_since_is_not_used(h: Harness) -> 
     store = InMemoryUsageStore()
     api = h.api([{"id": a, "apiKey": k} for a, k in keys.items()], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(4)]
-    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):
+    with api.for_step(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)) as step:
         assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"acc1": 2, "acc2": 2}
-        results = [h.render(api, call) for call in calls]  # one after another: the order is known
+        results = [h.render_in(step, call) for call in calls]  # one after another: the order is known
     assert results == [ChartSuccess(PNG, "acc2")] * 4
     # acc1's first lease met "Limit Exceeded"; its second was dropped, not sent
     assert [(r.account_id, r.status) for r in h.server.requests] == [
@@ -192,8 +196,9 @@ def test_a_wave_that_reached_the_daily_limit_still_sends_what_it_reserved(h: Har
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1", "dailyLimit": 2}], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(4)]
-    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):  # 2 units, then the limit: known
-        results = [h.render(api, call) for call in calls]
+    # 2 units, then the limit: known
+    with api.for_step(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)) as step:
+        results = [h.render_in(step, call) for call in calls]
     assert results[:2] == [ChartSuccess(PNG, "acc1")] * 2
     assert [code(r) for r in results[2:]] == ["CHART_API_LIMIT_EXCEEDED"] * 2
     assert h.server.count() == 2 and store.snapshot()["acc1"]["usageToday"] == 2
@@ -204,8 +209,8 @@ def test_what_a_wave_did_not_use_is_dropped_when_it_ends(h: Harness) -> None:
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1"}], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
-    with api.first_wave(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)):
-        h.render(api, calls[0])  # the others abandoned before they started
+    with api.for_step(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)) as step:
+        h.render_in(step, calls[0])  # the others abandoned before they started
     assert store.snapshot()["acc1"]["usageToday"] == 3
     assert h.render(api, calls[1]) == ChartSuccess(PNG, "acc1")  # a unit of its own
     assert store.snapshot()["acc1"]["usageToday"] == 4 and h.server.count() == 2
@@ -346,14 +351,17 @@ def test_a_parameter_limit_403_is_final(h: Harness) -> None:
     assert h.server.count() == 1
 
 
-def test_an_unknown_key_is_skipped_for_the_next_account(h: Harness) -> None:
+def test_an_unknown_key_is_skipped_for_the_next_account_and_disabled_when_refused_again(h: Harness) -> None:
     api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}, {"id": "acc2"}])
     assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc2")
     assert [r.status for r in h.server.requests] == [403, 200]
+    assert h.logs.events("chart-img account key refused: account disabled") == []  # once is no proof
+    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200]
     (event,) = h.logs.events("chart-img account key refused: account disabled")
     assert event["accountId"] == "acc1" and event["severity"] == "ERROR"
-    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
-    assert [r.status for r in h.server.requests] == [403, 200, 200]  # acc1 never again
+    assert h.render(api, chart_call("tpl_c")) == ChartSuccess(PNG, "acc2")
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200, 200]  # acc1 not again today
 
 
 def test_an_unknown_key_alone_is_final(h: Harness) -> None:
@@ -361,7 +369,8 @@ def test_an_unknown_key_alone_is_final(h: Harness) -> None:
     h.server.add_account("other")  # a real key exists: the leak scan then means something
     result = h.render(api, chart_call("tpl_a"))
     assert (details(result)["httpStatus"], details(result)["message"]) == (403, "Forbidden")
-    assert h.server.count() == 1
+    assert details(result)["disabledAccounts"] == ["acc1"]
+    assert h.server.count() == 2  # tried again at once, refused again: disabled, nothing left
 
 
 # --- record, then replay -------------------------------------------------------------------

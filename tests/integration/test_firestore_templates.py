@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,9 @@ from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.template_check import StoredTemplate, template_problems
+from worker_chart_export.core.template_rules import TemplateProblem
 from worker_chart_export.testing import FakeClock
 from worker_chart_export.tools.templates_sync import (
     EXIT_INVALID,
@@ -27,6 +30,7 @@ from worker_chart_export.tools.templates_sync import (
 pytestmark = pytest.mark.emulators
 
 COLLECTION = "chart_templates"
+BASIC = PLANS["BASIC"]
 
 
 def template(template_id: str, **overrides: Any) -> dict[str, Any]:
@@ -41,6 +45,10 @@ def template(template_id: str, **overrides: Any) -> dict[str, Any]:
         },
         **overrides,
     }
+
+
+def documents(templates: Mapping[str, StoredTemplate]) -> dict[str, dict[str, Any]]:
+    return {template_id: stored.document for template_id, stored in templates.items()}
 
 
 def stored_templates(client: firestore.Client) -> dict[str, dict[str, Any]]:
@@ -73,7 +81,7 @@ def test_templates_are_cached_until_the_ttl(firestore_client: firestore.Client) 
     first = source.get_templates(["rsi_v1", "later_v1"])
     second = source.get_templates(["rsi_v1", "later_v1"])
 
-    assert first == second == {"rsi_v1": template("rsi_v1")}
+    assert documents(first) == documents(second) == {"rsi_v1": template("rsi_v1")}
     assert counting.get_all_calls == [["rsi_v1", "later_v1"]]  # the second call made no RPC
 
     # a template synced later is invisible until the cached "missing" expires
@@ -82,7 +90,7 @@ def test_templates_are_cached_until_the_ttl(firestore_client: firestore.Client) 
     assert "later_v1" not in source.get_templates(["later_v1"])
     assert len(counting.get_all_calls) == 1
     clock.advance(2)
-    assert source.get_templates(["later_v1", "rsi_v1"]) == {
+    assert documents(source.get_templates(["later_v1", "rsi_v1"])) == {
         "later_v1": template("later_v1"),
         "rsi_v1": template("rsi_v1"),
     }
@@ -106,9 +114,42 @@ def test_returned_templates_cannot_alter_the_cache(firestore_client: firestore.C
     firestore_client.collection(COLLECTION).document("rsi_v1").set(template("rsi_v1"))
     source = FirestoreTemplateSource(firestore_client, clock=SYSTEM_CLOCK)
 
-    source.get_templates(["rsi_v1"])["rsi_v1"]["request"]["theme"] = "light"  # type: ignore[index]
+    source.get_templates(["rsi_v1"])["rsi_v1"].document["request"]["theme"] = "light"
 
-    assert source.get_templates(["rsi_v1"])["rsi_v1"]["request"]["theme"] == "dark"
+    assert source.get_templates(["rsi_v1"])["rsi_v1"].document["request"]["theme"] == "dark"
+
+
+def test_a_stored_version_is_checked_once_and_an_edit_is_checked_again(
+    firestore_client: firestore.Client,
+) -> None:
+    """After the TTL the template is read again; an unchanged update_time keeps its check."""
+    reference = firestore_client.collection(COLLECTION).document("rsi_v1")
+    reference.set(template("rsi_v1"))
+    checked: list[str] = []
+
+    def counting_check(document: Any, plan: Plan) -> list[TemplateProblem]:
+        checked.append(document["request"]["theme"])
+        return template_problems(document, plan)
+
+    clock = FakeClock()
+    source = FirestoreTemplateSource(firestore_client, ttl_seconds=60, clock=clock, check=counting_check)
+    first = source.get_templates(["rsi_v1"])["rsi_v1"]
+    assert first.problems(BASIC) == () and first.problems(BASIC) == ()
+    assert checked == ["dark"]
+
+    clock.advance(61)  # read again: same update_time, same StoredTemplate, no second check
+    again = source.get_templates(["rsi_v1"])["rsi_v1"]
+    assert again is first and again.revision == reference.get().update_time
+    assert again.problems(BASIC) == () and checked == ["dark"]
+
+    reference.update({"request.theme": "blue"})  # edited by hand in the console
+    clock.advance(61)
+    edited = source.get_templates(["rsi_v1"])["rsi_v1"]
+    assert edited is not first
+    assert [(p.suffix, p.message) for p in edited.problems(BASIC)] == [
+        (".request.theme", "'blue' must be one of light, dark")
+    ]
+    assert checked == ["dark", "blue"]
 
 
 def test_unreachable_firestore_raises_transient_error(unreachable_firestore_client: firestore.Client) -> None:
@@ -309,7 +350,7 @@ def test_run_templates_sync_for_the_cli(
     code, text = run_templates_sync(tmp_path, firestore_emulator.project, False)
 
     assert code == EXIT_INVALID
-    assert "rsi_v1.json: $: Additional properties are not allowed ('extra' was unexpected)" in text
+    assert "rsi_v1.json: $.extra: is not allowed here (allowed: id, description," in text
     assert stored_templates(firestore_client)["rsi_v1"] == template("rsi_v1")
 
 

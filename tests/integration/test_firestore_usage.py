@@ -231,12 +231,38 @@ def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> N
     put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY, dailyLimit=20)
     store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
 
-    store.mark_exhausted("acc-1", default_limit=44, now=NOW)
+    store.mark_exhausted("acc-1", default_limit=44, now=NOW, reason='CHART-IMG answered 429 "Limit Exceeded"')
 
-    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 20, "windowStart": TODAY, "dailyLimit": 20}
+    assert usage_doc(firestore_client, "acc-1") == {
+        "usageToday": 20,
+        "windowStart": TODAY,
+        "dailyLimit": 20,
+        "exhaustedUntil": "2026-11-23T00:00:00.000Z",
+        "exhaustedReason": 'CHART-IMG answered 429 "Limit Exceeded"',
+    }
     assert store.reserve("acc-1", default_limit=44, now=NOW).reserved is False
     # the next UTC day starts afresh
     assert store.reserve("acc-1", default_limit=44, now=NOW + timedelta(days=1)).reserved is True
+
+
+def test_mark_disabled_refuses_the_key_to_every_instance_for_the_day(
+    firestore_client: firestore.Client,
+) -> None:
+    this, other = (FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK) for _ in range(2))
+    assert other.reserve("acc-1", default_limit=44, now=NOW).reserved  # other knows the version
+
+    this.mark_disabled("acc-1", reason="refused twice", now=NOW)
+
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and (doc["disabled"], doc["disabledReason"], doc["usageToday"]) == (
+        True,
+        "refused twice",
+        1,
+    )
+    refused = other.reserve("acc-1", default_limit=44, now=NOW)  # its version is stale: read again
+    assert (refused.reserved, refused.refusal) == (False, ReservationRefusal.DISABLED)
+    assert this.reserve("acc-1", default_limit=44, now=NOW + timedelta(days=1)).reserved is True
+    assert usage_doc(firestore_client, "acc-1")["disabled"] is False  # type: ignore[index]
 
 
 def test_concurrent_reservations_never_exceed_the_limit(firestore_client: firestore.Client) -> None:

@@ -176,3 +176,44 @@ def test_exhausted_accounts_make_no_call_and_log_one_error(tmp_path: Path, serve
     event = events[0]
     assert event["severity"] == "ERROR" and sorted(event["exhaustedAccounts"]) == ["acc1", "acc2"]
     assert event["runId"] == "run1" and event["stepId"] == "charts" and event["service"] and event["env"]
+
+
+def test_accounts_shows_what_a_real_run_spent(tmp_path: Path, server: ChartImgServer) -> None:
+    """`accounts --output-dir` on the usage file a real run-local left: every HTTP attempt is
+    a unit, and the key CHART-IMG refused for the day has nothing left."""
+    keys = {"acc1": server.add_account("acc1", daily_quota=0), "acc2": server.add_account("acc2")}
+    accounts = tmp_path / "chart-img.accounts.local.json"
+    accounts.write_text(json.dumps([{"id": a, "apiKey": k, "plan": "ULTRA"} for a, k in keys.items()]))
+    env = {"CHART_IMG_BASE_URL": server.base_url}
+    code, summary, _ = run_local(
+        tmp_path,
+        flow_run({"charts": chart_step()}),
+        "--charts-api-mode=real",
+        f"--accounts-config-path={accounts}",
+        env=env,
+    )
+    assert (code, summary["status"]) == (0, "SUCCEEDED"), summary
+    assert server.count("acc1") >= 1  # the first pick: it met "Limit Exceeded"
+    shown = subprocess.run(
+        [
+            SCRIPT,
+            "accounts",
+            f"--output-dir={tmp_path / 'out'}",
+            f"--accounts-config-path={accounts}",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "CHART_IMG_ACCOUNTS_JSON": "", **env},
+    )
+    print(shown.stdout, shown.stderr)
+    assert shown.returncode == 0 and not any(key in shown.stdout + shown.stderr for key in keys.values())
+    rows = {row["accountId"]: row for row in json.loads(shown.stdout)["accounts"]}
+    assert (rows["acc1"]["leftToday"], rows["acc1"]["state"]) == (0, "exhausted")
+    assert (rows["acc2"]["usedToday"], rows["acc2"]["leftToday"]) == (
+        server.count("acc2"),
+        3000 - server.count("acc2"),
+    )
+    assert json.loads(shown.stdout)["totals"]["leftToday"] == 3000 - server.count("acc2")

@@ -1,25 +1,41 @@
 """This process's view of the CHART-IMG accounts, for the limiter to choose well without
 reading: what the last reservations said (usage, the shared pacing state), which accounts
-are exhausted (cached), cooling down after a rate 429, or refused their key, and the order
-the next pick takes. Its own picks still reserving count as taken slots. Once a reservation
-shows that another instance wrote an account meanwhile, the view is "behind": the limiter's
-next wave reads every account first (`catch_up_ids`, `caught_up`).
+are exhausted (cached), cooling down after a 429, or disabled, each key's recent answers (its
+`core.key_history.KeyHistory`: the 429 streak, refusals in a row), and the order the next
+pick takes. Its own picks still reserving count as taken slots. Once a reservation shows that
+another instance wrote an account meanwhile, the view is "behind": the limiter's next wave
+reads every account first (`catch_up_ids`, `caught_up`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.key_history import (
+    Answer,
+    KeyHistory,
+    RateVerdict,
+    after_rate_limit,
+    after_refusal,
+    after_success,
+)
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing, daily_limit_of, next_utc_midnight, tat_of, usage_today
-from worker_chart_export.logs import get_logger
+from worker_chart_export.core.usage import (
+    Pacing,
+    daily_limit_of,
+    disabled_today,
+    next_utc_midnight,
+    tat_of,
+    usage_today,
+    window_start,
+)
 
 # Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
 # instances' clocks and network paths differ by milliseconds.
@@ -28,10 +44,6 @@ PACING_HEADROOM = 0.9
 # measured on a 2-core machine, a burst sent while 96 charts started at once arrived 0.2 s late
 # and the next, on time, met a 429 (benchmarks/bench_fleet.py). The burst is banked that much less.
 ARRIVAL_JITTER_SECONDS = 0.3
-# A rate 429 without Retry-After cools the key down this long; Retry-After is honoured up
-# to MAX_COOLDOWN_SECONDS (a longer wait belongs to the quota, not the rate).
-MIN_COOLDOWN_SECONDS = 1.0
-MAX_COOLDOWN_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -58,8 +70,16 @@ class AccountView:
     exhausted_until: datetime | None = None
     # CHART-IMG itself said the day's quota is gone (not just our count): see still_accepted
     provider_exhausted_until: datetime | None = None
-    cool_until: float = 0.0  # monotonic
-    disabled: bool = False
+    history: KeyHistory = field(default_factory=KeyHistory)  # its recent answers (monotonic moments)
+    disabled_until: datetime | None = None  # its key refused again (here or, per the store, elsewhere)
+
+    @property
+    def cool_until(self) -> float:
+        """No call before this monotonic moment (0: never cooled)."""
+        return self.history.cool_until
+
+    def disabled(self, now: datetime) -> bool:
+        return self.disabled_until is not None and self.disabled_until > now
 
     def expected_wait(self, now: float, moment: float) -> float:
         """How long one more request on this account would wait, by what this process
@@ -73,7 +93,7 @@ class AccountView:
 
     def usable(self, now: datetime) -> bool:
         exhausted = self.exhausted_until is not None and self.exhausted_until > now
-        return not self.disabled and not exhausted
+        return not self.disabled(now) and not exhausted
 
 
 class AccountViews:
@@ -155,6 +175,8 @@ class AccountViews:
                 view.tat = reservation.tat
             if reservation.refusal is ReservationRefusal.EXHAUSTED:
                 view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+            elif reservation.refusal is ReservationRefusal.DISABLED:  # by another instance
+                view.disabled_until = next_utc_midnight(now)
 
     def fell_behind(self) -> None:
         """A wave's account was left out (changed meanwhile, or not known here)."""
@@ -183,35 +205,56 @@ class AccountViews:
                     view.tat = fresh  # the shared state only moves forward
                 if view.usage_today >= daily_limit_of(doc, view.daily_limit):
                     view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+                if disabled_today(doc, now):
+                    view.disabled_until = next_utc_midnight(now)
 
     # --- what CHART-IMG said about an account ---
 
     def provider_exhausted(self, account_id: str, now: datetime) -> None:
-        """After a quota 429: out until the next UTC midnight."""
+        """After CHART-IMG's quota answer: out until the next UTC midnight."""
         with self._lock:
-            view = self._views[account_id]
-            view.exhausted_until = view.provider_exhausted_until = next_utc_midnight(now)
+            self._exhaust(self._views[account_id], now)
 
-    def cool_down(self, account_id: str, retry_after: float | None) -> float:
-        """After a rate 429: no call on this key for a short, bounded time. Returns it."""
-        seconds = min(MAX_COOLDOWN_SECONDS, max(MIN_COOLDOWN_SECONDS, retry_after or 0.0))
-        with self._lock:
-            view = self._views[account_id]
-            view.cool_until = max(view.cool_until, self._clock.monotonic() + seconds)
-        return seconds
+    @staticmethod
+    def _exhaust(view: AccountView, now: datetime) -> None:
+        view.exhausted_until = view.provider_exhausted_until = next_utc_midnight(now)
 
-    def disable(self, account_id: str) -> None:
-        """After CHART-IMG refused the key: never used again by this process; one ERROR."""
+    def rate_limited(self, account_id: str, answer: Answer, retry_after: float | None) -> RateVerdict:
+        """After a 429 that is not the day's quota: the key cools down, escalating; or, when
+        it keeps answering so while our count says it has quota, it is out for the day."""
+        now = self._clock.now()
         with self._lock:
             view = self._views[account_id]
-            first = not view.disabled
-            view.disabled = True
-        if first:
-            get_logger().error(
-                "chart-img account key refused: account disabled",
-                accountId=account_id,
-                error={"code": "CHART_API_KEY_REFUSED"},
+            view.history, verdict = after_rate_limit(
+                view.history,
+                answer,
+                at=self._clock.monotonic(),
+                day=window_start(now),
+                retry_after=retry_after,
+                has_quota=view.usage_today < view.daily_limit,
             )
+            if verdict.exhausted is not None:
+                self._exhaust(view, now)
+        return verdict
+
+    def refused(self, account_id: str, answer: Answer) -> tuple[bool, tuple[Answer, ...]]:
+        """CHART-IMG refused the key: (whether it is disabled now, until the next UTC
+        midnight; the refusals in a row that disabled it just now, else ())."""
+        now = self._clock.now()
+        with self._lock:
+            view = self._views[account_id]
+            if view.disabled(now):  # an answer to a call sent before: nothing more to decide
+                return True, ()
+            view.history, refusals = after_refusal(view.history, answer, day=window_start(now))
+            if refusals:
+                view.disabled_until = next_utc_midnight(now)
+            return bool(refusals), refusals
+
+    def succeeded(self, account_id: str) -> None:
+        """The key answered 200: its 429 streak and refusals are over."""
+        with self._lock:
+            view = self._views[account_id]
+            view.history = after_success(view.history)
 
     def exhausted_accounts(self) -> tuple[str, ...]:
         now = self._clock.now()
@@ -225,21 +268,24 @@ class AccountViews:
             )
 
     def all_disabled(self) -> bool:
+        now = self._clock.now()
         with self._lock:
-            return all(v.disabled for v in self._views.values())
+            return all(v.disabled(now) for v in self._views.values())
 
     def still_accepted(self, account_id: str) -> bool:
-        """CHART-IMG has not refused the account since: no quota 429, no rate cooldown, key
-        not refused. (That our own count reached the daily limit does not matter here: a
+        """CHART-IMG has not refused the account since: no quota answer, no cooldown, key
+        not disabled. (That our own count reached the daily limit does not matter here: a
         unit already reserved is within it.)"""
+        now = self._clock.now()
         with self._lock:
             view = self._views[account_id]
             until = view.provider_exhausted_until
-            exhausted = until is not None and until > self._clock.now()
+            exhausted = until is not None and until > now
             cooling = view.cool_until > self._clock.monotonic()
-            return not (view.disabled or exhausted or cooling)
+            return not (view.disabled(now) or exhausted or cooling)
 
     def usable_accounts(self) -> tuple[str, ...]:
-        """Accounts whose key has not been refused."""
+        """Accounts whose key is not disabled."""
+        now = self._clock.now()
         with self._lock:
-            return tuple(a for a, v in self._views.items() if not v.disabled)
+            return tuple(a for a, v in self._views.items() if not v.disabled(now))

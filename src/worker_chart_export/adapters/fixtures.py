@@ -88,10 +88,14 @@ class MockChartApi:
     def __init__(self, library: FixtureLibrary) -> None:
         self.library = library
 
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
-        return nullcontext()  # nothing to reserve: fixtures cost no quota
+    def for_step(
+        self, first_wave: Sequence[ChartCall], budget: Budget
+    ) -> AbstractContextManager[MockChartApi]:
+        """Its own session: fixtures cost no quota and take no time, so a step has nothing
+        to reserve or remember."""
+        return nullcontext(self)
 
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def render(self, call: ChartCall) -> ChartResult:
         log = get_logger().bind(
             chartTemplateId=call.chart_template_id,
             chartsApi={"mode": self.mode, "fixtureKey": call.fixture_key},

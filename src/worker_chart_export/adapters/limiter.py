@@ -4,16 +4,20 @@ One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` tha
 unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
 shared by every instance through that document. This process only keeps a cheap view to
 choose well without reading (account_views.py): what the last reservations said, which
-accounts are exhausted, cooling down or refused their key. Once a reservation shows that
-another instance wrote an account meanwhile, the next wave reads every account first (one
-round trip), so a fleet's waves do not queue on keys that only look free.
+accounts are exhausted, cooling down or disabled, and what each key answered lately. What
+CHART-IMG says about a key is told here (`mark_exhausted`, `rate_limited`, `key_refused`,
+`succeeded`), judged by core/key_history.py, and persisted in the usage document when it
+matters to every instance and to `worker-chart-export accounts` (exhausted, disabled). Once
+a reservation shows that another instance wrote an account meanwhile, the next wave reads
+every account first (one round trip), so a fleet's waves do not queue on keys that only look
+free.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -24,6 +28,7 @@ from worker_chart_export.adapters.account_views import AccountViews, PacingMargi
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import ReservationRequest
@@ -46,7 +51,7 @@ class Lease:
 class Refusal(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
     NO_TIME = "NO_TIME"  # no send slot frees up within the time left
-    NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key was refused by CHART-IMG
+    NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
 
 
 @dataclass(frozen=True)
@@ -195,28 +200,76 @@ class AccountLimiter:
         all_disabled = self._views.all_disabled()
         return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
 
-    # --- what CHART-IMG said about an account ---
+    # --- what CHART-IMG said about an account (api.py tells; the rules: core.key_history) ---
 
-    def mark_exhausted(self, account_id: str) -> None:
-        """After a quota 429 / "Limit Exceeded": out until the next UTC midnight (store + cache)."""
-        now = self._clock.now()
-        self._views.provider_exhausted(account_id, now)
-        try:
-            self._store.mark_exhausted(account_id, default_limit=self._views[account_id].daily_limit, now=now)
-        except Exception as exc:  # best effort (§14.4): this process already stays off it
-            get_logger().warning(
-                "chart-img account exhaustion not persisted",
+    def mark_exhausted(self, account_id: str, answer: Answer) -> None:
+        """After CHART-IMG's quota answer: out until the next UTC midnight (store + cache)."""
+        self._views.provider_exhausted(account_id, self._clock.now())
+        self._persist_exhausted(account_id, quota_reason(answer))
+
+    def rate_limited(self, account_id: str, answer: Answer, retry_after: float | None) -> RateVerdict:
+        """After any other 429: the key cools down (Retry-After, else escalating). A key that
+        keeps answering 429 while our count says it has quota is out for the day: one ERROR
+        naming the account and the answers seen (never the key), persisted with its reason."""
+        verdict = self._views.rate_limited(account_id, answer, retry_after)
+        streak = verdict.exhausted
+        if streak is not None:
+            view = self._views[account_id]
+            get_logger().error(
+                "chart-img key keeps answering 429: exhausted for the day",
                 accountId=account_id,
-                errorKind=type(exc).__name__,
+                error={"code": "CHART_API_LIMIT_EXCEEDED"},
+                answers=streak.as_log(),
+                answered429=streak.seen,
+                cooldowns=streak.cooldowns,
+                spanSeconds=round(streak.span_seconds, 1),
+                usedToday=view.usage_today,
+                dailyLimit=view.daily_limit,
             )
+            self._persist_exhausted(account_id, streak.reason(view.usage_today, view.daily_limit))
+        return verdict
 
-    def cool_down(self, account_id: str, retry_after: float | None) -> float:
-        """After a rate 429: no call on this key for a short, bounded time. Returns it."""
-        return self._views.cool_down(account_id, retry_after)
+    def key_refused(self, account_id: str, answer: Answer) -> bool:
+        """After CHART-IMG refused the key (401, 403 "Forbidden"): True when the key is
+        disabled: refused again with no success between (then one ERROR line, and no instance
+        uses it for the rest of the UTC day), or already. False: the call only moves on."""
+        disabled, refusals = self._views.refused(account_id, answer)
+        if not refusals:
+            return disabled
+        get_logger().error(
+            "chart-img account key refused: account disabled",
+            accountId=account_id,
+            error={"code": "CHART_API_KEY_REFUSED"},
+            answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
+        )
+        reason = refused_reason(refusals)
+        self._best_effort(
+            lambda: self._store.mark_disabled(account_id, reason=reason, now=self._clock.now()),
+            "chart-img account disabling not persisted",
+            account_id,
+        )
+        return True
 
-    def disable(self, account_id: str) -> None:
-        """After CHART-IMG refused the key: never used again by this process; one ERROR."""
-        self._views.disable(account_id)
+    def succeeded(self, account_id: str) -> None:
+        """The key answered 200: its 429 streak and refusals are over."""
+        self._views.succeeded(account_id)
+
+    def _persist_exhausted(self, account_id: str, reason: str) -> None:
+        limit = self._views[account_id].daily_limit
+        self._best_effort(
+            lambda: self._store.mark_exhausted(
+                account_id, default_limit=limit, now=self._clock.now(), reason=reason
+            ),
+            "chart-img account exhaustion not persisted",
+            account_id,
+        )
+
+    @staticmethod
+    def _best_effort(write: Callable[[], None], failed: str, account_id: str) -> None:
+        try:
+            write()
+        except Exception as exc:  # best effort (§14.4): this process already stays off it
+            get_logger().warning(failed, accountId=account_id, errorKind=type(exc).__name__)
 
     def exhausted_accounts(self) -> tuple[str, ...]:
         return self._views.exhausted_accounts()
@@ -226,5 +279,5 @@ class AccountLimiter:
         return self._views.still_accepted(account_id)
 
     def usable_accounts(self) -> tuple[str, ...]:
-        """Accounts whose key has not been refused."""
+        """Accounts whose key is not disabled."""
         return self._views.usable_accounts()

@@ -25,6 +25,7 @@ from worker_chart_export.core.step_rules import (
     plan_claim,
     plan_finalize,
 )
+from worker_chart_export.core.template_check import StoredTemplate, TemplateCheck, template_problems
 from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
 
 
@@ -120,20 +121,45 @@ class LocalFlowRunStore:
 
 
 class LocalTemplateSource:
-    """chart-templates/<id>.json, read on every call: local edits show up at once."""
+    """chart-templates/<id>.json, looked at on every call: local edits show up at once. A
+    file whose stamp (modification time in ns, size, inode) did not change is neither read
+    again nor checked again: the StoredTemplate already returned is returned once more."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, check: TemplateCheck = template_problems) -> None:
         self.directory = directory
+        self._check = check
+        self._lock = threading.Lock()
+        self._known: dict[str, StoredTemplate] = {}
 
-    def get_templates(self, template_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-        found: dict[str, Mapping[str, Any]] = {}
+    def get_templates(self, template_ids: Sequence[str]) -> dict[str, StoredTemplate]:
+        found: dict[str, StoredTemplate] = {}
         for template_id in template_ids:
-            path = self.directory / f"{template_id}.json"
-            if is_safe_segment(template_id) and path.is_file():
-                document = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(document, dict):
-                    found[template_id] = document
+            if not is_safe_segment(template_id):
+                continue
+            stored = self._stored(template_id, self.directory / f"{template_id}.json")
+            if stored is not None:
+                found[template_id] = stored
         return found
+
+    def _stored(self, template_id: str, path: Path) -> StoredTemplate | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        if not path.is_file():
+            return None
+        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        with self._lock:
+            known = self._known.get(template_id)
+        if known is not None and known.revision == stamp:
+            return known
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(document, dict):
+            return None
+        stored = StoredTemplate(template_id, document, stamp, check=self._check)
+        with self._lock:
+            self._known[template_id] = stored
+        return stored
 
 
 class LocalArtifactStore:

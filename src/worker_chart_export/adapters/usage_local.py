@@ -2,7 +2,8 @@
 
 Both apply the same pure window rules as the Firestore store (`core/usage.py`) inside a lock,
 so a reservation is read-check-increment with no lost updates under concurrency. The file
-is `{accountId: {"usageToday": int, "windowStart": "YYYY-MM-DDT00:00:00Z", "dailyLimit"?: int}}`.
+is `{accountId: {"usageToday": int, "windowStart": "YYYY-MM-DDT00:00:00Z", "dailyLimit"?: int, ...}}`
+(the fields core/usage.py describes).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from typing import Any
 
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
+    QUOTA_REFUSED,
     Pacing,
     ReservationRequest,
     ReservationTime,
+    disabled_fields,
     exhausted_fields,
     reserve_many,
     reserve_one,
@@ -79,10 +82,20 @@ class _DocsUsageStore:
         with self._transaction() as docs:
             return {a: copy.deepcopy(docs[a]) if a in docs else None for a in account_ids}
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
+    def mark_exhausted(
+        self, account_id: str, *, default_limit: int, now: datetime, reason: str = QUOTA_REFUSED
+    ) -> None:
         with self._transaction() as docs:
-            fields = exhausted_fields(docs.get(account_id), default_limit=default_limit, now=now)
+            fields = exhausted_fields(
+                docs.get(account_id), default_limit=default_limit, now=now, reason=reason
+            )
             docs.setdefault(account_id, {}).update(fields)
+
+    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
+        with self._transaction() as docs:
+            docs.setdefault(account_id, {}).update(
+                disabled_fields(docs.get(account_id), reason=reason, now=now)
+            )
 
 
 class InMemoryUsageStore(_DocsUsageStore):
@@ -151,3 +164,8 @@ class FileUsageStore(_DocsUsageStore):
     def snapshot(self) -> Docs:
         with self._transaction() as docs:
             return copy.deepcopy(docs)
+
+    def read_all(self) -> dict[str, Mapping[str, Any]]:
+        """Every account's document; a file not written yet means no usage (and reading it
+        creates nothing)."""
+        return dict(self.snapshot()) if self.path.exists() else {}

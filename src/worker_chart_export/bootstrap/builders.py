@@ -19,11 +19,12 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
+from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
-from worker_chart_export.core.plans import plan_named
+from worker_chart_export.core.plans import AccountLimits, plan_named
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
@@ -132,6 +133,43 @@ def _require_accounts(
     )
 
 
+def account_defaults(settings: Settings) -> AccountLimits:
+    """The limits of an account that sets none itself (no plan, no own values)."""
+    options = chart_img_options(settings)
+    return AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
+
+
+def configured_accounts(
+    settings: Settings, secret_client: SecretClient | None = None
+) -> tuple[ConfiguredAccount, ...]:
+    """The accounts the worker would use (same sources: CHART_IMG_ACCOUNTS_JSON, else the
+    secret), as `accounts` shows them: plan, limits and the pacing the worker sends at,
+    never the key. () when none is configured."""
+    from worker_chart_export.adapters.account_views import PacingMargins
+    from worker_chart_export.adapters.accounts_config import load_accounts
+
+    loaded = load_accounts(
+        settings.chart_img_accounts_json,
+        settings.chart_img_accounts_secret,
+        settings.google_cloud_project,
+        secret_client=secret_client,
+    )
+    defaults, margins = account_defaults(settings), PacingMargins()
+    configured = []
+    for account in loaded:
+        limits = account.limits(defaults)
+        source = _limit_source(account.daily_limit, account.plan)
+        configured.append(ConfiguredAccount(account.id, account.plan, limits, source, margins.pacing(limits)))
+    return tuple(configured)
+
+
+def _limit_source(own_limit: int | None, plan: str | None) -> LimitSource:
+    """As AccountConfig.limits decides: the account's own value, else its plan's, else the default."""
+    if own_limit is not None:
+        return LimitSource.ACCOUNT
+    return LimitSource.PLAN if plan is not None else LimitSource.DEFAULT
+
+
 def check_configuration(settings: Settings) -> dict[str, object]:
     """What the first event with work would trip on, checked at start-up instead: a bad
     deployment then fails to start with a message naming the problem, rather than failing
@@ -224,8 +262,14 @@ class LocalLayout:
             output_dir=output_dir,
             flow_run_state=output_dir / "flow_runs" / f"{name}.json",
             bucket_root=output_dir / "gcs",
-            usage_file=output_dir / "chart_img_accounts_usage.json",
+            usage_file=cls.usage_file_in(output_dir),
         )
+
+    @staticmethod
+    def usage_file_in(output_dir: Path) -> Path:
+        """The accounts' usage, one file for every run under `output_dir` (the accounts are
+        shared as Firestore shares them)."""
+        return output_dir / "chart_img_accounts_usage.json"
 
 
 class LocalStep(NamedTuple):

@@ -1,4 +1,4 @@
-"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit,
+"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit, accounts,
 stack. Parses flags, wires adapters, calls the same execute_step as the CloudEvent function,
 prints summaries; every error is one line on stderr."""
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.flow_run_file import read_flow_run
-from worker_chart_export.cli.accounts import add_accounts_command, run_accounts
+from worker_chart_export.cli.accounts import add_accounts_command, read_accounts_file, run_accounts
 from worker_chart_export.cli.flow import add_flow_commands, run_advance, run_reap
 from worker_chart_export.cli.submit import run_submit
 from worker_chart_export.core.exceptions import ConfigError, RedeliverEvent, StepSelectionError, UsageError
@@ -153,15 +153,6 @@ def _flags_given(args: argparse.Namespace) -> dict[str, str]:
     return labels
 
 
-def _read_accounts_file(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--accounts-config-path {path}: {exc.strerror}") from None
-
-
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
     from worker_chart_export.service.execute import StepReport, execute_step
@@ -170,7 +161,7 @@ def run_local(args: argparse.Namespace) -> int:
         {
             "charts_api_mode": args.charts_api_mode,
             "charts_bucket": args.charts_bucket,
-            "chart_img_accounts_json": _read_accounts_file(args.accounts_config_path),
+            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
             "local_output_dir": args.output_dir,
         },
         kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise

@@ -1,21 +1,27 @@
 """How CHART-IMG answers are classified and turned into errors.
 
 The worker contract (§13.4-13.5) reads every 429 as "this key is done for the day". The
-provider's own documentation (Errors / API v2, Request Limit) says more, and refines it:
-- 429 `Limit Exceeded` (or a 429 that says nothing else): the daily quota is used up:
-  the account is exhausted for the window, as the contract says;
-- 429 `Too Many Requests`: the per-second rate limit: the key cools down briefly and the
-  request moves on; the account is *not* exhausted for the day;
-- 401, 403 `Forbidden`: the key is wrong or inactive: the account is unusable (for this
-  process) and the request moves to the next account;
+provider's documentation (Errors / API v2, Request Limit) gives two 429 examples, `Too Many
+Requests` and `Limit Exceeded`, "exceed the usage limit or the rate limit", and promises no
+complete list; its v2 status table has no 401 row. So no answer we cannot name retires a key
+on first sight:
+- 429 `Limit Exceeded` (the documented daily-limit wording, any case, surrounding
+  punctuation ignored): the daily quota is used up: the account is exhausted for the UTC day;
+- any other 429 (`Too Many Requests`, an empty body, an unknown wording): the key cools down
+  (Retry-After, else an escalating backoff: core/key_history.py) and the request moves on; a
+  key that keeps answering so is exhausted by core/key_history.py's streak rule;
+- the daily-limit wording under another status (undocumented): cooled, like an unknown 429;
+- 401, 403 `Forbidden`: the key was refused: the request moves to the next account; the key
+  is disabled only when refused again (core/key_history.py);
 - 403 `Exceed Max Usage Resolution/Parameter Limit (...)`: the template asks for more than
   the plan allows: final, like the other 4xx about the request;
-- 5xx: transient, retried with backoff; other 4xx: final.
+- 5xx: transient, retried with backoff; other 4xx: final (the key stays usable).
 See docs/design.md, "CHART-IMG answers".
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,8 +40,8 @@ class Disposition(StrEnum):
     FINAL = "FINAL"  # same payload would fail again on any account: CHART_API_FAILED
     RETRY = "RETRY"  # transient: back off and try again (same or another account)
     EXHAUSTED = "EXHAUSTED"  # daily quota used up: mark the account exhausted, next account now
-    RATE_LIMITED = "RATE_LIMITED"  # per-second limit: cool the key down, next account now
-    BAD_KEY = "BAD_KEY"  # key wrong or inactive: stop using the account, next account now
+    RATE_LIMITED = "RATE_LIMITED"  # any other 429: cool the key down, next account now
+    BAD_KEY = "BAD_KEY"  # key refused: next account now; disabled when refused again
 
 
 # Answers that describe the moment or the key, not the request: never frozen as fixtures.
@@ -44,9 +50,24 @@ NOT_ABOUT_THE_REQUEST = frozenset(
 )
 # Dispositions whose next attempt goes to another account without a backoff.
 ROTATING = frozenset({Disposition.EXHAUSTED, Disposition.RATE_LIMITED, Disposition.BAD_KEY})
-RATE_LIMIT_MESSAGE = "too many requests"
-QUOTA_MESSAGE = "limit exceeded"
-BAD_KEY_MESSAGE = "forbidden"
+RATE_LIMIT_WORDING = "too many requests"
+# The daily quota's words: the 429 example, and the status table's "exceed the usage limit"
+# (with its tenses). Only whole messages: "Rate Limit Exceeded" is not the daily quota.
+DAILY_LIMIT_WORDINGS = frozenset(
+    {"limit exceeded", "usage limit exceeded", "exceed the usage limit", "exceeded the usage limit"}
+)
+BAD_KEY_WORDING = "forbidden"
+_NOT_WORDS = re.compile(r"[^a-z0-9]+")
+
+
+def wording(message: str) -> str:
+    """A message as words: lower case, punctuation and spacing ignored ("Limit Exceeded." and
+    "limit-exceeded" are "limit exceeded")."""
+    return " ".join(_NOT_WORDS.split(message.lower())).strip()
+
+
+def says_daily_limit(message: str) -> bool:
+    return wording(message) in DAILY_LIMIT_WORDINGS
 
 
 def error_message(body: Any) -> str:
@@ -96,16 +117,24 @@ def validation_errors(body: Any) -> list[dict[str, str]]:
 def classify(http_status: int, body: Any = None) -> Disposition:
     if http_status == 200:
         return Disposition.SUCCESS
-    message = error_message(body).strip().lower()
-    if QUOTA_MESSAGE in message:
-        return Disposition.EXHAUSTED
+    message = error_message(body)
     if http_status == 429:
-        return Disposition.RATE_LIMITED if message == RATE_LIMIT_MESSAGE else Disposition.EXHAUSTED
-    if http_status == 401 or (http_status == 403 and message == BAD_KEY_MESSAGE):
+        return Disposition.EXHAUSTED if says_daily_limit(message) else Disposition.RATE_LIMITED
+    if says_daily_limit(message):
+        return Disposition.RATE_LIMITED  # quota's words, undocumented status: cooled, not retired
+    if http_status == 401 or (http_status == 403 and wording(message) == BAD_KEY_WORDING):
         return Disposition.BAD_KEY
     if http_status in RETRY_STATUSES:
         return Disposition.RETRY
     return Disposition.FINAL
+
+
+def limit_kind(disposition: Disposition, message: str) -> str:
+    """`details.limit` of a quota failure: the daily quota, the documented rate limit, or a
+    429 we cannot name (cooled as the rate limit is)."""
+    if disposition is Disposition.EXHAUSTED:
+        return "daily"
+    return "rate" if wording(message) == RATE_LIMIT_WORDING else "unrecognised"
 
 
 def looks_like_png(data: bytes) -> bool:
@@ -125,7 +154,7 @@ def failure_from_response(
         details["errors"] = validation
     disposition = classify(http_status, body)
     if disposition in (Disposition.EXHAUSTED, Disposition.RATE_LIMITED):
-        details["limit"] = "daily" if disposition is Disposition.EXHAUSTED else "rate"
+        details["limit"] = limit_kind(disposition, error_message(body))
         return StepError(
             ErrorCode.CHART_API_LIMIT_EXCEEDED,
             f"CHART-IMG refused the request for quota reasons (HTTP {http_status}: {message})",

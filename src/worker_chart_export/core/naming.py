@@ -47,14 +47,39 @@ def rfc3339_utc(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+# A symbol named as it is in slugs and fixture keys: `EXCHANGE:NAME`-like, short. Any other
+# (continuous futures' `!`, a `/`, a formula, anything long) gets a readable part and a digest.
+_PLAIN_SYMBOL = re.compile(r"[A-Za-z0-9]+(?:[_.:-][A-Za-z0-9]+)*")
+MAX_PLAIN_SYMBOL_CHARS = 64
+READABLE_CHARS = 40  # of a digested symbol's name part
+DIGEST_CHARS = 10
+
+
+def _is_plain(chart_img_symbol: str) -> bool:
+    return len(chart_img_symbol) <= MAX_PLAIN_SYMBOL_CHARS and bool(_PLAIN_SYMBOL.fullmatch(chart_img_symbol))
+
+
+def _digested(readable: str, chart_img_symbol: str) -> str:
+    """`<readable, cut short>-<first hex digits of its SHA-256>`: different symbols whose
+    readable parts agree (`A+B`, `A-B`) keep different names."""
+    digest = hashlib.sha256(chart_img_symbol.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{readable[:READABLE_CHARS].strip('-_') or 'UNKNOWN'}-{digest[:DIGEST_CHARS]}"
+
+
 def symbol_slug(chart_img_symbol: str) -> str:
     """`BINANCE:BTCUSDT` -> `BINANCE-BTCUSDT`, `BYBIT:BTCUSDT.P` -> `BYBIT-BTCUSDT.P`.
 
-    Upper-cased; every run of characters outside [A-Z0-9.] becomes one `-`; no leading or
-    trailing `-`. It never contains `_`, which separates the parts of a PNG name.
+    Plain symbols are upper-cased, every run of characters outside [A-Z0-9.] becomes one `-`,
+    no leading or trailing `-`. Any other symbol (`CME_MINI:ES1!`, `BMV:CEMEX/CPO`, a formula,
+    anything over 64 characters) becomes its runs of [A-Z0-9] joined by `-`, cut to 40
+    characters, then `-` and 10 hex digits of its SHA-256 (upper case): `CME-MINI-ES1-<DIGEST>`. A slug
+    is never empty and contains only [A-Z0-9.-] (no `_`, which separates the parts of a PNG
+    name; no `/`; never `..`).
     """
-    slug = re.sub(r"[^A-Z0-9.]+", "-", chart_img_symbol.upper()).strip("-")
-    return slug or "UNKNOWN"
+    if _is_plain(chart_img_symbol):
+        return re.sub(r"[^A-Z0-9.]+", "-", chart_img_symbol.upper()).strip("-")
+    readable = re.sub(r"[^A-Z0-9]+", "-", chart_img_symbol.upper()).strip("-")
+    return _digested(readable, chart_img_symbol).upper()
 
 
 def step_prefix(run_id: str, step_id: str) -> str:
@@ -89,9 +114,15 @@ def gcs_uri(bucket: str, object_path: str) -> str:
 def fixture_key(chart_img_symbol: str, timeframe: str, chart_template_id: str) -> str:
     """`BINANCE:BTCUSDT`, `1h`, `price_psar_adi_v1` -> `BINANCE_BTCUSDT__1h__price_psar_adi_v1`.
 
-    `:` becomes `_` (contract §12.2); any other character unsafe in a file name becomes `_` too.
+    A plain symbol: `:` becomes `_` (contract §12.2), as does any other character unsafe in a
+    file name. Any other symbol: its runs of [A-Za-z0-9] joined by `_`, cut short, then `-`
+    and a digest (as in `symbol_slug`), so `(A+B)/2` and `(A-B)/2` never share a fixture.
     """
-    symbol_part = re.sub(r"[^A-Za-z0-9.-]", "_", chart_img_symbol)
+    if _is_plain(chart_img_symbol):
+        symbol_part = re.sub(r"[^A-Za-z0-9.-]", "_", chart_img_symbol)
+    else:
+        readable = re.sub(r"[^A-Za-z0-9]+", "_", chart_img_symbol).strip("_")
+        symbol_part = _digested(readable, chart_img_symbol)
     return f"{symbol_part}__{timeframe}__{chart_template_id}"
 
 

@@ -3,11 +3,13 @@
 The decisions are tenacity strategies over plain values: the attempt loop in
 `adapters/chart_img/api.py` runs them with an injected sleep, so tests never wait for real.
 
-- RETRY (5xx, timeout, connection error): back off exponentially, with jitter.
+- RETRY (5xx, timeout, connection error): back off exponentially (tenacity's
+  `wait_exponential`), plus jitter (`core.retrying.wait_jitter`, its randomness injected).
 - EXHAUSTED, RATE_LIMITED, BAD_KEY: no backoff: the next attempt goes to another key (or,
   after a rate 429 on the only key, waits in the limiter for the key's cooldown).
-- at most `max_attempts` attempts in total, across accounts;
-- never sleep into, or start an attempt in, the last `min_attempt_seconds` of the budget.
+- at most `max_attempts` attempts in total, across accounts (`stop_after_attempt`);
+- never sleep into, or start an attempt in, the last `min_attempt_seconds` of the budget
+  (`core.retrying.stop_before_budget_ends`, the one budget stop).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tenacity import RetryCallState
+from tenacity import RetryCallState, stop_after_attempt, wait_exponential
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
+from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img_answers import ROTATING, Disposition
+from worker_chart_export.core.retrying import stop_before_budget_ends, wait_jitter
 
 AGAIN = frozenset({Disposition.RETRY, *ROTATING})
 
@@ -28,15 +34,21 @@ AGAIN = frozenset({Disposition.RETRY, *ROTATING})
 class RetryPolicy:
     max_attempts: int = 3
     initial_backoff: float = 0.5  # seconds before the 2nd attempt; doubles each time
-    max_backoff: float = 4.0
+    max_backoff: float = 4.0  # where the doubling stops
     jitter: float = 0.5  # up to this many seconds added at random, to spread retries
     # an attempt that cannot get this much time is not started (it would only burn quota)
     min_attempt_seconds: float = 1.0
 
-    def backoff(self, attempt_number: int, rand: float) -> float:
-        """Wait after failed attempt `attempt_number` (1-based); `rand` in [0, 1)."""
-        exponential = self.initial_backoff * 2.0 ** max(0, attempt_number - 1)
-        return min(self.max_backoff, exponential + self.jitter * rand)
+    def wait(self, rand: Callable[[], float] = random.random) -> wait_base:
+        """After failed attempt n: initial_backoff x 2^(n-1), at most max_backoff, plus
+        jitter x rand(); nothing when the next attempt moves to another key."""
+        backoff = wait_exponential(multiplier=self.initial_backoff, max=self.max_backoff)
+        return _unless_rotating(backoff + wait_jitter(self.jitter, rand))
+
+    def stop(self, budget: Budget) -> stop_base:
+        return stop_after_attempt(self.max_attempts) | stop_before_budget_ends(
+            budget, reserve=self.min_attempt_seconds
+        )
 
 
 class HasDisposition(Protocol):
@@ -59,28 +71,13 @@ def wants_retry(retry_state: RetryCallState) -> bool:
     return _last(retry_state).disposition in AGAIN
 
 
-@dataclass(frozen=True)
-class BackoffWait:
-    """Exponential backoff with jitter after a transient error; none when moving to another key."""
+class _unless_rotating(wait_base):  # lower case, as tenacity names its waits
+    """`backoff` after a transient error; none when the next attempt goes to another key."""
 
-    policy: RetryPolicy
-    rand: Callable[[], float] = random.random
+    def __init__(self, backoff: wait_base) -> None:
+        self.backoff = backoff
 
     def __call__(self, retry_state: RetryCallState) -> float:
         if _last(retry_state).disposition in ROTATING:
             return 0.0
-        return self.policy.backoff(retry_state.attempt_number, self.rand())
-
-
-@dataclass(frozen=True)
-class StopPolicy:
-    """Stop at the attempt cap, or when the wait would leave too little budget to try again."""
-
-    policy: RetryPolicy
-    remaining: Callable[[], float]
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        if retry_state.attempt_number >= self.policy.max_attempts:
-            return True
-        sleep = retry_state.upcoming_sleep or 0.0
-        return self.remaining() - sleep < self.policy.min_attempt_seconds
+        return self.backoff(retry_state)

@@ -132,6 +132,12 @@ def plan_claim(
 # Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter. A retry is
 # only for a step still READY after a commit that lost to another write of the run (another
 # step's claim or finalize, advance_flow): losers of a race for the same step stop at once.
+# The claim's layers and worst case, with the production constants: the tries below, at
+# most 0.5 s apart (claim_retry_wait): 4 x 0.5 = 2 s of sleep; a read first when no version
+# was seen, then per try a commit and, when it lost, a read: 1 + 2 x 5 = 11 RPCs, each under
+# 2T = 20 s (adapters/firestore/client.py: api_core's retry deadline
+# T = DEFAULT_RPC_TIMEOUT_SECONDS = 10 s; an attempt started in its last second gets T
+# again). Worst: 2 + 11 x 20 = 222 s. An outage ends the claim after one read back.
 CLAIM_TRIES = 5
 
 

@@ -1,10 +1,11 @@
 """What CHART-IMG accepts in a chart template, as pure rules (doc.chart-img.com, Snapshot v2
-Advanced Chart parameters, Resolution Limit and Parameter Limit tables).
+Advanced Chart parameters, Resolution Limit and Parameter Limit tables): the template's own
+fields, the plan's maxima (they depend on the CHART_IMG_PLAN setting), and what the worker
+itself needs (a PNG, the market left to it).
 
-Written once, used twice: step validation (VALIDATION_FAILED before a call is spent) and
-`templates sync` (a template the API would refuse never reaches Firestore). The JSON schema
-says the same about shapes; the plan's maxima live only here because they depend on the
-CHART_IMG_PLAN setting.
+One part of the rule set `core.template_check.template_problems` applies, beside the JSON
+Schema and the documented lists (`core.documented_rules`); step validation and `templates
+sync` both call that one function.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from worker_chart_export.core.chart_request import SYMBOL_PLACEHOLDER, resolve_chart_img_symbol
 from worker_chart_export.core.plans import MIN_HEIGHT, MIN_WIDTH, Plan
+from worker_chart_export.core.symbols import symbol_problem
 
 # The Advanced Chart v2 `interval` values (2m, 8h, 2D, 3D added Nov 2025).
 CHART_IMG_INTERVALS = (
@@ -24,9 +26,10 @@ CHART_IMG_INTERVALS = (
 )  # fmt: skip
 SCALES = ("regular", "percent", "indexedTo100", "logarithmic")
 Z_ORDERS = ("top", "bottom")
-# What may surround {symbol} in a template: exchange prefixes and suffixes like `.P`.
-CHART_IMG_SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9_:.!-]{1,64}$")
 FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")  # the worker sets the market
+IMAGE_FORMAT = "png"  # CHART-IMG also renders jpeg; the worker stores PNGs and checks each one
+# A name shown as it is in a path; any other key (from Firestore: untrusted) is quoted.
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 Path = tuple[str | int, ...]
 
@@ -38,21 +41,31 @@ class TemplateProblem:
 
     @property
     def suffix(self) -> str:
-        """The path as `.request.drawings[0].input` (JSON path without its `$`)."""
-        return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in self.path)
+        """The path as `.request.drawings[0].input` (JSON path without its `$`); a key that is
+        not a plain name is quoted and cut short: `.request.override['Plot.color']`."""
+        return "".join(_path_part(p) for p in self.path)
 
 
-def template_problems(template: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
-    """Every reason CHART-IMG (or the worker) would refuse this template under `plan`."""
+def _path_part(part: str | int) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    return f".{part}" if _PLAIN_KEY.fullmatch(part) else f"[{shown(part)}]"
+
+
+def rule_problems(template: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
+    """Every reason these rules find for CHART-IMG (or the worker) to refuse this template
+    under `plan`; the whole rule set is `core.template_check.template_problems`."""
     problems: list[TemplateProblem] = []
     symbol_template = template.get("chartImgSymbolTemplate")
     if not isinstance(symbol_template, str) or SYMBOL_PLACEHOLDER not in symbol_template:
         problems.append(TemplateProblem(("chartImgSymbolTemplate",), "must be a string containing {symbol}"))
-    elif not CHART_IMG_SYMBOL_PATTERN.fullmatch(resolve_chart_img_symbol(symbol_template, "X")):
+    elif problem := symbol_problem(resolve_chart_img_symbol(symbol_template, "X"), require_exchange=False):
+        # {symbol} stands for one name here; the symbol each step resolves is checked again
         problems.append(
             TemplateProblem(
                 ("chartImgSymbolTemplate",),
-                f"{symbol_template!r} has characters not allowed in a TradingView symbol",
+                f"{shown(symbol_template)} does not make a TradingView symbol "
+                f"(read with {{symbol}} as X): {problem}",
             )
         )
     description = template.get("description")
@@ -75,13 +88,20 @@ def request_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplatePro
         for name in FORBIDDEN_REQUEST_FIELDS
         if name in request
     ]
+    if "format" in request and request["format"] != IMAGE_FORMAT:
+        problems.append(
+            TemplateProblem(
+                ("request", "format"),
+                f"{shown(request['format'])} must be {IMAGE_FORMAT!r}: the worker stores PNGs only",
+            )
+        )
     problems += _size_problems(request, "width", MIN_WIDTH, plan.max_width, plan)
     problems += _size_problems(request, "height", MIN_HEIGHT, plan.max_height, plan)
     if "scale" in request and request["scale"] not in SCALES:
         problems.append(
             TemplateProblem(
                 ("request", "scale"),
-                f"{_shown(request['scale'])} must be one of the strings {', '.join(SCALES)}",
+                f"{shown(request['scale'])} must be one of the strings {', '.join(SCALES)}",
             )
         )
     studies = _objects(request, "studies", problems)
@@ -116,7 +136,7 @@ def _size_problems(
         return []  # CHART-IMG's default 800x600 fits every plan
     value, path = request[name], ("request", name)
     if isinstance(value, bool) or not isinstance(value, int):
-        return [TemplateProblem(path, f"{_shown(value)} must be an integer number of pixels")]
+        return [TemplateProblem(path, f"{shown(value)} must be an integer number of pixels")]
     if value < minimum:
         return [TemplateProblem(path, f"{value} is below CHART-IMG's minimum {minimum}")]
     if value > maximum:
@@ -151,20 +171,20 @@ def _name_problems(path: Path, item: Mapping[str, Any]) -> list[TemplateProblem]
 def _drawing_problems(path: Path, drawing: Mapping[str, Any]) -> list[TemplateProblem]:
     problems = _name_problems(path, drawing)
     if not isinstance(drawing.get("input"), Mapping):
-        shown = "missing" if "input" not in drawing else _shown(drawing["input"])
+        given = "missing" if "input" not in drawing else shown(drawing["input"])
         problems.append(
-            TemplateProblem((*path, "input"), f"{shown}: CHART-IMG requires a drawing's input object")
+            TemplateProblem((*path, "input"), f"{given}: CHART-IMG requires a drawing's input object")
         )
     if "zOrder" in drawing and drawing["zOrder"] not in Z_ORDERS:
         problems.append(
             TemplateProblem(
-                (*path, "zOrder"), f"{_shown(drawing['zOrder'])} must be one of {', '.join(Z_ORDERS)}"
+                (*path, "zOrder"), f"{shown(drawing['zOrder'])} must be one of {', '.join(Z_ORDERS)}"
             )
         )
     return problems
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value in a message, cut short: templates come from Firestore, unchecked."""
     text = repr(value)
     return text if len(text) <= 60 else text[:59] + "…"

@@ -95,6 +95,7 @@ class FinalizeOutcome:
 class ReservationRefusal(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # today's quota is used up
     BUSY = "BUSY"  # the account's next send slot is further away than the caller can wait
+    DISABLED = "DISABLED"  # CHART-IMG refused its key today (the usage document says so)
 
 
 @dataclass(frozen=True)

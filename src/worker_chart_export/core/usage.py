@@ -6,7 +6,16 @@ inside their own atomic section, so the rules live in one place. The document
 `chart_img_accounts_usage/{accountId}` holds:
 - `usageToday`, `windowStart` (`YYYY-MM-DDT00:00:00Z`), optional `dailyLimit`: the window;
 - `tat`: the pacing state, a GCRA "theoretical arrival time" in epoch seconds: the moment
-  the next request would be due if requests were sent at exactly the paced rate.
+  the next request would be due if requests were sent at exactly the paced rate;
+- what CHART-IMG said about the key, for every instance and `worker-chart-export accounts`
+  (core/account_status.py reads them): `exhaustedUntil` (RFC 3339) and `exhaustedReason`
+  after a quota answer, with `usageToday` raised to the limit, so every reservation refuses
+  the day without reading more (`exhausted_fields`); `disabled` and `disabledReason` once the
+  key was refused twice (`disabled_fields`): for the UTC day of `windowStart`, so a key
+  rotated under the same id comes back at midnight at the latest (or when an operator
+  deletes `disabled`). `coolUntil`, a rate cooldown, is not written by the worker: it lasts
+  seconds, and a write would make every other instance's next compare-and-set on the account
+  fail and read again (docs/design.md, "CHART-IMG answers").
 
 GCRA with emission interval T = 1/rate and burst b (tolerance τ = (b-1)·T): a request
 arriving at `now` may be sent at `max(now, tat - τ)`, and moves `tat` to `max(tat, now) + T`.
@@ -28,7 +37,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import Reservation, ReservationRefusal
+
+# The fields a usage document may hold about CHART-IMG's answers (read by core/account_status.py)
+COOL_UNTIL = "coolUntil"
+EXHAUSTED_UNTIL = "exhaustedUntil"
+EXHAUSTED_REASON = "exhaustedReason"
+DISABLED = "disabled"
+DISABLED_REASON = "disabledReason"
+QUOTA_REFUSED = "CHART-IMG refused the day's quota"  # an exhaustion's reason when none is given
 
 
 def window_start(now: datetime) -> str:
@@ -100,6 +118,12 @@ def usage_today(doc: Mapping[str, Any] | None, now: datetime) -> int:
     return used if fresh and isinstance(used, int) and used >= 0 else 0
 
 
+def disabled_today(doc: Mapping[str, Any] | None, now: datetime) -> bool:
+    """CHART-IMG refused the key in `now`'s UTC day (a `disabled` of an older window is over)."""
+    doc = doc or {}
+    return doc.get(DISABLED) is True and doc.get("windowStart") == window_start(now)
+
+
 def tat_of(doc: Mapping[str, Any] | None) -> float | None:
     tat = (doc or {}).get("tat")
     return float(tat) if isinstance(tat, int | float) and not isinstance(tat, bool) else None
@@ -134,10 +158,12 @@ def reserve_one(
     limit = daily_limit_of(doc, default_limit)
     used = usage_today(doc, now)
     today = window_start(now)
-    reset = {"windowStart": today, "usageToday": used} if (doc or {}).get("windowStart") != today else None
+    reset = _new_day(doc, today, used)
+    if disabled_today(doc, now):
+        return None, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.DISABLED)
     if used >= limit:
         return reset, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.EXHAUSTED)
-    update: dict[str, Any] = {"windowStart": today, "usageToday": used + 1}
+    update: dict[str, Any] = {**(reset or {}), "windowStart": today, "usageToday": used + 1}
     send_at = now
     if pacing is not None:
         moment, tat = now.timestamp(), tat_of(doc)
@@ -149,6 +175,17 @@ def reserve_one(
         send_at = now + timedelta(seconds=wait)
     reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
     return update, reservation
+
+
+def _new_day(doc: Mapping[str, Any] | None, today: str, used: int) -> dict[str, Any] | None:
+    """The fields that make an older window today's (a key disabled that day is tried again)."""
+    doc = doc or {}
+    if doc.get("windowStart") == today:
+        return None
+    fields: dict[str, Any] = {"windowStart": today, "usageToday": used}
+    if doc.get(DISABLED) is True:
+        fields[DISABLED] = False
+    return fields
 
 
 def reserve_many(
@@ -174,9 +211,29 @@ def reserve_many(
     return update, reservations
 
 
-def exhausted_fields(doc: Mapping[str, Any] | None, *, default_limit: int, now: datetime) -> dict[str, Any]:
-    """Fields that mark the account used up until the end of the UTC day (after a quota 429)."""
+def exhausted_fields(
+    doc: Mapping[str, Any] | None,
+    *,
+    default_limit: int,
+    now: datetime,
+    reason: str = QUOTA_REFUSED,
+) -> dict[str, Any]:
+    """Fields that mark the account used up until the end of the UTC day, and why (after
+    CHART-IMG's quota answer, or a key that keeps answering 429: core/key_history.py)."""
     return {
         "windowStart": window_start(now),
         "usageToday": max(usage_today(doc, now), daily_limit_of(doc, default_limit)),
+        EXHAUSTED_UNTIL: rfc3339_utc(next_utc_midnight(now)),
+        EXHAUSTED_REASON: reason,
+    }
+
+
+def disabled_fields(doc: Mapping[str, Any] | None, *, reason: str, now: datetime) -> dict[str, Any]:
+    """Fields that disable the account for the rest of the UTC day, and why (its key refused
+    again): the window is made today's so that the day it holds for is the one written."""
+    return {
+        "windowStart": window_start(now),
+        "usageToday": usage_today(doc, now),
+        DISABLED: True,
+        DISABLED_REASON: reason,
     }

@@ -7,7 +7,6 @@ VALIDATION_FAILED and a message listing them.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -16,10 +15,11 @@ from worker_chart_export.core.chart_request import build_request_body, resolve_c
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
-from worker_chart_export.core.template_rules import interval_problem, template_problems
+from worker_chart_export.core.symbols import symbol_problem
+from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.template_rules import interval_problem, shown
 from worker_chart_export.core.types import ChartCall
 
-SYMBOL_PATTERN = re.compile(r"^[A-Z0-9][A-Z0-9._-]{0,31}$")
 # Far above any real step (an account renders 44 charts a day), low enough that a step's
 # error and manifest stay small documents.
 MAX_REQUESTS = 100
@@ -50,24 +50,39 @@ def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
     return sorted({i for i in ids if is_safe_segment(i)})
 
 
-def _check_template(template_id: str, template: Mapping[str, Any] | None, plan: Plan) -> list[str]:
+def _check_template(
+    template_id: str, template: StoredTemplate | None, plan: Plan, symbol: str | None
+) -> list[str]:
+    """The template's own problems (checked once per stored version), then the symbol it
+    makes of this step's scope.symbol."""
     where = f"chart_templates/{template_id}"
     if template is None:
         return [f"{where}: template not found"]
-    return [f"{where}{p.suffix}: {p.message}" for p in template_problems(template, plan)]
+    problems = [f"{where}{p.suffix}: {p.message}" for p in template.problems(plan)]
+    symbol_template = template.symbol_template
+    if problems or symbol is None or not isinstance(symbol_template, str):
+        return problems
+    resolved = resolve_chart_img_symbol(symbol_template, symbol)
+    problem = symbol_problem(resolved, require_exchange=True)
+    if problem is None:
+        return []
+    return [
+        f"{where}.chartImgSymbolTemplate: {shown(symbol_template)} with scope.symbol {symbol!r} "
+        f"gives {shown(resolved)}, not a symbol CHART-IMG accepts: {problem}"
+    ]
 
 
 def validate_step(
     flow_run: Mapping[str, Any],
     run_id: str,
     step_id: str,
-    templates: Mapping[str, Mapping[str, Any]],
+    templates: Mapping[str, StoredTemplate],
     *,
     default_timezone: str,
     plan: Plan = PLANS[DEFAULT_PLAN],
 ) -> ValidatedStep | StepError:
     """The step's inputs and templates checked as CHART-IMG would check them under `plan`
-    (the CHART_IMG_PLAN setting: the smallest plan among the accounts)."""
+    (the CHART_IMG_PLAN setting: the smallest plan among the accounts), before any call."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
     steps = flow_run.get("steps")
@@ -86,11 +101,13 @@ def validate_step(
     min_images = _min_images(prefix, inputs, problems)
     for request in request_list:
         template_id = request["chartTemplateId"]
-        problems += _check_template(template_id, templates.get(template_id), plan)
+        problems += _check_template(template_id, templates.get(template_id), plan, symbol)
     if problems:
         return _failed(problems)
     assert isinstance(symbol, str) and isinstance(timeframe, str) and isinstance(min_images, int)
-    used = {r["chartTemplateId"]: templates[r["chartTemplateId"]] for r in request_list}
+    used: dict[str, Mapping[str, Any]] = {
+        r["chartTemplateId"]: templates[r["chartTemplateId"]].document for r in request_list
+    }
     return ValidatedStep(
         run_id=run_id,
         step_id=step_id,
@@ -120,16 +137,21 @@ def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list
 
 
 def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
+    """scope.symbol when the grammar accepts it (core/symbols.py), else None and a problem."""
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
     if not isinstance(scope, Mapping):
         problems.append(f"scope: must be an object with a symbol, got {type(scope).__name__}")
-    elif not isinstance(symbol, str) or not SYMBOL_PATTERN.fullmatch(symbol):
+        return None
+    problem = symbol_problem(symbol, require_exchange=False)
+    if problem is not None:
         problems.append(
-            f"scope.symbol: {symbol!r} must be a base symbol like 'BTCUSDT' "
-            f"({SYMBOL_PATTERN.pattern}; no '/', ':' or spaces)"
+            f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, CME_MINI:ES1!, "
+            "(NASDAQ:MARA+NASDAQ:RIOT)/2)"
         )
-    return symbol if isinstance(symbol, str) else None
+        return None
+    assert isinstance(symbol, str)
+    return symbol
 
 
 def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str, Any]]:

@@ -55,7 +55,7 @@ from worker_chart_export.core.types import (
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
-from worker_chart_export.service.ports import Ports
+from worker_chart_export.service.ports import ChartSession, Ports
 from worker_chart_export.service.step_context import (
     StepContext,
     StepReport,
@@ -250,12 +250,14 @@ def _write_manifest_and_decide(
 def _render_all(ctx: StepContext, validated: ValidatedStep, budget: Budget) -> _Rendered:
     """All requests concurrently (bounded), each yielding one item or one failure."""
     workers = min(ctx.limits.chart_concurrency, len(validated.calls))
-    # the first wave's quota in one round trip, rather than one per chart as each starts
-    with ctx.ports.chart_api.first_wave(validated.calls[:workers], budget):
-        return _render_in_pool(ctx, validated, budget, workers)
+    # the step's own chart session: its first wave's quota in one round trip, not one per chart
+    with ctx.ports.chart_api.for_step(validated.calls[:workers], budget) as charts:
+        return _render_in_pool(ctx, charts, validated, budget, workers)
 
 
-def _render_in_pool(ctx: StepContext, validated: ValidatedStep, budget: Budget, workers: int) -> _Rendered:
+def _render_in_pool(
+    ctx: StepContext, charts: ChartSession, validated: ValidatedStep, budget: Budget, workers: int
+) -> _Rendered:
     rendered = _Rendered()
     requests = {r["chartTemplateId"]: r for r in validated.requests}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")
@@ -265,10 +267,10 @@ def _render_in_pool(ctx: StepContext, validated: ValidatedStep, budget: Budget, 
                 contextvars.copy_context().run,
                 _render_one,
                 ctx,
+                charts,
                 call,
                 requests[call.chart_template_id],
                 validated.templates,
-                budget,
             ): call
             for call in validated.calls
         }
@@ -295,10 +297,10 @@ def _render_in_pool(ctx: StepContext, validated: ValidatedStep, budget: Budget, 
 
 def _render_one(
     ctx: StepContext,
+    charts: ChartSession,
     call: ChartCall,
     request: dict[str, Any],
     templates: Mapping[str, Mapping[str, Any]],
-    budget: Budget,
 ) -> ManifestItem | ManifestFailure:
     log = ctx.log.bind(
         chartTemplateId=call.chart_template_id,
@@ -306,7 +308,7 @@ def _render_one(
     )
     log.info("chart api call started", symbol=call.chart_img_symbol, interval=call.interval)
     began = ctx.clock.monotonic()
-    result = ctx.ports.chart_api.render(call, budget)
+    result = charts.render(call)
     duration_ms = round((ctx.clock.monotonic() - began) * 1000, 1)
     if isinstance(result, ChartFailure):
         log.warning(

@@ -1,28 +1,43 @@
 """Recording a claimed step's result: retried within the finalize budget, and replaced by a
-bare failure when the store refuses the result itself, so the step never stays RUNNING."""
+bare failure when the store refuses the result itself, so the step never stays RUNNING.
+
+The layers a finalize can take, outermost first, with the production constants:
+
+1. here: tenacity retries TransientStoreError (an outage, or contention the store gave up
+   on), waiting FINALIZE_WAIT (0.2 s doubling, plus up to 1 s jitter, at most 5 s) cut to
+   the budget's end (`core.retrying.within_budget`), and stops with the one budget stop
+   (`core.retrying.stop_before_budget_ends`): no call starts after the finalize budget
+   F = FINALIZE_BUDGET_SECONDS (settings: 30 s) and no sleep runs past it.
+2. one FlowRunStore.finalize_step (adapters/firestore/flow_runs.py): a compare-and-set
+   loop, a read when the claim's version is not remembered, then up to
+   A = DEFAULT_TRANSACTION_ATTEMPTS = 5 rounds of a commit and, when it lost to another
+   write, a read: at most 1 + 2A = 11 RPCs. An outage ends the call at once (layer 1).
+3. each RPC (adapters/firestore/client.py, RpcOptions): api_core's Retry with the deadline
+   T = DEFAULT_RPC_TIMEOUT_SECONDS = 10 s starts no attempt after T, and each attempt's
+   timeout is what is left of T, except that api_core gives an attempt started in T's
+   last second the whole T again: under 2T = 20 s.
+
+Worst case: one store call C < (1 + 2A) x 2T = 11 x 20 s = 220 s; a finalize
+F + C = 30 + 220 = 250 s (the last call starts by F), and F + 2C = 30 + 440 = 470 s when
+the store refuses the result itself and the bare failure is one more call. Only F is
+inside the request's timeout (the step budget leaves it); the rest runs past it, where
+Cloud Run may end the request and the reaper then takes the step back.
+tests/unit/service/test_finalize_worst_case.py computes these from the constants.
+"""
 
 from __future__ import annotations
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
-from tenacity.stop import stop_base
 
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
+from worker_chart_export.core.retrying import stop_before_budget_ends, within_budget
 from worker_chart_export.core.types import FinalizeOutcome, StepFinal
 from worker_chart_export.service.step_context import StepContext
 
-
-class stop_when_expired(stop_base):  # lower case, as tenacity names its stops
-    """Stop retrying once `budget` has no time left: read on the budget's own clock, so a
-    FakeClock-driven test runs the same retries without sleeping."""
-
-    def __init__(self, budget: Budget) -> None:
-        self.budget = budget
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.budget.expired()
+FINALIZE_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 
 def finalize(ctx: StepContext, final: StepFinal) -> bool:
@@ -35,8 +50,8 @@ def finalize(ctx: StepContext, final: StepFinal) -> bool:
 
     retrying = Retrying(
         retry=retry_if_exception_type(TransientStoreError),
-        stop=stop_when_expired(budget),
-        wait=wait_exponential_jitter(multiplier=0.2, max=5.0),
+        stop=stop_before_budget_ends(budget),
+        wait=within_budget(FINALIZE_WAIT, budget),
         sleep=ctx.clock.sleep,
         before_sleep=note_retry,
         reraise=True,

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.step_rules import RunVersion
+from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
@@ -63,8 +64,9 @@ class FlowRunStore(Protocol):
 class TemplateSource(Protocol):
     """chart_templates/{id}: Firestore in production, the chart-templates/ directory locally."""
 
-    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, Mapping[str, Any]]:
-        """Templates by id; ids that do not exist are absent from the result.
+    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, StoredTemplate]:
+        """Templates by id; ids that do not exist are absent from the result. A version
+        already returned comes back as the same StoredTemplate, so its check is not redone.
 
         Raises TransientStoreError when the store cannot be read.
         """
@@ -131,25 +133,40 @@ class UsageStore(Protocol):
         trip; the versions the next reservations write on. Raises TransientStoreError."""
         ...
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
-        """After a quota 429: usageToday = dailyLimit for the rest of the UTC day."""
+    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime, reason: str) -> None:
+        """After CHART-IMG's quota answer: usageToday = dailyLimit for the rest of the UTC day,
+        `exhaustedUntil` and `exhaustedReason` (core.usage.exhausted_fields)."""
+        ...
+
+    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
+        """After CHART-IMG refused the key again: `disabled` for the rest of the UTC day, with
+        `disabledReason` (core.usage.disabled_fields); every reservation then refuses it."""
+        ...
+
+
+class ChartSession(Protocol):
+    """One step's renders, within the budget its session was opened with (ChartApi.for_step).
+    Used from several threads at once."""
+
+    def render(self, call: ChartCall) -> ChartResult:
+        """Never raises for API-level failures: they come back as ChartFailure."""
         ...
 
 
 class ChartApi(Protocol):
-    """Renders one logical chart request: real HTTP, fixtures (mock) or record/replay."""
+    """Renders chart requests: real HTTP, fixtures (mock) or record/replay."""
 
     mode: str
 
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
-        """Around a step's first wave of `calls`: what their first attempts need is reserved
-        at once on entering (one round trip for all), if the adapter reserves anything; the
-        renders inside use it, and what they did not use is dropped on leaving. An
-        unreachable store is no error here: the calls then reserve one by one."""
-        ...
-
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
-        """Never raises for API-level failures: they come back as ChartFailure."""
+    def for_step(
+        self, first_wave: Sequence[ChartCall], budget: Budget
+    ) -> AbstractContextManager[ChartSession]:
+        """A step's own session around its renders, gone when the block ends: what the
+        first attempts of `first_wave` need is reserved at once on entering (one round trip
+        for all), if the adapter reserves anything; the renders inside use it, and what they
+        did not use is dropped on leaving. Nothing of it is shared with another session,
+        even one of the same step. An unreachable store is no error here: the calls then
+        reserve one by one."""
         ...
 
 

@@ -1,9 +1,9 @@
 """`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
 
-All or nothing: every file is validated (contracts/chart_template.schema.json, the rules
-CHART-IMG applies under the configured plan — core/template_rules.py, the same ones step
-validation uses — and the file name must be `<id>.json`) before anything is written; one bad
-file means no writes at all.
+All or nothing: every file is validated (core.template_check.template_problems, the one rule
+set step validation applies too: contracts/chart_template.schema.json, CHART-IMG's rules under
+the configured plan and its documented lists; and the file name must be `<id>.json`) before
+anything is written; one bad file means no writes at all.
 Valid templates are compared with the stored documents and only the differing ones are
 written, as full overwrites, so a re-run is a no-op and the report says what changed.
 From the CLI, `--dry-run` only validates, offline; Firestore problems are one line (exit 2).
@@ -18,10 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.bundled.contracts import CHART_TEMPLATE, validator
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
-from worker_chart_export.core.template_rules import template_problems
+from worker_chart_export.core.template_check import template_problems
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -111,9 +110,10 @@ def load_templates(
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {exc}"))
             continue
-        found = [
-            SyncProblem(path.name, where, message) for where, message in document_problems(document, plan)
-        ]
+        found = sorted(
+            (SyncProblem(path.name, f"${p.suffix}", p.message) for p in template_problems(document, plan)),
+            key=lambda problem: problem.path,
+        )
         problems += found
         if not isinstance(document, dict):
             continue  # the schema already said so
@@ -125,27 +125,6 @@ def load_templates(
         if not found and isinstance(template_id, str):
             templates[template_id] = document
     return templates, problems
-
-
-def document_problems(document: Any, plan: Plan) -> list[tuple[str, str]]:
-    """(JSON path, message) for each problem: the template rules, then what only the schema
-    says. A schema error about a field the rules already named is left out (one message per
-    field, the rules' being the one that names the plan's limit)."""
-    ruled = (
-        [(f"${p.suffix}", p.message) for p in template_problems(document, plan)]
-        if isinstance(document, dict)
-        else []
-    )
-    ruled_paths = {where for where, _ in ruled}
-    schema = []
-    for error in sorted(validator(CHART_TEMPLATE).iter_errors(document), key=lambda e: list(e.path)):
-        where: str = error.json_path
-        # `required` and `not` speak about a child from its parent: the rules name the child
-        covers_children = error.validator in ("required", "not")
-        if where in ruled_paths or (covers_children and any(p.startswith(f"{where}.") for p in ruled_paths)):
-            continue
-        schema.append((where, str(error.message)))
-    return sorted(ruled + schema, key=lambda item: item[0])
 
 
 def sync_templates(

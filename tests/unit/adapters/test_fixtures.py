@@ -10,8 +10,6 @@ import pytest
 
 from harness.builders import REPO
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.naming import fixture_key
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
@@ -41,9 +39,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_success_fixture_gives_the_png(no_network: None) -> None:
-    result = MockChartApi(FixtureLibrary(FIXTURES)).render(
-        call_for("BINANCE:BTCUSDT"), Budget.starting_now(5, SYSTEM_CLOCK)
-    )
+    result = MockChartApi(FixtureLibrary(FIXTURES)).render(call_for("BINANCE:BTCUSDT"))
     assert isinstance(result, ChartSuccess)
     expected = (
         FIXTURES / "chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__price_psar_adi_v1.png"
@@ -62,9 +58,7 @@ def test_success_fixture_gives_the_png(no_network: None) -> None:
 def test_error_fixture_gives_the_failure_it_describes(
     no_network: None, symbol: str, code: ErrorCode, status: int, message: str
 ) -> None:
-    result = MockChartApi(FixtureLibrary(FIXTURES)).render(
-        call_for(symbol), Budget.starting_now(5, SYSTEM_CLOCK)
-    )
+    result = MockChartApi(FixtureLibrary(FIXTURES)).render(call_for(symbol))
     assert isinstance(result, ChartFailure)
     assert result.error.code is code
     assert result.error.details["httpStatus"] == status
@@ -74,7 +68,7 @@ def test_error_fixture_gives_the_failure_it_describes(
 
 def test_missing_fixture_is_mock_missing_and_logged(no_network: None, log_capture) -> None:  # type: ignore[no-untyped-def]
     call = call_for("BINANCE:ETHUSDT", interval="4h")
-    result = MockChartApi(FixtureLibrary(FIXTURES)).render(call, Budget.starting_now(5, SYSTEM_CLOCK))
+    result = MockChartApi(FixtureLibrary(FIXTURES)).render(call)
     assert isinstance(result, ChartFailure)
     assert result.error.code is ErrorCode.CHART_API_MOCK_MISSING
     assert result.error.details["fixtureKey"] == "BINANCE_ETHUSDT__4h__price_psar_adi_v1"

@@ -15,6 +15,7 @@ from harness.chart_img_server import FakeClock, new_key
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, PacingMargins, Refusal
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.plans import AccountLimits
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
@@ -139,8 +140,13 @@ def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> 
     clock = FakeClock(NOON)
     store = InMemoryUsageStore()
     chosen = limiter(store, accounts("a", "b"), clock)
-    chosen.mark_exhausted("a")
-    assert store.snapshot()["a"] == {"usageToday": 44, "windowStart": TODAY}
+    chosen.mark_exhausted("a", Answer(429, "Limit Exceeded"))
+    assert store.snapshot()["a"] == {
+        "usageToday": 44,
+        "windowStart": TODAY,
+        "exhaustedUntil": "2025-03-11T00:00:00.000Z",
+        "exhaustedReason": 'CHART-IMG answered 429 "Limit Exceeded": the day\'s quota',
+    }
     store._docs.pop("a")  # e.g. someone reset the document
     clock.advance(3600)
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(3)] == ["b", "b", "b"]
@@ -193,16 +199,86 @@ def test_account_used_up_by_another_instance_moves_on() -> None:
     assert chosen.exhausted_accounts() == ("a",)
 
 
+TOO_MANY = Answer(429, "Too Many Requests")
+
+
 def test_a_rate_limited_key_cools_down_without_being_exhausted() -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore()
     chosen = limiter(store, accounts("a", "b"), clock)
-    assert chosen.cool_down("a", None) == 1.0  # at least a second
-    assert chosen.cool_down("b", 3600) == 30.0  # Retry-After honoured, within bounds
+    assert chosen.rate_limited("a", TOO_MANY, None).cooling == 1.0  # the backoff's first step
+    assert chosen.rate_limited("b", TOO_MANY, 3600).cooling == 600.0  # Retry-After, held to 10 min
     assert chosen.exhausted_accounts() == ()
     lease = chosen.acquire(max_wait=5)
     assert lease_id(lease) == "a" and isinstance(lease, Lease) and lease.paced_seconds == 1.0
     assert "tat" in store.snapshot()["a"] and store.snapshot()["a"]["usageToday"] == 1
+    assert "coolUntil" not in store.snapshot()["a"]  # short-lived: kept in the process only
+
+
+def test_the_cooldown_escalates_per_key_and_a_success_resets_it() -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("a", "b"), clock)
+    cooldowns = []
+    for _ in range(4):
+        cooldowns.append(chosen.rate_limited("a", TOO_MANY, None).cooling)
+        clock.advance(cooldowns[-1])  # the next 429 answers a request sent after the cooldown
+    assert cooldowns == [1.0, 2.0, 4.0, 8.0]
+    assert chosen.rate_limited("b", Answer(429), None).cooling == 1.0  # b's history is its own
+    chosen.succeeded("a")
+    assert chosen.rate_limited("a", TOO_MANY, None).cooling == 1.0
+
+
+def test_a_429_during_the_cooldown_begins_no_new_one() -> None:
+    """Several calls in flight on one key, all answered 429: one cooldown, not a doubling each."""
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
+    assert [chosen.rate_limited("a", TOO_MANY, None).cooling for _ in range(3)] == [1.0] * 3
+    clock.advance(1.0)
+    assert chosen.rate_limited("a", TOO_MANY, None).cooling == 2.0
+
+
+def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_capture: Any) -> None:
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore({"a": usage(9)})
+    chosen = limiter(store, accounts("a", "b"), clock)
+    assert lease_id(chosen.acquire(max_wait=1)) == "a"  # learns a's count: 10 of 44
+    answers = [TOO_MANY, Answer(429), TOO_MANY, Answer(429, "Slow down!"), TOO_MANY, TOO_MANY, TOO_MANY]
+    verdicts = []
+    for answer in answers:  # at 0, 1, 3, 7, 15, 31, 61 s: each after the last cooldown
+        verdicts.append(chosen.rate_limited("a", answer, None))
+        clock.advance(verdicts[-1].cooling)
+    assert [v.cooling for v in verdicts] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 0.0]
+    assert [v.exhausted is not None for v in verdicts] == [False] * 6 + [True]
+    (event,) = log_capture.events("chart-img key keeps answering 429: exhausted for the day")
+    assert (event["severity"], event["accountId"], event["cooldowns"], event["spanSeconds"]) == (
+        "ERROR",
+        "a",
+        7,
+        61.0,
+    )
+    assert event["answers"] == [
+        {"httpStatus": 429, "message": "Too Many Requests", "times": 5},
+        {"httpStatus": 429, "message": "", "times": 1},
+        {"httpStatus": 429, "message": "Slow down!", "times": 1},
+    ]
+    assert (event["usedToday"], event["dailyLimit"]) == (10, 44)
+    doc = store.snapshot()["a"]
+    assert (doc["usageToday"], doc["exhaustedUntil"]) == (44, "2025-03-11T00:00:00.000Z")
+    assert doc["exhaustedReason"].startswith(
+        "CHART-IMG answered 429 through 7 cooldowns over 61 s with 10 of 44"
+    )
+    assert chosen.exhausted_accounts() == ("a",)
+    assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["b", "b"]
+
+
+def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
+    for _ in range(20):  # many cooldowns, but Retry-After: 2 keeps them within 40 s
+        verdict = chosen.rate_limited("a", TOO_MANY, 2.0)
+        assert verdict.exhausted is None and verdict.cooling == 2.0
+        clock.advance(2.0)
+    assert chosen.exhausted_accounts() == () and log_capture.events("chart-img key keeps answering 429") == []
 
 
 class WaveCountingStore(InMemoryUsageStore):
@@ -286,23 +362,64 @@ def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"used": usage(44)})
     chosen = limiter(store, accounts("cool", "used", "ok"), clock)
-    chosen.cool_down("cool", None)
+    chosen.rate_limited("cool", TOO_MANY, None)
     leases = chosen.acquire_many(3, max_wait=5)
     assert [lease.account_id for lease in leases] == ["ok", "ok"]  # "used" refused at once
     assert chosen.exhausted_accounts() == ("used",)
     assert "cool" not in store.snapshot()
 
 
-def test_a_refused_key_is_disabled_and_logged_once(log_capture: Any) -> None:
+REFUSED = Answer(401, "Invalid Request")
+
+
+def test_a_key_refused_once_stays_usable_and_twice_is_disabled(log_capture: Any) -> None:
     clock = FakeClock(NOON)
-    chosen = limiter(InMemoryUsageStore(), accounts("bad", "good"), clock)
-    chosen.disable("bad")
-    chosen.disable("bad")
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("bad", "good"), clock)
+    assert chosen.key_refused("bad", REFUSED) is False
+    assert chosen.usable_accounts() == ("bad", "good") and "bad" not in store.snapshot()
+    assert log_capture.events("chart-img account key refused: account disabled") == []
+    assert chosen.key_refused("bad", Answer(403, "Forbidden")) is True
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["good", "good"]
     (event,) = log_capture.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "bad"
-    chosen.disable("good")
+    assert event["answers"] == [
+        {"httpStatus": 401, "message": "Invalid Request"},
+        {"httpStatus": 403, "message": "Forbidden"},
+    ]
+    assert store.snapshot()["bad"] == {
+        "usageToday": 0,
+        "windowStart": TODAY,
+        "disabled": True,
+        "disabledReason": 'CHART-IMG refused the key 401 "Invalid Request", then 403 "Forbidden"',
+    }
+    chosen.key_refused("good", REFUSED)
+    chosen.key_refused("good", REFUSED)
     assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())
+
+
+def test_a_success_between_two_refusals_keeps_the_key() -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
+    assert chosen.key_refused("a", REFUSED) is False
+    chosen.succeeded("a")
+    assert chosen.key_refused("a", REFUSED) is False
+    assert chosen.usable_accounts() == ("a",)
+
+
+def test_a_key_disabled_by_another_instance_is_skipped_until_midnight() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore()
+    configs = accounts("a", "b")
+    other, this = limiter(store, configs, clock), limiter(store, configs, clock)
+    other.key_refused("a", REFUSED)
+    other.key_refused("a", REFUSED)
+    assert [lease_id(this.acquire(max_wait=1)) for _ in range(3)] == ["b", "b", "b"]
+    assert store.reserves == ["a", "b", "b", "b"]  # refused by the store once, then not asked
+    assert this.usable_accounts() == ("b",)
+    clock.advance(12 * 3600)  # the next UTC day: the key is tried again
+    assert lease_id(this.acquire(max_wait=1)) == "a"
+    assert store.snapshot()["a"]["disabled"] is False
 
 
 def test_concurrent_callers_spread_over_the_accounts() -> None:

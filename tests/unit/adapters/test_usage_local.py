@@ -59,13 +59,35 @@ def test_document_daily_limit_overrides_default(make_store: Callable[..., Store]
     assert store.snapshot()["acc1"]["dailyLimit"] == 2  # never rewritten
 
 
-def test_mark_exhausted_uses_up_the_day(make_store: Callable[..., Store]) -> None:
+def test_mark_exhausted_uses_up_the_day_and_says_why(make_store: Callable[..., Store]) -> None:
     store = make_store()
     store.reserve("acc1", default_limit=10, now=NOON)
-    store.mark_exhausted("acc1", default_limit=10, now=NOON)
-    assert store.snapshot()["acc1"] == {"usageToday": 10, "windowStart": TODAY}
+    store.mark_exhausted("acc1", default_limit=10, now=NOON, reason='CHART-IMG answered 429 "Limit Exceeded"')
+    assert store.snapshot()["acc1"] == {
+        "usageToday": 10,
+        "windowStart": TODAY,
+        "exhaustedUntil": "2025-03-11T00:00:00.000Z",
+        "exhaustedReason": 'CHART-IMG answered 429 "Limit Exceeded"',
+    }
     assert not store.reserve("acc1", default_limit=10, now=NOON).reserved
     assert store.reserve("acc1", default_limit=10, now=NOON + timedelta(days=1)).reserved
+
+
+def test_mark_disabled_refuses_the_key_for_the_rest_of_the_day(make_store: Callable[..., Store]) -> None:
+    store = make_store({"acc1": {"usageToday": 4, "windowStart": "2025-03-09T00:00:00Z"}})
+    store.mark_disabled("acc1", reason="refused twice", now=NOON)
+    assert store.snapshot()["acc1"] == {
+        "usageToday": 0,  # yesterday's count is over: the disabling is today's
+        "windowStart": TODAY,
+        "disabled": True,
+        "disabledReason": "refused twice",
+    }
+    refused = store.reserve("acc1", default_limit=10, now=NOON)
+    assert (refused.reserved, refused.refusal) == (False, ReservationRefusal.DISABLED)
+    assert store.snapshot()["acc1"]["usageToday"] == 0  # nothing taken, nothing written
+    tomorrow = store.reserve("acc1", default_limit=10, now=NOON + timedelta(days=1))
+    assert tomorrow.reserved  # a new day tries the key again (a key rotated under the same id)
+    assert store.snapshot()["acc1"]["disabled"] is False
 
 
 def test_no_lost_increments_under_threads(make_store: Callable[..., Store]) -> None:

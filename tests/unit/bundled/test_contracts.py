@@ -18,7 +18,7 @@ from worker_chart_export.bundled.contracts import (
     schema_errors,
 )
 from worker_chart_export.core.plans import PLANS
-from worker_chart_export.core.template_rules import template_problems
+from worker_chart_export.core.template_check import template_problems
 
 
 @pytest.mark.parametrize("name", [FLOW_RUN, MANIFEST, CHART_TEMPLATE])

@@ -1,4 +1,5 @@
-"""`worker-chart-export accounts --check-file`: one line, ids or the problem, never a key."""
+"""`worker-chart-export accounts --check-file`: one line, ids or the problem, never a key.
+(The quota table: test_accounts_quota.py.)"""
 
 from __future__ import annotations
 
@@ -61,7 +62,10 @@ def test_a_bad_file_is_one_error_line_naming_the_problem(
     assert problem in line
 
 
-def test_without_check_file_it_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["accounts"]) == 2
+def test_check_file_takes_no_other_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["accounts", "--check-file", str(tmp_path / "a.json"), "--json", "--local"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("usage: worker-chart-export accounts") and "--check-file FILE" in err
+    assert (out, err) == (
+        "",
+        "worker-chart-export: error: --check-file takes no other flag (got --json, --local)\n",
+    )

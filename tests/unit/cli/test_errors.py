@@ -1,5 +1,5 @@
 """One line for every CLI error: the commands that reach Firestore (advance, reap, templates
-sync, submit), run as a user runs them (the console script in a subprocess), without
+sync, submit, accounts), run as a user runs them (the console script in a subprocess), without
 credentials and with an emulator that is not there. Each ends with exit 2 and one stderr
 line naming the problem and the fix, within seconds (the Firestore client alone would retry
 an unreachable host for 60 s). `templates sync --dry-run` needs neither."""
@@ -34,6 +34,7 @@ FIRESTORE_COMMANDS = {
     "reap": ["reap"],
     "templates-sync": ["templates", "sync"],
     "submit": ["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--wait"],
+    "accounts": ["accounts"],
 }
 _GOOGLE_ENV = (
     "GOOGLE_APPLICATION_CREDENTIALS",

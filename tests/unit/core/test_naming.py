@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -22,12 +23,71 @@ def test_compact_and_rfc3339_forms_name_the_same_instant() -> None:
         ("BINANCE:BTCUSDT", "BINANCE-BTCUSDT"),
         ("BYBIT:BTCUSDT.P", "BYBIT-BTCUSDT.P"),
         ("binance:eth_usdt", "BINANCE-ETH-USDT"),
-        (":::", "UNKNOWN"),
+        ("LSE:RR", "LSE-RR"),
     ],
 )
-def test_symbol_slug(symbol: str, slug: str) -> None:
+def test_symbol_slug_of_a_plain_symbol(symbol: str, slug: str) -> None:
     assert naming.symbol_slug(symbol) == slug
     assert "_" not in naming.symbol_slug(symbol)
+
+
+FORMULA = "(NASDAQ:MARA+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10"
+# What the grammar accepts beyond plain names, and what it refuses: naming is safe for both.
+UNUSUAL_SYMBOLS = [
+    "CME_MINI:ES1!",
+    "BMV:CEMEX/CPO",
+    "LSE:RR.",
+    FORMULA,
+    "(NASDAQ:MARA-NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10",
+    "(" + "+".join(["NASDAQ:MARA"] * 16) + ")/1",
+    ":::",
+    "../../etc/passwd",
+    "..",
+    "A/../../B",
+    "a\\b\x00c\nd e\u202ef",
+    "\ud800",
+    "",
+    "x" * 5000,
+]
+SAFE_SLUG = re.compile(r"[A-Z0-9][A-Z0-9.-]{0,63}")
+SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@pytest.mark.parametrize("symbol", UNUSUAL_SYMBOLS)
+def test_any_symbol_gives_a_safe_slug_and_png_name(symbol: str) -> None:
+    slug = naming.symbol_slug(symbol)
+    assert SAFE_SLUG.fullmatch(slug) and ".." not in slug, slug
+    path = naming.png_object_path("run1", "charts", MOMENT, symbol, "1h", "tpl_v1")
+    prefix, _, name = path.rpartition("/")
+    assert prefix == "charts/run1/charts" and len(name.encode()) <= 255
+    assert name.split("_", 3) == ["20261122T041203123Z", slug, "1h", "tpl_v1.png"]
+
+
+@pytest.mark.parametrize("symbol", UNUSUAL_SYMBOLS)
+def test_any_symbol_gives_a_safe_fixture_file_name(symbol: str) -> None:
+    key = naming.fixture_key(symbol, "1h", "t" * 128)
+    for name in (naming.success_fixture_name(key), naming.error_fixture_name(key, 422, "Invalid Symbol")):
+        assert SAFE_FILE_NAME.fullmatch(name) and ".." not in name and len(name.encode()) <= 255, name
+    symbol_part = key.split("__")[0]
+    assert key == f"{symbol_part}__1h__{'t' * 128}"
+
+
+def test_the_naming_contract_examples() -> None:
+    """contracts/charts_images_naming.md shows these; the two must say the same."""
+    assert naming.symbol_slug("CME_MINI:ES1!") == "CME-MINI-ES1-02D0314AED"
+    assert naming.symbol_slug("BMV:CEMEX/CPO") == "BMV-CEMEX-CPO-EAC042739E"
+    assert naming.symbol_slug(FORMULA) == "NASDAQ-MARA-NASDAQ-RIOT-NASDAQ-WULF-NASD-5FC9975345"
+    assert naming.fixture_key("CME_MINI:ES1!", "1h", "t") == "CME_MINI_ES1-02d0314aed__1h__t"
+
+
+def test_unusual_symbols_are_named_by_a_digest_so_none_share_a_name() -> None:
+    assert naming.symbol_slug("CME_MINI:ES1!").startswith("CME-MINI-ES1-")
+    assert naming.symbol_slug(FORMULA).startswith("NASDAQ-MARA-NASDAQ-RIOT-")
+    assert naming.fixture_key("BMV:CEMEX/CPO", "1h", "t").startswith("BMV_CEMEX_CPO-")
+    symbols = ["(A:X+A:Y)/2", "(A:X-A:Y)/2", "(A:X*A:Y)/2", "A:X/A:Y/2", "CME:ES1!", "CME:ES1"]
+    assert len({naming.symbol_slug(s) for s in symbols}) == len(symbols)
+    assert len({naming.fixture_key(s, "1h", "t") for s in symbols}) == len(symbols)
+    assert naming.symbol_slug(FORMULA) == naming.symbol_slug(FORMULA)  # deterministic
 
 
 def test_png_and_manifest_paths() -> None:

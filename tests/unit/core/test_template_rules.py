@@ -18,11 +18,8 @@ from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.cli.main import main
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import PLANS, plan_named
-from worker_chart_export.core.template_rules import (
-    CHART_IMG_INTERVALS,
-    interval_problem,
-    template_problems,
-)
+from worker_chart_export.core.template_check import template_problems
+from worker_chart_export.core.template_rules import CHART_IMG_INTERVALS, interval_problem
 from worker_chart_export.settings import load_settings
 
 BASIC, PRO = PLANS["BASIC"], PLANS["PRO"]
@@ -40,6 +37,10 @@ def with_request(**changes: Any) -> dict[str, Any]:
 
 def problems_at(template: dict[str, Any], plan: Any = BASIC) -> dict[str, str]:
     return {p.suffix: p.message for p in template_problems(template, plan)}
+
+
+def studies(*names: str) -> list[dict[str, Any]]:
+    return [{"name": name} for name in names]
 
 
 def drawing(**fields: Any) -> dict[str, Any]:
@@ -71,12 +72,12 @@ REFUSED = [
     ({"drawings": "Horizontal Line"}, ".request.drawings", "must be a list of objects"),
     ({"studies": [{"name": "RSI"}, 7]}, ".request.studies[1]", "must be an object"),
     (
-        {"studies": [{"name": "A"}, {"name": "B"}], "drawings": [drawing(), drawing()]},
+        {"studies": studies("Volume", "MACD"), "drawings": [drawing(), drawing()]},
         ".request.drawings",
         "2 studies + 2 drawings = 4 exceed the BASIC plan's parameter limit 3",
     ),
     (
-        {"studies": [{"name": n} for n in "ABCD"]},
+        {"studies": studies("Volume", "MACD", "Momentum", "VWAP")},
         ".request.studies",
         "4 studies + 0 drawings = 4 exceed the BASIC plan's parameter limit 3",
     ),
@@ -116,12 +117,12 @@ def test_the_plan_sets_the_maxima() -> None:
     assert problems_at(big, PRO) == {}
     assert ".request.height" in problems_at(with_request(height=1081), PRO)
 
-    five = with_request(studies=[{"name": n} for n in "ABC"], drawings=[drawing(), drawing()])
+    five = with_request(studies=studies("Volume", "MACD", "VWAP"), drawings=[drawing(), drawing()])
     assert ".request.drawings" in problems_at(five, BASIC)
     assert problems_at(five, PRO) == {}
     assert (
         "PRO plan's parameter limit 5"
-        in problems_at(with_request(studies=[{"name": "X"}] * 6), PRO)[".request.studies"]
+        in problems_at(with_request(studies=studies(*["Volume"] * 6)), PRO)[".request.studies"]
     )
 
 

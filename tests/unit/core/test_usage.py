@@ -23,6 +23,8 @@ from worker_chart_export.core.usage import (
     ReservationRequest,
     ReservationTime,
     daily_limit_of,
+    disabled_fields,
+    disabled_today,
     exhausted_fields,
     next_utc_midnight,
     reserve_many,
@@ -233,10 +235,43 @@ def test_a_slot_too_far_away_is_busy_and_says_the_pacing_state() -> None:
 def test_marking_an_account_exhausted_never_lowers_its_count() -> None:
     """After a quota 429 the count goes up to the limit, never down: another instance may
     have counted more than this limit (a lowered dailyLimit, units reserved meanwhile)."""
-    over = {"windowStart": TODAY, "usageToday": 60}
-    assert exhausted_fields(over, default_limit=44, now=NOW) == {"windowStart": TODAY, "usageToday": 60}
-    under = {"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}
-    assert exhausted_fields(under, default_limit=44, now=NOW) == {"windowStart": TODAY, "usageToday": 10}
-    stale = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 60}
-    assert exhausted_fields(stale, default_limit=44, now=NOW) == {"windowStart": TODAY, "usageToday": 44}
-    assert exhausted_fields(None, default_limit=44, now=NOW) == {"windowStart": TODAY, "usageToday": 44}
+
+    def counted(doc: dict[str, Any] | None) -> tuple[Any, Any]:
+        fields = exhausted_fields(doc, default_limit=44, now=NOW)
+        return fields["windowStart"], fields["usageToday"]
+
+    assert counted({"windowStart": TODAY, "usageToday": 60}) == (TODAY, 60)
+    assert counted({"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}) == (TODAY, 10)
+    assert counted({"windowStart": "2026-11-22T00:00:00Z", "usageToday": 60}) == (TODAY, 44)
+    assert counted(None) == (TODAY, 44)
+
+
+# --- what CHART-IMG said about the key, as the document keeps it -----------------------------
+
+
+def test_a_key_disabled_today_is_refused_without_a_write() -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3, **disabled_fields(None, reason="refused twice", now=NOW)}
+    assert disabled_today(doc, NOW)
+    update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert update is None
+    assert (reservation.reserved, reservation.refusal) == (False, ReservationRefusal.DISABLED)
+
+
+def test_a_key_disabled_an_older_day_is_tried_again_and_the_flag_cleared() -> None:
+    doc = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 9, "disabled": True, "disabledReason": "x"}
+    assert not disabled_today(doc, NOW)
+    update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert reservation.reserved and update == {"windowStart": TODAY, "usageToday": 1, "disabled": False}
+    reset, refused = reserve_one("acc", {**doc, "dailyLimit": 0}, default_limit=44, at=ReservationTime(NOW))
+    assert refused.refusal is ReservationRefusal.EXHAUSTED
+    assert reset == {"windowStart": TODAY, "usageToday": 0, "disabled": False}  # written with a refusal too
+
+
+def test_exhaustion_records_until_when_and_why() -> None:
+    fields = exhausted_fields({"windowStart": TODAY, "usageToday": 7}, default_limit=50, now=NOW, reason="r")
+    assert fields == {
+        "windowStart": TODAY,
+        "usageToday": 50,
+        "exhaustedUntil": "2026-11-24T00:00:00.000Z",
+        "exhaustedReason": "r",
+    }

@@ -9,6 +9,7 @@ import pytest
 from harness.builders import chart_step, flow_run, load_templates
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 
 TEMPLATES = load_templates()
@@ -22,11 +23,12 @@ def run(
     templates: dict[str, Any] | None = None,
     plan: Plan = PLANS["BASIC"],
 ) -> ValidatedStep | StepError:
+    documents = TEMPLATES if templates is None else templates
     return validate_step(
         doc,
         run_id,
         step_id,
-        TEMPLATES if templates is None else templates,
+        {template_id: StoredTemplate(template_id, d) for template_id, d in documents.items()},
         default_timezone="Etc/UTC",
         plan=plan,
     )
@@ -55,20 +57,42 @@ def test_valid_step_yields_one_call_per_request_in_order() -> None:
 
 
 @pytest.mark.parametrize(
-    ("symbol", "field"),
+    ("symbol", "problem"),
     [
-        ("BTC/USDT", "scope.symbol"),
-        ("BINANCE:BTCUSDT", "scope.symbol"),
-        ("btc usdt", "scope.symbol"),
-        ("", "scope.symbol"),
-        (None, "scope.symbol"),
-        (42, "scope.symbol"),
-        ("A" * 33, "scope.symbol"),
+        ("btc usdt", "lower-case 'b' at 1"),
+        ("BTC USDT", "character U+0020 at 4 is not allowed"),
+        ("", "must be a non-empty string"),
+        (None, "must be a non-empty string"),
+        (42, "must be a non-empty string"),
+        ("A" * 201, "is 201 characters long, at most 200"),
+        ("(NASDAQ:MARA+NASDAQ:RIOT", "'(' at 1 is never closed"),
+        ("../x", "lower-case 'x' at 4"),
+        ("../X", "'.' at 1 cannot start a symbol"),
     ],
 )
-def test_symbol_must_be_a_base_symbol(symbol: Any, field: str) -> None:
+def test_scope_symbol_outside_the_grammar_is_refused(symbol: Any, problem: str) -> None:
     problems = problems_of(run(flow_run({"charts": chart_step()}, symbol=symbol)))
-    assert any(p.startswith(f"{field}:") for p in problems), problems
+    assert any(p.startswith("scope.symbol:") and problem in p for p in problems), problems
+
+
+def test_a_resolved_symbol_must_name_an_exchange_once() -> None:
+    """scope.symbol may carry the exchange only when the template leaves it out."""
+    problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="NASDAQ:MARA")))
+    assert len(problems) == 3 and problems[0] == (
+        "chart_templates/price_psar_adi_v1.chartImgSymbolTemplate: 'BINANCE:{symbol}' with scope.symbol "
+        "'NASDAQ:MARA' gives 'BINANCE:NASDAQ:MARA', not a symbol CHART-IMG accepts: "
+        "':' at 15 is out of place in 'BINANCE:NASDAQ:'"
+    )
+    whole = {
+        "whole_v1": {**TEMPLATES["price_psar_adi_v1"], "id": "whole_v1", "chartImgSymbolTemplate": "{symbol}"}
+    }
+    step = chart_step(inputs={"minImages": 1, "requests": [{"chartTemplateId": "whole_v1"}]})
+    problems = problems_of(run(flow_run({"charts": step}, symbol="MARA"), templates=whole))
+    assert problems == [
+        "chart_templates/whole_v1.chartImgSymbolTemplate: '{symbol}' with scope.symbol 'MARA' gives "
+        "'MARA', not a symbol CHART-IMG accepts: 'MARA' at 1 has no exchange: CHART-IMG expects "
+        "EXCHANGE:SYMBOL (e.g. BINANCE:BTCUSDT)"
+    ]
 
 
 @pytest.mark.parametrize("scope", [None, "BTCUSDT", ["BTCUSDT"]])
@@ -234,7 +258,7 @@ def test_document_run_id_must_match_its_path() -> None:
 def test_every_problem_is_reported_and_message_counts_them() -> None:
     step = chart_step(timeframe="7h")
     step["inputs"]["minImages"] = 9
-    result = run(flow_run({"charts": step}, symbol="BTC/USDT"))
+    result = run(flow_run({"charts": step}, symbol="btc/usdt"))
     problems = problems_of(result)
     assert len(problems) == 3
     assert isinstance(result, StepError) and "(and 2 more)" in result.message

@@ -189,12 +189,12 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
 
 
 class ChartApiDouble:
-    """A ChartApi that reserves nothing ahead; subclasses answer `render`."""
+    """A ChartApi that reserves nothing ahead and is its own session; subclasses answer `render`."""
 
     mode = "mock"
 
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
-        return nullcontext()
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[Any]:
+        return nullcontext(self)
 
 
 class WaveRecordingChartApi(ChartApiDouble):
@@ -207,17 +207,17 @@ class WaveRecordingChartApi(ChartApiDouble):
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
 
     @contextmanager
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
-        self.waves.append([c.chart_template_id for c in calls])
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[Any]:
+        self.waves.append([c.chart_template_id for c in first_wave])
         self.in_wave = True
         try:
-            yield
+            yield self
         finally:
             self.in_wave = False
 
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def render(self, call: ChartCall) -> ChartResult:
         self.rendered_in_wave.append(self.in_wave)
-        return self.inner.render(call, budget)
+        return self.inner.render(call)
 
 
 def test_the_first_wave_is_reserved_around_the_renders(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_the_first_wave_is_reserved_around_the_renders(tmp_path: Path) -> None:
 
 
 class CrashingChartApi(ChartApiDouble):
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def render(self, call: ChartCall) -> ChartResult:
         raise KeyError("a defect")
 
 
@@ -250,10 +250,10 @@ class SlowChartApi(ChartApiDouble):
         self.release = threading.Event()
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
 
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def render(self, call: ChartCall) -> ChartResult:
         if call.chart_template_id == self.slow_template:
             self.release.wait(10)
-        return self.inner.render(call, budget)
+        return self.inner.render(call)
 
 
 def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
@@ -471,7 +471,7 @@ def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> No
 
 
 class InterruptingChartApi(ChartApiDouble):
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def render(self, call: ChartCall) -> ChartResult:
         raise KeyboardInterrupt
 
 
@@ -511,9 +511,13 @@ class BudgetRecordingChartApi(ChartApiDouble):
         self.remaining: list[float] = []
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
 
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
-        self.remaining.append(budget.remaining())
-        return self.inner.render(call, budget)
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[Any]:
+        self.budget = budget  # the step's charts render within it
+        return nullcontext(self)
+
+    def render(self, call: ChartCall) -> ChartResult:
+        self.remaining.append(self.budget.remaining())
+        return self.inner.render(call)
 
 
 def test_charts_leave_time_for_the_manifest(tmp_path: Path) -> None:

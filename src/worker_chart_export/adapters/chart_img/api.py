@@ -5,20 +5,18 @@ reserved quota unit and a rate token (AccountLimiter), classified by
 `core.chart_img_answers`, retried per `core.retry_policy`, all inside the step's Budget.
 Every attempt holds one of the client's connection permits (permits.py) from before it
 reserves until its answer is read: a reservation never waits for a connection.
-`first_wave` takes as many permits as are free (no waiting) for a step's first wave and
-reserves that many first attempts in one round trip (AccountLimiter.acquire_many); each
-render of that step takes one of those leases, with its permit, for its first attempt
-(unless CHART-IMG has refused that account meanwhile), and acquires permit and lease one
-by one after. Thread-safe: execute.py renders a step's requests from a thread pool. Logs
-and failure details carry the account id, the HTTP status and the API's message, never a
-key.
+`for_step` opens a step's session (session.py): it takes as many permits as are free (no
+waiting) for the step's first wave and reserves that many first attempts in one round trip
+(AccountLimiter.acquire_many); each render of the step takes one of those leases, with its
+permit, for its first attempt (unless CHART-IMG has refused that account meanwhile), and
+acquires permit and lease one by one after. Thread-safe: execute.py renders a step's
+requests from a thread pool. Logs and failure details carry the account id, the HTTP status
+and the API's message, never a key.
 """
 
 from __future__ import annotations
 
 import random
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -28,12 +26,14 @@ import httpx
 from tenacity import Retrying
 
 from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
+from worker_chart_export.adapters.chart_img.outcomes import Outcome, cannot_start
+from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img_answers import (
     Disposition,
-    accounts_exhausted,
     classify,
+    error_message,
     failure_from_response,
     looks_like_png,
     not_a_png,
@@ -41,32 +41,22 @@ from worker_chart_export.core.chart_img_answers import (
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.retry_policy import BackoffWait, RetryPolicy, StopPolicy, wants_retry
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
+from worker_chart_export.core.key_history import Answer
+from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """One pass of the attempt loop. disposition None: nothing more can be tried."""
-
-    disposition: Disposition | None
-    result: ChartResult
-    answer: HttpAnswer | None = None  # the HTTP answer `result` comes from, for record mode
 
 
 @dataclass
 class _Request:
     call: ChartCall
-    budget: Budget
+    session: StepSession
     tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
-    last: _Outcome | None = None
+    last: Outcome | None = None
 
-
-@dataclass(frozen=True)
-class Rendered:
-    result: ChartResult
-    answer: HttpAnswer | None  # set when the result is exactly what one HTTP answer said
+    @property
+    def budget(self) -> Budget:
+        return self.session.budget
 
 
 @dataclass(frozen=True)
@@ -99,83 +89,60 @@ class RealChartApi:
         self._policy = policy or RetryPolicy()
         self._clock = seams.clock
         self._rand = seams.rand
-        self._logged_steps: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._logged_lock = threading.Lock()
-        self._prepaid: dict[tuple[str, str], list[Lease]] = {}  # a step's, during first_wave
         self._permits = client.permits
-        self._prepaid_lock = threading.Lock()
 
     @contextmanager
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> Iterator[None]:
-        """The first attempts of `calls` reserved in one round trip, for this block, as far
-        as connections are free: what its renders have not used when it ends is dropped
-        (never carried to a later run of the same step: its slots and its day would be
-        stale), and its permits given back."""
-        if not calls:
-            yield
-            return
-        step = (calls[0].run_id, calls[0].step_id)
-        # only as many as have a connection now: the others reserve when they get one
-        permits = self._permits.take_available(len(calls))
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[StepSession]:
+        """The step's session for this block: the first attempts of `first_wave` reserved
+        in one round trip, as far as connections are free; what its renders have not used
+        when it ends is dropped, and its permits given back (session.py)."""
+        session = StepSession(
+            self, budget, self._prepay(len(first_wave), budget), limiter=self.limiter, permits=self._permits
+        )
+        try:
+            yield session
+        finally:
+            session.end()
+
+    def _prepay(self, count: int, budget: Budget) -> list[Lease]:
+        """Up to `count` leases, each holding one of the permits free now (the others
+        reserve when they get a connection)."""
+        permits = self._permits.take_available(count)
         leases: list[Lease] = []
         try:
             if permits:
-                leases = self._reserve_first_wave(calls[:permits], budget)
+                leases = self._reserve_first_wave(permits, budget)
         finally:
             self._permits.release(permits - len(leases))
-        with self._prepaid_lock:  # each lease in the list owns one permit
-            self._prepaid.setdefault(step, []).extend(leases)
-        try:
-            yield
-        finally:
-            with self._prepaid_lock:
-                unused = self._prepaid.pop(step, [])
-            self._permits.release(len(unused))
+        return leases
 
-    def _reserve_first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> list[Lease]:
+    def _reserve_first_wave(self, count: int, budget: Budget) -> list[Lease]:
         max_wait = budget.remaining() - self._policy.min_attempt_seconds
         if max_wait < 0:
             return []
         try:
-            return self.limiter.acquire_many(len(calls), max_wait=max_wait)
+            return self.limiter.acquire_many(count, max_wait=max_wait)
         except TransientStoreError:
             return []  # each call then tries on its own, and says so if the store stays away
 
-    def _take_prepaid(self, call: ChartCall) -> Lease | None:
-        """The step's next prepaid lease, with its permit, soonest slot first. One on an
-        account CHART-IMG has refused since (exhausted, rate-limited, key refused) is
-        dropped: its unit is spent either way, and a call on it would only be refused again."""
-        step = (call.run_id, call.step_id)
-        with self._prepaid_lock:
-            leases = self._prepaid.get(step, [])
-            while leases:
-                lease = leases.pop(0)
-                if self.limiter.still_accepted(lease.account_id):
-                    return lease  # with its permit
-                self._permits.release()
-            return None
-
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
-        return self.render_with_answer(call, budget).result
-
-    def render_with_answer(self, call: ChartCall, budget: Budget) -> Rendered:
-        request = _Request(call, budget)
+    def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
+        request = _Request(call, session)
         retrying = Retrying(
-            stop=StopPolicy(self._policy, budget.remaining),
-            wait=BackoffWait(self._policy, self._rand),
+            stop=self._policy.stop(session.budget),
+            wait=self._policy.wait(self._rand),
             retry=wants_retry,
             sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
             reraise=True,
         )
-        outcome: _Outcome = retrying(self._attempt, request)
+        outcome: Outcome = retrying(self._attempt, request)
         result = outcome.result
         if isinstance(result, ChartFailure):
             details = {**result.error.details, "attempts": len(request.tried)}
             if request.tried:
                 details["accountIds"] = list(dict.fromkeys(request.tried))
             result = ChartFailure(replace(result.error, details=details))
-            self._log_global_exhaustion(call, result.error)
+            self._log_global_exhaustion(session, call, result.error)
         return Rendered(result, outcome.answer)
 
     def close(self) -> None:
@@ -183,15 +150,15 @@ class RealChartApi:
 
     # --- the attempt ---
 
-    def _attempt(self, request: _Request) -> _Outcome:
+    def _attempt(self, request: _Request) -> Outcome:
         outcome = self._try_once(request)
         request.last = outcome
         return outcome
 
-    def _try_once(self, request: _Request) -> _Outcome:
+    def _try_once(self, request: _Request) -> Outcome:
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
-        prepaid = None if request.tried else self._take_prepaid(request.call)
+        prepaid = None if request.tried else request.session.take_prepaid()
         # a connection first, then (and only then) a quota unit and a send slot
         if prepaid is None and not self._permits.acquire(timeout=self._max_wait(request)):
             return self._cannot_start(request, None)
@@ -207,7 +174,7 @@ class RealChartApi:
         """How long an attempt may wait to start and still have its minimum time."""
         return request.budget.remaining() - self._policy.min_attempt_seconds
 
-    def _reserve_and_send(self, request: _Request) -> _Outcome:
+    def _reserve_and_send(self, request: _Request) -> Outcome:
         max_wait = self._max_wait(request)
         if max_wait < 0:  # the wait for a connection took what was left
             return self._cannot_start(request, None)
@@ -225,13 +192,13 @@ class RealChartApi:
                 stepId=request.call.step_id,
                 errorKind=type(exc).__name__,
             )
-            return _Outcome(Disposition.RETRY, ChartFailure(error))
+            return Outcome(Disposition.RETRY, ChartFailure(error))
         if isinstance(lease, NoAccount):
             return self._cannot_start(request, lease)
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: _Request, lease: Lease, *, attempt: int) -> _Outcome:
+    def _send(self, request: _Request, lease: Lease, *, attempt: int) -> Outcome:
         call = request.call
         timeout = min(self._request_timeout, request.budget.remaining())
         log = get_logger().bind(
@@ -256,69 +223,48 @@ class RealChartApi:
                 {"errorKind": kind, "exception": type(exc).__name__},
             )
             self._log_request(log, started, None, error)
-            return _Outcome(Disposition.RETRY, ChartFailure(error))
+            return Outcome(Disposition.RETRY, ChartFailure(error))
         if answer.status != 200:
             answer = answer.without(lease.api_key)
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
+            self.limiter.succeeded(lease.account_id)  # the key works: its 429 streak, refusals end
             if looks_like_png(answer.content):
                 self._log_request(log, started, 200, None)
-                return _Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
+                return Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
             error = not_a_png(answer.content_type, len(answer.content))
             self._log_request(log, started, 200, error)
-            return _Outcome(None, ChartFailure(error))  # not recorded as a fixture
+            return Outcome(None, ChartFailure(error))  # not recorded as a fixture
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
         self._log_request(log, started, answer.status, error)
         self._note_refusal(disposition, lease.account_id, answer, log)
         next_step = None if disposition is Disposition.FINAL else disposition
-        return _Outcome(next_step, ChartFailure(error), answer)
+        return Outcome(next_step, ChartFailure(error), answer)
 
     def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
-        """What an answer says about the account, told to the limiter."""
+        """What an answer says about the account, told to the limiter (its rules:
+        core.key_history); a FINAL or RETRY answer says nothing about the key."""
+        seen = Answer(answer.status, error_message(answer.body))
         if disposition is Disposition.EXHAUSTED:
-            self.limiter.mark_exhausted(account_id)
+            self.limiter.mark_exhausted(account_id, seen)
         elif disposition is Disposition.RATE_LIMITED:
-            seconds = self.limiter.cool_down(account_id, answer.retry_after)
-            log.warning("chart-img key rate-limited: cooling down", cooldownSeconds=seconds)
-        elif disposition is Disposition.BAD_KEY:
-            self.limiter.disable(account_id)
-
-    def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> _Outcome:
-        """No attempt possible: all accounts exhausted or refused, or no time left."""
-        last = request.last
-        if refusal is not None and refusal.reason is Refusal.NO_USABLE_KEY:
-            return _Outcome(None, ChartFailure(self._no_usable_key(last)), last.answer if last else None)
-        if refusal is not None and refusal.reason is Refusal.EXHAUSTED:
-            if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
-                error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
-                return _Outcome(None, ChartFailure(error), last.answer)
-            error = accounts_exhausted(list(refusal.exhausted_accounts))
-            if last is not None:  # e.g. a 5xx, then the only other account was used up
-                error = StepError(
-                    error.code,
-                    "every CHART-IMG account reached its daily limit before the request succeeded",
-                    {**error.details, "lastError": _error_dict(last.result)},
+            verdict = self.limiter.rate_limited(account_id, seen, answer.retry_after)
+            if verdict.exhausted is None:
+                log.warning(
+                    "chart-img key rate-limited: cooling down",
+                    cooldownSeconds=round(verdict.cooling, 3),
+                    retryAfterSeconds=answer.retry_after,
                 )
-            return _Outcome(None, ChartFailure(error))
-        if last is not None:  # keep the last real answer: it says more than "out of time"
-            error = _with_details(last.result, stoppedBy="budget")
-            return _Outcome(None, ChartFailure(error), last.answer)
-        error = StepError(
-            ErrorCode.CHART_API_FAILED,
-            "the step's time budget ran out before CHART-IMG could be called",
-            {"errorKind": "budget", "remainingSeconds": round(request.budget.remaining(), 3)},
-        )
-        return _Outcome(None, ChartFailure(error))
+        elif disposition is Disposition.BAD_KEY and not self.limiter.key_refused(account_id, seen):
+            log.warning("chart-img key refused once: the call moves to another account")
 
-    def _no_usable_key(self, last: _Outcome | None) -> StepError:
-        disabled = sorted(set(self.limiter.account_ids) - set(self.limiter.usable_accounts()))
-        if last is not None and isinstance(last.result, ChartFailure):
-            return _with_details(last.result, disabledAccounts=disabled)
-        return StepError(
-            ErrorCode.CHART_API_FAILED,
-            "CHART-IMG refused the key of every configured account; no request was sent",
-            {"errorKind": "bad_key", "disabledAccounts": disabled},
+    def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> Outcome:
+        return cannot_start(
+            request.last, refusal, remaining=request.budget.remaining(), disabled=self._disabled_accounts
         )
+
+    def _disabled_accounts(self) -> list[str]:
+        return sorted(set(self.limiter.account_ids) - set(self.limiter.usable_accounts()))
 
     # --- logs ---
 
@@ -344,21 +290,14 @@ class RealChartApi:
         else:
             log.info("chartsApi.request", **fields)
 
-    def _log_global_exhaustion(self, call: ChartCall, error: StepError) -> None:
+    def _log_global_exhaustion(self, session: StepSession, call: ChartCall, error: StepError) -> None:
         """One ERROR event per step when every account is out (log-based alert, §10)."""
         if error.code is not ErrorCode.CHART_API_LIMIT_EXCEEDED:
             return
         exhausted = self.limiter.exhausted_accounts()
         usable = set(self.limiter.usable_accounts())
-        if not usable or not usable <= set(exhausted):
+        if not usable or not usable <= set(exhausted) or not session.first_to_log_exhaustion():
             return
-        step = (call.run_id, call.step_id)
-        with self._logged_lock:
-            if step in self._logged_steps:
-                return
-            self._logged_steps[step] = None
-            while len(self._logged_steps) > 1024:  # a warm instance serves many steps
-                self._logged_steps.popitem(last=False)
         get_logger().error(
             "chart-img accounts exhausted",
             error={"code": ErrorCode.CHART_API_LIMIT_EXCEEDED.value},
@@ -367,16 +306,3 @@ class RealChartApi:
             stepId=call.step_id,
             chartsApi={"mode": self.mode},
         )
-
-
-def _code(result: ChartResult) -> ErrorCode | None:
-    return result.error.code if isinstance(result, ChartFailure) else None
-
-
-def _error_dict(result: ChartResult) -> dict[str, Any]:
-    return result.error.to_dict() if isinstance(result, ChartFailure) else {}
-
-
-def _with_details(result: ChartResult, **extra: Any) -> StepError:
-    assert isinstance(result, ChartFailure)
-    return replace(result.error, details={**result.error.details, **extra})

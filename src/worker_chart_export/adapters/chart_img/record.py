@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from worker_chart_export.adapters.chart_img.api import RealChartApi
+from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img_answers import NOT_ABOUT_THE_REQUEST, classify, error_message
@@ -22,11 +23,27 @@ class RecordChartApi:
         self.library = library
         self.real = real
 
-    def first_wave(self, calls: Sequence[ChartCall], budget: Budget) -> AbstractContextManager[None]:
+    @contextmanager
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[RecordSession]:
         # quota only for the calls that will really go out
-        return self.real.first_wave([c for c in calls if self.library.lookup(c.fixture_key) is None], budget)
+        unrecorded = [c for c in first_wave if self.library.lookup(c.fixture_key) is None]
+        with self.real.for_step(unrecorded, budget) as real:
+            yield RecordSession(self.library, real)
 
-    def render(self, call: ChartCall, budget: Budget) -> ChartResult:
+    def close(self) -> None:
+        self.real.close()
+
+
+class RecordSession:
+    """A step's renders in record mode: the real session (session.py) for what is not recorded."""
+
+    mode = "record"
+
+    def __init__(self, library: FixtureLibrary, real: StepSession) -> None:
+        self.library = library
+        self.real = real
+
+    def render(self, call: ChartCall) -> ChartResult:
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -43,7 +60,7 @@ class RecordChartApi:
                 errorCode=error_code.value if error_code else None,
             )
             return result
-        rendered = self.real.render_with_answer(call, budget)
+        rendered = self.real.render_with_answer(call)
         answer = rendered.answer
         if answer is None:  # no HTTP answer (transport error) or 200-not-PNG: nothing to keep
             return rendered.result
@@ -64,6 +81,3 @@ class RecordChartApi:
         except OSError as exc:  # recording is a convenience; the step goes on as in real mode
             log.warning("chart api fixture not recorded", errorKind=type(exc).__name__)
         return rendered.result
-
-    def close(self) -> None:
-        self.real.close()

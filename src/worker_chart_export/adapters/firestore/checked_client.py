@@ -1,4 +1,4 @@
-"""Firestore for the CLI's commands (advance, reap, submit, templates sync): a client checked
+"""Firestore for the CLI's commands (advance, reap, submit, accounts, templates sync): a client checked
 with one short read before a command uses it, and every failure as one line naming the
 problem and its fix (`UsageError`: exit 2).
 

@@ -12,7 +12,8 @@ instance, as a transaction would serialize them, at fewer round trips and with n
   again and the reservation recomputed: a read and a commit more;
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
-a TransientStoreError. mark_exhausted (rare) stays a transaction.
+a TransientStoreError. mark_exhausted and mark_disabled (rare: CHART-IMG refused the quota or
+the key) stay transactions.
 
 reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
 ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
@@ -47,9 +48,11 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
+    QUOTA_REFUSED,
     Pacing,
     ReservationRequest,
     ReservationTime,
+    disabled_fields,
     exhausted_fields,
     reserve_many,
     reserve_one,
@@ -187,8 +190,7 @@ class FirestoreUsageStore:
         first reservation of each account costs a commit, not a read and a commit. For an
         instance's start-up warm-up; returns how many documents it read."""
         started = self._clock.monotonic()
-        with translated("read of chart_img_accounts_usage", contention=False):
-            snapshots = list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
+        snapshots = self._every_document()
         took = self._clock.monotonic() - started
         with self._versions_lock:
             # the first commits (often a burst on an idle key) need an estimate too: a
@@ -200,6 +202,15 @@ class FirestoreUsageStore:
             # fails if another instance created it meanwhile, and the store reads it then)
             self._absent_unless_seen = True
         return len(snapshots)
+
+    def read_all(self) -> dict[str, Mapping[str, Any]]:
+        """Every usage document, by account id (one query; nothing remembered): for
+        `worker-chart-export accounts`."""
+        return {snapshot.id: snapshot.to_dict() or {} for snapshot in self._every_document()}
+
+    def _every_document(self) -> list[firestore.DocumentSnapshot[firestore.DocumentReference]]:
+        with translated("read of chart_img_accounts_usage", contention=False):
+            return list(self._collection.stream(retry=self._rpc.retry, timeout=self._rpc.timeout))
 
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
         """The documents now, in one BatchGet, remembered as the versions to write on (so a
@@ -270,16 +281,34 @@ class FirestoreUsageStore:
             self._versions.pop(account_id, None)
             self._forgotten.add(account_id)
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime) -> None:
+    def mark_exhausted(
+        self, account_id: str, *, default_limit: int, now: datetime, reason: str = QUOTA_REFUSED
+    ) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return exhausted_fields(doc, default_limit=default_limit, now=now, reason=reason)
+
+        self._merge(account_id, fields, f"marking account {account_id} exhausted")
+
+    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return disabled_fields(doc, reason=reason, now=now)
+
+        self._merge(account_id, fields, f"disabling account {account_id}")
+
+    def _merge(
+        self, account_id: str, fields: Callable[[dict[str, Any] | None], dict[str, Any]], operation: str
+    ) -> None:
+        """`fields(document)` merged into the document, in a transaction (rare: after CHART-IMG
+        refused the quota or the key); this store reads the document before its next write."""
         ref = self._collection.document(account_id)
 
-        def exhaust(transaction: firestore.Transaction) -> None:
+        def merge(transaction: firestore.Transaction) -> None:
             snapshot = self._rpc.get(ref, transaction)
             doc = snapshot.to_dict() if snapshot.exists else None
-            transaction.set(ref, exhausted_fields(doc, default_limit=default_limit, now=now), merge=True)
+            transaction.set(ref, fields(doc), merge=True)
 
         self._forget(account_id)
-        self._with_retries(exhaust, f"marking account {account_id} exhausted")
+        self._with_retries(merge, operation)
 
     def _with_retries(self, body: Callable[[firestore.Transaction], T], operation: str) -> T:
         def attempt() -> T:

@@ -1,155 +1,32 @@
-"""RealChartApi / RecordChartApi / build_chart_api over httpx.MockTransport and a fake clock.
-
-No sockets and no real waiting: the transport answers from a script, and sleep and both
-clocks are one FakeClock, so backoff and budget rules are checked exactly.
+"""RealChartApi (adapters/chart_img/api.py): the attempts of one chart across accounts,
+classified, retried and bounded by the step's budget, over the scripted transport and a
+FakeClock (scripted.py); and build_chart_api's choice of adapter.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from harness.chart_img_server import PNG, FakeClock, chart_call, connections_all_free, find_secrets, new_key
-from harness.logs import LogCapture
+from harness.chart_img_server import PNG, FakeClock
+from unit.adapters.chart_img.scripted import KEYS, Rig, answer, failure, png
 from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
-from worker_chart_export.adapters.chart_img import RealChartApi, RecordChartApi, Seams
-from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.chart_img import RealChartApi, Seams
+from worker_chart_export.adapters.fixtures import MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
-from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
-from worker_chart_export.core.retry_policy import RetryPolicy
-from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
+from worker_chart_export.core.types import ChartSuccess
 from worker_chart_export.settings import Settings
 
-Answer = httpx.Response | Exception
-JSON = "application/json"
-
-
-def answer(status: int, message: str | None = None, **body: Any) -> httpx.Response:
-    if message is not None:
-        body["message"] = message
-    return httpx.Response(status, json=body)
-
-
-def png() -> httpx.Response:
-    return httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
-
-
-@dataclass
-class Scripted:
-    """A MockTransport that answers from a list (the last answer repeats) and logs requests."""
-
-    clock: FakeClock
-    answers: list[Answer]
-    latency: float = 0.0
-    seen: list[httpx.Request] = field(default_factory=list)
-
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(request)
-        self.clock.advance(min(self.latency, request.extensions["timeout"]["read"]))  # gives up
-        result = self.answers[min(len(self.seen), len(self.answers)) - 1]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    @property
-    def accounts(self) -> list[str]:
-        return [KEYS_TO_IDS[r.headers["x-api-key"]] for r in self.seen]
-
-
-KEYS = {"acc1": new_key(), "acc2": new_key(), "acc3": new_key()}
-KEYS_TO_IDS = {v: k for k, v in KEYS.items()}
-
-
-@dataclass
-class Rig:
-    api: Any
-    clock: FakeClock
-    transport: Scripted
-    store: InMemoryUsageStore
-    logs: LogCapture
-
-    def render(self, budget_seconds: float = 60.0, **call: Any) -> ChartResult:
-        budget = Budget.starting_now(budget_seconds, clock=self.clock)
-        result = self.api.render(chart_call(call.pop("template", "tpl_a"), **call), budget)
-        assert not find_secrets([repr(result), json.dumps(_dict(result), default=str)], KEYS.values())
-        return result
-
-
-def _dict(result: ChartResult) -> dict[str, Any]:
-    return result.error.to_dict() if isinstance(result, ChartFailure) else {}
-
-
-@pytest.fixture
-def rig(log_capture: LogCapture, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
-    made: list[Rig] = []
-
-    def make(
-        answers: list[Answer],
-        *,
-        accounts: tuple[str, ...] = ("acc1",),
-        mode: str = "real",
-        latency: float = 0.0,
-        store: InMemoryUsageStore | None = None,
-        **settings: Any,
-    ) -> Rig:
-        clock = FakeClock()
-        transport = Scripted(clock, answers, latency)
-        store = store or InMemoryUsageStore()
-        config = [{"id": a, "apiKey": KEYS[a]} for a in accounts]
-        values: dict[str, Any] = {
-            "charts_api_mode": mode,
-            "chart_img_base_url": "https://chart-img.test",
-            "chart_img_accounts_json": SecretStr(json.dumps(config)),
-            "chart_img_request_timeout_seconds": 10.0,
-            "chart_img_rate_per_second": 100.0,
-            "chart_img_burst": 10,
-            "charts_fixtures_dir": tmp_path / "fixtures",
-            **settings,
-        }
-        api = build_chart_api(
-            Settings(**values),
-            store,
-            retry_policy=RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.5),
-            seams=Seams(clock=clock, transport=httpx.MockTransport(transport.handler), rand=lambda: 0.5),
-        )
-        made.append(Rig(api, clock, transport, store, log_capture))
-        return made[-1]
-
-    yield make
-    assert not find_secrets([log_capture.text], KEYS.values())
-    assert all(connections_all_free(r.api) for r in made), "an attempt kept its connection permit"
-
-
-def failure(result: ChartResult) -> dict[str, Any]:
-    assert isinstance(result, ChartFailure), result
-    return result.error.to_dict()
-
-
 # --- the happy path ------------------------------------------------------------------------
-
-
-def test_posts_the_body_with_the_key_and_returns_the_png(rig: Callable[..., Rig]) -> None:
-    r = rig([png()])
-    result = r.render(template="tpl_a")
-    assert result == ChartSuccess(PNG, "acc1")
-    (request,) = r.transport.seen
-    assert request.method == "POST"
-    assert str(request.url) == "https://chart-img.test/v2/tradingview/advanced-chart"
-    assert request.headers["x-api-key"] == KEYS["acc1"]
-    body = json.loads(request.content)
-    assert body["symbol"] == "BINANCE:BTCUSDT" and body["interval"] == "1h" and body["width"] == 800
-    assert r.store.snapshot()["acc1"]["usageToday"] == 1
 
 
 def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
@@ -224,16 +101,6 @@ def test_error_bodies_in_every_shape(rig: Callable[..., Rig], body: dict, messag
     assert failure(r.render())["details"]["message"] == message
 
 
-def test_text_error_body_is_kept_as_text(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(403, text="Forbidden by WAF")])
-    assert failure(r.render())["details"]["message"] == "Forbidden by WAF"
-
-
-def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(401, json={"message": f"Unknown key {KEYS['acc1']}"})])
-    assert failure(r.render())["details"]["message"] == "Unknown key <redacted>"
-
-
 def test_a_422_array_keeps_each_param_and_msg(rig: Callable[..., Rig]) -> None:
     body = [
         {
@@ -266,28 +133,42 @@ def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig
 
 
 @pytest.mark.parametrize(("status", "message"), [(403, "Forbidden"), (401, "Invalid Request")])
-def test_a_refused_key_moves_to_the_next_account_and_is_logged_once(
+def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_again(
     rig: Callable[..., Rig], status: int, message: str
 ) -> None:
-    r = rig([answer(status, message), png()], accounts=("acc1", "acc2"))
+    r = rig([answer(status, message), png(), answer(status, message), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2")  # refused once: still usable
+    (warning,) = r.logs.events("chart-img key refused once: the call moves to another account")
+    assert warning["accountId"] == "acc1" and warning["severity"] == "WARNING"
+    assert r.render() == ChartSuccess(PNG, "acc2")  # acc1 (least used again) refused a second time
     assert r.api.limiter.usable_accounts() == ("acc2",)
-    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not marked exhausted: the key is bad
+    assert r.store.snapshot()["acc1"]["disabled"] is True
     r.render()
-    assert r.transport.accounts == ["acc1", "acc2", "acc2"]  # acc1 never again
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc2"]  # acc1 not again today
     (event,) = r.logs.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
 
 
+def test_a_success_between_two_refusals_keeps_the_key(rig: Callable[..., Rig]) -> None:
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, png(), refused, png()])  # one key: refused once, then tried again at once
+    assert r.render() == ChartSuccess(PNG, "acc1") and r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 4
+    assert r.api.limiter.usable_accounts() == ("acc1",)
+    assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
 def test_every_key_refused_fails_with_the_last_answer(rig: Callable[..., Rig]) -> None:
     r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"))
-    error = failure(r.render())
+    error = failure(r.render())  # acc1, acc2, then acc1 again: disabled
     assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "bad_key"
-    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"]
-    assert len(r.transport.seen) == 2
-    again = failure(r.render())  # nothing left to try: no call at all
-    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 2
+    assert len(r.transport.seen) == 3 and r.api.limiter.usable_accounts() == ("acc2",)
+    error = failure(r.render())  # acc2 again: disabled, then nothing left to try
+    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
+    again = failure(r.render())  # no call at all
+    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
 
 
 # --- retries -------------------------------------------------------------------------------
@@ -392,10 +273,26 @@ def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable
     assert r.transport.accounts == ["acc1", "acc2", "acc2"]
 
 
-def test_a_429_that_says_nothing_else_is_the_quota(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(429, json={}), png()], accounts=("acc1", "acc2"))
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        httpx.Response(429, json={}),
+        httpx.Response(429, content=b""),
+        httpx.Response(429, json={"message": "Rate Limit Exceeded"}),
+        httpx.Response(429, text="<html>slow down</html>"),
+    ],
+    ids=["empty-json", "empty-body", "rate-limit-exceeded", "html"],
+)
+def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
+    rig: Callable[..., Rig], refusal: httpx.Response
+) -> None:
+    r = rig([refusal, png(), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
-    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+    assert r.api.limiter.exhausted_accounts() == ()
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["accountId"], cooling["cooldownSeconds"]) == ("acc1", 1.0)
+    r.clock.advance(1.0)  # the first cooldown is over: acc1 (less used) is picked again
+    assert r.render(template="tpl_b") == ChartSuccess(PNG, "acc1")
 
 
 def test_a_rate_429_cools_the_key_down_without_exhausting_it(rig: Callable[..., Rig]) -> None:
@@ -415,22 +312,27 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.api.limiter.exhausted_accounts() == ()
 
 
-def test_limit_exceeded_message_rotates_whatever_the_status(rig: Callable[..., Rig]) -> None:
+def test_the_daily_limit_wording_under_another_status_cools_without_exhausting(
+    rig: Callable[..., Rig],
+) -> None:
     r = rig([answer(403, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
+    assert r.api.limiter.exhausted_accounts() == () and "exhaustedUntil" not in r.store.snapshot()["acc1"]
 
 
 def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callable[..., Rig]) -> None:
     r = rig([answer(429, "Limit Exceeded")], accounts=("acc1", "acc2"))
-    error = failure(r.render(template="a"))
-    assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
-    assert error["details"]["httpStatus"] == 429
-    assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
-    assert error["details"]["attempts"] == 2
-    assert len(r.transport.seen) == 2
-    second = failure(r.render(template="b"))  # same step: no HTTP call, no second event
-    assert second["code"] == "CHART_API_LIMIT_EXCEEDED"
-    assert len(r.transport.seen) == 2
+    with r.session() as step:
+        error = failure(r.render(template="a", session=step))
+        assert error["code"] == "CHART_API_LIMIT_EXCEEDED"
+        assert error["details"]["httpStatus"] == 429
+        assert error["details"]["exhaustedAccounts"] == ["acc1", "acc2"]
+        assert error["details"]["attempts"] == 2
+        assert len(r.transport.seen) == 2
+        second = failure(r.render(template="b", session=step))  # same step: no HTTP call, no second event
+        assert second["code"] == "CHART_API_LIMIT_EXCEEDED"
+        assert len(r.transport.seen) == 2
+        assert step.exhaustion_logged
     (event,) = r.logs.events("chart-img accounts exhausted")
     assert event["severity"] == "ERROR"
     assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
@@ -475,75 +377,6 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["errorKind"] == "usage_store"
     assert r.transport.seen == []
-
-
-# --- record mode ---------------------------------------------------------------------------
-
-
-def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp_path: Path) -> None:
-    r = rig([png()], mode="record")
-    assert isinstance(r.api, RecordChartApi)
-    first = r.render(template="tpl_a")
-    again = r.render(template="tpl_a")
-    assert first == ChartSuccess(PNG, "acc1")
-    assert again == ChartSuccess(PNG)  # replayed: no account used
-    assert len(r.transport.seen) == 1
-    saved = tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_a.png"
-    assert saved.read_bytes() == PNG
-    (event,) = r.logs.events("chartsApi.request")
-    assert event["chartsApi"] == {
-        "mode": "record",
-        "accountId": "acc1",
-        "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a",
-    }
-
-
-def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
-    r = rig([answer(422, "Invalid Symbol")], mode="record")
-    recorded = failure(r.render(template="tpl_b"))
-    path = (
-        tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__422_INVALID_SYMBOL.json"
-    )
-    assert json.loads(path.read_text()) == {"status": 422, "body": {"message": "Invalid Symbol"}}
-    replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(
-        chart_call("tpl_b"), Budget.starting_now(1, SYSTEM_CLOCK)
-    )
-    assert failure(replayed)["message"] == recorded["message"]
-    assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
-
-
-@pytest.mark.parametrize(
-    "answers",
-    [
-        [answer(429, "Limit Exceeded")],
-        [answer(429, "Too Many Requests")],
-        [answer(503, "Service Unavailable")],
-        [answer(403, "Forbidden")],
-        [answer(401, "Invalid Request")],
-    ],
-    ids=["quota-429", "rate-429", "5xx", "bad-key-403", "401"],
-)
-def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
-    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
-) -> None:
-    r = rig(answers, mode="record", chart_img_max_attempts=1)
-    assert isinstance(r.render(template="tpl_c"), ChartFailure)
-    assert not list((tmp_path / "fixtures").rglob("*tpl_c*"))
-
-
-@pytest.mark.parametrize(
-    "answers",
-    [
-        [httpx.ReadTimeout("slow")],
-        [httpx.Response(200, content=b"<html/>", headers={"content-type": "text/html"})],
-    ],
-)
-def test_record_keeps_no_fixture_without_a_real_answer(
-    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
-) -> None:
-    r = rig(answers, mode="record")
-    assert failure(r.render())["code"] == "CHART_API_FAILED"
-    assert not list((tmp_path / "fixtures").rglob("*.*"))
 
 
 # --- wiring --------------------------------------------------------------------------------

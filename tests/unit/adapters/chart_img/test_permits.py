@@ -145,8 +145,9 @@ class Rig:
     def units(self) -> int:
         return sum(doc["usageToday"] for doc in self.store.snapshot().values())
 
-    def render(self, call: ChartCall, budget: Budget) -> Future[ChartResult]:
-        return self.pool.submit(self.api.render, call, budget)
+    def render(self, session: Any, call: ChartCall) -> Future[ChartResult]:
+        """`call` on the pool, in `session` (a step's: ChartApi.for_step)."""
+        return self.pool.submit(session.render, call)
 
 
 @pytest.fixture
@@ -166,31 +167,32 @@ def rig(tmp_path: Path, log_capture: LogCapture) -> Iterator[Callable[..., Rig]]
 
 def test_a_chart_waiting_for_a_connection_holds_no_reservation(rig: Callable[..., Rig]) -> None:
     r = rig(connections=1)
-    budget = Budget.starting_now(30.0, SYSTEM_CLOCK)
-    first = r.render(chart_call("tpl_a"), budget)
-    assert r.answers.arrived.acquire(timeout=10)  # the first chart is on the wire
-    second = r.render(chart_call("tpl_b"), budget)
-    until(lambda: r.permits.waiting == 1, "the second chart waiting for the connection")
-    assert r.units() == 1  # the waiting chart has reserved nothing yet
-    r.answers.release.set()
-    assert [first.result(10), second.result(10)] == [ChartSuccess(PNG, "acc0")] * 2
+    with r.api.for_step([], Budget.starting_now(30.0, SYSTEM_CLOCK)) as step:
+        first = r.render(step, chart_call("tpl_a"))
+        assert r.answers.arrived.acquire(timeout=10)  # the first chart is on the wire
+        second = r.render(step, chart_call("tpl_b"))
+        until(lambda: r.permits.waiting == 1, "the second chart waiting for the connection")
+        assert r.units() == 1  # the waiting chart has reserved nothing yet
+        r.answers.release.set()
+        assert [first.result(10), second.result(10)] == [ChartSuccess(PNG, "acc0")] * 2
     assert r.units() == 2 and connections_all_free(r.api)
 
 
 def test_a_first_wave_reserves_only_what_has_a_connection(rig: Callable[..., Rig]) -> None:
     r = rig(connections=2, accounts=2)
     budget = Budget.starting_now(30.0, SYSTEM_CLOCK)
-    other_step = r.render(chart_call("tpl_x", run_id="run-other"), budget)
-    assert r.answers.arrived.acquire(timeout=10)  # one connection busy with another step
-    calls = [chart_call(f"tpl_{i}") for i in range(3)]
-    with r.api.first_wave(calls, budget):
-        assert r.units() == 1 + 1  # the other step's unit, and one prepaid: one free connection
-        renders = [r.render(call, budget) for call in calls]
-        until(lambda: r.permits.waiting == 2, "the wave's other charts waiting for a connection")
-        assert r.units() == 2
-        r.answers.release.set()
-        results = [f.result(10) for f in renders]
-    assert all(isinstance(result, ChartSuccess) for result in [*results, other_step.result(10)])
+    with r.api.for_step([], budget) as other:
+        other_step = r.render(other, chart_call("tpl_x", run_id="run-other"))
+        assert r.answers.arrived.acquire(timeout=10)  # one connection busy with another step
+        calls = [chart_call(f"tpl_{i}") for i in range(3)]
+        with r.api.for_step(calls, budget) as step:
+            assert r.units() == 1 + 1  # the other step's unit, and one prepaid: one free connection
+            renders = [r.render(step, call) for call in calls]
+            until(lambda: r.permits.waiting == 2, "the wave's other charts waiting for a connection")
+            assert r.units() == 2
+            r.answers.release.set()
+            results = [f.result(10) for f in renders]
+        assert all(isinstance(result, ChartSuccess) for result in [*results, other_step.result(10)])
     assert r.units() == 4 and connections_all_free(r.api)
 
 
@@ -198,7 +200,7 @@ def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., R
     r = rig(connections=3)
     r.answers.release.set()
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
-    with r.api.first_wave(calls, Budget.starting_now(30.0, SYSTEM_CLOCK)):
+    with r.api.for_step(calls, Budget.starting_now(30.0, SYSTEM_CLOCK)) as step:
         assert not r.permits.acquire(timeout=0)  # all three held for the wave
-        assert r.api.render(calls[0], Budget.starting_now(30.0, SYSTEM_CLOCK)) == ChartSuccess(PNG, "acc0")
+        assert step.render(calls[0]) == ChartSuccess(PNG, "acc0")
     assert connections_all_free(r.api) and r.units() == 3

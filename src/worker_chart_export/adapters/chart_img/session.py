@@ -1,0 +1,99 @@
+"""A step's chart session: what one execution of a step holds on this instance while its
+charts render, as plain attributes of one object that dies with the step.
+
+`RealChartApi.for_step` opens it around the step's renders and ends it when they end:
+- `prepaid`: the first wave's leases (reserved in one round trip), soonest slot first,
+  each owning one connection permit (permits.py). A render takes one, with its permit, for
+  its first attempt; one on an account CHART-IMG has refused since is dropped (its unit is
+  spent either way, and a call on it would only be refused again). When the session ends,
+  what is left is dropped and its permits given back: never carried to a later execution
+  of the step, whose day or slots it would not fit;
+- `exhaustion_logged`: whether the step's one "accounts exhausted" ERROR line was written.
+
+Nothing is keyed by step: two executions of the same step on one instance (a reaped one
+finishing late while the retry starts) each have their own session and touch only it.
+Its renders run on several threads at once (execute.py's pool).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.types import ChartCall, ChartResult
+
+
+@dataclass(frozen=True)
+class Rendered:
+    result: ChartResult
+    answer: HttpAnswer | None  # set when the result is exactly what one HTTP answer said
+
+
+class Renderer(Protocol):
+    """What renders a call within a session: RealChartApi's attempt loop."""
+
+    def render_in(self, session: StepSession, call: ChartCall) -> Rendered: ...
+
+
+class StepSession:
+    """One step's renders on this instance, within the step's `budget`."""
+
+    def __init__(
+        self,
+        renderer: Renderer,
+        budget: Budget,
+        prepaid: Iterable[Lease],
+        *,
+        limiter: AccountLimiter,
+        permits: ConnectionPermits,
+    ) -> None:
+        self.budget = budget
+        self.prepaid: deque[Lease] = deque(prepaid)  # popleft is atomic: no lock around it
+        self.exhaustion_logged = False
+        self._renderer = renderer
+        self._limiter = limiter
+        self._permits = permits
+        self._lock = threading.Lock()
+
+    def render(self, call: ChartCall) -> ChartResult:
+        """Never raises for API-level failures: they come back as ChartFailure."""
+        return self._renderer.render_in(self, call).result
+
+    def render_with_answer(self, call: ChartCall) -> Rendered:
+        return self._renderer.render_in(self, call)
+
+    def take_prepaid(self) -> Lease | None:
+        """The next prepaid lease, with its permit, on an account still accepted."""
+        while True:
+            try:
+                lease = self.prepaid.popleft()
+            except IndexError:
+                return None
+            if self._limiter.still_accepted(lease.account_id):
+                return lease
+            self._permits.release()
+
+    def first_to_log_exhaustion(self) -> bool:
+        """True the first time only: the step's one "accounts exhausted" ERROR line."""
+        with self._lock:
+            logged, self.exhaustion_logged = self.exhaustion_logged, True
+        return not logged
+
+    def end(self) -> None:
+        """Drop the leases no render took and give their permits back. Renders still
+        running (abandoned by the step) reserve one by one, like any other."""
+        unused = 0
+        while True:
+            try:
+                self.prepaid.popleft()
+            except IndexError:
+                break
+            unused += 1
+        self._permits.release(unused)

@@ -1,0 +1,93 @@
+"""Record mode (adapters/chart_img/record.py): replay what is recorded, else call CHART-IMG
+and keep an answer about the request, never one about the moment or the key. Over the
+scripted transport and a FakeClock (scripted.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.chart_img_server import PNG, chart_call
+from unit.adapters.chart_img.scripted import Answer, Rig, answer, failure, png
+from worker_chart_export.adapters.chart_img import RecordChartApi
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.core.types import ChartFailure, ChartSuccess
+
+
+def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    r = rig([png()], mode="record")
+    assert isinstance(r.api, RecordChartApi)
+    first = r.render(template="tpl_a")
+    again = r.render(template="tpl_a")
+    assert first == ChartSuccess(PNG, "acc1")
+    assert again == ChartSuccess(PNG)  # replayed: no account used
+    assert len(r.transport.seen) == 1
+    saved = tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_a.png"
+    assert saved.read_bytes() == PNG
+    (event,) = r.logs.events("chartsApi.request")
+    assert event["chartsApi"] == {
+        "mode": "record",
+        "accountId": "acc1",
+        "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a",
+    }
+
+
+def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    r = rig([answer(422, "Invalid Symbol")], mode="record")
+    recorded = failure(r.render(template="tpl_b"))
+    path = (
+        tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__422_INVALID_SYMBOL.json"
+    )
+    assert json.loads(path.read_text()) == {"status": 422, "body": {"message": "Invalid Symbol"}}
+    replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(chart_call("tpl_b"))
+    assert failure(replayed)["message"] == recorded["message"]
+    assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [answer(429, "Limit Exceeded")],
+        [answer(429, "Too Many Requests")],
+        [answer(503, "Service Unavailable")],
+        [answer(403, "Forbidden")],
+        [answer(401, "Invalid Request")],
+    ],
+    ids=["quota-429", "rate-429", "5xx", "bad-key-403", "401"],
+)
+def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
+    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
+) -> None:
+    r = rig(answers, mode="record", chart_img_max_attempts=1)
+    assert isinstance(r.render(template="tpl_c"), ChartFailure)
+    assert not list((tmp_path / "fixtures").rglob("*tpl_c*"))
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [httpx.ReadTimeout("slow")],
+        [httpx.Response(200, content=b"<html/>", headers={"content-type": "text/html"})],
+    ],
+)
+def test_record_keeps_no_fixture_without_a_real_answer(
+    rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
+) -> None:
+    r = rig(answers, mode="record")
+    assert failure(r.render())["code"] == "CHART_API_FAILED"
+    assert not list((tmp_path / "fixtures").rglob("*.*"))
+
+
+def test_a_steps_first_wave_reserves_only_what_is_not_recorded(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], mode="record")
+    r.render(template="tpl_a")  # recorded: replayed from now on
+    with r.api.for_step([chart_call("tpl_a"), chart_call("tpl_b")], r.budget()) as step:
+        assert r.store.snapshot()["acc1"]["usageToday"] == 1 + 1  # tpl_b's first attempt only
+        assert step.render(chart_call("tpl_a")) == ChartSuccess(PNG)
+        assert step.render(chart_call("tpl_b")) == ChartSuccess(PNG, "acc1")
+    assert r.store.snapshot()["acc1"]["usageToday"] == 2 and len(r.transport.seen) == 2

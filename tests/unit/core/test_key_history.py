@@ -1,0 +1,153 @@
+"""core/key_history.py: the escalating cooldown, the "keeps answering 429" rule and the
+"refused again" rule, as pure functions of one key's history."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from worker_chart_export.core.key_history import (
+    DEFAULT_POLICY,
+    Answer,
+    KeyHistory,
+    KeyPolicy,
+    after_rate_limit,
+    after_refusal,
+    after_success,
+    quota_reason,
+    refused_reason,
+)
+
+DAY = "2025-03-10T00:00:00Z"
+TOO_MANY = Answer(429, "Too Many Requests")
+
+
+def rate_limited(
+    history: KeyHistory, at: float, *, retry_after: float | None = None, has_quota: bool = True
+) -> tuple[KeyHistory, float, bool]:
+    history, verdict = after_rate_limit(
+        history, TOO_MANY, at=at, day=DAY, retry_after=retry_after, has_quota=has_quota
+    )
+    return history, verdict.cooling, verdict.exhausted is not None
+
+
+def test_the_backoff_doubles_from_one_second_and_stops_at_its_cap() -> None:
+    assert [DEFAULT_POLICY.cooldown(None, n) for n in range(8)] == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert DEFAULT_POLICY.cooldown(None, 10_000) == 30  # no overflow however long the streak
+
+
+def test_retry_after_wins_within_its_bound() -> None:
+    assert DEFAULT_POLICY.cooldown(7.5, 3) == 7.5
+    assert DEFAULT_POLICY.cooldown(86_400, 0) == 600  # a misread date parks no key for the day
+    assert DEFAULT_POLICY.cooldown(0, 2) == 4  # "now" is no cooldown: the backoff's
+
+
+def test_a_streak_over_a_minute_exhausts_on_the_answer_that_crosses_it() -> None:
+    history, at, seen = KeyHistory(), 0.0, []
+    for _ in range(7):
+        history, cooling, exhausted = rate_limited(history, at)
+        seen.append((at, cooling, exhausted))
+        at += cooling
+    assert seen == [
+        (0.0, 1.0, False),
+        (1.0, 2.0, False),
+        (3.0, 4.0, False),
+        (7.0, 8.0, False),
+        (15.0, 16.0, False),
+        (31.0, 30.0, False),
+        (61.0, 0.0, True),
+    ]
+    assert history == KeyHistory(day=DAY)  # a fresh start after the verdict
+
+
+def test_no_exhaustion_while_our_count_says_the_quota_is_gone_anyway() -> None:
+    history, at = KeyHistory(), 0.0
+    for _ in range(10):
+        history, cooling, exhausted = rate_limited(history, at, has_quota=False)
+        assert not exhausted
+        at += cooling
+
+
+def test_few_cooldowns_never_exhaust_however_long_apart() -> None:
+    history = KeyHistory()
+    for at in (0.0, 100.0, 200.0, 300.0):  # four cooldowns over 300 s: not "several"
+        history, _, exhausted = rate_limited(history, at)
+        assert not exhausted
+    _, _, exhausted = rate_limited(history, 400.0)  # the fifth, 400 s after the first
+    assert exhausted
+
+
+def test_answers_during_a_cooldown_begin_none_and_do_not_escalate() -> None:
+    history, cooling, _ = rate_limited(KeyHistory(), 0.0)
+    for at in (0.1, 0.2, 0.5):
+        history, left, exhausted = rate_limited(history, at)
+        assert (left, exhausted) == (pytest.approx(cooling - at), False)
+    assert (history.cooldowns, history.seen) == (1, 4)
+    _, cooling, _ = rate_limited(history, 1.0)
+    assert cooling == 2.0
+
+
+def test_a_success_ends_the_streak_but_not_the_cooldown_running() -> None:
+    history, _, _ = rate_limited(KeyHistory(), 0.0)
+    history, _, _ = rate_limited(history, 1.0)  # cools until 3.0
+    history, _ = after_refusal(history, Answer(401), day=DAY)
+    fresh = after_success(history)
+    assert (fresh.cooldowns, fresh.seen, fresh.refusals, fresh.cool_until) == (0, 0, (), 3.0)
+    _, cooling, _ = rate_limited(fresh, 3.0)
+    assert cooling == 1.0
+    assert after_success(fresh) is fresh  # nothing to forget: the same history
+
+
+def test_a_new_utc_day_starts_afresh() -> None:
+    history, _, _ = rate_limited(KeyHistory(), 0.0)
+    history, verdict = after_rate_limit(
+        history, TOO_MANY, at=1.0, day="2025-03-11T00:00:00Z", retry_after=None, has_quota=True
+    )
+    assert (history.cooldowns, verdict.cooling) == (1, 1.0)
+
+
+def test_a_key_is_disabled_when_refused_again_with_no_success_between() -> None:
+    first, second = Answer(401, "Invalid Request"), Answer(403, "Forbidden")
+    history, disabling = after_refusal(KeyHistory(), first, day=DAY)
+    assert disabling == ()
+    history, disabling = after_refusal(history, second, day=DAY)
+    assert disabling == (first, second) and history.refusals == ()
+    history, _ = after_refusal(after_success(after_refusal(KeyHistory(), first, day=DAY)[0]), first, day=DAY)
+    assert history.refusals == (first,)  # the success in between: only one in a row
+
+
+@given(
+    answers=st.lists(st.tuples(st.floats(0, 5), st.booleans()), max_size=60),
+    policy=st.builds(KeyPolicy, streak_cooldowns=st.integers(2, 8), streak_span=st.floats(1, 120)),
+)
+def test_exhaustion_needs_enough_cooldowns_over_the_span(
+    answers: list[tuple[float, bool]], policy: KeyPolicy
+) -> None:
+    """Whatever the timing, a streak exhausts only with `streak_cooldowns` cooldowns whose
+    first and last are more than `streak_span` apart."""
+    history, at = KeyHistory(), 0.0
+    for gap, success in answers:
+        at += gap
+        if success:
+            history = after_success(history)
+            continue
+        before = history
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True, policy=policy
+        )
+        if verdict.exhausted is not None:
+            assert before.first_at is not None and at - before.first_at > policy.streak_span
+            assert verdict.exhausted.cooldowns >= policy.streak_cooldowns
+
+
+def test_reasons_name_the_answers_never_more() -> None:
+    assert (
+        quota_reason(Answer(429, "Limit Exceeded"))
+        == 'CHART-IMG answered 429 "Limit Exceeded": the day\'s quota'
+    )
+    assert refused_reason((Answer(401, "Invalid Request"), Answer(401))) == (
+        'CHART-IMG refused the key 401 "Invalid Request", then 401 without a message'
+    )
+    assert len(Answer(429, "x" * 500).message) == 80
+    assert Answer(429, "too\n  many\trequests").message == "too many requests"
