@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from worker_chart_export import bundled
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
+from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
 from worker_chart_export.environment import (
     APP_ENV,
     CHART_CONCURRENCY,
@@ -36,6 +37,7 @@ from worker_chart_export.environment import (
     CHART_IMG_PLAN,
     CHART_IMG_RATE_PER_SECOND,
     CHART_IMG_REQUEST_TIMEOUT_SECONDS,
+    CHART_REUSE_MAX_AGE_SECONDS,
     CHART_TEMPLATES_DIR,
     CHARTS_API_MODE,
     CHARTS_BUCKET,
@@ -97,6 +99,11 @@ class Settings(BaseSettings):
     )
     chart_img_max_attempts: int = Field(3, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS)
     chart_concurrency: int = Field(8, ge=1, le=64, validation_alias=CHART_CONCURRENCY)
+    # A retried step lists the PNGs an earlier execution wrote this long ago at most and
+    # uses them instead of asking CHART-IMG again (core/reuse.py); 0 turns that off.
+    chart_reuse_max_age_seconds: float = Field(
+        DEFAULT_MAX_AGE_SECONDS, ge=0, le=MAX_AGE_LIMIT_SECONDS, validation_alias=CHART_REUSE_MAX_AGE_SECONDS
+    )
     # Steps one served instance runs at once: functions-framework's gunicorn threads, which
     # it takes from THREADS (deploy.sh sets it to Cloud Run's concurrency), else 4 per CPU.
     # The CHART-IMG connection pool holds threads x chart_concurrency.

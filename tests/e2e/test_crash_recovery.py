@@ -1,4 +1,5 @@
-"""A worker that dies between claim and finalize: its step comes back through the reaper.
+"""A worker that dies between claim and finalize: its step comes back through the reaper,
+and the retry pays CHART-IMG only for the charts the dead execution had not written.
 
 The worker runs in real mode against the CHART-IMG stand-in (in this process, so the test
 decides when it answers): a symbol scripted with a long latency keeps the charts in flight
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 
 from e2e.flow_stack import history, log_tails, new_run_id, running_stack, step_status, wait_until
-from harness.builders import chart_step, flow_run
-from harness.chart_img_server import ChartImgServer
+from harness.builders import TEMPLATES_DIR, chart_step, flow_run
+from harness.chart_img_server import ChartImgServer, register_templates_from
 from worker_chart_export.tools.devstack.stack import WORKER_TARGET, LocalStack
 
 pytestmark = pytest.mark.emulators
@@ -28,6 +29,7 @@ LEASE_SECONDS = (
 )
 STEP = "charts"
 CHARTS_PER_STEP = 3  # chart_step() asks for three templates
+TEMPLATES = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]
 
 
 @dataclass
@@ -39,6 +41,7 @@ class CrashStack:
 @pytest.fixture(scope="module")
 def crash_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashStack]:
     chart_img = ChartImgServer().start()
+    register_templates_from(chart_img, TEMPLATES_DIR)  # to script one template of a step
     key = chart_img.add_account("acct1")
     real_mode = {
         "CHARTS_API_MODE": "real",
@@ -137,3 +140,44 @@ def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(cras
     settled(stack, run_id, "FAILED")
     assert history(stack, run_id, STEP) == ["READY", "RUNNING", "FAILED"]
     assert any(run_id in json.dumps(report["failed"]) for report in stack.reaper_reports)
+
+
+def calls_for(crash: CrashStack, symbol: str) -> list[str | None]:
+    return [r.template for r in crash.chart_img.requests if r.symbol == f"BINANCE:{symbol}"]
+
+
+def test_the_retry_of_a_crashed_step_calls_chart_img_only_for_the_charts_not_yet_written(
+    crash_stack: CrashStack,
+) -> None:
+    """Kill the worker after k = 2 of n = 3 PNGs are written, reap, run again: exactly
+    n - k = 1 call reaches CHART-IMG, and the manifest lists the k PNGs as they were written."""
+    stack, symbol, slow = crash_stack.stack, "ADAUSDT", TEMPLATES[2]
+    crash_stack.chart_img.script(template=slow, latency=120)
+    run_id = start_run(stack, symbol)
+    folder = f"charts/{run_id}/{STEP}/"
+    wait_until(
+        lambda: len(stack.objects(folder)) == 2 and slow in calls_for(crash_stack, symbol),
+        what=f"{run_id}: two PNGs written, the third chart in flight; logs:\n{log_tails(stack)}",
+    )
+    written = stack.objects(folder)
+    stack.crash_function(WORKER_TARGET)
+    before = len(calls_for(crash_stack, symbol))
+    assert before == 3 and step_status(stack, run_id, STEP) == "RUNNING"
+
+    crash_stack.chart_img.script(template=slow)  # answers at once from now on
+    stack.start_function(WORKER_TARGET)
+    wait_until(
+        lambda: step_status(stack, run_id, STEP) in ("SUCCEEDED", "FAILED"),
+        timeout=60,
+        what=f"{run_id} retried; logs:\n{log_tails(stack)}",
+    )
+
+    step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
+    assert (step["status"], step["attempt"]) == ("SUCCEEDED", 2), (step.get("error"), log_tails(stack))
+    assert calls_for(crash_stack, symbol)[before:] == [slow]  # n - k calls on the retry
+    manifest = json.loads(stack.read_object(f"{folder}manifest.json"))
+    items = {item["chartTemplateId"]: item for item in manifest["items"]}
+    assert sorted(items) == sorted(TEMPLATES) and manifest["failures"] == []
+    reused = sorted(i["png_gcs_uri"] for i in items.values() if i["meta"].get("reused") is True)
+    assert reused == [f"gs://{stack.bucket}/{name}" for name in written]
+    assert "reused" not in items[slow]["meta"]

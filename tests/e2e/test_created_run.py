@@ -160,8 +160,10 @@ def test_submit_creates_the_bundled_sample_under_a_new_id_once(stack: LocalStack
     created = versions(stack, run_id)
     assert created and created[0][1]["runId"] == run_id and created[0][1]["status"] == "PENDING"
     wait_until(
-        lambda: statuses(stack.flow_run_ref(run_id).get().to_dict() or {"status": "-", "steps": {}})[0]
-        == "RUNNING",
+        lambda: (
+            statuses(stack.flow_run_ref(run_id).get().to_dict() or {"status": "-", "steps": {}})[0]
+            == "RUNNING"
+        ),
         timeout=30,
         what=f"{run_id} RUNNING: advance_flow heard the creation",
     )

@@ -199,7 +199,8 @@ class FaultyGcsProxy:
     bucket-metadata GETs (google-cloud-storage >= 3.x) that must not eat the fault budget.
     With `forward_first`, a faulted upload is still forwarded to the emulator before the
     error is returned: the write happened but its answer was lost. With `fail_object_reads`,
-    reads of an object's metadata fail too (every one).
+    reads of an object's metadata fail too (every one); with `fail_listings`, every listing
+    of objects (a GET of `.../o`).
     """
 
     upstream_url: str
@@ -207,6 +208,7 @@ class FaultyGcsProxy:
     status: int
     forward_first: bool = False
     fail_object_reads: bool = False  # also fail every GET of an object's metadata
+    fail_listings: bool = False  # also fail every listing of objects
     error_message: str | None = None
     upload_requests: int = 0
     failed_uploads: int = 0
@@ -232,6 +234,8 @@ class FaultyGcsProxy:
         with self._lock:
             self.requests.append((method, path))
             if self.fail_object_reads and method == "GET" and "/o/" in path.split("?")[0]:
+                return True
+            if self.fail_listings and method == "GET" and path.split("?")[0].endswith("/o"):
                 return True
             if not path.startswith("/upload/"):
                 return False
@@ -313,6 +317,7 @@ def start_faulty_gcs_proxy(
     *,
     forward_first: bool = False,
     fail_object_reads: bool = False,
+    fail_listings: bool = False,
     error_message: str | None = None,
 ) -> FaultyGcsProxy:
     """A proxy on a free 127.0.0.1 port; `fail_first` large (e.g. 10**6) means "forever"."""
@@ -322,6 +327,7 @@ def start_faulty_gcs_proxy(
         status=status,
         forward_first=forward_first,
         fail_object_reads=fail_object_reads,
+        fail_listings=fail_listings,
         error_message=error_message,
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(proxy))

@@ -68,3 +68,19 @@ def test_bad_values_name_their_variables_in_field_order_and_never_echo_the_input
     assert "; CHART_CONCURRENCY: " in error.problem and "; THREADS: " in error.problem  # a flag: its field's
     assert "s3cr3t" not in str(error)
     assert len(str(error).splitlines()) == 1
+
+
+def test_the_reuse_window_is_read_bounded_and_reaches_the_step_limits(
+    settings_environment: Environment,
+) -> None:
+    from worker_chart_export.bootstrap.builders import step_limits
+
+    settings_environment()
+    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 900.0
+    settings_environment(CHART_REUSE_MAX_AGE_SECONDS="0")
+    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 0.0  # off
+    for bad in ("-1", "86401", "soon"):
+        settings_environment(CHART_REUSE_MAX_AGE_SECONDS=bad)
+        with pytest.raises(ConfigError) as caught:
+            load_settings()
+        assert caught.value.setting == "CHART_REUSE_MAX_AGE_SECONDS" and bad not in str(caught.value)

@@ -2,7 +2,8 @@
 
 PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
 path is fixed per step and is overwritten by the latest execution (contract §9; docs/design.md,
-"Charts, artifacts and the outcome"), never by an execution whose claim was taken back.
+"Charts, artifacts and the outcome"), never by an execution whose claim was taken back. A
+retried step lists its folder once, one page at most, for PNGs it may reuse (core/reuse.py).
 Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
 switched off, since its default keeps retrying for up to 120 s on its own schedule.
 """
@@ -23,8 +24,14 @@ from google.auth import exceptions as auth_exceptions
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.exceptions import ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.exceptions import (
+    ArtifactListError,
+    ArtifactWriteError,
+    ClaimSuperseded,
+    StoreError,
+)
 from worker_chart_export.core.naming import gcs_uri
+from worker_chart_export.core.reuse import LIST_PAGE_SIZE
 
 if TYPE_CHECKING:
     from google.cloud.storage import Client as StorageClient
@@ -190,6 +197,23 @@ class GcsArtifactStore:
         self._write(uri, upload)
         return uri
 
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
+        names: list[str] = []
+
+        def one_page() -> None:
+            blobs = self._bucket.list_blobs(
+                prefix=prefix,
+                start_offset=start_offset or None,
+                max_results=LIST_PAGE_SIZE,  # one request: the iterator stops there
+                fields="items(name),nextPageToken",
+                retry=None,
+                timeout=self._timeout,
+            )
+            names[:] = [blob.name for blob in blobs]
+
+        self._retried(gcs_uri(self.bucket, prefix), one_page, action="listing", failure=ArtifactListError)
+        return names
+
     def put_manifest(
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
     ) -> str:
@@ -243,27 +267,30 @@ class GcsArtifactStore:
         return int(current.generation) if current is not None else 0
 
     def _write(self, uri: str, upload: Callable[[], None], *, action: str = "writing") -> None:
+        self._retried(uri, upload, action=action, failure=ArtifactWriteError)
+
+    def _retried(self, uri: str, call: Callable[[], None], *, action: str, failure: type[StoreError]) -> None:
         attempts = 0
 
         def attempt() -> None:
             nonlocal attempts
             attempts += 1
-            upload()
+            call()
 
         try:
-            # copy(): a fresh controller per write, so concurrent writes share no state
+            # copy(): a fresh controller per call, so concurrent calls share no state
             self._retrying.copy()(attempt)
         except Exception as exc:
-            raise ArtifactWriteError(self._failure_message(action, uri, exc, attempts)) from exc
+            raise failure(self._failure_message(action, uri, exc, attempts)) from exc
 
     def _failure_message(self, action: str, uri: str, exc: BaseException, attempts: int) -> str:
         kind = "transient error, retries exhausted" if is_transient(exc) else "not retried"
         hint = ""
         if isinstance(exc, api_exceptions.NotFound):
-            # an upload cannot 404 on the object itself: the bucket is what is missing
+            # neither an upload nor a listing 404s on an object: the bucket is what is missing
             hint = f" (bucket {self.bucket!r} not found)"
         elif isinstance(exc, api_exceptions.Forbidden):
-            access = "write to" if action == "writing" else "read"
+            access = {"writing": "write to", "listing": "list"}.get(action, "read")
             hint = f" (no permission to {access} bucket {self.bucket!r})"
         plural = "s" if attempts != 1 else ""
         return f"{action} {uri} failed after {attempts} attempt{plural} ({kind}): {describe_error(exc)}{hint}"

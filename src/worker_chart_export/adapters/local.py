@@ -14,9 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.exceptions import ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.exceptions import ArtifactListError, ArtifactWriteError, ClaimSuperseded
 from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
+from worker_chart_export.core.reuse import LIST_PAGE_SIZE
 from worker_chart_export.core.step_rules import (
     RunVersion,
     apply_to_step,
@@ -177,15 +178,32 @@ class LocalArtifactStore:
 
     def create_png(self, object_path: str, data: bytes) -> str:
         target = self.local_path(object_path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with target.open("xb") as handle:  # create-only, like ifGenerationMatch=0
-                handle.write(data)
+            tmp.write_bytes(data)
+            # create-only like ifGenerationMatch=0, and whole or absent like a GCS object: a
+            # PNG a later execution lists (core/reuse.py) is never half written
+            os.link(tmp, target)
         except FileExistsError:
             pass  # same deterministic name: an earlier write of ours
         except OSError as exc:
             raise ArtifactWriteError(f"cannot write {target}: {exc.strerror}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
         return gcs_uri(self.bucket, object_path)
+
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
+        """As GCS lists: every object under `prefix`, by name, from `start_offset` on, one
+        page at most; the write's temporary files (dot names) are no objects."""
+        folder = self.local_path(prefix)
+        bucket = (self.root / self.bucket).resolve()
+        try:
+            files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+        except OSError as exc:
+            raise ArtifactListError(f"cannot list {folder}: {exc.strerror}") from exc
+        names = sorted(p.relative_to(bucket).as_posix() for p in files if not p.name.startswith("."))
+        return [n for n in names if n.startswith(prefix) and n >= start_offset][:LIST_PAGE_SIZE]
 
     def put_manifest(
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None

@@ -62,6 +62,7 @@ def step_limits(settings: Settings) -> StepLimits:
         chart_concurrency=settings.chart_concurrency,
         default_timezone=settings.charts_default_timezone,
         plan=plan_named(settings.chart_img_plan),
+        chart_reuse_max_age_seconds=settings.chart_reuse_max_age_seconds,
     )
 
 

@@ -22,6 +22,8 @@
     │   ├── ArtifactWriteError . an object was not written: a PNG is recorded in the manifest's
     │   │                        failures[] as GCS_WRITE_FAILED, the manifest on the step as
     │   │                        MANIFEST_WRITE_FAILED
+    │   ├── ArtifactListError .. the step's folder could not be listed (the reuse lookup): one
+    │   │                        WARNING, every chart is rendered as usual
     │   └── ClaimSuperseded .... the fence refused the manifest (our lease was taken back):
     │                            recorded on the step as STEP_LEASE_EXPIRED
     ├── InvalidManifestError ... the manifest breaks its schema, a defect: recorded on the step as
@@ -107,6 +109,10 @@ class ClaimContended(TransientStoreError):
 
 class ArtifactWriteError(StoreError):
     """Writing an object failed after the adapter's own bounded retries."""
+
+
+class ArtifactListError(StoreError):
+    """Listing a folder of the bucket failed after the adapter's own bounded retries."""
 
 
 class ClaimSuperseded(StoreError):

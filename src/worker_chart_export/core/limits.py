@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
 
 # Charts may not eat the time the manifest write needs: without a manifest the step fails.
 MANIFEST_RESERVE_SECONDS = 20.0
@@ -21,6 +22,9 @@ class StepLimits:
     manifest_reserve_seconds: float = MANIFEST_RESERVE_SECONDS  # at most; see charts_reserve
     # CHART_IMG_PLAN: the resolution and parameter limits templates are checked against
     plan: Plan = PLANS[DEFAULT_PLAN]
+    # CHART_REUSE_MAX_AGE_SECONDS: how old an earlier execution's PNG may be to be listed
+    # again instead of rendered (core/reuse.py); 0: never
+    chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
 
     @classmethod
     def within_request(
@@ -31,6 +35,7 @@ class StepLimits:
         chart_concurrency: int = 8,
         default_timezone: str = "Etc/UTC",
         plan: Plan = PLANS[DEFAULT_PLAN],
+        chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
     ) -> StepLimits:
         """The step runs inside one request: its budget is the request's timeout minus the
         finalize reserve, and its claim's lease lasts as long as the request may."""
@@ -43,6 +48,7 @@ class StepLimits:
             chart_concurrency=chart_concurrency,
             default_timezone=default_timezone,
             plan=plan,
+            chart_reuse_max_age_seconds=chart_reuse_max_age_seconds,
         )
 
     @property

@@ -21,14 +21,19 @@ class ManifestItem:
     generated_at: datetime
     png_gcs_uri: str
     chart_img_symbol: str
+    # an earlier execution of the step wrote this PNG (core/reuse.py): listed, not rendered
+    reused: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"chartImgSymbol": self.chart_img_symbol}
+        if self.reused:
+            meta["reused"] = True
         return {
             "chartTemplateId": self.chart_template_id,
             "kind": self.kind,
             "generatedAt": rfc3339_utc(self.generated_at),
             "png_gcs_uri": self.png_gcs_uri,
-            "meta": {"chartImgSymbol": self.chart_img_symbol},
+            "meta": meta,
         }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeGuard
 
@@ -101,6 +102,60 @@ def png_object_path(
         raise ValueError(f"chartTemplateId {chart_template_id!r} is not a safe path segment")
     name = f"{compact_utc(generated_at)}_{symbol_slug(chart_img_symbol)}_{timeframe}_{chart_template_id}.png"
     return f"{step_prefix(run_id, step_id)}/{name}"
+
+
+# What each part of a PNG name may hold when it is read back: none holds `_` but the
+# template id (the last part), so the first three `_` split it (charts_images_naming.md §2).
+_COMPACT_UTC = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})Z")
+_SLUG = re.compile(r"[A-Z0-9][A-Z0-9.-]{0,63}")
+_TIMEFRAME = re.compile(r"[0-9]{1,4}[A-Za-z]")
+PNG_SUFFIX = ".png"
+
+
+@dataclass(frozen=True)
+class PngName:
+    """The parts of a PNG object path, as `png_object_path` wrote them."""
+
+    run_id: str
+    step_id: str
+    generated_at: datetime  # UTC, to the millisecond
+    symbol_slug: str
+    timeframe: str
+    chart_template_id: str
+
+
+def parse_compact_utc(text: str) -> datetime:
+    """`compact_utc`'s form back to the instant (UTC); ValueError for anything else."""
+    match = _COMPACT_UTC.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a YYYYMMDDTHHMMSSmmmZ moment")
+    year, month, day, hour, minute, second, millis = (int(part) for part in match.groups())
+    return datetime(year, month, day, hour, minute, second, millis * 1000, tzinfo=UTC)
+
+
+def parse_png_object_path(object_path: str) -> PngName:
+    """`png_object_path`'s result read back into its parts. Any other name (the manifest, a
+    name another writer chose, a part out of shape) raises ValueError saying which part."""
+    segments = object_path.split("/")
+    if len(segments) != 4 or segments[0] != CHARTS_PREFIX:
+        raise ValueError(f"{object_path!r} is not charts/<runId>/<stepId>/<name>")
+    _, run_id, step_id, name = segments
+    if not name.endswith(PNG_SUFFIX):
+        raise ValueError(f"{object_path!r} is not a .png")
+    parts = name.removesuffix(PNG_SUFFIX).split("_", 3)
+    if len(parts) != 4:
+        raise ValueError(f"{object_path!r}: a PNG name has four parts joined by '_'")
+    moment, slug, timeframe, template_id = parts
+    for label, value, fits in (
+        ("runId", run_id, is_safe_segment(run_id)),
+        ("stepId", step_id, is_safe_segment(step_id)),
+        ("symbolSlug", slug, bool(_SLUG.fullmatch(slug)) and ".." not in slug),
+        ("timeframe", timeframe, bool(_TIMEFRAME.fullmatch(timeframe))),
+        ("chartTemplateId", template_id, is_safe_segment(template_id)),
+    ):
+        if not fits:
+            raise ValueError(f"{object_path!r}: {label} {value!r} is out of shape")
+    return PngName(run_id, step_id, parse_compact_utc(moment), slug, timeframe, template_id)
 
 
 def manifest_object_path(run_id: str, step_id: str) -> str:

@@ -4,16 +4,12 @@ The CloudEvent function and `run-local` both call it; they differ only in the po
 pass. Guarantee: once the claim succeeded, the step is finalized SUCCEEDED or FAILED, or the
 invocation fails loudly (FinalizeFailed) — it is never left RUNNING silently by our fault.
 
-The story: claim -> read templates -> validate -> render the charts concurrently -> write
-the manifest -> decide the status -> finalize (retried within its own budget).
+The story: claim -> read templates -> validate -> reuse what an earlier execution wrote ->
+render the rest concurrently -> write the manifest -> decide -> finalize (retried in its budget).
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -33,19 +29,15 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.manifest import (
-    ManifestFailure,
     ManifestHeader,
-    ManifestItem,
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.naming import manifest_object_path, png_object_path
+from worker_chart_export.core.naming import manifest_object_path
 from worker_chart_export.core.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.selection import steps_of
 from worker_chart_export.core.step_rules import RunVersion, lease_surely_held
 from worker_chart_export.core.types import (
-    ChartCall,
-    ChartFailure,
     Claim,
     ClaimOutcome,
     ClaimStatus,
@@ -55,7 +47,9 @@ from worker_chart_export.core.types import (
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
-from worker_chart_export.service.ports import ChartSession, Ports
+from worker_chart_export.service.ports import Ports
+from worker_chart_export.service.render import Rendered, render_charts
+from worker_chart_export.service.reuse import reuse_earlier_charts
 from worker_chart_export.service.step_context import (
     StepContext,
     StepReport,
@@ -71,12 +65,6 @@ class _Counts(NamedTuple):
     items_count: int
     failures_count: int
     min_images: int
-
-
-@dataclass
-class _Rendered:
-    items: list[ManifestItem] = field(default_factory=list)
-    failures: list[ManifestFailure] = field(default_factory=list)
 
 
 def execute_step(
@@ -185,8 +173,8 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())
         return ctx.failed(validated)
-    # Charts may not eat the time the manifest write needs: without a manifest the step fails.
-    rendered = _render_all(ctx, validated, ctx.budget.ending_earlier(ctx.limits.charts_reserve_seconds))
+    reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
+    rendered = render_charts(ctx, validated, reuse)
     return _write_manifest_and_decide(ctx, validated, rendered, claim)
 
 
@@ -199,7 +187,7 @@ def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
 
 
 def _write_manifest_and_decide(
-    ctx: StepContext, validated: ValidatedStep, rendered: _Rendered, claim: Claim | None
+    ctx: StepContext, validated: ValidatedStep, rendered: Rendered, claim: Claim | None
 ) -> StepResult:
     header = ManifestHeader(
         ctx.run_id,
@@ -245,90 +233,6 @@ def _write_manifest_and_decide(
         )
     outputs = {"outputsManifestGcsUri": manifest_uri}
     return StepResult(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), *counts)
-
-
-def _render_all(ctx: StepContext, validated: ValidatedStep, budget: Budget) -> _Rendered:
-    """All requests concurrently (bounded), each yielding one item or one failure."""
-    workers = min(ctx.limits.chart_concurrency, len(validated.calls))
-    # the step's own chart session: its first wave's quota in one round trip, not one per chart
-    with ctx.ports.chart_api.for_step(validated.calls[:workers], budget) as charts:
-        return _render_in_pool(ctx, charts, validated, budget, workers)
-
-
-def _render_in_pool(
-    ctx: StepContext, charts: ChartSession, validated: ValidatedStep, budget: Budget, workers: int
-) -> _Rendered:
-    rendered = _Rendered()
-    requests = {r["chartTemplateId"]: r for r in validated.requests}
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")
-    try:
-        futures: dict[Future[ManifestItem | ManifestFailure], ChartCall] = {
-            pool.submit(
-                contextvars.copy_context().run,
-                _render_one,
-                ctx,
-                charts,
-                call,
-                requests[call.chart_template_id],
-                validated.templates,
-            ): call
-            for call in validated.calls
-        }
-        done, not_done = wait(futures, timeout=budget.remaining())
-        for future in done:
-            outcome = future.result()
-            if isinstance(outcome, ManifestItem):
-                rendered.items.append(outcome)
-            else:
-                rendered.failures.append(outcome)
-        for future in not_done:
-            call = futures[future]
-            future.cancel()
-            ctx.log.warning("chart abandoned: step budget exhausted", chartTemplateId=call.chart_template_id)
-            error = step_failures.chart_abandoned(
-                call.chart_template_id, call.fixture_key, ctx.limits.step_budget_seconds
-            )
-            rendered.failures.append(ManifestFailure(requests[call.chart_template_id], error))
-    finally:
-        # Late calls may still finish in the background; their PNGs are simply not listed.
-        pool.shutdown(wait=False, cancel_futures=True)
-    return rendered
-
-
-def _render_one(
-    ctx: StepContext,
-    charts: ChartSession,
-    call: ChartCall,
-    request: dict[str, Any],
-    templates: Mapping[str, Mapping[str, Any]],
-) -> ManifestItem | ManifestFailure:
-    log = ctx.log.bind(
-        chartTemplateId=call.chart_template_id,
-        chartsApi={"mode": ctx.mode, "fixtureKey": call.fixture_key},
-    )
-    log.info("chart api call started", symbol=call.chart_img_symbol, interval=call.interval)
-    began = ctx.clock.monotonic()
-    result = charts.render(call)
-    duration_ms = round((ctx.clock.monotonic() - began) * 1000, 1)
-    if isinstance(result, ChartFailure):
-        log.warning(
-            "chart api call finished", status="failed", durationMs=duration_ms, error=result.error.to_dict()
-        )
-        return ManifestFailure(request, result.error)
-    log.info("chart api call finished", status="succeeded", durationMs=duration_ms, bytes=len(result.png))
-
-    generated_at = ctx.clock.now()
-    path = png_object_path(
-        call.run_id, call.step_id, generated_at, call.chart_img_symbol, call.interval, call.chart_template_id
-    )
-    try:
-        uri = ctx.ports.artifacts.create_png(path, result.png)
-    except ArtifactWriteError as exc:
-        error = step_failures.png_write_failed(exc, path)
-        log.error("png write failed", error=error.to_dict())
-        return ManifestFailure(request, error)
-    description = str(templates[call.chart_template_id]["description"])
-    return ManifestItem(call.chart_template_id, description, generated_at, uri, call.chart_img_symbol)
 
 
 # --- the report ----------------------------------------------------------------------------

@@ -85,6 +85,15 @@ class ArtifactStore(Protocol):
         """
         ...
 
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
+        """The object paths under `prefix` (a folder, ending in `/`), in name order, from
+        `start_offset` on (names before it are skipped): at most one page, the adapter's
+        LIST_PAGE_SIZE, so never more than one round trip.
+
+        Raises ArtifactListError after bounded retries.
+        """
+        ...
+
     def put_manifest(
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
     ) -> str:

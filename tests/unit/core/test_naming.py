@@ -118,3 +118,53 @@ def test_fixture_names() -> None:
     assert name == f"{key}__429_LIMIT_EXCEEDED.json"
     match = naming.ERROR_FIXTURE_NAME.fullmatch(name)
     assert match and match.group("key") == key and match.group("status") == "429"
+
+
+# --- a PNG name read back (core/reuse.py lists a step's folder) ---------------------------
+
+
+@pytest.mark.parametrize("symbol", ["BINANCE:BTCUSDT", "BYBIT:BTCUSDT.P", *UNUSUAL_SYMBOLS])
+@pytest.mark.parametrize("timeframe", ["1m", "45m", "12h", "1D", "1W", "3M", "1Y"])
+def test_a_png_path_reads_back_into_the_parts_it_was_written_from(symbol: str, timeframe: str) -> None:
+    moment = datetime(2026, 11, 23, 9, 8, 7, 654321, tzinfo=UTC)
+    path = naming.png_object_path("run-1.a", "step_1", moment, symbol, timeframe, "tpl_v1.b-c")
+    parsed = naming.parse_png_object_path(path)
+    assert parsed == naming.PngName(
+        "run-1.a",
+        "step_1",
+        moment.replace(microsecond=654000),
+        naming.symbol_slug(symbol),
+        timeframe,
+        "tpl_v1.b-c",
+    )
+
+
+def test_the_compact_moment_reads_back_to_the_millisecond() -> None:
+    moment = datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    assert naming.parse_compact_utc(naming.compact_utc(moment)) == moment
+    for bad in ("20260102T030405006", "20260102T030405Z", "2026-01-02T03:04:05.006Z", "20261302T030405006Z"):
+        with pytest.raises(ValueError):
+            naming.parse_compact_utc(bad)
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("charts/run1/charts/manifest.json", "is not a .png"),
+        ("charts/run1/charts", "is not charts/<runId>/<stepId>/<name>"),
+        ("other/run1/charts/20261123T115959000Z_B-X_1h_t.png", "is not charts/<runId>/<stepId>/<name>"),
+        ("charts/run1/charts/a/20261123T115959000Z_B-X_1h_t.png", "is not charts/<runId>/<stepId>/<name>"),
+        ("charts/run1/charts/20261123T115959000Z_B-X_1h.png", "four parts"),
+        ("charts/run1/charts/20261123T115959000Z_b-x_1h_t.png", "symbolSlug 'b-x'"),
+        ("charts/run1/charts/20261123T115959000Z_B..X_1h_t.png", "symbolSlug 'B..X'"),
+        ("charts/run1/charts/20261123T115959000Z_B-X_hour_t.png", "timeframe 'hour'"),
+        ("charts/run1/charts/20261123T115959000Z_B-X_1h_.png", "chartTemplateId ''"),
+        ("charts/..%2F/charts/20261123T115959000Z_B-X_1h_t.png", "runId"),
+        ("charts/run1/-x/20261123T115959000Z_B-X_1h_t.png", "stepId '-x'"),
+        ("charts/run1/charts/2026_B-X_1h_t.png", "YYYYMMDDTHHMMSSmmmZ"),
+    ],
+)
+def test_a_name_out_of_shape_is_refused_naming_the_part(path: str, named: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        naming.parse_png_object_path(path)
+    assert named in str(refused.value)

@@ -23,9 +23,7 @@ PROBE_SECONDS = 5.0
 # a document id nobody writes: reading it opens the channel and checks the credentials
 PROBE_DOCUMENT = ("chart_templates", "cli-probe")
 LOGIN = "run `gcloud auth application-default login`"
-NO_CREDENTIALS = (
-    f"no Google Cloud credentials: {LOGIN}, or set {FIRESTORE_EMULATOR_HOST} for the emulator"
-)
+NO_CREDENTIALS = f"no Google Cloud credentials: {LOGIN}, or set {FIRESTORE_EMULATOR_HOST} for the emulator"
 NO_PROJECT = (
     f"no Google Cloud project: set {GOOGLE_CLOUD_PROJECT} (the credentials name none), "
     f"or {FIRESTORE_EMULATOR_HOST} for the emulator"
