@@ -237,3 +237,13 @@ def test_an_unsafe_id_is_refused_naming_exactly_which() -> None:
     with pytest.raises(ValueError) as parse_refused:
         naming.parse_png_object_path("charts/-run/charts/20261123T115959000Z_B-X_1h_t.png")
     assert str(parse_refused.value).endswith(": runId '-run' is out of shape")
+
+
+def test_an_x_at_either_end_of_a_name_is_kept() -> None:
+    assert naming.symbol_slug("XETR:XAUUSDX") == "XETR-XAUUSDX"
+    assert naming.fixture_key("X!", "1h", "t").startswith("X-")
+    assert naming.error_fixture_name("k", 400, "XML error X") == "k__400_XML_ERROR_X.json"
+
+
+def test_a_fixture_key_of_a_symbol_without_letters_or_digits_is_unknown() -> None:
+    assert re.fullmatch("UNKNOWN-[0-9a-f]{10}__1h__t", naming.fixture_key(":::", "1h", "t"))

@@ -80,3 +80,10 @@ def test_a_superseded_claim_is_step_lease_expired() -> None:
     assert error.code is ErrorCode.STEP_LEASE_EXPIRED and error.details == {}
     assert error.message.startswith("the step's lease expired and it was taken back")
     assert error.message.endswith("a newer execution owns the step's outputs")
+
+
+def test_a_crash_message_keeps_the_last_letter_of_its_cause() -> None:
+    assert (
+        step_failures.worker_crashed(ValueError("BOX")).message
+        == "the worker failed unexpectedly: ValueError: BOX"
+    )
