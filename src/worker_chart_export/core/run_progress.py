@@ -62,7 +62,9 @@ def chart_manifests(flow_run: Mapping[str, Any]) -> dict[str, str]:
     """CHART_EXPORT step id -> the manifest URI its outputs name, for the steps that have one."""
     found = {}
     for step_id, step in sorted(steps_of(flow_run).items()):
-        outputs = step.get("outputs") if isinstance(step, Mapping) else None
+        if not isinstance(step, Mapping):
+            continue  # a malformed step names no manifest (and must not stop the watch)
+        outputs = step.get("outputs")
         uri = outputs.get(MANIFEST_OUTPUT) if isinstance(outputs, Mapping) else None
         if step.get("stepType") == CHART_EXPORT and isinstance(uri, str) and uri:
             found[step_id] = uri

@@ -12,7 +12,15 @@ from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.bundled.contracts import FLOW_RUN, schema_errors
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.flow_graph import cycle_step_ids, find_problems
-from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
+from worker_chart_export.core.flow_rules import (
+    AdvancePlan,
+    RunStatus,
+    apply_plan,
+    as_new_run,
+    is_forward,
+    plan_advance,
+    run_status_rank,
+)
 
 
 def run(status: str = "RUNNING", **steps: Any) -> dict[str, Any]:
@@ -286,3 +294,59 @@ def test_schema_knows_the_cancel_flag_and_the_reaper_code() -> None:
     )
     assert schema_errors(FLOW_RUN, doc) == []
     assert plan_advance(doc).run_status == "FAILED"
+
+
+# --- what a plan says, and what it writes ---------------------------------------------------------
+
+
+def test_each_plan_says_why_in_its_reason() -> None:
+    assert (
+        plan_advance({**run(a=("PENDING", [])), "cancelRequested": True}).reason == "cancelRequested is set"
+    )
+    assert plan_advance(run(b=("FAILED", []), a=("FAILED", []))).reason == "step(s) FAILED: a, b"
+    assert plan_advance(run("PENDING", b=("PENDING", []), a=("PENDING", []))).reason == (
+        "2 step(s) READY: a, b; run RUNNING"
+    )
+    assert plan_advance(run(a=("RUNNING", []))).reason == "no step to advance; run RUNNING"
+    invalid = plan_advance(run(a=("PENDING", ["x", "y"]), b=("PENDING", 7)))
+    assert invalid.reason == (
+        "flow_run is invalid: malformed field(s): steps.b.dependsOn; step a depends on unknown step(s): x, y"
+    )
+
+
+def test_every_kind_of_problem_is_in_the_message_in_its_order() -> None:
+    problems = find_problems(
+        {"status": "RUNNING", "steps": {"c": {"status": "PENDING", "dependsOn": ["c"]}, 5: {}, "b": "x"}}
+    )
+    assert problems.message() == (
+        "flow_run is invalid: malformed field(s): steps.b, steps[5]; dependency cycle through step(s): c"
+    )
+
+
+def test_an_invalid_plan_writes_the_run_error_it_carries() -> None:
+    plan = plan_advance(run(a=("PENDING", ["x"])))
+    assert plan.run_error is not None and plan.updates()[("error",)] == plan.run_error
+    assert plan.run_error["code"] == "FLOW_RUN_INVALID"
+
+
+def test_a_status_nobody_knows_ranks_below_every_known_one() -> None:
+    for unknown in ("WEIRD", None, 5):
+        assert run_status_rank(unknown) == -1
+    assert is_forward("WEIRD", RunStatus.PENDING) and not is_forward("RUNNING", RunStatus.PENDING)
+
+
+def test_apply_plan_never_moves_the_run_status_backward_nor_touches_steps_that_are_not_a_map() -> None:
+    backward = AdvancePlan("stale", run_status=RunStatus.PENDING)
+    assert apply_plan(run("RUNNING"), backward)["status"] == "RUNNING"
+    odd = {**run("RUNNING"), "steps": ["a"]}
+    assert apply_plan(odd, AdvancePlan("x", ready_step_ids=("a",))) == odd
+
+
+def test_a_new_run_is_pending_whatever_it_says() -> None:
+    assert as_new_run({"runId": "r", "status": "SUCCEEDED"}) == {"runId": "r", "status": "PENDING"}
+
+
+def test_a_message_names_only_the_kinds_of_problem_found() -> None:
+    assert find_problems(run(a=("PENDING", ["x"]))).message() == (
+        "flow_run is invalid: step a depends on unknown step(s): x"
+    )

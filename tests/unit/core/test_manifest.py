@@ -12,6 +12,7 @@ from worker_chart_export.core.manifest import (
     ManifestItem,
     build_manifest,
     check_manifest,
+    manifest_bytes,
 )
 
 NOW = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
@@ -75,3 +76,20 @@ def test_manifest_that_breaks_the_schema_is_refused() -> None:
     del manifest["runId"]
     with pytest.raises(InvalidManifestError, match="runId"):
         check_manifest(build() | {"runId": 5})
+
+
+def test_a_refused_manifest_names_the_schema_and_every_problem() -> None:
+    manifest = build() | {"runId": 5, "stepId": 6}
+    with pytest.raises(InvalidManifestError) as refused:
+        check_manifest(manifest)
+    message = str(refused.value)
+    assert message.startswith("manifest violates charts_outputs_manifest.schema.json: ")
+    problems = message.removeprefix("manifest violates charts_outputs_manifest.schema.json: ").split("; ")
+    assert {p.partition(":")[0] for p in problems} == {"$.runId", "$.stepId"} and len(problems) >= 2
+
+
+def test_manifest_bytes_are_indented_utf8_json_with_a_final_newline_and_no_nan() -> None:
+    manifest = {"symbol": "ÄÖ€", "n": [1]}
+    assert manifest_bytes(manifest) == '{\n  "symbol": "ÄÖ€",\n  "n": [\n    1\n  ]\n}\n'.encode()
+    with pytest.raises(ValueError):
+        manifest_bytes({"n": float("nan")})

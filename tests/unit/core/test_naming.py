@@ -168,3 +168,82 @@ def test_a_name_out_of_shape_is_refused_naming_the_part(path: str, named: str) -
     with pytest.raises(ValueError) as refused:
         naming.parse_png_object_path(path)
     assert named in str(refused.value)
+
+
+# --- each rule at its edge (mutation testing found these unchecked) -------------------------
+
+
+def test_a_lease_document_id_is_forty_hex_digits() -> None:
+    lease_id = naming.lease_document_id("run1", "charts")
+    assert len(lease_id) == 40 and re.fullmatch(r"[0-9a-f]{40}", lease_id)
+    assert lease_id != naming.lease_document_id("run1", "charts2")
+
+
+def test_moments_are_named_in_utc_whatever_the_machines_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        tokyo = datetime(2026, 11, 24, 8, 30, 0, 1000, tzinfo=timezone(timedelta(hours=9)))
+        assert naming.compact_utc(tokyo) == "20261123T233000001Z"
+        assert naming.rfc3339_utc(tokyo) == "2026-11-23T23:30:00.001Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_plain_symbol_of_exactly_64_characters_keeps_its_name() -> None:
+    symbol = "EX:" + "A" * 61
+    assert naming.symbol_slug(symbol) == "EX-" + "A" * 61
+    assert (
+        naming.symbol_slug(symbol + "A").startswith("EX-" + "A" * 37)
+        and len(naming.symbol_slug(symbol + "A")) == 51
+    )
+
+
+def test_a_digested_name_never_ends_its_readable_part_with_a_separator() -> None:
+    symbol = "(" + "A" * 39 + "+B)/2"  # the cut at 40 characters falls on the '-' between A and B
+    slug = naming.symbol_slug(symbol)
+    assert re.fullmatch("A{39}-[0-9A-F]{10}", slug), slug
+    assert naming.fixture_key(symbol, "1h", "t").startswith("A" * 39 + "-")
+
+
+def test_a_symbol_without_letters_or_digits_is_unknown_and_x_is_a_letter_like_any_other() -> None:
+    assert re.fullmatch("UNKNOWN-[0-9A-F]{10}", naming.symbol_slug(":::"))
+    assert naming.symbol_slug("XETR:X!").startswith("XETR-X-")
+    assert naming.fixture_key("(xau+x)/2", "1h", "t").startswith("xau_x_2-")
+
+
+def test_a_plain_fixture_key_keeps_lower_case() -> None:
+    assert naming.fixture_key("binance:btcusdt", "1h", "t") == "binance_btcusdt__1h__t"
+
+
+def test_an_error_fixture_reason_is_upper_snake_case_without_edges() -> None:
+    assert naming.error_fixture_name("k", 429, "  Limit exceeded! ") == "k__429_LIMIT_EXCEEDED.json"
+    assert naming.error_fixture_name("k", 500, "!!!") == "k__500_ERROR.json"
+
+
+def test_an_unsafe_id_is_refused_naming_exactly_which() -> None:
+    with pytest.raises(ValueError) as run_refused:
+        naming.step_prefix("../x", "charts")
+    assert str(run_refused.value) == "runId '../x' is not a safe path segment"
+    with pytest.raises(ValueError) as step_refused:
+        naming.step_prefix("run1", "a/b")
+    assert str(step_refused.value) == "stepId 'a/b' is not a safe path segment"
+    with pytest.raises(ValueError) as template_refused:
+        naming.png_object_path("run1", "charts", MOMENT, "BINANCE:BTCUSDT", "1h", "../t")
+    assert str(template_refused.value) == "chartTemplateId '../t' is not a safe path segment"
+    with pytest.raises(ValueError) as parse_refused:
+        naming.parse_png_object_path("charts/-run/charts/20261123T115959000Z_B-X_1h_t.png")
+    assert str(parse_refused.value).endswith(": runId '-run' is out of shape")
+
+
+def test_an_x_at_either_end_of_a_name_is_kept() -> None:
+    assert naming.symbol_slug("XETR:XAUUSDX") == "XETR-XAUUSDX"
+    assert naming.fixture_key("X!", "1h", "t").startswith("X-")
+    assert naming.error_fixture_name("k", 400, "XML error X") == "k__400_XML_ERROR_X.json"
+
+
+def test_a_fixture_key_of_a_symbol_without_letters_or_digits_is_unknown() -> None:
+    assert re.fullmatch("UNKNOWN-[0-9a-f]{10}__1h__t", naming.fixture_key(":::", "1h", "t"))

@@ -114,3 +114,19 @@ def test_what_is_tried_again() -> None:
     assert wants_retry(state(1, result=Attempt(Disposition.RETRY)))
     assert wants_retry(state(1, result=Attempt(Disposition.RATE_LIMITED)))
     assert not wants_retry(state(1, result=Attempt(None)))
+
+
+def test_under_a_second_left_is_still_time_for_an_attempt_without_a_wait() -> None:
+    clock = FakeClock()
+    budget = Budget.starting_now(0.5, clock)
+    state = RetryCallState(retry_object=Retrying(), fn=None, args=(), kwargs={})
+    assert not budget.expired()
+    assert not stop_before_budget_ends(budget)(state)  # no upcoming sleep, no reserve: go on
+    clock.advance(0.5)
+    assert budget.expired() and stop_before_budget_ends(budget)(state)
+
+
+def test_a_failed_attempt_is_never_retried_by_its_disposition_but_re_raised() -> None:
+    state = RetryCallState(retry_object=Retrying(), fn=None, args=(), kwargs={})
+    state.set_exception((KeyError, KeyError("a defect"), None))
+    assert wants_retry(state) is False

@@ -178,3 +178,8 @@ def test_the_chosen_png_is_the_newest_one_within_the_window(ages: list[float], w
         assert found == {}
     else:
         assert found["price_v1"].age_seconds == min(eligible)
+
+
+def test_a_window_under_a_second_still_reuses_what_is_younger() -> None:
+    assert chosen([png(0.2)], [call()], window=0.5) == {"price_v1": png(0.2)}
+    assert should_look(0.5, 2, None)

@@ -39,3 +39,9 @@ def test_explicit_step_id_must_exist_and_be_chart_export() -> None:
         choose_step(doc, "missing")
     with pytest.raises(StepSelectionError, match="stepType 'LLM_REPORT', expected 'CHART_EXPORT'"):
         choose_step(doc, "llm")
+
+
+def test_a_step_asked_of_a_run_without_steps_says_there_are_none() -> None:
+    with pytest.raises(StepSelectionError) as refused:
+        choose_step({"steps": {}}, "charts")
+    assert str(refused.value) == "step 'charts' not found in flow_run (steps: none)"

@@ -1,4 +1,5 @@
-"""core/usage.py's pacing: what a reservation says about when its request may leave.
+"""core/usage.py: the daily window, and the pacing: what a reservation says about when its
+request may leave.
 
 The property test checks the claim docs/scaling.md relies on: requests sent anywhere between
 their reservation's `send_at` and the moment it counted (its `now` plus `send_delay`), in any
@@ -7,22 +8,28 @@ order across instances, never exceed CHART-IMG's bucket (b + elapsed/T in any in
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker_chart_export.core.types import ReservationRefusal
+from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
     ReservationTime,
+    daily_limit_of,
     disabled_fields,
     disabled_today,
     exhausted_fields,
+    next_utc_midnight,
     reserve_many,
     reserve_one,
+    window_start,
 )
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -144,9 +151,102 @@ def test_a_batch_of_reservations_is_the_same_reservations_one_after_another(
     assert {**doc, **(update or {})} == current
 
 
-# --- what CHART-IMG said about the key, as the document keeps it -----------------------------
+# --- the daily window -------------------------------------------------------------------------
 
 TODAY = "2026-11-23T00:00:00Z"
+
+
+@pytest.fixture
+def machine_in_tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The local timezone of a laptop far from UTC (Cloud Run's is UTC): the window must not
+    follow it."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_window_is_the_utc_day_whatever_the_machines_timezone(machine_in_tokyo: None) -> None:
+    tokyo = timezone(timedelta(hours=9))
+    early_in_tokyo = datetime(2026, 11, 24, 8, 30, tzinfo=tokyo)  # 2026-11-23T23:30Z
+    assert window_start(early_in_tokyo) == TODAY
+    assert next_utc_midnight(early_in_tokyo) == datetime(2026, 11, 24, tzinfo=UTC)
+    assert window_start(NOW) == TODAY and next_utc_midnight(NOW) == datetime(2026, 11, 24, tzinfo=UTC)
+
+
+def test_the_next_midnight_is_exact() -> None:
+    late = datetime(2026, 11, 23, 23, 59, 59, 999999, tzinfo=UTC)
+    assert next_utc_midnight(late) == datetime(2026, 11, 24, 0, 0, 0, 0, tzinfo=UTC)
+    assert next_utc_midnight(datetime(2026, 11, 23, tzinfo=UTC)) == datetime(2026, 11, 24, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "jitter"), [(0.0, 1, 0.0), (-1.0, 1, 0.0), (1.0, 0, 0.0), (1.0, 1, -0.1)]
+)
+def test_a_pacing_outside_its_domain_is_refused_naming_it(rate: float, burst: int, jitter: float) -> None:
+    with pytest.raises(ValueError) as refused:
+        Pacing(rate, burst, jitter)
+    assert str(refused.value) == "pacing needs rate_per_second > 0, burst >= 1 and arrival_jitter >= 0"
+
+
+def test_the_documents_daily_limit_wins_even_when_zero() -> None:
+    assert daily_limit_of({"dailyLimit": 0}, 44) == 0  # an account switched off for the day
+    assert daily_limit_of({"dailyLimit": 10}, 44) == 10
+    for wrong in (-1, True, "10", 10.0, None):
+        assert daily_limit_of({"dailyLimit": wrong}, 44) == 44, wrong
+    assert daily_limit_of(None, 44) == 44
+
+
+def test_a_reservation_says_which_account_what_it_used_and_its_limit() -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}
+    update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert update == {"windowStart": TODAY, "usageToday": 4}  # no pacing: no tat
+    assert reservation == Reservation("acc", True, 4, 10)
+    assert (reservation.send_at, reservation.refusal, reservation.tat) == (NOW, None, None)
+
+
+def test_an_exhausted_account_refuses_and_a_stale_window_is_reset_anyway() -> None:
+    today = {"windowStart": TODAY, "usageToday": 10, "dailyLimit": 10}
+    update, refused = reserve_one("acc", today, default_limit=44, at=ReservationTime(NOW))
+    assert update is None  # the document already describes today
+    assert refused == Reservation("acc", False, 10, 10) and refused.refusal is ReservationRefusal.EXHAUSTED
+    yesterday = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 7, "dailyLimit": 0}
+    update, refused = reserve_one("acc", yesterday, default_limit=44, at=ReservationTime(NOW))
+    assert update == {"windowStart": TODAY, "usageToday": 0}
+    assert refused == Reservation("acc", False, 0, 0) and refused.refusal is ReservationRefusal.EXHAUSTED
+
+
+def test_a_slot_too_far_away_is_busy_and_says_the_pacing_state() -> None:
+    tat = NOW.timestamp() + 10.0
+    yesterday = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 7, "tat": tat}
+    update, busy = reserve_one("acc", yesterday, default_limit=44, pacing=BASIC, at=ReservationTime(NOW, 1.0))
+    assert update == {"windowStart": TODAY, "usageToday": 0}  # nothing reserved, the window is today's
+    assert busy == Reservation("acc", False, 0, 44)
+    assert (busy.refusal, busy.tat, busy.send_at) == (ReservationRefusal.BUSY, tat, None)
+    # within the wait the same slot is taken
+    update, taken = reserve_one(
+        "acc", yesterday, default_limit=44, pacing=BASIC, at=ReservationTime(NOW, 8.0)
+    )
+    assert taken == Reservation("acc", True, 1, 44) and taken.tat == tat + 1.0
+    assert taken.send_at == NOW + timedelta(seconds=10.0 - BASIC.tolerance)
+
+
+def test_marking_an_account_exhausted_never_lowers_its_count() -> None:
+    """After a quota 429 the count goes up to the limit, never down: another instance may
+    have counted more than this limit (a lowered dailyLimit, units reserved meanwhile)."""
+
+    def counted(doc: dict[str, Any] | None) -> tuple[Any, Any]:
+        fields = exhausted_fields(doc, default_limit=44, now=NOW)
+        return fields["windowStart"], fields["usageToday"]
+
+    assert counted({"windowStart": TODAY, "usageToday": 60}) == (TODAY, 60)
+    assert counted({"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}) == (TODAY, 10)
+    assert counted({"windowStart": "2026-11-22T00:00:00Z", "usageToday": 60}) == (TODAY, 44)
+    assert counted(None) == (TODAY, 44)
+
+
+# --- what CHART-IMG said about the key, as the document keeps it -----------------------------
 
 
 def test_a_key_disabled_today_is_refused_without_a_write() -> None:

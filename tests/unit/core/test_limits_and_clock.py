@@ -1,0 +1,48 @@
+"""core/limits.py's defaults agree with the settings' defaults; core/clock.py's real sleep."""
+
+from __future__ import annotations
+
+from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.core.limits import MIN_STEP_BUDGET_SECONDS, StepLimits
+from worker_chart_export.core.plans import PLANS, plan_named
+from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
+from worker_chart_export.settings import Settings
+
+
+def test_limits_within_a_request_default_to_what_an_unconfigured_deployment_runs() -> None:
+    settings = Settings()
+    limits = StepLimits.within_request(300.0, 30.0)
+    assert limits == StepLimits(
+        step_budget_seconds=270.0,
+        finalize_budget_seconds=30.0,
+        lease_seconds=300.0,
+        chart_concurrency=settings.chart_concurrency,
+        default_timezone=settings.charts_default_timezone,
+        plan=plan_named(settings.chart_img_plan),
+        chart_reuse_max_age_seconds=DEFAULT_MAX_AGE_SECONDS,
+    )
+
+
+def test_limits_within_a_request_carry_every_value_given() -> None:
+    limits = StepLimits.within_request(
+        10.0,
+        9.5,
+        chart_concurrency=3,
+        default_timezone="Europe/Berlin",
+        plan=PLANS["MEGA"],
+        chart_reuse_max_age_seconds=60.0,
+    )
+    assert limits.step_budget_seconds == MIN_STEP_BUDGET_SECONDS  # never less
+    assert (limits.chart_concurrency, limits.default_timezone, limits.plan) == (
+        3,
+        "Europe/Berlin",
+        PLANS["MEGA"],
+    )
+    assert limits.chart_reuse_max_age_seconds == 60.0 and limits.lease_seconds == 10.0
+
+
+def test_the_real_clock_sleeps_what_it_is_asked_and_not_for_nothing() -> None:
+    began = SYSTEM_CLOCK.monotonic()
+    SYSTEM_CLOCK.sleep(0.05)
+    assert SYSTEM_CLOCK.monotonic() - began >= 0.05
+    SYSTEM_CLOCK.sleep(-1.0)  # a negative wait is no wait, not an error
