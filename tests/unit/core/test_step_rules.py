@@ -5,23 +5,17 @@ tests/unit/service/test_reaper.py and test_finalize.py, and on Firestore tests/i
 
 from __future__ import annotations
 
-<<<<<<< HEAD
 import copy
-=======
 import inspect
->>>>>>> main
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from tenacity import RetryCallState
 
-<<<<<<< HEAD
-from worker_chart_export.core.error_codes import ErrorCode, StepError
-=======
 from worker_chart_export.adapters.firestore.client import DEFAULT_RPC_TIMEOUT_SECONDS
 from worker_chart_export.core import step_rules
->>>>>>> main
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.step_rules import (
     CLAIM_TRIES,
     DEFAULT_MAX_ATTEMPTS,
@@ -249,7 +243,6 @@ def test_claim_retries_wait_100_to_500_ms_with_jitter() -> None:
     assert 3 <= CLAIM_TRIES - 1 <= 5  # the error model's 3-5 retries
 
 
-<<<<<<< HEAD
 def test_the_first_claim_retries_wait_at_most_200_ms_then_up_to_400() -> None:
     """0.1-0.2 s, then 0.1-0.4 s (the window grows, so the first retry is quick)."""
     wait = claim_retry_wait()
@@ -517,7 +510,6 @@ def test_nothing_is_reaped_that_is_not_an_expired_lease_of_this_claim(
     document: dict[str, Any] | None,
 ) -> None:
     assert reap(document) is None
-=======
 def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
     longest_wait = claim_retry_wait().max
     sleeps = (CLAIM_TRIES - 1) * longest_wait
@@ -528,4 +520,3 @@ def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
     assert f"1 + 2 x {CLAIM_TRIES} = {rpcs} RPCs" in source and f"2T = {rpc:g} s" in source
     assert f"T = DEFAULT_RPC_TIMEOUT_SECONDS = {DEFAULT_RPC_TIMEOUT_SECONDS:g} s" in source
     assert f"Worst: {sleeps:g} + {rpcs} x {rpc:g} = {sleeps + rpcs * rpc:g} s" in source
->>>>>>> main
