@@ -155,3 +155,16 @@ def test_every_study_and_drawing_problem_is_listed() -> None:
         (("request", "drawings", 0, "input", "price"), "is required by a 'Horizontal Line' drawing"),
     ]
     assert problems({"studies": 5, "drawings": "Horizontal Line"}) == []  # core.template_rules names them
+
+
+def test_every_value_problem_of_one_override_object_is_listed() -> None:
+    override = {"bogus": 1, "style": {"candleStyle.upColor": 5}, "priceRange": {"margin": "x", "from": "y"}}
+    assert problems({"override": override}) == [
+        (("request", "override", "bogus"), "is not a chart override CHART-IMG documents"),
+        (
+            ("request", "override", "style", "candleStyle.upColor"),
+            "5 must be a colour string, e.g. rgb(41,98,255)",
+        ),
+        (("request", "override", "priceRange", "margin"), "'x' must be a number"),
+        (("request", "override", "priceRange", "from"), "'y' must be a number"),
+    ]
