@@ -205,3 +205,13 @@ def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
 def test_a_success_keeps_the_day_it_describes() -> None:
     history = KeyHistory(day=DAY, cooldowns=3, cool_until=9.0, seen=3)
     assert after_success(history) == KeyHistory(day=DAY, cool_until=9.0)
+
+
+def test_a_streak_of_exactly_the_span_does_not_exhaust() -> None:
+    """More than streak_span seconds (60) between the first and the last 429: 60 is not more."""
+    history, exhausted = KeyHistory(), False
+    for at in (0.0, 12.0, 24.0, 36.0, 48.0, 60.0):  # six cooldowns, Retry-After: 12
+        history, _, exhausted = rate_limited(history, at, retry_after=12.0)
+    assert history.cooldowns == 6 and not exhausted
+    _, _, exhausted = rate_limited(history, 72.0, retry_after=12.0)
+    assert exhausted

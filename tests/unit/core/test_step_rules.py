@@ -510,6 +510,8 @@ def test_nothing_is_reaped_that_is_not_an_expired_lease_of_this_claim(
     document: dict[str, Any] | None,
 ) -> None:
     assert reap(document) is None
+
+
 def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
     longest_wait = claim_retry_wait().max
     sleeps = (CLAIM_TRIES - 1) * longest_wait

@@ -132,3 +132,7 @@ def test_a_slash_joins_a_name_but_not_a_parenthesis(symbol: str) -> None:
 def test_a_division_of_numbers_names_no_symbol() -> None:
     assert symbol_problem("1/2", require_exchange=True) == "names no symbol, only numbers"
     assert symbol_problem("1/2", require_exchange=False) is None
+
+
+def test_a_slash_before_a_parenthesis_is_a_division() -> None:
+    assert symbol_problem("NASDAQ:A/(B)", require_exchange=False) is None
