@@ -120,7 +120,7 @@ def test_all_exhausted_is_cached_for_a_minute() -> None:
     clock.advance(59)
     assert isinstance(chosen.acquire(max_wait=1), NoAccount)
     assert store.reserves == ["a", "b"]  # answered from the in-process cache
-    clock.advance(2)
+    clock.advance(1)  # a minute exactly: the cache is over
     assert isinstance(chosen.acquire(max_wait=1), NoAccount)
     assert store.reserves == ["a", "b", "a", "b"]
 
@@ -244,9 +244,9 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
     assert lease_id(chosen.acquire(max_wait=1)) == "a"  # learns a's count: 10 of 44
     answers = [TOO_MANY, Answer(429), TOO_MANY, Answer(429, "Slow down!"), TOO_MANY, TOO_MANY, TOO_MANY]
     verdicts = []
-    for answer in answers:  # at 0, 1, 3, 7, 15, 31, 61 s: each after the last cooldown
+    for answer in answers:  # at 0, 1, 3, 7, 15, 31, 61 s (+ 10 ms each): after the last cooldown
         verdicts.append(chosen.rate_limited("a", answer, None))
-        clock.advance(verdicts[-1].cooling)
+        clock.advance(verdicts[-1].cooling + 0.01)
     assert [v.cooling for v in verdicts] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 0.0]
     assert [v.exhausted is not None for v in verdicts] == [False] * 6 + [True]
     (event,) = log_capture.events("chart-img key keeps answering 429: exhausted for the day")
@@ -254,8 +254,9 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
         "ERROR",
         "a",
         7,
-        61.0,
+        61.1,  # 61.06 s, to a tenth
     )
+    assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"} and event["answered429"] == 7
     assert event["answers"] == [
         {"httpStatus": 429, "message": "Too Many Requests", "times": 5},
         {"httpStatus": 429, "message": "", "times": 1},
@@ -327,8 +328,9 @@ def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
     clock.advance(0.5)
     leases = chosen.acquire_many(3, max_wait=5)
     assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
-    slots = sorted((lease.reservation.send_at - clock.now()).total_seconds() for lease in leases)
-    assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]
+    slots = [(lease.reservation.send_at - clock.now()).total_seconds() for lease in leases]
+    assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]  # soonest slot first
+    assert [lease.account_id for lease in leases] == ["b", "a", "b"]
 
 
 class ReadCountingStore(WaveCountingStore):
@@ -383,6 +385,7 @@ def test_a_key_refused_once_stays_usable_and_twice_is_disabled(log_capture: Any)
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["good", "good"]
     (event,) = log_capture.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "bad"
+    assert event["error"] == {"code": "CHART_API_KEY_REFUSED"}
     assert event["answers"] == [
         {"httpStatus": 401, "message": "Invalid Request"},
         {"httpStatus": 403, "message": "Forbidden"},
@@ -437,3 +440,111 @@ def test_concurrent_callers_spread_over_the_accounts() -> None:
         picks = list(pool.map(lambda _: lease_id(chosen.acquire(max_wait=1)), range(6)))
     assert sorted(picks) == ["a", "a", "b", "b", "c", "c"]
     assert {a: d["usageToday"] for a, d in store.snapshot().items()} == {"a": 2, "b": 2, "c": 2}
+
+
+def test_by_default_a_key_is_paced_under_its_plans_rate() -> None:
+    """PacingMargins' defaults (docs/design.md): 90% of the plan's rate, so one request a
+    second on BASIC leaves 1 / 0.9 s apart, never at the plan's own interval."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = AccountLimiter(accounts("a"), store, defaults=AccountLimits(44, 1.0, 1), clock=clock)
+    first, second = chosen.acquire(max_wait=5), chosen.acquire(max_wait=5)
+    assert isinstance(first, Lease) and isinstance(second, Lease)
+    assert first.paced_seconds == 0.0
+    assert second.paced_seconds == pytest.approx(1 / 0.9)
+
+
+def test_the_exhaustion_cache_lasts_the_ttl_given() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(44)})
+    chosen = AccountLimiter(
+        accounts("a"), store, defaults=AccountLimits(44, 100.0, 100), clock=clock, exhausted_ttl=5.0
+    )
+    assert isinstance(chosen.acquire(max_wait=1), NoAccount)
+    clock.advance(4.9)
+    chosen.acquire(max_wait=1)
+    assert store.reserves == ["a"]
+    clock.advance(0.1)
+    chosen.acquire(max_wait=1)
+    assert store.reserves == ["a", "a"]
+
+
+def test_a_lease_carries_the_stores_reservation() -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore({"a": usage(6)}), accounts("a"), clock)
+    lease = chosen.acquire(max_wait=1)
+    assert isinstance(lease, Lease)
+    assert (lease.reservation.reserved, lease.reservation.usage_today, lease.reservation.daily_limit) == (
+        True,
+        7,
+        44,
+    )
+
+
+def test_a_slot_taken_meanwhile_by_another_instance_is_no_time_not_exhaustion() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore()
+    configs = accounts("a")
+    this, other = (limiter(store, configs, clock, rate=1.0, burst=1) for _ in range(2))
+    assert lease_id(other.acquire(max_wait=0)) == "a"
+    assert this.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())  # the store said BUSY
+
+
+def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
+    """This process knows nothing of a's pacing; the store's slot is 2.5 s away. Cooling
+    2 s with 3 s to wait, the store is asked for a slot within the 1 s left after it."""
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    chosen.rate_limited("a", TOO_MANY, 2.0)
+    assert chosen.acquire(max_wait=3) == NoAccount(Refusal.NO_TIME, ())
+    assert store.reserves == ["a"]
+    assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
+
+
+def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> None:
+    clock = FakeClock(NOON)
+    store = WaveCountingStore()
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    chosen.rate_limited("a", TOO_MANY, 0.5)
+    assert lease_id(chosen.acquire(max_wait=5)) == "b"  # b's next slot: 1 s; a cools 0.5 s
+    leases = chosen.acquire_many(1, max_wait=5)
+    assert [lease.account_id for lease in leases] == ["b"]
+    assert store.waves == [{"b": 1}]
+
+
+def test_wait_for_slot_sleeps_only_for_a_slot_ahead() -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
+    (lease,) = chosen.acquire_many(1, max_wait=1)
+    waited = chosen.wait_for_slot(lease)
+    assert waited.paced_seconds == 0.0 and clock.sleeps == []
+
+
+class FailingMarks(InMemoryUsageStore):
+    def mark_exhausted(self, account_id: str, **kwargs: Any) -> None:
+        raise ConnectionError("store down")
+
+    def mark_disabled(self, account_id: str, **kwargs: Any) -> None:
+        raise TimeoutError("store down")
+
+
+def test_a_mark_the_store_cannot_take_is_a_warning_naming_the_account(log_capture: Any) -> None:
+    clock = FakeClock(NOON)
+    chosen = limiter(FailingMarks(), accounts("a", "b"), clock)
+    chosen.mark_exhausted("a", Answer(429, "Limit Exceeded"))
+    assert chosen.key_refused("b", REFUSED) is False
+    assert chosen.key_refused("b", REFUSED) is True
+    assert chosen.exhausted_accounts() == ("a",) and chosen.usable_accounts() == ("a",)
+    (exhaustion,) = log_capture.events("chart-img account exhaustion not persisted")
+    (disabling,) = log_capture.events("chart-img account disabling not persisted")
+    assert (exhaustion["severity"], exhaustion["accountId"], exhaustion["errorKind"]) == (
+        "WARNING",
+        "a",
+        "ConnectionError",
+    )
+    assert (disabling["severity"], disabling["accountId"], disabling["errorKind"]) == (
+        "WARNING",
+        "b",
+        "TimeoutError",
+    )

@@ -4,7 +4,8 @@ reserve_one, reserve_many and exhausted_fields) wherever the worker writes them.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -276,3 +277,39 @@ def test_the_json_form_names_every_field_and_no_key() -> None:
         "resetsAt": "2026-11-24T00:00:00.000Z",
     }
     assert (data["now"], data["unconfigured"]) == ("2026-11-23T18:30:00.000Z", [])
+
+
+def test_moments_are_read_as_utc_whatever_the_machines_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert moment_of(datetime(2026, 11, 23, 18, 30)) == NOW  # no offset: UTC, not the machine's
+        aware = moment_of(datetime(2026, 11, 23, 20, 30, tzinfo=timezone(timedelta(hours=2))))
+        assert aware == NOW and aware is not None and aware.tzinfo is UTC
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert moment_of("2026-11-23T18:30:00z") is None  # ISO 8601's Z is upper case
+
+
+def test_a_moment_exactly_now_is_over() -> None:
+    row = account_row("acc1", used(1, coolUntil=NOW, exhaustedUntil=NOW), configured(), NOW)
+    assert row.cooling_until is None and row.exhausted_until is None and row.state is AccountState.FREE
+
+
+def test_an_unconfigured_account_whose_pacing_state_is_now_may_send_now() -> None:
+    row = account_row("acc1", used(1, tat=NOW.timestamp()), None, NOW)
+    assert row.next_slot == NOW and row.state is AccountState.FREE
+
+
+def test_a_document_limit_of_zero_adds_nothing_to_the_total() -> None:
+    report = quota_report([configured("a"), configured("b")], {"a": used(0, dailyLimit=0), "b": None}, NOW)
+    assert report.totals.daily_limit == PLANS["BASIC"].daily_limit
+
+
+def test_without_configuration_nothing_is_unconfigured_and_rows_say_what_is_unknown() -> None:
+    report = quota_report([], {"x": used(2, coolUntil=NOW + timedelta(seconds=5))}, NOW)
+    assert report.unconfigured == ()
+    (row,) = report_dict(report)["accounts"]
+    assert row["dailyLimit"] is None and row["dailyLimitFrom"] is None
+    assert row["coolingUntil"] == "2026-11-23T18:30:05.000Z"

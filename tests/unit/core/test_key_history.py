@@ -151,3 +151,67 @@ def test_reasons_name_the_answers_never_more() -> None:
     )
     assert len(Answer(429, "x" * 500).message) == 80
     assert Answer(429, "too\n  many\trequests").message == "too many requests"
+
+
+def test_a_retry_after_under_a_second_is_taken_as_given() -> None:
+    assert DEFAULT_POLICY.cooldown(0.5, 0) == 0.5
+    assert DEFAULT_POLICY.cooldown(0.0, 3) == 8.0  # none given: the backoff
+
+
+def test_the_doubling_stops_at_two_to_the_32nd_however_long_the_streak() -> None:
+    tiny = KeyPolicy(first_cooldown=1e-9, max_cooldown=1e9)
+    assert tiny.cooldown(None, 40) == tiny.cooldown(None, 32) == pytest.approx(1e-9 * 2.0**32)
+
+
+def test_an_answer_during_a_cooldown_is_kept_among_the_answers_seen() -> None:
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, retry_after=None, has_quota=True)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, retry_after=None, has_quota=True)
+    assert history.answers == (TOO_MANY, Answer(429)) and history.seen == 2 and history.cooldowns == 1
+
+
+def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
+    history, _ = after_refusal(KeyHistory(), Answer(401), day=DAY)
+    at, verdict = 0.0, None
+    for _ in range(10):
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True
+        )
+        if verdict.exhausted is not None:
+            break
+        at = history.cool_until
+    assert verdict is not None and verdict.exhausted is not None
+    assert verdict.exhausted.seen == verdict.exhausted.cooldowns == 7
+    assert history.refusals == (Answer(401),)  # one refusal more disables the key, streak or not
+
+
+def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, retry_after=None, has_quota=True)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, retry_after=None, has_quota=True)
+    at, verdict = 1.0, None
+    for _ in range(10):
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True
+        )
+        if verdict.exhausted is not None:
+            break
+        at = history.cool_until
+    assert verdict is not None and verdict.exhausted is not None
+    reason = verdict.exhausted.reason(10, 44)
+    assert reason.endswith(
+        'with 10 of 44 used by our count: 429 "Too Many Requests" x7, 429 without a message x1'
+    )
+
+
+def test_a_success_keeps_the_day_it_describes() -> None:
+    history = KeyHistory(day=DAY, cooldowns=3, cool_until=9.0, seen=3)
+    assert after_success(history) == KeyHistory(day=DAY, cool_until=9.0)
+
+
+def test_a_streak_of_exactly_the_span_does_not_exhaust() -> None:
+    """More than streak_span seconds (60) between the first and the last 429: 60 is not more."""
+    history, exhausted = KeyHistory(), False
+    for at in (0.0, 12.0, 24.0, 36.0, 48.0, 60.0):  # six cooldowns, Retry-After: 12
+        history, _, exhausted = rate_limited(history, at, retry_after=12.0)
+    assert history.cooldowns == 6 and not exhausted
+    _, _, exhausted = rate_limited(history, 72.0, retry_after=12.0)
+    assert exhausted

@@ -109,3 +109,30 @@ def test_the_length_limit_is_inclusive() -> None:
 def test_deep_parentheses_stay_within_the_limit_and_the_stack() -> None:
     deep = "(" * 99 + "NASDAQ:MARA" + ")" * 90
     assert symbol_problem(deep, require_exchange=True) == "'(' at 9 is never closed"
+
+
+@pytest.mark.parametrize(
+    ("symbol", "problem"),
+    [
+        ("", "must be a non-empty string"),
+        (" A", "character U+0020 at 1 is not allowed (no spaces or control characters)"),
+        ("A\x01", "character U+0001 at 2 is not allowed (no spaces or control characters)"),
+        ("A#", "'#' at 2 is not allowed (only A-Z 0-9 _ . ! : / + - * ( ))"),
+    ],
+)
+def test_the_first_problem_is_named_exactly(symbol: str, problem: str) -> None:
+    assert symbol_problem(symbol, require_exchange=False) == problem
+
+
+@pytest.mark.parametrize("symbol", ["BMV:CEMEX/C", "BMV:CEMEX/C2", "NASDAQ:A/(NASDAQ:B+1)"])
+def test_a_slash_joins_a_name_but_not_a_parenthesis(symbol: str) -> None:
+    assert symbol_problem(symbol, require_exchange=True) is None
+
+
+def test_a_division_of_numbers_names_no_symbol() -> None:
+    assert symbol_problem("1/2", require_exchange=True) == "names no symbol, only numbers"
+    assert symbol_problem("1/2", require_exchange=False) is None
+
+
+def test_a_slash_before_a_parenthesis_is_a_division() -> None:
+    assert symbol_problem("NASDAQ:A/(B)", require_exchange=False) is None

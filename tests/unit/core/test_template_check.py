@@ -350,3 +350,30 @@ def test_the_default_timezone_setting_is_held_to_the_table(
         load_settings()
     assert caught.value.setting == "CHARTS_DEFAULT_TIMEZONE"
     assert "'Mars/Olympus' is not in CHART-IMG's Supported Timezone table" in caught.value.problem
+
+
+def paths_and_words(template: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    return [(p.path, p.message) for p in template_problems(template, BASIC)]
+
+
+def test_a_market_field_set_by_a_template_is_named_once_by_the_rules_beside_the_schemas_problems() -> None:
+    template = with_request(symbol="BINANCE:ETHUSDT")
+    del template["id"]
+    template["version"] = "x"
+    assert paths_and_words(template) == [
+        (("request", "symbol"), "must not be set by a template (the worker sets it)"),
+        (("id",), "is required"),
+        (("version",), "'x' is not of type 'integer'"),
+    ]
+
+
+def test_every_schema_problem_is_kept_beside_those_the_rules_name() -> None:
+    template = with_request(drawings=[{"input": {}}])
+    template["id"] = 5
+    found_paths = [path for path, _ in paths_and_words(template)]
+    assert ("id",) in found_paths and ("request", "drawings", 0, "name") in found_paths
+    extra = with_request()
+    extra["extra"], extra["description"] = 1, ""
+    problems = dict(paths_and_words(extra))
+    assert problems[("description",)] == "must be a non-empty string (it is the manifest kind)"
+    assert problems[("extra",)].startswith("is not allowed here (allowed: id, ")

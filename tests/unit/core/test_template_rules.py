@@ -18,8 +18,14 @@ from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.cli.main import main
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import PLANS, plan_named
+from worker_chart_export.core.symbols import symbol_problem
 from worker_chart_export.core.template_check import template_problems
-from worker_chart_export.core.template_rules import CHART_IMG_INTERVALS, interval_problem
+from worker_chart_export.core.template_rules import (
+    CHART_IMG_INTERVALS,
+    interval_problem,
+    rule_problems,
+    shown,
+)
 from worker_chart_export.settings import load_settings
 
 BASIC, PRO = PLANS["BASIC"], PLANS["PRO"]
@@ -211,3 +217,65 @@ def test_run_local_checks_templates_against_the_configured_plan(
         )
     else:
         assert code == 0
+
+
+# --- each rule's exact problem: the field it names and what it says ------------------------------
+
+
+def rules_at(template: dict[str, Any], plan: Any = BASIC) -> list[tuple[tuple[str | int, ...], str]]:
+    return [(p.path, p.message) for p in rule_problems(template, plan)]
+
+
+def test_the_top_level_fields_each_name_their_own_problem() -> None:
+    assert rules_at({"chartImgSymbolTemplate": 5, "description": "  ", "request": "x"}) == [
+        (("chartImgSymbolTemplate",), "must be a string containing {symbol}"),
+        (("description",), "must be a non-empty string (it is the manifest kind)"),
+        (("request",), "must be an object"),
+    ]
+
+
+def test_a_symbol_template_is_read_with_one_letter_for_the_symbol() -> None:
+    template = {**base_template(), "chartImgSymbolTemplate": "{symbol}!!"}
+    problem = symbol_problem("X!!", require_exchange=False)
+    assert problem is not None and "at 3" in problem  # the second '!', right after "X!"
+    assert rules_at(template) == [
+        (
+            ("chartImgSymbolTemplate",),
+            f"'{{symbol}}!!' does not make a TradingView symbol (read with {{symbol}} as X): {problem}",
+        )
+    ]
+
+
+def test_every_problem_of_a_template_is_listed_not_only_the_last() -> None:
+    template = {
+        **base_template(),
+        "description": "",
+        "request": {
+            "symbol": "BINANCE:ETHUSDT",
+            "width": "800",
+            "studies": [{"name": ""}, 7],
+            "drawings": [{"name": "Text"}, {"input": {}}],
+        },
+    }
+    assert rules_at(template) == [
+        (("description",), "must be a non-empty string (it is the manifest kind)"),
+        (("request", "symbol"), "must not be set by a template (the worker sets it)"),
+        (("request", "width"), "'800' must be an integer number of pixels"),
+        (("request", "studies", 1), "must be an object"),
+        (("request", "studies", 0, "name"), "must be a non-empty string (CHART-IMG requires it)"),
+        (("request", "drawings", 0, "input"), "missing: CHART-IMG requires a drawing's input object"),
+        (("request", "drawings", 1, "name"), "must be a non-empty string (CHART-IMG requires it)"),
+    ]
+    assert rules_at({**base_template(), "request": {"studies": {"name": "RSI"}}}) == [
+        (("request", "studies"), "must be a list of objects")
+    ]
+
+
+def test_an_unknown_interval_lists_the_documented_ones() -> None:
+    assert interval_problem("1H") == f"'1H' is not a CHART-IMG interval ({' '.join(CHART_IMG_INTERVALS)})"
+
+
+def test_a_value_is_shown_whole_up_to_60_characters_then_cut() -> None:
+    assert shown("a" * 58) == repr("a" * 58)  # 60 characters with its quotes
+    assert shown("a" * 59) == repr("a" * 59)[:59] + "…"
+    assert len(shown("a" * 59)) == 60 and len(shown("a" * 500)) == 60

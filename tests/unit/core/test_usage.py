@@ -275,3 +275,16 @@ def test_exhaustion_records_until_when_and_why() -> None:
         "exhaustedUntil": "2026-11-24T00:00:00.000Z",
         "exhaustedReason": "r",
     }
+
+
+def test_a_disabled_account_refuses_naming_itself_its_use_and_its_limit() -> None:
+    doc = {"usageToday": 3, "windowStart": TODAY, "disabled": True}
+    fields, reservation = reserve_one("acc1", doc, default_limit=44, at=ReservationTime(NOW))
+    assert fields is None
+    assert reservation == Reservation("acc1", False, 3, 44)
+    assert reservation.refusal is ReservationRefusal.DISABLED
+
+
+def test_disabling_keeps_the_days_count() -> None:
+    doc = {"usageToday": 5, "windowStart": TODAY}
+    assert disabled_fields(doc, reason="refused", now=NOW)["usageToday"] == 5

@@ -304,3 +304,87 @@ def test_problem_list_is_capped_so_the_error_stays_small() -> None:
     assert len(result.details["problems"]) == 20 and result.details["problemCount"] == 61
     assert all(len(p) <= 300 for p in result.details["problems"])
     assert len(result.message) < 400
+
+
+def test_exactly_the_maximum_of_requests_is_allowed() -> None:
+    """At most MAX_REQUESTS (100): a step with exactly 100 is judged request by request."""
+    step = chart_step()
+    step["inputs"]["requests"] = [{"chartTemplateId": f"t{i}"} for i in range(100)]
+    step["inputs"]["minImages"] = 0
+    result = run(flow_run({"charts": step}))
+    assert isinstance(result, StepError)
+    assert not any(p.startswith("steps.charts.inputs.requests:") for p in result.details["problems"])
+    assert result.details["problemCount"] == 100  # each template looked up, none found
+
+
+def test_a_validated_step_carries_its_ids_market_and_the_default_timezone() -> None:
+    templates = {k: {**v, "request": {**v["request"]}} for k, v in TEMPLATES.items()}
+    for template in templates.values():
+        template["request"].pop("timezone", None)
+    doc = flow_run({"charts": chart_step(timeframe="4h")}, run_id="run7")
+    result = validate_step(
+        doc,
+        "run7",
+        "charts",
+        {template_id: StoredTemplate(template_id, d) for template_id, d in templates.items()},
+        default_timezone="America/New_York",
+    )
+    assert isinstance(result, ValidatedStep)
+    assert (result.run_id, result.step_id, result.timeframe) == ("run7", "charts", "4h")
+    assert {(c.run_id, c.step_id, c.interval) for c in result.calls} == {("run7", "charts", "4h")}
+    assert {c.body["timezone"] for c in result.calls} == {"America/New_York"}
+
+
+@pytest.mark.parametrize("steps", [None, [], "charts", {}])
+def test_a_missing_step_is_the_only_problem_named_beside_the_ids(steps: Any) -> None:
+    doc = flow_run({"charts": chart_step()})
+    doc["steps"] = steps
+    assert problems_of(run(doc)) == ["steps.charts: step not found"]
+
+
+def test_scope_and_symbol_problems_show_what_was_given() -> None:
+    doc = flow_run({"charts": chart_step()})
+    doc["scope"] = "BTCUSDT"
+    assert "scope: must be an object with a symbol, got str" in problems_of(run(doc))
+    problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="btc")))
+    assert problems == [
+        "scope.symbol: 'btc': lower-case 'b' at 1: TradingView symbols are upper case "
+        "(e.g. BTCUSDT, CME_MINI:ES1!, (NASDAQ:MARA+NASDAQ:RIOT)/2)"
+    ]
+
+
+def test_the_error_message_is_the_one_problem_or_the_first_and_how_many_more() -> None:
+    one = run(flow_run({"charts": chart_step(timeframe="7h")}))
+    assert isinstance(one, StepError)
+    assert one.message == "invalid step inputs: " + one.details["problems"][0]
+    assert "more)" not in one.message
+    step = chart_step(timeframe="7h")
+    step["inputs"]["minImages"] = 9
+    two = run(flow_run({"charts": step}))
+    assert isinstance(two, StepError) and len(two.details["problems"]) == 2
+    assert two.message == f"invalid step inputs: {two.details['problems'][0]} (and 1 more)"
+
+
+def test_twenty_problems_are_all_kept_without_a_count() -> None:
+    step = chart_step()
+    step["inputs"]["requests"] = [{"chartTemplateId": f"missing_{i}"} for i in range(20)]
+    step["inputs"]["minImages"] = 0
+    result = run(flow_run({"charts": step}))
+    assert isinstance(result, StepError)
+    assert len(result.details["problems"]) == 20 and "problemCount" not in result.details
+
+
+def unsafe_id_problem(length: int) -> list[str]:
+    """The one problem of a request whose chartTemplateId is `length` characters of '!'."""
+    step = chart_step()
+    step["inputs"] = {"minImages": 0, "requests": [{"chartTemplateId": "!" * length}]}
+    return problems_of(run(flow_run({"charts": step})))
+
+
+def test_a_problem_is_kept_whole_up_to_300_characters_then_cut_with_an_ellipsis() -> None:
+    base = len(unsafe_id_problem(1)[0]) - 1  # the problem's length without the id
+    (whole,) = unsafe_id_problem(300 - base)
+    assert len(whole) == 300 and not whole.endswith("…")
+    (cut,) = unsafe_id_problem(301 - base)
+    untruncated = whole.replace("!'", "!!'", 1)  # one character longer
+    assert len(cut) == 300 and cut == untruncated[:299] + "…"
