@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -227,10 +227,9 @@ class AccountViews:
             view = self._views[account_id]
             view.history, verdict = after_rate_limit(
                 view.history,
-                answer,
+                replace(answer, retry_after=retry_after),
                 at=self._clock.monotonic(),
                 day=window_start(now),
-                retry_after=retry_after,
                 has_quota=view.usage_today < view.daily_limit,
             )
             if verdict.exhausted is not None:

@@ -22,7 +22,7 @@ Every history is one UTC day's: a new day starts it afresh (the daily quota rest
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _MAX_KEPT = 20  # answers kept per streak: enough to say what was seen, bounded
@@ -31,10 +31,13 @@ _MAX_WORDS = 80  # characters of CHART-IMG's message kept per answer
 
 @dataclass(frozen=True)
 class Answer:
-    """One refusal as seen: the HTTP status and CHART-IMG's own words ('' when none)."""
+    """One refusal as seen: the HTTP status, CHART-IMG's own words ('' when none) and its
+    Retry-After in seconds, if any (not part of what the answer *is*: two 429s that say the
+    same are the same answer, counted together, whatever wait each asked for)."""
 
     status: int
     message: str = ""
+    retry_after: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message", " ".join(self.message.split())[:_MAX_WORDS])
@@ -109,11 +112,11 @@ def after_rate_limit(
     *,
     at: float,
     day: str,
-    retry_after: float | None,
     has_quota: bool,
     policy: KeyPolicy = DEFAULT_POLICY,
 ) -> tuple[KeyHistory, RateVerdict]:
-    """A 429 that is not the day's quota, at `at`: the history after it, and the verdict."""
+    """A 429 that is not the day's quota, at `at`: the history after it, and the verdict
+    (the cooldown honours the answer's Retry-After when it has one)."""
     history = history.on(day)
     answers = (*history.answers, answer)[-_MAX_KEPT:]
     if at < history.cool_until:  # sent before the cooldown began: no new one
@@ -124,7 +127,7 @@ def after_rate_limit(
         history,
         cooldowns=history.cooldowns + 1,
         first_at=first_at,
-        cool_until=at + policy.cooldown(retry_after, history.cooldowns),
+        cool_until=at + policy.cooldown(answer.retry_after, history.cooldowns),
         seen=history.seen + 1,
         answers=answers,
     )

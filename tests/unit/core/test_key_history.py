@@ -26,9 +26,8 @@ TOO_MANY = Answer(429, "Too Many Requests")
 def rate_limited(
     history: KeyHistory, at: float, *, retry_after: float | None = None, has_quota: bool = True
 ) -> tuple[KeyHistory, float, bool]:
-    history, verdict = after_rate_limit(
-        history, TOO_MANY, at=at, day=DAY, retry_after=retry_after, has_quota=has_quota
-    )
+    answer = Answer(429, "Too Many Requests", retry_after=retry_after)
+    history, verdict = after_rate_limit(history, answer, at=at, day=DAY, has_quota=has_quota)
     return history, verdict.cooling, verdict.exhausted is not None
 
 
@@ -101,9 +100,7 @@ def test_a_success_ends_the_streak_but_not_the_cooldown_running() -> None:
 
 def test_a_new_utc_day_starts_afresh() -> None:
     history, _, _ = rate_limited(KeyHistory(), 0.0)
-    history, verdict = after_rate_limit(
-        history, TOO_MANY, at=1.0, day="2025-03-11T00:00:00Z", retry_after=None, has_quota=True
-    )
+    history, verdict = after_rate_limit(history, TOO_MANY, at=1.0, day="2025-03-11T00:00:00Z", has_quota=True)
     assert (history.cooldowns, verdict.cooling) == (1, 1.0)
 
 
@@ -133,9 +130,7 @@ def test_exhaustion_needs_enough_cooldowns_over_the_span(
             history = after_success(history)
             continue
         before = history
-        history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True, policy=policy
-        )
+        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True, policy=policy)
         if verdict.exhausted is not None:
             assert before.first_at is not None and at - before.first_at > policy.streak_span
             assert verdict.exhausted.cooldowns >= policy.streak_cooldowns
@@ -164,8 +159,8 @@ def test_the_doubling_stops_at_two_to_the_32nd_however_long_the_streak() -> None
 
 
 def test_an_answer_during_a_cooldown_is_kept_among_the_answers_seen() -> None:
-    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, retry_after=None, has_quota=True)
-    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, retry_after=None, has_quota=True)
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, has_quota=True)
     assert history.answers == (TOO_MANY, Answer(429)) and history.seen == 2 and history.cooldowns == 1
 
 
@@ -173,9 +168,7 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
     history, _ = after_refusal(KeyHistory(), Answer(401), day=DAY)
     at, verdict = 0.0, None
     for _ in range(10):
-        history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True
-        )
+        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True)
         if verdict.exhausted is not None:
             break
         at = history.cool_until
@@ -185,13 +178,11 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
 
 
 def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
-    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, retry_after=None, has_quota=True)
-    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, retry_after=None, has_quota=True)
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, has_quota=True)
     at, verdict = 1.0, None
     for _ in range(10):
-        history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, retry_after=None, has_quota=True
-        )
+        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True)
         if verdict.exhausted is not None:
             break
         at = history.cool_until
@@ -215,3 +206,11 @@ def test_a_streak_of_exactly_the_span_does_not_exhaust() -> None:
     assert history.cooldowns == 6 and not exhausted
     _, _, exhausted = rate_limited(history, 72.0, retry_after=12.0)
     assert exhausted
+
+
+def test_two_429s_that_say_the_same_are_one_answer_whatever_wait_each_asked_for() -> None:
+    assert Answer(429, "Too Many Requests", retry_after=5.0) == TOO_MANY
+    history, verdict = after_rate_limit(
+        KeyHistory(), Answer(429, "Too Many Requests", retry_after=5.0), at=0.0, day=DAY, has_quota=True
+    )
+    assert verdict.cooling == 5.0 and history.answers == (TOO_MANY,)
