@@ -377,3 +377,9 @@ def test_every_schema_problem_is_kept_beside_those_the_rules_name() -> None:
     problems = dict(paths_and_words(extra))
     assert problems[("description",)] == "must be a non-empty string (it is the manifest kind)"
     assert problems[("extra",)].startswith("is not allowed here (allowed: id, ")
+
+
+def test_an_object_where_a_string_belongs_is_named_by_its_type_not_by_its_keys() -> None:
+    template = with_request()
+    template["tags"] = {"trend": "yes"}
+    assert found(template) == [(".tags", "{'trend': 'yes'} is not of type 'array'")]
