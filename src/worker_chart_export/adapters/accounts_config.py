@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import AccountLimits, account_limits, plan_named
+from worker_chart_export.core.problem_words import plain_problem
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 JSON_SOURCE = "CHART_IMG_ACCOUNTS_JSON"
@@ -113,8 +114,7 @@ def _describe(err: Any) -> str:
         return f"unknown field '{field[:64]}'"
     if kind == "string_pattern_mismatch" and field == "id":
         return f"id must match {ACCOUNT_ID_PATTERN}"
-    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"'{field}' {message[0].lower() + message[1:] if message else 'is invalid'}"
+    return f"'{field}' {plain_problem(err)}"
 
 
 def _string_leaves(value: Any) -> Iterator[str]:
