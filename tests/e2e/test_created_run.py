@@ -171,6 +171,6 @@ def test_submit_creates_the_bundled_sample_under_a_new_id_once(stack: LocalStack
     again = submit(stack, "--flow-run-path", str(SAMPLE_FLOW_RUN), "--run-id", run_id)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.splitlines() == [
-        f"worker-chart-export: error: flow_runs/{run_id} already exists: "
+        f"worker-chart-export submit: error: flow_runs/{run_id} already exists: "
         "a run is created once; pick another --run-id"
     ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
 from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
+from worker_chart_export.cli.surface import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED_MEANING,
+    USAGE_MEANING,
+    add_command,
+    add_group,
+    positive_number,
+)
 from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
@@ -30,19 +40,30 @@ if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
     from worker_chart_export.tools.devstack.stack import LocalStack
     from worker_chart_export.tools.devstack.watch import RunWatch
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_SUCCEEDED = EXIT_OK
 POLL_SECONDS = 0.25
 SAMPLE_NAME = "flow_run.sample.json"
 
 
 def add_stack_command(commands: Any) -> None:
-    stack = commands.add_parser("stack", help="a local stack you can watch (emulators, triggers, functions)")
-    stack_commands = stack.add_subparsers(dest="stack_command", required=True)
-    up = stack_commands.add_parser(
+    stack_commands = add_group(
+        commands,
+        "stack",
+        summary="the whole flow on this machine, live: emulators, triggers, the three functions",
+        description="The local stack: `stack up` starts it and runs a flow_run through it.",
+    )
+    up = add_command(
+        stack_commands,
         "up",
-        help="start the stack, run a flow_run through it live, then stop everything",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="start the stack, run a flow_run through it live, then stop everything",
+        description=__doc__ or "",
+        exit_codes={
+            EXIT_SUCCEEDED: "the run SUCCEEDED",
+            EXIT_FAILED: "the run did not succeed, or the stack could not start",
+            EXIT_USAGE: USAGE_MEANING + " (an unusable --flow-run)",
+            EXIT_INTERRUPTED: INTERRUPTED_MEANING + ": the stack is stopped first",
+        },
+        run=run_stack,
     )
     up.add_argument("--flow-run", type=Path, help=f"flow_run JSON (default: the bundled {SAMPLE_NAME})")
     up.add_argument(
@@ -61,12 +82,23 @@ def add_stack_command(commands: Any) -> None:
     up.add_argument(
         "--keep-running", action="store_true", help="after the run settles, keep serving until Ctrl-C"
     )
-    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run to settle")
     up.add_argument(
-        "--output-dir", type=Path, default=Path("out/stack"), help="where artifacts are downloaded"
+        "--timeout",
+        type=positive_number,
+        default=300.0,
+        help="seconds to wait for the run to settle (default 300)",
     )
     up.add_argument(
-        "--lease-seconds", type=float, default=20.0, help="the worker's request timeout = step lease"
+        "--output-dir",
+        type=Path,
+        default=Path("out/stack"),
+        help="where artifacts are downloaded (default out/stack)",
+    )
+    up.add_argument(
+        "--lease-seconds",
+        type=positive_number,
+        default=20.0,
+        help="the worker's request timeout = step lease (default 20)",
     )
 
 
@@ -74,21 +106,15 @@ def run_stack(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
     except ImportError:
-        print(
-            "worker-chart-export stack: needs the development extras "
-            "(`bash scripts/bootstrap.sh`, or pip install 'worker-chart-export[dev]')",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise UsageError(
+            "needs the development extras: run `bash scripts/bootstrap.sh` in a source checkout, "
+            "or pip install 'worker-chart-export[dev]'"
+        ) from None
 
     from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
     console = Console(highlight=False, soft_wrap=True)  # long paths stay on one line
-    try:
-        document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
-    except UsageError as exc:
-        print(f"worker-chart-export stack: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
     options = StackOptions(
         charts_api_mode=args.charts_api_mode,
         request_timeout_seconds=args.lease_seconds,
