@@ -305,6 +305,21 @@ def test_a_second_run_says_how_to_run_the_step_again_and_that_works(
     assert code == 0 and out.startswith("CHART_EXPORT SUCCEEDED")
 
 
+def test_the_summary_says_how_to_look_at_the_charts_and_that_works(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, Path("out")))
+    assert code == 0
+    [hint] = [line.removeprefix("look at them: ") for line in out.splitlines() if line.startswith("look at")]
+    program, *argv = shlex.split(hint)
+    assert program == command_line()
+    assert argv == ["view", "out/gcs/worker-chart-export-local/charts/run_20261122_btcusdt_0001/charts_1h"]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and out.startswith("SUCCEEDED: page written to file://")
+    assert (tmp_path / "out" / "view" / "chart-view-run_20261122_btcusdt_0001-charts_1h.html").is_file()
+
+
 def test_a_file_of_pending_steps_names_the_advance_that_makes_them_ready(
     tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from harness.builders import SAMPLE_FLOW_RUN
+from harness.builders import REPO, SAMPLE_FLOW_RUN
 from worker_chart_export.cli.main import build_parser, main
+from worker_chart_export.cli.surface import command_line, program
 
 ONE_LINE = re.compile(r"^worker-chart-export(?: [a-z-]+)*: error: \S")
 LIBRARY_WORDING = ("Traceback", "Input should", "Value error", "[ERROR]", "usage:")
@@ -327,3 +329,18 @@ def test_each_mistake_is_one_line_and_exit_2(
     assert ONE_LINE.match(line) and line.startswith(f"{where}: error: "), line
     assert filled(mistake.names) in line, line
     assert not any(word in line for word in LIBRARY_WORDING), line
+
+
+def test_hints_name_the_program_as_it_can_be_typed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Path(sys.executable).parent / "worker-chart-export"
+    monkeypatch.setattr(sys, "argv", [str(script), "stack", "up"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # as after `bash scripts/bootstrap.sh`
+    monkeypatch.chdir(REPO)
+    assert program() == ".venv/bin/worker-chart-export"
+    assert command_line("view", "a folder") == ".venv/bin/worker-chart-export view 'a folder'"
+    monkeypatch.chdir(tmp_path)  # elsewhere: the whole path
+    assert program() == str(script)
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")  # activated: the bare name
+    assert program() == "worker-chart-export"
