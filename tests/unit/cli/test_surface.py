@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.builders import REPO, SAMPLE_FLOW_RUN
+from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.cli.main import build_parser, main
 from worker_chart_export.cli.surface import command_line, program
 
@@ -337,9 +337,10 @@ def test_hints_name_the_program_as_it_can_be_typed_again(
     script = Path(sys.executable).parent / "worker-chart-export"
     monkeypatch.setattr(sys, "argv", [str(script), "stack", "up"])
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # as after `bash scripts/bootstrap.sh`
-    monkeypatch.chdir(REPO)
-    assert program() == ".venv/bin/worker-chart-export"
-    assert command_line("view", "a folder") == ".venv/bin/worker-chart-export view 'a folder'"
+    venv = script.parents[1]
+    monkeypatch.chdir(venv.parent)  # the checkout's root: the path from there
+    assert program() == f"{venv.name}/bin/worker-chart-export"
+    assert command_line("view", "a folder") == f"{venv.name}/bin/worker-chart-export view 'a folder'"
     monkeypatch.chdir(tmp_path)  # elsewhere: the whole path
     assert program() == str(script)
     monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")  # activated: the bare name
