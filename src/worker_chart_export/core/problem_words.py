@@ -9,6 +9,7 @@ value, which may be a key) is never read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +40,12 @@ _FIXED = {
     "string_type": "must be a string",
 }
 _LIBRARY_PREFIXES = ("Value error, ", "Assertion failed, ")
+_CAPITALISED_WORD = re.compile(r"[A-Z][a-z]*\b")
 
 
 def plain_problem(error: Mapping[str, Any]) -> str:
     """What is wrong with one value, starting lower-case ("must be at least 1")."""
-    kind = str(error.get("type", ""))
+    kind = error.get("type")
     context = error.get("ctx") or {}
     if kind in _BOUNDS:
         key, words = _BOUNDS[kind]
@@ -56,8 +58,8 @@ def plain_problem(error: Mapping[str, Any]) -> str:
         message = message.removeprefix(prefix)
     if message.startswith("Input should be "):
         message = "must be " + message.removeprefix("Input should be ")
-    if message[1:2].islower():  # a sentence's capital, not a name's (CHART-IMG, GCS)
-        message = message[:1].lower() + message[1:]
+    if _CAPITALISED_WORD.match(message):  # a sentence's capital, not a name's (CHART-IMG, KiB)
+        message = message[0].lower() + message[1:]
     return message
 
 

@@ -96,6 +96,10 @@ def test_a_missing_value_is_required() -> None:
         # a name keeps its capitals; a sentence's first word does not
         ({"type": "value_error", "msg": "Value error, CHART-IMG plan unknown"}, "CHART-IMG plan unknown"),
         ({"type": "value_error", "msg": "Value error, Unknown plan"}, "unknown plan"),
+        ({"type": "value_error", "msg": "Value error, A plan is needed"}, "a plan is needed"),
+        ({"type": "value_error", "msg": "Value error, KiB are not bytes"}, "KiB are not bytes"),
+        ({"type": "value_error", "msg": "Value error, GCS bucket unknown"}, "GCS bucket unknown"),
+        ({"msg": "Input should be a valid list"}, "must be a valid list"),  # no type at all
         # a bound kind whose context is missing falls back to the message
         ({"type": "greater_than", "msg": "Input should be greater than 2"}, "must be greater than 2"),
         ({"type": "greater_than_equal", "ctx": {"ge": 2.0}}, "must be at least 2"),
