@@ -129,7 +129,7 @@ def filled(text: str, width: int = 79) -> str:
 def add_group(commands: Any, name: str, *, summary: str, description: str) -> Any:
     """A command made of subcommands (`templates sync`, `stack up`): its own subparsers."""
     parser = commands.add_parser(name, help=summary, description=description)
-    return parser.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+    return parser.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND", title="commands")
 
 
 def _parsed(text: str, convert: Callable[[str], Number], what: str) -> Number:
