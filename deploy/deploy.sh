@@ -553,7 +553,7 @@ else
   fi
   if ! refusal="$("${WCE}" accounts --check-file "${WORK_DIR}/accounts.json" 2>&1 >/dev/null)"; then
     refusal="$(grep -m1 . <<<"${refusal}")"
-    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is refused by the worker's accounts parser: ${refusal##*"${WORK_DIR}/accounts.json"}"
+    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is refused by the worker's accounts parser: ${refusal##*"${WORK_DIR}/accounts.json": }"
   fi
   rm -f "${WORK_DIR}/accounts.json"
   echo "secret ${SECRET_NAME}: version ${SECRET_PINNED} read back: ENABLED, the accounts the worker takes"
