@@ -99,6 +99,9 @@ REAPER_JOB="${REAPER_JOB:-${REAPER_SERVICE}}"
 REAPER_SCHEDULE="${REAPER_SCHEDULE:-*/5 * * * *}"
 SCHEDULER_LOCATION="${SCHEDULER_LOCATION:-${REGION}}"
 APP_ENV="${APP_ENV:-prod}"
+# The smallest CHART-IMG plan among the accounts: the image size and studies/drawings limits
+# templates are checked against, by the worker and by templates sync (deploy/README.md).
+CHART_IMG_PLAN="${CHART_IMG_PLAN:-BASIC}"
 # The step budget's source: Cloud Run's request timeout AND the worker's REQUEST_TIMEOUT_SECONDS
 # (budget = this - FINALIZE_BUDGET_SECONDS). TIMEOUT_SECONDS is the older name of the same knob.
 REQUEST_TIMEOUT_SECONDS="${REQUEST_TIMEOUT_SECONDS:-${TIMEOUT_SECONDS:-300}}"
@@ -132,7 +135,7 @@ SCHEDULER_SA="${SCHEDULER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
 WORKER_ENV="APP_ENV=${APP_ENV},CHARTS_API_MODE=real,CHARTS_BUCKET=${CHARTS_BUCKET}"
 WORKER_ENV+=",GOOGLE_CLOUD_PROJECT=${PROJECT_ID},REQUEST_TIMEOUT_SECONDS=${REQUEST_TIMEOUT_SECONDS}"
 WORKER_ENV+=",FINALIZE_BUDGET_SECONDS=${FINALIZE_BUDGET_SECONDS},THREADS=${CONCURRENCY}"
-WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true"
+WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true,CHART_IMG_PLAN=${CHART_IMG_PLAN}"
 FLOW_ENV="APP_ENV=${APP_ENV},GOOGLE_CLOUD_PROJECT=${PROJECT_ID}"
 
 if [[ "${PRINT_CONFIG}" == 1 ]]; then
@@ -142,7 +145,7 @@ if [[ "${PRINT_CONFIG}" == 1 ]]; then
     REAPER_SCHEDULE SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS \
     ADVANCE_TIMEOUT_SECONDS CONCURRENCY MAX_INSTANCES MIN_INSTANCES CPU MEMORY \
     ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS DASHBOARD_ID PUBLIC_READ \
-    SECRET_VERSION; do
+    SECRET_VERSION CHART_IMG_PLAN; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
   exit 0
@@ -174,6 +177,8 @@ fi
 if ! [[ "${DASHBOARD_ID}" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ ]]; then
   problems+=("DASHBOARD_ID: expected letters, digits, '-' and '_' (up to 100), got '${DASHBOARD_ID}'")
 fi
+[[ "${CHART_IMG_PLAN}" =~ ^(BASIC|PRO|MEGA|ULTRA|ENTERPRISE)$ ]] \
+  || problems+=("CHART_IMG_PLAN must be BASIC, PRO, MEGA, ULTRA or ENTERPRISE, got '${CHART_IMG_PLAN}'")
 [[ "${PUBLIC_READ}" =~ ^(true|false)$ ]] \
   || problems+=("PUBLIC_READ must be true or false (contract §13.6: true), got '${PUBLIC_READ}'")
 if [[ -n "${SECRET_VERSION}" ]]; then
@@ -794,7 +799,7 @@ fi
 section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
 # The real project's Firestore, whatever emulator the shell may point at.
 run env -u FIRESTORE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" \
-  "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
+  CHART_IMG_PLAN="${CHART_IMG_PLAN}" "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
 
 section "done: ${SERVICE} (${IMAGE}) <- ${TRIGGER_NAME}; artifacts in gs://${CHARTS_BUCKET}/charts/"
 if [[ "${DRY_RUN}" == 1 ]]; then

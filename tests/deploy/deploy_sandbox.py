@@ -44,7 +44,8 @@ _FAKE_CLI = """#!/bin/sh
 case "$1" in
   accounts) exec {real} "$@" ;;
   templates)
-    echo "$*|project=${{GOOGLE_CLOUD_PROJECT-}}|emulator=${{FIRESTORE_EMULATOR_HOST+set}}" >> {log}
+    seen="project=${{GOOGLE_CLOUD_PROJECT-}}|emulator=${{FIRESTORE_EMULATOR_HOST+set}}"
+    echo "$*|$seen|plan=${{CHART_IMG_PLAN-}}" >> {log}
     echo "templates sync: 3 template(s) created" ;;
   *) echo "fake worker-chart-export: unexpected: $*" >&2; exit 2 ;;
 esac

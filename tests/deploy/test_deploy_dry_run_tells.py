@@ -138,6 +138,14 @@ def test_a_private_bucket_has_no_public_binding_and_prevention_enforced(tmp_path
     assert run.config["PUBLIC_READ"] == "false"
 
 
+def test_the_plan_reaches_the_worker_and_the_templates_check(tmp_path: Path) -> None:
+    run = dry_run(tmp_path, CHART_IMG_PLAN="PRO")
+    worker = run.one("gcloud", "run", "deploy", "worker-chart-export")
+    assert "CHART_IMG_PLAN=PRO" in (flag(worker, "set-env-vars") or "").split(",")
+    [sync] = [c for c in run.commands if "templates" in c]
+    assert "CHART_IMG_PLAN=PRO" in sync[: sync.index("templates")]
+
+
 def refused(**overrides: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], **SAMPLE, **overrides}
     return subprocess.run(
@@ -149,6 +157,10 @@ def refused(**overrides: str) -> subprocess.CompletedProcess[str]:
     ("overrides", "message"),
     [
         ({"PUBLIC_READ": "no"}, "PUBLIC_READ must be true or false (contract §13.6: true), got 'no'"),
+        (
+            {"CHART_IMG_PLAN": "FREE"},
+            "CHART_IMG_PLAN must be BASIC, PRO, MEGA, ULTRA or ENTERPRISE, got 'FREE'",
+        ),
         (
             {"SECRET_VERSION": "latest"},
             "SECRET_VERSION must be a version number of chart-img-accounts, got 'latest'",

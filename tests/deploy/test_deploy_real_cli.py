@@ -40,7 +40,9 @@ def first(judge: GcloudJudge, tmp_path_factory: pytest.TempPathFactory) -> tuple
 def ran_through(deploy: Deploy) -> None:
     assert deploy.rejections == [], deploy.rejections
     assert deploy.code == 0, deploy.stderr[-3000:]
-    assert deploy.templates_syncs == [f"templates sync --dir chart-templates|project={PROJECT_ID}|emulator="]
+    assert deploy.templates_syncs == [
+        f"templates sync --dir chart-templates|project={PROJECT_ID}|emulator=|plan=BASIC"
+    ]
 
 
 def released_rules(deploy: Deploy) -> str:
