@@ -33,8 +33,9 @@ RULES_API=https://firebaserules.googleapis.com/v1
 RULES_RELEASE=cloud.firestore
 RULES_FILE=deploy/firestore.rules
 # Seconds to wait before trying again a call refused while IAM changes propagate (a grant or a
-# service account made a moment ago; in a new project up to 7 minutes): 5 more tries, 5 min 15 s.
-IAM_RETRY_DELAYS="${IAM_RETRY_DELAYS:-15 30 60 90 120}"
+# service account made a moment ago; usually under a minute): 4 more tries over 2 min 30 s, so a
+# role that is really missing is not waited on for long (the message then says to run it again).
+IAM_RETRY_DELAYS="${IAM_RETRY_DELAYS:-10 20 40 80}"
 
 DRY_RUN=0
 PRINT_CONFIG=0
