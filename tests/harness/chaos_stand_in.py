@@ -9,7 +9,8 @@ quota, the documented answers) plus, each a small control:
 - `throttle(window)`: every request hears 429 "Too Many Requests" before it is admitted (the
   gateway throttling the whole service: no key is to blame, no unit is spent);
 - `fault(status, window, delay)`: every admitted request (a unit spent) answered 500
-  "Something Went Wrong" or, after `delay`, 504 "External Request Timeout";
+  "Something Went Wrong" or, after `delay`, 504 "External Request Timeout" (as CHART-IMG's
+  gateway may, the 504 counts a unit); `fault(None, window)` ends that burst;
 - `exhaust(account, window)`: another client spends the key's day: "Limit Exceeded" from now;
 - `refuse_template(template, window)`: that template's requests draw 401 "Invalid Request";
 - `register_template(id, request)`: an edited template's request recognised as its id.
@@ -142,7 +143,9 @@ class ChaosState:
 
     refusing: str | None = None
     throttle: str | None = None
-    fault: tuple[int, str, float] | None = None  # (status, window, delay before answering)
+    faults: dict[str, tuple[int, float]] = dataclasses.field(
+        default_factory=dict
+    )  # window -> (status, delay)
     exhausted: dict[str, str] = dataclasses.field(default_factory=dict)  # account id -> window
     refused_templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template -> window
 
@@ -193,9 +196,13 @@ class ChaosChartImgServer(ChartImgServer):
         with self._lock:
             self.chaos.throttle = window
 
-    def fault(self, status: int | None, window: str = "", delay: float = 0.0) -> None:
+    def fault(self, status: int | None, window: str, delay: float = 0.0) -> None:
+        """Open a burst of `status` answers (the newest open burst answers), or close it (None)."""
         with self._lock:
-            self.chaos.fault = None if status is None else (status, window, delay)
+            if status is None:
+                self.chaos.faults.pop(window, None)
+            else:
+                self.chaos.faults[window] = (status, delay)
 
     def exhaust(self, account_id: str, window: str) -> None:
         """Another client spends the key's day: its quota is used up from now."""
@@ -261,15 +268,15 @@ class ChaosChartImgServer(ChartImgServer):
     def _answer(self, record: RecordedRequest, key: str, body: Mapping[str, Any]) -> _Reply:
         with self._lock:
             refused_by = self.chaos.refused_templates.get(record.template or "")
-            fault = self.chaos.fault
+            fault = next(reversed(self.chaos.faults.items()), None)
             if refused_by is not None:
                 self._tag(refused_by)
             elif fault is not None:
-                self._tag(fault[1])
+                self._tag(fault[0])
         if refused_by is not None:
             return _json_reply(401, documented_message(401, "Invalid Request"))
         if fault is not None:
-            status, _, delay = fault
+            status, delay = fault[1]
             self._stopping.wait(delay)
             return _json_reply(status, documented_message(status, _FAULT_WORDS.get(status)))
         reply = super()._answer(record, key, body)

@@ -19,7 +19,8 @@ BODY = {"symbol": "BINANCE:C0001USDT", "interval": "1h", "width": 800, "height":
 
 @pytest.fixture
 def server() -> Iterator[ChaosChartImgServer]:
-    stand_in = ChaosChartImgServer().start()
+    stand_in = ChaosChartImgServer()
+    stand_in.start()
     try:
         yield stand_in
     finally:
@@ -103,7 +104,7 @@ def test_a_fault_burst_answers_every_admitted_request_and_spends_its_unit(
     answer = post(client, key)
     assert (answer.status_code, answer.json()) == (status, {"message": words})
     assert server.account_usage()[0]["used"] == 1  # as CHART-IMG's gateway may count it
-    apply_control(server, {"action": "fault", "status": None})
+    apply_control(server, {"action": "fault", "status": None, "window": f"fault_{status}#1"})
     assert post(client, key).status_code == 200
     assert [r["chaos"] for r in server.request_log()] == [f"fault_{status}#1", None]
 
@@ -143,3 +144,19 @@ def test_a_refused_template_draws_401_and_an_edited_one_is_recognised(
 def test_an_unknown_control_is_refused_by_name(server: ChaosChartImgServer) -> None:
     with pytest.raises(ValueError, match="'explode'"):
         apply_control(server, {"action": "explode"})
+
+
+def test_overlapping_bursts_answer_by_the_newest_open_one(
+    server: ChaosChartImgServer, client: httpx.Client
+) -> None:
+    key = server.add_account("a1")
+    server.fault(500, "fault_500#1")
+    server.fault(504, "fault_504#1")
+    server.fault(None, "fault_504#1")
+    assert post(client, key).status_code == 500
+    server.fault(504, "fault_504#2")
+    assert post(client, key).status_code == 504
+    server.fault(None, "fault_500#1")
+    server.fault(None, "fault_504#2")
+    assert post(client, key).status_code == 200
+    assert [r["chaos"] for r in server.request_log()] == ["fault_500#1", "fault_504#2", None]
