@@ -85,17 +85,14 @@ def accounts() -> list[StandInAccount]:
     return made
 
 
-def templates_folder(folder: Path) -> list[str]:
+def templates_folder(folder: Path) -> None:
     """The bundled templates and the refused one (another width, so CHART-IMG tells it apart)."""
-    ids = []
     for path in sorted(TEMPLATES_DIR.glob("*.json")):
         shutil.copy(path, folder / path.name)
-        ids.append(path.stem)
     refused = json.loads((TEMPLATES_DIR / "momentum_rsi_macd_v1.json").read_text(encoding="utf-8"))
     refused.update(id=REFUSED_TEMPLATE, description="Refused by CHART-IMG with 401 (issue 27)")
     refused["request"] = {**refused["request"], "width": 720}
     (folder / f"{REFUSED_TEMPLATE}.json").write_text(json.dumps(refused, indent=2), encoding="utf-8")
-    return ids
 
 
 @dataclass
@@ -197,21 +194,27 @@ def judge_charts(stack: ChaosStack, steps: list[Step], figures: Figures) -> None
                 figures.wrong.append(f"{step.run_id}/{template}")
 
 
+def schedule_for(seed: int, profile: Profile, instances: int = FleetConfig.instances) -> Schedule:
+    """The schedule of `seed` for this benchmark's accounts and templates."""
+    template_ids = [path.stem for path in sorted(TEMPLATES_DIR.glob("*.json"))]
+    return build_schedule(
+        seed,
+        profile,
+        accounts=[a.account_id for a in accounts()],
+        templates=template_ids,
+        refused_template=REFUSED_TEMPLATE,
+        instances=instances,
+    )
+
+
 def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | None = None) -> Figures:
     """One chaos run on a fresh fleet: the schedule of `seed`, the traffic, the settling, the count."""
     config = config or FleetConfig()
     folder = log_dir / "templates"
     folder.mkdir(parents=True, exist_ok=True)
-    template_ids = templates_folder(folder)
+    templates_folder(folder)
     made = accounts()
-    schedule = build_schedule(
-        seed,
-        profile,
-        accounts=[a.account_id for a in made],
-        templates=template_ids,
-        refused_template=REFUSED_TEMPLATE,
-        instances=config.instances,
-    )
+    schedule = schedule_for(seed, profile, config.instances)
     load_before = load_average()
     stack = ChaosStack(config, made, folder, log_dir)
     with stack:
@@ -247,18 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     profile = SHORT if args.short else FULL
     passed = True
     for seed in args.seed or [1]:
+        print(f"schedule of seed {seed} ({profile.name}, {profile.duration:.0f} s, {profile.runs} runs):")
+        print("\n".join(f"  {line}" for line in schedule_for(seed, profile).describe()))
         if args.print_schedule:
-            template_ids = [p.stem for p in sorted(TEMPLATES_DIR.glob("*.json"))]
-            ids = [a.account_id for a in accounts()]
-            built = build_schedule(
-                seed,
-                profile,
-                accounts=ids,
-                templates=template_ids,
-                refused_template=REFUSED_TEMPLATE,
-                instances=3,
-            )
-            print("\n".join(built.describe()))
             continue
         log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"bench-chaos-{seed}-"))
         figures = run_chaos(seed, profile, log_dir / f"seed{seed}")

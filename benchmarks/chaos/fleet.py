@@ -66,7 +66,7 @@ class FleetConfig:
     finalize_budget: float = 8.0
     chart_img_timeout: float = 10.0
     reaper_interval: float = 3.0  # Cloud Scheduler's, compressed as the schedule is
-    latency: float = 0.2  # the stand-in's, per chart
+    latency: float = 0.5  # the stand-in's, per chart: steps last long enough for a kill to meet one
 
 
 @dataclass
