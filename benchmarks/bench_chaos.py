@@ -150,7 +150,7 @@ def count(
     steps = read_steps(stack, traffic.created)
     figures.statuses = Counter(step.status for step in steps)
     figures.stuck = [f"{s.run_id} {s.status}" for s in steps if s.status in (*UNFINISHED, "MISSING")]
-    figures.stuck += traffic.errors
+    figures.producer_errors = traffic.errors
     figures.units = units_by_key(stack)
     calls = stack.stand_in.requests()
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
@@ -163,6 +163,9 @@ def count(
     )
     judge_charts(stack, steps, figures)
     figures.eventarc = stack.eventarc.summary()
+    figures.reaper["passes"] = len(stack.reaper_reports)
+    for reaped in stack.reaper_reports:
+        figures.reaper.update(reaped.get("counts", {}))
     now = datetime.now(UTC)
     figures.set_aside_end = {
         key: f"{reason} until {until:%H:%M:%S}" if until else reason
@@ -223,11 +226,14 @@ def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | 
         traffic = Traffic(stack, schedule, f"chaos{seed}_{uuid.uuid4().hex[:6]}")
         watch = KeyWatch(stack).start()
         origin = time.monotonic()
-        conductor.start(origin)
-        traffic.run(origin)
-        conductor.finish()
-        settle(stack, traffic, profile.settle_seconds)
-        watch.stop()
+        try:
+            conductor.start(origin)
+            traffic.run(origin)
+            conductor.finish()
+            settle(stack, traffic, profile.settle_seconds)
+        finally:
+            conductor.stop()
+            watch.stop()
         figures = count(stack, schedule, traffic, conductor, watch)
         figures.wall = time.monotonic() - origin
     figures.load = f"{load_before} -> {load_average()}"

@@ -20,7 +20,7 @@ from chaos.eventarc import RESET
 from chaos.fleet import ChaosStack, Incarnation
 from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read_from
 from chaos.schedule import Kind, PlannedRun
-from harness.chaos_stand_in import digest_in_png
+from harness.png_digest import digest_in_png
 from worker_chart_export.core.account_status import moment_of
 from worker_chart_export.core.plans import plan_named
 from worker_chart_export.core.usage import COOL_UNTIL, DISABLED, EXHAUSTED_UNTIL, window_start

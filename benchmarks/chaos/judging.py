@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from harness.chaos_stand_in import body_digest
+from harness.png_digest import body_digest
 from worker_chart_export.core.chart_request import build_request_body
 
 TEMPLATE_CACHE_SECONDS = 300.0

@@ -30,6 +30,8 @@ class Figures:
     set_aside_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     failed: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # run -> (code, windows)
     conductor_errors: list[str] = field(default_factory=list)
+    producer_errors: list[str] = field(default_factory=list)  # runs the producer could not create
+    reaper: Counter[str] = field(default_factory=Counter)  # passes answered 200, outcomes over them
     load: str = ""
     wall: float = 0.0
 
@@ -112,7 +114,7 @@ def report(f: Figures) -> list[str]:
         f"worker events: {dict(sorted(worker.items()))}",
         f"advance_flow events: {dict(sorted(advance.items()))}",
         f"HTTP 5xx answered {worker['5xx'] + advance['5xx']}, dead-lettered "
-        f"{worker['dead-lettered'] + advance['dead-lettered']}",
+        f"{worker['dead-lettered'] + advance['dead-lettered']}; reaper {dict(sorted(f.reaper.items()))}",
         f"keys really exhausted (stand-in): {', '.join(f.really_exhausted) or 'none'}",
         "keys set aside (seconds during the run): "
         + (", ".join(f"{k} {dict(v)}" for k, v in sorted(f.set_aside_seconds.items()) if v) or "none"),
@@ -125,4 +127,5 @@ def report(f: Figures) -> list[str]:
     for run, (code, windows) in sorted(f.failed.items())[:12]:
         lines.append(f"  {run}: {code} <- {', '.join(windows) or 'UNEXPLAINED'}")
     lines += [f"conductor: {error}" for error in f.conductor_errors]
+    lines += [f"producer: {error}" for error in f.producer_errors]
     return lines

@@ -31,21 +31,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import socket
-import struct
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from harness.chart_img_server import (
-    PNG,
     ChartImgServer,
     RecordedRequest,
     _Account,
@@ -57,44 +53,15 @@ from harness.chart_img_server import (
     parse_account_spec,
     register_templates_from,
 )
+from harness.png_digest import body_digest, png_with_digest
 
-DIGEST_KEYWORD = b"request-sha256"
 THROTTLED = "Too Many Requests"
 
 
-def body_digest(body: Mapping[str, Any]) -> str:
-    """sha256 of the body as canonical JSON (keys sorted, no spaces): what the PNG carries."""
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def png_with_digest(digest: str, png: bytes = PNG) -> bytes:
-    """`png` with a tEXt chunk `request-sha256` = digest, just before its IEND."""
-    iend = png.rindex(b"IEND") - 4  # the chunk's length field
-    return png[:iend] + _chunk(b"tEXt", DIGEST_KEYWORD + b"\0" + digest.encode("ascii")) + png[iend:]
-
-
-def digest_in_png(png: bytes) -> str | None:
-    """The `request-sha256` tEXt of a PNG, or None (not a PNG, or no such chunk)."""
-    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
-        return None
-    at = 8
-    while at + 8 <= len(png):
-        (length,) = struct.unpack(">I", png[at : at + 4])
-        kind, data = png[at + 4 : at + 8], png[at + 8 : at + 8 + length]
-        keyword, _, text = data.partition(b"\0")
-        if kind == b"tEXt" and keyword == DIGEST_KEYWORD:
-            return text.decode("ascii", "replace")
-        at += 12 + length
-    return None
-
-
 class _Connections:
-    """The chart port's open connections, and which are between requests (idle)."""
+    """The chart port's open connections, and which are between requests (idle). A request
+    whose bytes arrive on an idle connection in the instant it is shut is lost unanswered
+    (the client sees the connection closed, not refused): the one race of a refusal window."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

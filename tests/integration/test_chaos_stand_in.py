@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.chaos_stand_in import ChaosChartImgServer, apply_control, body_digest, digest_in_png
+from harness.chaos_stand_in import ChaosChartImgServer, apply_control
 from harness.chart_img_server import PATH
+from harness.png_digest import body_digest, digest_in_png
 
 BODY = {"symbol": "BINANCE:C0001USDT", "interval": "1h", "width": 800, "height": 600, "theme": "dark"}
 
