@@ -58,7 +58,7 @@ from chaos.counting import (  # noqa: E402
 )
 from chaos.fleet import ChaosStack, FleetConfig  # noqa: E402
 from chaos.schedule import FULL, SHORT, Kind, PlannedRun, Profile, Schedule, build_schedule  # noqa: E402
-from chaos.targets import Figures, checks, report  # noqa: E402
+from chaos.targets import Figures, checks, really_exhausted, report  # noqa: E402
 
 from e2e.multi_instance import StandInAccount  # noqa: E402
 from harness.builders import TEMPLATES_DIR, chart_step_for, flow_run  # noqa: E402
@@ -156,11 +156,7 @@ def count(
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
     figures.answers = Counter(f"{c['status']} {c.get('message') or ''}".strip() for c in calls)
     figures.calls_by_window = Counter(str(c["chaos"]).split("#")[0] for c in calls if c.get("chaos"))
-    figures.really_exhausted = sorted(
-        a["account_id"]
-        for a in stack.stand_in.accounts()
-        if a["quota"] is not None and a["used"] >= a["quota"]
-    )
+    figures.really_exhausted = really_exhausted(stack.stand_in.accounts(), figures.calls)
     judge_charts(stack, steps, figures)
     figures.eventarc = stack.eventarc.summary()
     figures.reaper["passes"] = len(stack.reaper_reports)

@@ -164,7 +164,9 @@ class ChaosStack(LocalStack):
         }
 
     def _front_end(self) -> Eventarc:
-        timeout = self.config.request_timeout + 10.0  # Cloud Run cuts a request at its timeout
+        # Cloud Run cuts a request at its timeout; the worker ends its own before: a margin, so
+        # only an instance that hangs (a paused Firestore under it) meets this one
+        timeout = self.config.request_timeout + 10.0
         workers = [Instance(name, port) for name, port in self._worker_ports.items()]
         advance = Instance("advance_flow", self.functions[ADVANCE_TARGET].port)
         return Eventarc(

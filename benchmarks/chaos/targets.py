@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 CALLS_PER_CHART = 1.05
 
@@ -129,3 +130,13 @@ def report(f: Figures) -> list[str]:
     lines += [f"conductor: {error}" for error in f.conductor_errors]
     lines += [f"producer: {error}" for error in f.producer_errors]
     return lines
+
+
+def really_exhausted(usage: list[dict[str, Any]], calls: dict[str, int]) -> list[str]:
+    """Keys whose day is really used up: by the stand-in's own count (another client's units,
+    or our admitted calls), or by our calls (each one a unit, as the first target counts)."""
+    return sorted(
+        a["account_id"]
+        for a in usage
+        if a["quota"] is not None and max(a["used"], calls.get(a["account_id"], 0)) >= a["quota"]
+    )

@@ -13,7 +13,7 @@ from harness.builders import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
-from chaos.targets import Figures, checks
+from chaos.targets import Figures, checks, really_exhausted
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OLD = Version(T0, {"width": 800, "theme": "dark"})
@@ -104,3 +104,14 @@ def test_each_target_can_be_missed() -> None:
     assert failed_targets(figures(set_aside_end={"b": "cooling until 12:00:03"})) == []
     assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", [])})) == ["every FAILED"]
     assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", ["refuse#1"])})) == []
+
+
+def test_a_key_is_really_exhausted_by_the_stand_ins_count_or_by_our_calls() -> None:
+    usage = [
+        {"account_id": "spent", "used": 50, "quota": 50},  # another client, or our admitted calls
+        {"account_id": "called", "used": 44, "quota": 50},  # 50 calls, 6 of them throttled
+        {"account_id": "left", "used": 44, "quota": 50},
+        {"account_id": "unlimited", "used": 900, "quota": None},
+    ]
+    calls = {"spent": 12, "called": 50, "left": 49, "unlimited": 900}
+    assert really_exhausted(usage, calls) == ["called", "spent"]
