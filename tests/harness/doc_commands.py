@@ -253,6 +253,8 @@ def cli_parse_problem(arguments: Sequence[str]) -> str | None:
 
 def _key_files_not_ignored(words: Sequence[str], root: Path) -> Iterator[str]:
     for name in key_files_named(words):
+        if name.startswith(("~", "/", "../", "$")):
+            continue  # outside the checkout: no git to keep it from
         if not is_ignored(name, root):
             yield f"{name} holds API keys but .gitignore does not cover it"
 

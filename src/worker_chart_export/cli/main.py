@@ -15,6 +15,7 @@ from typing import Any
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.cli.accounts import add_accounts_command
 from worker_chart_export.cli.flow import add_flow_commands
+from worker_chart_export.cli.output import redacted_output
 from worker_chart_export.cli.run_local import add_run_local_command, flags_given
 from worker_chart_export.cli.surface import (
     EXIT_INTERRUPTED,
@@ -134,6 +135,17 @@ def _add_templates_command(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a mistake: one line, exit 2
+    if args.command in _NOT_REDACTED:
+        return _run(args)
+    with redacted_output():  # what the command prints: no form of a key (cli/output.py)
+        return _run(args)
+
+
+# serve prints log lines only (logs.py redacts them) and stack a live view of statuses
+_NOT_REDACTED = frozenset({"serve", "stack"})
+
+
+def _run(args: argparse.Namespace) -> int:
     where = str(args.where)
     try:
         return int(args.run(args))

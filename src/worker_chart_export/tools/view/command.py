@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export import known_keys
 from worker_chart_export.cli.surface import EXIT_OK, EXIT_USAGE, USAGE_MEANING, add_command
 from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.outcome import step_status
@@ -60,7 +61,9 @@ def view_manifest(
     """Render the run's page and write it; raises ViewInputError on input that cannot be used."""
     run = load_run(source)
     state = _read_state(flow_run_state, run) if flow_run_state is not None else None
-    page = render_page(run.manifest, run.images, source=run.source, state=state)
+    page = render_page(
+        run.manifest, run.images, source=run.source, state=state, redaction=known_keys.redaction()
+    )
     page_path = out if out is not None else default_page_path(run)
     try:
         page_path.parent.mkdir(parents=True, exist_ok=True)
