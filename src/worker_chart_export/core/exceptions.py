@@ -39,7 +39,7 @@ again is the service's decision (service/execute.py, service/finalize.py), and i
 the function's (functions/main.py). The codes recorded on a step are core/error_codes.py's.
 
 Two tools keep their own exceptions, beside the code that raises and catches them:
-`StackError` (tools/devstack/processes.py; `stack up` exits 1) and `ViewInputError`
+`StackError` (tools/devstack/processes.py; `stack up` exits 2, one line) and `ViewInputError`
 (tools/view/model.py; `view` exits 2). Neither crosses into the service or the functions, and
 nothing the served function imports needs them.
 Nothing here imports anything: the functions' no-op path imports this module.
