@@ -189,13 +189,14 @@ class LocalArtifactStore:
         return target.with_name(f".{target.name}.meta.json")
 
     def check_bucket(self) -> None:
-        folder = self.root / self.bucket
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BucketUnusable(f"bucket folder {folder} cannot be created: {exc.strerror}") from exc
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise BucketUnusable(f"bucket folder {folder} is not writable")
+        """The bucket folder, or the nearest folder it would be created in, takes our files;
+        nothing is created (a step refused before its claim writes nothing)."""
+        folder = (self.root / self.bucket).absolute()
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise BucketUnusable(f"bucket folder {folder} cannot be created: {existing} is not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise BucketUnusable(f"bucket folder {folder} cannot be written: {existing} is not writable")
 
     def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         target = self.local_path(object_path)

@@ -60,12 +60,12 @@ def test_the_first_bytes_are_read_and_a_missing_object_is_a_read_error(tmp_path:
         store.read_head("../../outside.png", 8)
 
 
-def test_the_bucket_check_creates_the_folder_and_refuses_one_it_cannot_write(tmp_path: Path) -> None:
+def test_the_bucket_check_creates_nothing_and_refuses_a_folder_it_could_not_create(tmp_path: Path) -> None:
     LocalArtifactStore(tmp_path / "out", "bkt").check_bucket()
-    assert (tmp_path / "out" / "bkt").is_dir()
+    assert not (tmp_path / "out").exists()  # it would be created by the first write
     (tmp_path / "file").write_text("x")
-    with pytest.raises(BucketUnusable, match="cannot be created"):
-        LocalArtifactStore(tmp_path / "file", "bkt").check_bucket()
+    with pytest.raises(BucketUnusable, match=r"cannot be created: .*file is not a folder"):
+        LocalArtifactStore(tmp_path / "file" / "deeper", "bkt").check_bucket()
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         (locked / "bkt").mkdir(parents=True)
