@@ -26,7 +26,7 @@ from worker_chart_export.adapters.gcs import (
     make_storage_client,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK
-from worker_chart_export.core.exceptions import ArtifactWriteError
+from worker_chart_export.core.exceptions import ArtifactWriteError, BucketUnusable
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -274,8 +274,10 @@ def test_missing_bucket_fails_at_once_naming_the_bucket(gcs_emulator: GcsEmulato
     sleep = SleepRecorder()
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), "no-such-bucket", clock=sleep)
 
-    with pytest.raises(ArtifactWriteError) as err:
+    with pytest.raises(BucketUnusable) as err:  # not a write that failed: nothing can be written
         store.create_png(PNG_PATH, PNG_A, metadata=META)
+    with pytest.raises(BucketUnusable, match="no-such-bucket"):
+        store.put_manifest(MANIFEST_PATH, b"{}", still_ours=lambda: True)
 
     message = str(err.value)
     assert "no-such-bucket" in message

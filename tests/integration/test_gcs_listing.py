@@ -135,7 +135,7 @@ def test_a_listing_refused_403_fails_at_once_saying_what_is_missing(
 
 def test_a_missing_bucket_fails_the_listing_naming_the_bucket(gcs_emulator: GcsEmulator) -> None:
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), "no-such-bucket", clock=FakeClock())
-    with pytest.raises(ArtifactListError) as refused:
+    with pytest.raises(BucketUnusable) as refused:  # not a saving missed: nothing can be stored
         store.list_objects(FOLDER)
     assert "bucket 'no-such-bucket' not found" in str(refused.value)
 

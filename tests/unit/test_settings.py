@@ -102,7 +102,5 @@ def test_a_finalize_budget_not_below_the_request_timeout_is_refused_as_deploy_sh
         assert f"must be below REQUEST_TIMEOUT_SECONDS ({timeout})" in str(caught.value)
         assert len(str(caught.value).splitlines()) == 1
     settings_environment(REQUEST_TIMEOUT_SECONDS="20")  # FINALIZE_BUDGET_SECONDS' default, 30
-    with pytest.raises(
-        ConfigError, match=r"FINALIZE_BUDGET_SECONDS: .*below REQUEST_TIMEOUT_SECONDS \(20\)"
-    ):
+    with pytest.raises(ConfigError, match=r"FINALIZE_BUDGET_SECONDS: .*below REQUEST_TIMEOUT_SECONDS \(20\)"):
         load_settings()

@@ -334,7 +334,10 @@ class GcsArtifactStore:
             # copy(): a fresh controller per call, so concurrent calls share no state
             self._retrying.copy()(attempt)
         except Exception as exc:
-            raise failure(self._failure_message(action, uri, exc, attempts)) from exc
+            message = self._failure_message(action, uri, exc, attempts)
+            if isinstance(exc, api_exceptions.NotFound) and action in ("writing", "listing"):
+                raise BucketUnusable(message) from exc  # the bucket is gone, not one object
+            raise failure(message) from exc
 
     def _failure_message(self, action: str, uri: str, exc: BaseException, attempts: int) -> str:
         kind = "transient error, retries exhausted" if is_transient(exc) else "not retried"

@@ -29,7 +29,8 @@
     │   │                        lookup): that chart is rendered anew, named in the WARNING
     │   ├── BucketUnusable ..... the charts bucket is missing, refuses us or cannot be reached:
     │   │                        `serve` exits 2 before serving (a ConfigError naming it); a step
-    │   │                        asks for a redelivery before its claim (StorageUnavailable)
+    │   │                        asks for a redelivery before its claim (StorageUnavailable), or,
+    │   │                        gone since, after it (RedeliverEvent: left to its lease)
     │   └── ClaimSuperseded .... the fence refused the manifest (our lease was taken back):
     │                            recorded on the step as STEP_LEASE_EXPIRED
     ├── InvalidManifestError ... the manifest breaks its schema, a defect: recorded on the step as

@@ -197,9 +197,17 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())
         return ctx.failed(validated)
-    reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
-    rendered = render_charts(ctx, validated, reuse)
-    return _write_manifest_and_decide(ctx, validated, rendered, claim)
+    try:
+        reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
+        rendered = render_charts(ctx, validated, reuse)
+        return _write_manifest_and_decide(ctx, validated, rendered, claim)
+    except BucketUnusable as exc:
+        # Gone since the check before the claim: nothing written is lost, and a FAILED step
+        # would end what a retry can finish. The reaper gives it back after its lease; until
+        # the bucket is back, its events answer 503 before any claim.
+        raise RedeliverEvent(
+            f"step {ctx.step_id} left to its lease: the charts bucket is gone: {exc}"
+        ) from exc
 
 
 def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:

@@ -93,7 +93,7 @@ class ArtifactStore(Protocol):
         object's own (core.reuse.png_metadata: the digest of the body it was rendered from,
         the claim that wrote it). Returns the gs:// URI.
 
-        Raises ArtifactWriteError after bounded retries.
+        Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
         """
         ...
 
@@ -103,7 +103,7 @@ class ArtifactStore(Protocol):
         metadata: at most one page, the adapter's LIST_PAGE_SIZE, so never more than one
         round trip, and no object is read.
 
-        Raises ArtifactListError after bounded retries.
+        Raises ArtifactListError after bounded retries; BucketUnusable when the bucket is gone.
         """
         ...
 
@@ -122,7 +122,7 @@ class ArtifactStore(Protocol):
         With `still_ours`, the write happens only while it answers True, and never over a
         version written after it was asked (a reaped execution that finishes late must not
         replace the newer execution's manifest): raises ClaimSuperseded otherwise.
-        Raises ArtifactWriteError after bounded retries.
+        Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
         """
         ...
 

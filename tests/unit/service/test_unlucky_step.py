@@ -86,6 +86,7 @@ class CheckedBucket:
 
     inner: LocalArtifactStore
     gone: bool = False
+    vanishes_after_check: bool = False  # deleted between the check and the writes
     checks: int = 0
 
     @property
@@ -102,6 +103,10 @@ class CheckedBucket:
 
     def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         assert not self.gone, "nothing may be written to a bucket found missing"
+        if self.vanishes_after_check:
+            raise BucketUnusable(
+                f"writing gs://bkt/{object_path} failed after 1 attempt: (bucket 'bkt' not found)"
+            )
         return self.inner.create_png(object_path, data, metadata=metadata)
 
     def list_objects(self, prefix: str, *, start_offset: str = "") -> Any:
@@ -236,3 +241,16 @@ def test_every_step_checks_its_bucket_once_before_its_claim(step: Step) -> None:
     step.execute()
     again = step.execute()  # a copy of the event: the step is no longer READY
     assert again.outcome == "NOOP" and step.bucket.checks == 2
+
+
+def test_a_bucket_gone_between_its_check_and_the_writes_leaves_the_step_to_its_lease(
+    step: Step, log_capture: LogCapture
+) -> None:
+    step.bucket.vanishes_after_check = True
+
+    with pytest.raises(RedeliverEvent, match="the charts bucket is gone") as redelivery:
+        step.execute()
+
+    assert not isinstance(redelivery.value, StorageUnavailable)  # claimed: a 500, not a 503
+    assert step.runs.finalizes == [] and step.state()["status"] == "RUNNING"  # never FAILED
+    assert log_capture.events("step crashed") == []
