@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from worker_chart_export import bundled
@@ -164,6 +164,19 @@ class Settings(BaseSettings):
 
         if value not in timezones():
             raise ValueError(f"{value!r} is not in CHART-IMG's Supported Timezone table (e.g. Etc/UTC)")
+        return value
+
+    @field_validator("finalize_budget_seconds")
+    @classmethod
+    def _below_the_request_timeout(cls, value: float, info: ValidationInfo) -> float:
+        # as deploy.sh refuses it: the step's budget would be nothing, every step failing
+        # with no call made (the request timeout is validated first, being declared first)
+        timeout = info.data.get("request_timeout_seconds")
+        if timeout is not None and value >= timeout:
+            raise ValueError(
+                f"must be below {REQUEST_TIMEOUT_SECONDS} ({timeout:g}): the step's budget is the "
+                "request timeout minus this"
+            )
         return value
 
     @field_validator("chart_img_base_url")

@@ -146,17 +146,14 @@ class LocalStack:
         self.gcs_url = f"http://127.0.0.1:{gcs_port}"
         self._function_env = self._build_function_env()
         # The JVM, the Go server and three Python processes start side by side: the functions
-        # connect to the emulators lazily, so their ports are all they need up front.
+        # connect to the emulators lazily, so their ports are all they need up front; only
+        # the worker waits for its bucket, which `serve` checks before it serves.
         _side_by_side(
             _warm_imports,
             lambda: services.start_firestore_emulator(self.supervisor, firestore_port, self._router_host),
-            lambda: services.start_fake_gcs(self.supervisor, gcs_port),
-            *(
-                partial(self.start_function, target)
-                for target in (ADVANCE_TARGET, WORKER_TARGET, REAPER_TARGET)
-            ),
+            partial(self._start_storage_then_worker, gcs_port),
+            *(partial(self.start_function, target) for target in (ADVANCE_TARGET, REAPER_TARGET)),
         )
-        services.create_bucket(self.gcs_url, self.bucket, self.project)
         self._sync_templates()  # before any event: the worker caches a missing template for minutes
         for trigger, (target, event_type) in TRIGGERS.items():
             self.router.route(trigger, f"127.0.0.1:{self.functions[target].port}")
@@ -215,6 +212,11 @@ class LocalStack:
             env[CHART_IMG_ACCOUNTS_JSON] = json.dumps([{"id": "stack", "apiKey": key}])
         env.update(self.options.extra_env)
         return env
+
+    def _start_storage_then_worker(self, gcs_port: int) -> None:
+        services.start_fake_gcs(self.supervisor, gcs_port)
+        services.create_bucket(self.gcs_url, self.bucket, self.project)
+        self.start_function(WORKER_TARGET)
 
     def start_function(self, target: str) -> Function:
         """Serve `target` in its own process; a restart keeps the port, so routes hold."""
