@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from google.cloud import storage
 
+from harness.firestore_emulator import free_port
 from harness.gcs_emulator import GcsEmulator
 from harness.logs import LogCapture
 from worker_chart_export import bootstrap
@@ -36,7 +37,7 @@ def serve(emulator: GcsEmulator, **env: str) -> subprocess.CompletedProcess[str]
         "STORAGE_EMULATOR_HOST": emulator.url,
         "GOOGLE_CLOUD_PROJECT": "test-project",
         "CHARTS_API_MODE": "mock",
-        "PORT": "0",
+        "PORT": str(free_port()),  # never bound: every case stops before serving
         **env,
     }
     return subprocess.run([SCRIPT, "serve"], capture_output=True, text=True, timeout=120, env=environment)
@@ -46,7 +47,7 @@ def test_serve_refuses_to_start_on_a_bucket_that_does_not_exist(gcs_emulator: Gc
     result = serve(gcs_emulator, CHARTS_BUCKET="no-such-charts-bucket")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith("worker-chart-export: error: CHARTS_BUCKET: bucket 'no-such-charts-bucket'")
+    assert line.startswith("worker-chart-export serve: error: CHARTS_BUCKET: bucket 'no-such-charts-bucket'")
     assert "not found" in line
     assert "serving the function" not in result.stdout  # nothing was served
 
@@ -63,7 +64,7 @@ def test_serve_refuses_a_finalize_budget_not_below_the_request_timeout(
     )
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith("worker-chart-export: error: FINALIZE_BUDGET_SECONDS: ")
+    assert line.startswith("worker-chart-export serve: error: FINALIZE_BUDGET_SECONDS: ")
     assert f"must be below REQUEST_TIMEOUT_SECONDS ({timeout})" in line
 
 

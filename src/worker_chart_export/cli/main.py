@@ -169,12 +169,13 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env)
-    # a ConfigError stops here (exit 2, nothing served), naming the environment variable
-    summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
     port = args.port if args.port is not None else settings.port
+    # the port first: a local check, before the bucket's round trips
     problem = listen_problem(args.host, port)
     if problem is not None:  # gunicorn would retry for 5 s, then exit 1 with ten lines
         raise UsageError(problem)
+    # a ConfigError stops here (exit 2, nothing served), naming the environment variable
+    summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
     get_logger().info("serving the function", target=args.target, port=port, **summary)
     if args.target == FUNCTION_TARGET:
         _schedule_warm_up()
