@@ -5,7 +5,8 @@ A key becomes known where the process is handed it: `adapters/accounts_config.pa
 the `AccountLimiter` that sends it. From then on every exit redacts it in every form
 (core/redaction.py): log lines (logs.py), CHART-IMG's words as they arrive
 (adapters/chart_img/http.py), the reasons the usage stores record, a step's error and the
-manifest's failures, the CLI's output and the view page. Keys are only ever added: a key
+manifest's failures, the CLI's output (the served process's streams too), the served
+process's HTTP answers (functions/serve.py) and the view page. Keys are only ever added: a key
 once held stays redacted for the life of the process.
 """
 

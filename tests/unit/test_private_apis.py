@@ -77,6 +77,16 @@ def _check_threads_variable(probe: Probe) -> None:
     assert application.cfg.threads == 7, f"THREADS=7 gave {application.cfg.threads} threads"
 
 
+def _check_gunicorn_write_error(_: Probe) -> None:
+    from gunicorn import util
+    from gunicorn.workers.base import Worker
+
+    parameters = [name for name, *_ in _parameters(util.write_error)]
+    assert parameters == ["sock", "status_int", "reason", "mesg"], f"write_error{parameters}"
+    calls = inspect.getsource(Worker.handle_error)
+    assert "util.write_error(" in calls, "Worker.handle_error no longer writes its page by util.write_error"
+
+
 # --- google-cloud-firestore: adapters/firestore/client.py's BoundedTransaction overrides
 # Transaction._begin, _rollback and _commit (the library takes no retry or timeout for them)
 
@@ -211,6 +221,11 @@ RELIANCES = [
         "functions_framework._http.gunicorn.GunicornApplication reading $THREADS",
         "settings.py `threads` (sizes the connection pool), deploy.sh (THREADS = Cloud Run's concurrency)",
         _check_threads_variable,
+    ),
+    Reliance(
+        "gunicorn.util.write_error(sock, status_int, reason, mesg), called by Worker.handle_error",
+        "functions/serve.py _redact_server_errors (the page of a request gunicorn refused, redacted)",
+        _check_gunicorn_write_error,
     ),
     Reliance(
         "google.cloud.firestore_v1.Transaction._begin/_rollback/_commit (signatures and bodies)",

@@ -15,7 +15,7 @@ from typing import Any
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.cli.accounts import add_accounts_command
 from worker_chart_export.cli.flow import add_flow_commands
-from worker_chart_export.cli.output import redacted_output
+from worker_chart_export.cli.output import redacted_output, unwrapped
 from worker_chart_export.cli.run_local import add_run_local_command, flags_given
 from worker_chart_export.cli.surface import (
     EXIT_INTERRUPTED,
@@ -141,8 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
 
 
-# serve prints log lines only (logs.py redacts them) and stack a live view of statuses
-_NOT_REDACTED = frozenset({"serve", "stack"})
+# stack prints a live view of statuses. serve is redacted like the rest: not only logs.py's
+# lines leave through its streams, but gunicorn's, Flask's, a library's warning or traceback
+_NOT_REDACTED = frozenset({"stack"})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -168,7 +169,8 @@ def serve(args: argparse.Namespace) -> int:
     from worker_chart_export.functions.serve import listen_problem, run_server
 
     settings = load_settings()
-    configure_logging(service=SERVICE_NAME, env=settings.env)
+    # logs.py redacts its lines itself; gunicorn's, Flask's and the rest pass the wrapped streams
+    configure_logging(service=SERVICE_NAME, env=settings.env, stream=unwrapped(sys.stdout))
     port = args.port if args.port is not None else settings.port
     # the port first: a local check, before the bucket's round trips
     problem = listen_problem(args.host, port)

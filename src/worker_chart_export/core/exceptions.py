@@ -12,9 +12,9 @@
     │   └── UndecodableValue ... a value Firestore never writes: a PoisonEvent naming it, HTTP 200
     ├── StoreError ............. raised by adapters: a store could not do what a port asked
     │   ├── TransientStoreError  worth another try (an outage, contention given up on): the claim:
-    │   │   │                    RedeliverEvent; templates: recorded on the step as
-    │   │   │                    FIRESTORE_UNAVAILABLE (nothing paid yet); the manifest's fence:
-    │   │   │                    RedeliverEvent, never a FAILED step (the retry reuses the PNGs);
+    │   │   │                    RedeliverEvent; templates: RedeliverEvent (read before the claim:
+    │   │   │                    nothing claimed; after it: the step keeps its lease); the manifest's
+    │   │   │                    fence: RedeliverEvent, never a FAILED step (the retry reuses the PNGs);
     │   │   │                    the finalize: retried within its budget, then FinalizeFailed; a quota
     │   │   │                    reservation: the chart's CHART_API_FAILED; advance_flow: HTTP 500;
     │   │   │                    the reaper: HTTP 503; the CLI's Firestore commands: exit 2
@@ -37,8 +37,8 @@
     │                            WORKER_INTERNAL_ERROR, then HTTP 500
     └── RedeliverEvent ......... the service's decision: HTTP 500 and one ERROR line, so Eventarc
         │                        delivers the event again; run-local: exit 1. Also a claimed
-        │                        step whose manifest fence met a transient store error: it
-        │                        keeps its lease, and the reaper makes it READY again
+        │                        step whose manifest fence or template read met a transient
+        │                        store error: it keeps its lease, and the reaper makes it READY again
         ├── FinalizeFailed ..... the step's result could not be recorded within the finalize budget
         └── StorageUnavailable . the bucket cannot store what the step would pay for: HTTP 503,
                                  nothing claimed, no CHART-IMG call

@@ -16,10 +16,6 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:_CAUSE_CHARS]}"
 
 
-def templates_unreadable(exc: Exception) -> StepError:
-    return StepError(ErrorCode.FIRESTORE_UNAVAILABLE, f"chart templates could not be read: {exc}")
-
-
 def manifest_write_failed(
     exc: Exception, *, items_count: int, failures_count: int, min_images: int
 ) -> StepError:

@@ -5,8 +5,9 @@ functions-framework 3.10 builds a Flask app and runs it under gunicorn on Linux 
 process, `gthread` worker with `$THREADS` threads, default 4 per CPU), so concurrent events
 are handled concurrently; where gunicorn is unavailable it falls back to Flask's server.
 
-`install_request_logging` puts two things around that app, so every request leaves at least
-one structured log line and nothing answers with a plain-text traceback:
+`install_request_logging` puts three things around that app, so every request leaves at least
+one structured log line, nothing answers with a plain-text traceback and no answer carries a
+form of an API key the process holds:
 - `RequestLogMiddleware` (WSGI): opens the request's log scope with its trace (`traceparent`,
   `X-Cloud-Trace-Context`, or the binary-mode CloudEvent's `ce-traceparent`) and, when
   nothing was logged by the time the answer is ready (a 405, functions-framework's own 400
@@ -15,7 +16,11 @@ one structured log line and nothing answers with a plain-text traceback:
   the request (the cloudevents SDK on deep JSON, bytes that are not UTF-8, a JSON array as
   a structured event): the request can never succeed, so it is answered 400 with one
   WARNING line. An exception our function let escape is a 500 (Eventarc redelivers) with
-  one ERROR line.
+  one ERROR line;
+- the redaction of every answer (`known_keys`, core/redaction.py): an error's description
+  before werkzeug escapes it into HTML (ours quotes the exception, functions-framework's own
+  400 quotes the whole request, headers and body), then every body Flask sends (the reaper's
+  JSON too) as the last net. A body without a key costs one sieve.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export import logs
+from worker_chart_export import known_keys, logs
 
 FUNCTION_TARGET = "on_flow_run_updated"
 SIGNATURE_TYPE = "cloudevent"
@@ -61,12 +66,25 @@ def create_function_app(target: str = FUNCTION_TARGET, signature_type: str | Non
 
 
 def install_request_logging(app: Any) -> None:
-    """Idempotent: wraps the Flask `app` with the middleware and the error handler."""
+    """Idempotent: wraps the Flask `app` with the middleware, the error handler and the
+    redaction of every answer."""
     if app.extensions.get(_INSTALLED):
         return
     app.extensions[_INSTALLED] = True
     app.register_error_handler(Exception, _answer_exception)
+    app.after_request(_redacted_answer)
     app.wsgi_app = RequestLogMiddleware(app.wsgi_app)
+
+
+def _redacted_answer(response: Any) -> Any:
+    """Flask's last step for every answer (an error handler's too): the body redacted."""
+    if response.is_streamed or response.direct_passthrough:
+        return response  # none of ours: a body that is a file or a generator is sent as it is
+    body = response.get_data()
+    redacted = known_keys.redaction().content(body)
+    if redacted is not body:
+        response.set_data(redacted)  # Content-Length follows
+    return response
 
 
 class RequestLogMiddleware:
@@ -106,10 +124,13 @@ def _answer_exception(exc: Exception) -> Any:
     """Flask's handler for any exception a view raised (HTTP errors pass through)."""
     from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
 
+    redaction = known_keys.redaction()
     if isinstance(exc, HTTPException):
+        if exc.description:  # functions-framework's 400 quotes the request: before HTML escaping
+            exc.description = redaction.text(exc.description)
         return exc
     request = logs.current_request()
-    reason = _excerpt(f"{type(exc).__name__}: {exc}")
+    reason = _excerpt(redaction.text(f"{type(exc).__name__}: {exc}"))
     from flask import request as flask_request
 
     summary = _request_summary(flask_request.environ)
@@ -153,9 +174,32 @@ def run_server(
     """
     from functions_framework._http import create_server
 
+    _redact_server_errors()
     options: dict[str, Any] = {} if threads is None else {"threads": threads}
     server = create_server(create_function_app(target), debug=False, **options)  # type: ignore[no-untyped-call]
     server.run(host, port)
+
+
+def _redact_server_errors() -> None:
+    """gunicorn answers a request it cannot parse on its own, quoting what it refused (the
+    request line, a header) in its error page: that page is redacted too, before gunicorn
+    escapes it into HTML. Idempotent; the forked worker inherits it. Relies on
+    `gunicorn.util.write_error` (tests/unit/test_private_apis.py)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gunicorn") is None:
+        return  # functions-framework serves with Flask's server: every answer is Flask's
+    from gunicorn import util  # type: ignore[import-untyped]
+
+    write_error: Any = util.write_error
+    if getattr(write_error, "redacted", False):
+        return
+
+    def redacted_write_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+        write_error(sock, status_int, reason, known_keys.redaction().text(mesg))
+
+    redacted_write_error.redacted = True  # type: ignore[attr-defined]
+    util.write_error = redacted_write_error
 
 
 def listen_problem(host: str, port: int) -> str | None:

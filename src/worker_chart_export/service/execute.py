@@ -2,13 +2,13 @@
 
 The CloudEvent function and `run-local` both call it; they differ only in the ports they
 pass. Guarantee: once the claim succeeded, the step is finalized SUCCEEDED or FAILED, or the
-invocation fails loudly (a RedeliverEvent: the finalize or the manifest's fence met a store
-outage) and the step keeps its lease for the reaper — never left RUNNING silently by our
-fault, and never FAILED for a transient store error once charts are paid for.
+invocation fails loudly (a RedeliverEvent: the finalize, the manifest's fence or a late
+template read met a store outage) and the step keeps its lease for the reaper — never left
+RUNNING silently by our fault, and never FAILED for a transient store error.
 
-The story: check the bucket -> claim -> read templates -> validate -> reuse what an earlier
-execution wrote -> render the rest concurrently -> write the manifest -> decide -> finalize
-(retried in its budget).
+The story: check the bucket -> read templates (service/step_templates.py) -> claim ->
+validate -> reuse what an earlier execution wrote -> render the rest concurrently -> write
+the manifest -> decide -> finalize (retried in its budget).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from worker_chart_export.core.types import (
     StepFinal,
     StepStatus,
 )
-from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
+from worker_chart_export.core.validation import ValidatedStep, validate_step
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
@@ -64,6 +64,7 @@ from worker_chart_export.service.step_context import (
     new_claim_token,
     step_report,
 )
+from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
 __all__ = ["StepReport", "execute_step"]
 
@@ -99,6 +100,7 @@ def execute_step(
             log,
         )
         _check_bucket(ctx)
+        templates = read_before_claim(ctx, seen)  # a blip: a redelivery, nothing claimed
         began = clock.monotonic()
         claim = _claim(ctx, seen)
         claim_ms = round((clock.monotonic() - began) * 1000, 1)
@@ -110,7 +112,7 @@ def execute_step(
             flowKey=claim.flow_run.get("flowKey"),
             durationMs=claim_ms,
         )
-        result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim)
+        result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim, templates)
         written = finalize(ctx, result.final)
         _log_completed(ctx, result, written)
         return step_report(ctx, result, finalized=written)
@@ -164,13 +166,14 @@ def _noop(ctx: StepContext, claim: ClaimOutcome, claim_ms: float) -> StepReport:
 
 
 def _run_claimed_or_record_crash(
-    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
+    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, templates: TemplatesRead | None
 ) -> StepResult:
     try:
-        return _run_claimed(ctx, flow_run, claim)
+        return _run_claimed(ctx, flow_run, claim, templates)
     except RedeliverEvent:
-        # A store blip where a result would be recorded: nothing to record, the step is left
-        # to its lease (never a FAILED step for what a retry can finish).
+        # A store blip in the claimed step (a late template read, the manifest's fence, the
+        # bucket gone): nothing to record, the step is left to its lease (never a FAILED step
+        # for what a retry can finish).
         ctx.budget.cancel()
         raise
     except BaseException as exc:
@@ -182,17 +185,15 @@ def _run_claimed_or_record_crash(
         raise
 
 
-def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None) -> StepResult:
+def _run_claimed(
+    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, read: TemplatesRead | None
+) -> StepResult:
     step = steps_of(flow_run).get(ctx.step_id) or {}
-    try:
-        templates = ctx.ports.templates.get_templates(requested_template_ids(step))
-    except TransientStoreError as exc:
-        return ctx.failed(step_failures.templates_unreadable(exc))
     validated = validate_step(
         flow_run,
         ctx.run_id,
         ctx.step_id,
-        templates,
+        templates_of(ctx, step, read),  # read now only what was not read before the claim
         default_timezone=ctx.limits.default_timezone,
         plan=ctx.limits.plan,
     )

@@ -12,13 +12,6 @@ from worker_chart_export.core.types import StepFinal, StepStatus
 CAUSE = OSError("HTTP 503 after 4 attempts")
 
 
-def test_templates_unreadable_is_firestore_unavailable_with_the_cause() -> None:
-    assert step_failures.templates_unreadable(CAUSE).to_dict() == {
-        "code": "FIRESTORE_UNAVAILABLE",
-        "message": "chart templates could not be read: HTTP 503 after 4 attempts",
-    }
-
-
 def test_manifest_write_failed_counts_what_the_manifest_would_have_held() -> None:
     error = step_failures.manifest_write_failed(CAUSE, items_count=3, failures_count=1, min_images=2)
     assert error.to_dict() == {

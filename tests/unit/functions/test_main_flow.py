@@ -16,10 +16,13 @@ import pytest
 from flask.testing import FlaskClient
 
 from harness.logs import LogCapture
+from harness.secret_scan import key_forms, leaks
+from worker_chart_export import known_keys
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
+from worker_chart_export.core.redaction import REDACTED
 from worker_chart_export.functions.serve import create_function_app
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
@@ -240,11 +243,12 @@ class FakeLeaseReaper:
     leases: list[ExpiredLease] = field(default_factory=list)
     fails: bool = False
     passes: int = 0
+    failure: str = "query of expired step_leases: Firestore unavailable (503)"
 
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:
         self.passes += 1
         if self.fails:
-            raise TransientStoreError("query of expired step_leases: Firestore unavailable (503)")
+            raise TransientStoreError(self.failure)
         return list(self.leases)
 
     def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
@@ -325,3 +329,18 @@ def test_a_store_outage_is_a_503_with_one_line_and_no_traceback(
     line = only(log_capture.lines())
     assert (line["severity"], line["httpStatus"]) == ("ERROR", 503)
     assert "exception" not in line and "Traceback" not in log_capture.text
+
+
+def test_a_store_outage_answers_no_form_of_a_key_its_error_quotes(
+    reaper: FlaskClient, lease_reaper: FakeLeaseReaper, log_capture: LogCapture
+) -> None:
+    """The 503 quotes the store's error: an answer, redacted like every other (serve.py)."""
+    key = "test-key-3c9e1f7a5b2d4c6e8a0f1b3d"
+    known_keys.learn([key])
+    lease_reaper.fails = True
+    lease_reaper.failure = "Firestore unavailable (" + " ".join(key_forms(key).values()) + ")"
+    response = reaper.post("/")
+    assert response.status_code == 503
+    error = json.loads(response.data)["error"]
+    assert error.startswith("Firestore unavailable (") and REDACTED in error
+    assert leaks([response.get_data(as_text=True), log_capture.text], [key]) == []

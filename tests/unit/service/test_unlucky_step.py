@@ -1,10 +1,12 @@
 """Issue 25, items 4 and 5, on the in-memory flow_runs (claim, lease, reaper) and the local
 bucket: a store blip at the manifest's fence never ends a paid step (the reaper gives it back,
-the retry reuses what was paid for), and a bucket that cannot store anything is found before
-the claim, so nothing is claimed or paid for."""
+the retry reuses what was paid for), nor at the template read (before the claim: nothing
+claimed; after it: left to its lease), and a bucket that cannot store anything is found
+before the claim, so nothing is claimed or paid for."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +29,8 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.step_rules import RunVersion
+from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
@@ -120,16 +124,39 @@ class CheckedBucket:
 
 
 @dataclass
+class BlippingTemplates:
+    """The local templates, whose next `blips` reads fail (a Firestore pause); reads recorded."""
+
+    inner: LocalTemplateSource = field(default_factory=lambda: LocalTemplateSource(REPO / "chart-templates"))
+    blips: int = 0
+    reads: list[list[str]] = field(default_factory=list)
+
+    def get_templates(self, template_ids: Sequence[str]) -> Mapping[str, StoredTemplate]:
+        self.reads.append(list(template_ids))
+        if self.blips:
+            self.blips -= 1
+            raise TransientStoreError("read of chart_templates: Firestore unavailable (503)")
+        return self.inner.get_templates(template_ids)
+
+
+@dataclass
 class Step:
     runs: BlippingRuns
     bucket: CheckedBucket
     charts: CountingChartApi
     clock: FakeClock
     tmp: Path
+    templates: BlippingTemplates = field(default_factory=BlippingTemplates)
 
-    def execute(self) -> Any:
-        ports = Ports(self.runs, LocalTemplateSource(REPO / "chart-templates"), self.bucket, self.charts)
-        return execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=self.clock)
+    def execute(self, seen: RunVersion | None = None) -> Any:
+        """`seen`: the version of the run an event carried (None: run-local, or an event
+        not decodable whole)."""
+        ports = Ports(self.runs, self.templates, self.bucket, self.charts)
+        return execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=self.clock, seen=seen)
+
+    def event_version(self) -> RunVersion:
+        """The run as an event carries it now."""
+        return RunVersion(copy.deepcopy(self.runs.inner.runs["run1"]), self.clock.now())
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = self.runs.inner.runs["run1"]["steps"]["charts"]
@@ -206,6 +233,70 @@ def test_a_crash_is_still_recorded_while_a_redelivery_is_not(step: Step, log_cap
     with pytest.raises(RuntimeError):
         step.execute()
     assert step.state()["status"] == "FAILED" and step.state()["error"]["code"] == "WORKER_INTERNAL_ERROR"
+
+
+# --- item 5: a transient store error at the template read ----------------------------------
+
+
+def test_a_template_read_blip_before_the_claim_claims_nothing_and_its_redelivery_runs_the_step(
+    step: Step, log_capture: LogCapture
+) -> None:
+    step.templates.blips = 1
+    event = step.event_version()
+
+    with pytest.raises(RedeliverEvent, match="could not be read before its claim") as redelivery:
+        step.execute(event)
+
+    assert not isinstance(redelivery.value, StorageUnavailable)
+    assert step.state() == chart_step()  # still READY, untouched: no claim, no attempt
+    assert step.runs.inner.leases == {} and step.runs.finalizes == [] and step.charts.rendered == []
+    assert log_capture.events("claim succeeded") == []
+
+    report = step.execute(event)  # Eventarc's redelivery: the same event
+
+    assert report.outcome == "SUCCEEDED" and step.state()["attempt"] == 1
+    assert len(step.charts.rendered) == 3
+
+
+def test_a_template_read_blip_after_the_claim_leaves_the_step_to_its_lease(
+    step: Step, log_capture: LogCapture
+) -> None:
+    """Without the event's version (run-local, an event not decodable whole) the templates are
+    read after the claim: a blip there is the fence's path, never a FAILED step."""
+    step.templates.blips = 1
+
+    with pytest.raises(
+        RedeliverEvent, match="could not be read after its claim: step charts left to its lease"
+    ):
+        step.execute()
+
+    assert step.runs.finalizes == [] and step.charts.rendered == []
+    state = step.state()
+    assert state["status"] == "RUNNING" and "error" not in state
+    assert step.runs.inner.lease_of("run1", "charts") is not None  # for the reaper
+    assert log_capture.events("step crashed") == []
+
+    step.clock.advance(LIMITS.lease_seconds + 1)
+    assert reap_once(step.runs.inner, clock=step.clock).to_summary()["retried"] == ["run1/charts"]
+    retry = step.execute()
+    assert retry.outcome == "SUCCEEDED" and step.state()["attempt"] == 2
+
+
+def test_the_templates_read_before_the_claim_are_not_read_again(step: Step) -> None:
+    report = step.execute(step.event_version())
+    assert report.outcome == "SUCCEEDED"
+    assert step.templates.reads == [sorted(r["chartTemplateId"] for r in chart_step()["inputs"]["requests"])]
+
+
+def test_templates_the_claimed_version_asks_for_and_the_events_did_not_are_read_after_the_claim(
+    step: Step,
+) -> None:
+    event = step.event_version()
+    event.document["steps"]["charts"]["inputs"]["requests"].pop()  # an older version: one request fewer
+    report = step.execute(event)
+    assert report.outcome == "SUCCEEDED" and report.items_count == 3
+    claimed = sorted(r["chartTemplateId"] for r in chart_step()["inputs"]["requests"])
+    assert len(step.templates.reads) == 2 and step.templates.reads[1] == claimed
 
 
 # --- item 4: a bucket that cannot store anything --------------------------------------------

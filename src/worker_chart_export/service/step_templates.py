@@ -1,0 +1,71 @@
+"""The chart templates a step asks for: read before its claim wherever the event shows the step,
+so that a store blip there claims nothing (docs/design.md, "A transient store error is never
+terminal").
+
+- Before the claim, from the version of the run the event carried: a transient store error is
+  a RedeliverEvent with nothing claimed, no lease and no attempt spent; the step stays READY
+  and the redelivered event runs it.
+- After the claim, only for what that read could not know (no version came with the event:
+  run-local, an event not decodable whole; or the version claimed asks for templates the
+  event's did not): a transient store error is a RedeliverEvent raised inside the claimed
+  step, which keeps its lease for the reaper, as the manifest's fence does
+  (service/execute.py). Nothing has been paid for yet; the reaper bounds the tries
+  (REAPER_MAX_ATTEMPTS, then STEP_LEASE_EXPIRED).
+Never a FAILED step for a blip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from worker_chart_export.core.exceptions import RedeliverEvent, TransientStoreError
+from worker_chart_export.core.selection import steps_of
+from worker_chart_export.core.step_rules import RunVersion
+from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.validation import requested_template_ids
+from worker_chart_export.service.step_context import StepContext
+
+
+@dataclass(frozen=True)
+class TemplatesRead:
+    """The ids asked for before the claim and the templates found among them."""
+
+    asked: frozenset[str]
+    found: Mapping[str, StoredTemplate]
+
+    def of(self, template_ids: Sequence[str]) -> dict[str, StoredTemplate] | None:
+        """The templates of `template_ids` when all were asked for (found or not), else None."""
+        if not self.asked.issuperset(template_ids):
+            return None
+        return {t: self.found[t] for t in template_ids if t in self.found}
+
+
+def read_before_claim(ctx: StepContext, seen: RunVersion | None) -> TemplatesRead | None:
+    """The templates the step asks for in the event's version; None without one."""
+    step = steps_of(seen.document).get(ctx.step_id) if seen is not None else None
+    if not isinstance(step, Mapping):
+        return None
+    template_ids = requested_template_ids(step)
+    found = _read(ctx, template_ids, f"before its claim: step {ctx.step_id} not claimed")
+    return TemplatesRead(frozenset(template_ids), found)
+
+
+def templates_of(
+    ctx: StepContext, step: Mapping[str, Any], before: TemplatesRead | None
+) -> Mapping[str, StoredTemplate]:
+    """The templates the claimed `step` asks for: those read before the claim when they are
+    all of them, else read now (the step is claimed: a blip leaves it to its lease)."""
+    template_ids = requested_template_ids(step)
+    known = before.of(template_ids) if before is not None else None
+    if known is not None:
+        return known
+    return _read(ctx, template_ids, f"after its claim: step {ctx.step_id} left to its lease")
+
+
+def _read(ctx: StepContext, template_ids: Sequence[str], when: str) -> Mapping[str, StoredTemplate]:
+    try:
+        return ctx.ports.templates.get_templates(template_ids)
+    except TransientStoreError as exc:
+        raise RedeliverEvent(f"chart templates could not be read {when}: {exc}") from exc
