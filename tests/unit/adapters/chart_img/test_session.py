@@ -5,13 +5,18 @@ and a FakeClock (scripted.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from datetime import datetime
+from typing import Any
 
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Rig, answer, png
+from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.core.usage import ReservationRequest
 
 
 def units(r: Rig) -> int:
@@ -79,3 +84,32 @@ def test_each_execution_of_a_step_logs_its_exhaustion_once(rig: Callable[..., Ri
             r.render(template="b", session=step)
             assert step.exhaustion_logged
         assert len(r.logs.events("chart-img accounts exhausted")) == execution
+
+
+class WaveStoreDown(InMemoryUsageStore):
+    """A usage store whose one-round-trip wave fails (an outage); one at a time still works."""
+
+    def reserve_many(self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float) -> Any:
+        raise TransientStoreError("usage store unavailable")
+
+
+def test_a_first_wave_that_reserves_nothing_in_an_outage_gives_every_permit_back(
+    rig: Callable[..., Rig],
+) -> None:
+    """Issue 28's survivor: the permits taken for a wave the store refused must come back at
+    once, not when (or never) the step ends: an instance's pool would drain for good."""
+    r = rig([png()], accounts=("acc1", "acc2"), store=WaveStoreDown())
+    size = r.api.client.permits.size
+    calls = [chart_call(f"tpl_{i}") for i in range(3)]
+    with r.api.for_step(calls, r.budget()) as step:
+        assert not step.prepaid and free_permits(r) == size  # nothing held for a wave that failed
+        assert all(isinstance(step.render(call), ChartSuccess) for call in calls)
+    assert free_permits(r) == size and units(r) == 3  # reserved one by one
+
+
+def test_a_first_wave_with_no_time_left_gives_every_permit_back(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], accounts=("acc1",))
+    size = r.api.client.permits.size
+    with r.api.for_step([chart_call(f"tpl_{i}") for i in range(3)], r.budget(0.5)) as step:
+        assert not step.prepaid and free_permits(r) == size  # under min_attempt_seconds: no wave
+    assert free_permits(r) == size and units(r) == 0 and r.transport.seen == []
