@@ -29,6 +29,7 @@ from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
+    Refund,
     daily_limit_of,
     disabled_today,
     next_utc_midnight,
@@ -177,6 +178,13 @@ class AccountViews:
                 view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
             elif reservation.refusal is ReservationRefusal.DISABLED:  # by another instance
                 view.disabled_until = next_utc_midnight(now)
+
+    def given_back(self, account_id: str, refund: Refund) -> None:
+        """A unit of the account given back: its count as the store now has it."""
+        if not refund.given_back:
+            return
+        with self._lock:
+            self._views[account_id].usage_today = refund.usage_today
 
     def fell_behind(self) -> None:
         """A wave's account was left out (changed meanwhile, or not known here)."""

@@ -31,7 +31,7 @@ from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
 from worker_chart_export.core.plans import AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import ReservationRequest
+from worker_chart_export.core.usage import Refund, ReservationRequest
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.ports import UsageStore
 
@@ -253,6 +253,23 @@ class AccountLimiter:
     def succeeded(self, account_id: str) -> None:
         """The key answered 200: its 429 streak and refusals are over."""
         self._views.succeeded(account_id)
+
+    def give_back(self, lease: Lease) -> Refund | None:
+        """The lease's unit given back: its call never reached CHART-IMG (no connection was
+        made, or it was never sent). Best effort: None when the store could not be written
+        (one WARNING; the unit then stays counted, as a call that may have left would)."""
+        day = lease.reservation.day
+        if day is None:
+            return None
+        try:
+            refund = self._store.refund(lease.account_id, day=day)
+        except Exception as exc:  # the count stays one high: the cautious side
+            get_logger().warning(
+                "chart-img unit not given back", accountId=lease.account_id, errorKind=type(exc).__name__
+            )
+            return None
+        self._views.given_back(lease.account_id, refund)
+        return refund
 
     def _persist_exhausted(self, account_id: str, reason: str) -> None:
         limit = self._views[account_id].daily_limit

@@ -22,10 +22,12 @@ from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     QUOTA_REFUSED,
     Pacing,
+    Refund,
     ReservationRequest,
     ReservationTime,
     disabled_fields,
     exhausted_fields,
+    refund_one,
     reserve_many,
     reserve_one,
 )
@@ -77,6 +79,13 @@ class _DocsUsageStore:
                 if update is not None:
                     docs.setdefault(request.account_id, {}).update(update)
         return answer
+
+    def refund(self, account_id: str, *, day: str) -> Refund:
+        with self._transaction() as docs:
+            update, refund = refund_one(account_id, docs.get(account_id), day=day)
+            if update is not None:
+                docs[account_id].update(update)
+            return refund
 
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
         with self._transaction() as docs:

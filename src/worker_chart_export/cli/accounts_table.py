@@ -9,8 +9,8 @@ from datetime import datetime
 from worker_chart_export.core.account_status import AccountRow, LimitSource, QuotaReport
 from worker_chart_export.core.naming import rfc3339_utc
 
-HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "NEXT SLOT", "STATE", "WHY")
-_RIGHT = {"LIMIT", "USED", "LEFT"}  # numbers, aligned right
+HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "GIVEN BACK", "NEXT SLOT", "STATE", "WHY")
+_RIGHT = {"LIMIT", "USED", "LEFT", "GIVEN BACK"}  # numbers, aligned right
 NO_CONFIGURATION = (
     "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON or "
     "CHART_IMG_ACCOUNTS_SECRET): every usage document found, plan and pacing unknown"
@@ -55,6 +55,7 @@ def _cells(row: AccountRow, now: datetime) -> tuple[str, ...]:
         number(row.daily_limit),
         str(row.used_today),
         number(row.left_today),
+        str(row.refunded_today),
         "-" if row.disabled else until(row.next_slot, now),
         row.state.value,
         _why(row, now),
@@ -76,6 +77,8 @@ def _lines(rows: Sequence[tuple[str, ...]]) -> list[str]:
 def _total_line(report: QuotaReport) -> str:
     totals, now = report.totals, report.now
     line = f"total: {totals.accounts} account(s), {totals.usable} usable, {totals.used_today} used today"
+    if totals.refunded_today:
+        line += f" ({totals.refunded_today} given back: calls that never reached CHART-IMG)"
     if totals.unknown_limits == totals.accounts:
         line += ", daily limits unknown"
     else:

@@ -12,6 +12,7 @@ store persists it; those fields are read when present (and ignored when malforme
 | `coolUntil` | a rate 429's cooldown: no call on the key before this moment |
 | `exhaustedUntil`, `exhaustedReason` | CHART-IMG refused the day's quota: nothing left until then |
 | `disabled`, `disabledReason` | CHART-IMG refused the key: not used again in the UTC day of `windowStart` |
+| `refundedToday` | units given back today: calls that never reached CHART-IMG (already off `usageToday`) |
 
 A moment may be a timestamp (Firestore's), epoch seconds (as `tat`) or an ISO-8601 string (a
 JSON file). A window of an older UTC day counts as nothing used (`core.usage.usage_today`).
@@ -37,6 +38,7 @@ from worker_chart_export.core.usage import (
     daily_limit_of,
     disabled_today,
     next_utc_midnight,
+    refunded_today,
     tat_of,
     usage_today,
 )
@@ -85,6 +87,7 @@ class AccountRow:
     used_today: int
     left_today: int | None
     next_slot: datetime | None  # when a request could leave; None: unknown (pacing unknown)
+    refunded_today: int  # units given back today (calls that never left), not in used_today
     cooling_until: datetime | None
     exhausted_until: datetime | None
     exhausted_reason: str | None
@@ -99,6 +102,7 @@ class QuotaTotals:
     usable: int  # neither disabled nor exhausted
     daily_limit: int  # over the accounts whose limit is known
     used_today: int
+    refunded_today: int  # units given back today: calls that never reached CHART-IMG
     left_today: int  # the day's remaining capacity: units left on keys not disabled
     unknown_limits: int  # accounts whose limit is unknown (not in the sums above)
     resets_at: datetime  # the next UTC midnight
@@ -214,6 +218,7 @@ def account_row(
         used_today=used,
         left_today=left,
         next_slot=next_slot,
+        refunded_today=refunded_today(doc, now),
         cooling_until=cooling_until,
         exhausted_until=exhausted_until,
         exhausted_reason=exhausted_reason,
@@ -230,6 +235,7 @@ def totals_of(rows: Sequence[AccountRow], now: datetime) -> QuotaTotals:
         usable=sum(r.state not in (AccountState.DISABLED, AccountState.EXHAUSTED) for r in rows),
         daily_limit=sum(r.daily_limit or 0 for r in known),
         used_today=sum(r.used_today for r in rows),
+        refunded_today=sum(r.refunded_today for r in rows),
         left_today=sum(r.left_today or 0 for r in known if not r.disabled),
         unknown_limits=len(rows) - len(known),
         resets_at=next_utc_midnight(now),
@@ -267,6 +273,7 @@ def row_dict(row: AccountRow) -> dict[str, Any]:
         "dailyLimitFrom": row.limit_source.value if row.limit_source else None,
         "usedToday": row.used_today,
         "leftToday": row.left_today,
+        "refundedToday": row.refunded_today,
         "nextSlot": _moment(row.next_slot),
         "state": row.state.value,
         "coolingUntil": _moment(row.cooling_until),
@@ -287,6 +294,7 @@ def report_dict(report: QuotaReport) -> dict[str, Any]:
             "usable": totals.usable,
             "dailyLimit": totals.daily_limit,
             "usedToday": totals.used_today,
+            "refundedToday": totals.refunded_today,
             "leftToday": totals.left_today,
             "unknownLimits": totals.unknown_limits,
             "resetsAt": rfc3339_utc(totals.resets_at),

@@ -110,3 +110,4 @@ class Reservation:
     send_at: datetime | None = field(default=None, compare=False)  # when to send, if reserved
     refusal: ReservationRefusal | None = field(default=None, compare=False)  # why not, if not
     tat: float | None = field(default=None, compare=False)  # the pacing state as last seen
+    day: str | None = field(default=None, compare=False)  # the window it was counted in, if reserved

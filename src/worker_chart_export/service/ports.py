@@ -19,7 +19,7 @@ from worker_chart_export.core.types import (
     Reservation,
     StepFinal,
 )
-from worker_chart_export.core.usage import Pacing, ReservationRequest
+from worker_chart_export.core.usage import Pacing, Refund, ReservationRequest
 
 
 class FlowRunStore(Protocol):
@@ -135,6 +135,13 @@ class UsageStore(Protocol):
         reserved (its state was not known here, or changed meanwhile): reserve it one at a
         time. Raises TransientStoreError when the store cannot be reached.
         """
+        ...
+
+    def refund(self, account_id: str, *, day: str) -> Refund:
+        """Give back one unit reserved in the window `day` by an attempt that never reached
+        CHART-IMG (core.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
+        pacing state untouched; nothing when the window moved on or CHART-IMG refused the day.
+        Raises TransientStoreError when the store cannot be reached."""
         ...
 
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:

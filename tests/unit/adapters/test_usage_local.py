@@ -165,3 +165,14 @@ def test_read_answers_the_documents_as_they_are(make_store: Callable[..., Store]
     answer = store.read(["a"])
     answer["a"]["usageToday"] = 99  # a copy: the store is untouched
     assert store.read(["a"])["a"] == {"usageToday": 3, "windowStart": TODAY, "tat": 5.0}
+
+
+def test_a_unit_given_back_lowers_the_count_and_is_counted(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    reservations = [store.reserve("acc1", default_limit=5, now=NOON, pacing=Pacing(1.0, 3)) for _ in range(2)]
+    tat = store.snapshot()["acc1"]["tat"]
+    refund = store.refund("acc1", day=reservations[1].day or "")
+    assert (refund.given_back, refund.usage_today, refund.refunded_today) == (True, 1, 1)
+    assert store.snapshot()["acc1"] == {"usageToday": 1, "windowStart": TODAY, "tat": tat, "refundedToday": 1}
+    stale = store.refund("acc1", day="2025-03-09T00:00:00Z")  # a unit of an older day: not ours now
+    assert not stale.given_back and store.snapshot()["acc1"]["usageToday"] == 1

@@ -248,7 +248,7 @@ def test_the_totals_are_the_days_remaining_capacity_over_all_keys() -> None:
 
 
 def test_the_json_form_names_every_field_and_no_key() -> None:
-    report = quota_report([configured()], {"acc1": used(50)}, NOW)
+    report = quota_report([configured()], {"acc1": {**used(50), "refundedToday": 2}}, NOW)
     data = report_dict(report)
     [row] = data["accounts"]
     assert row == {
@@ -259,6 +259,7 @@ def test_the_json_form_names_every_field_and_no_key() -> None:
         "dailyLimitFrom": "plan",
         "usedToday": 50,
         "leftToday": 0,
+        "refundedToday": 2,
         "nextSlot": "2026-11-24T00:00:00.000Z",
         "state": "exhausted",
         "coolingUntil": None,
@@ -272,6 +273,7 @@ def test_the_json_form_names_every_field_and_no_key() -> None:
         "usable": 0,
         "dailyLimit": 50,
         "usedToday": 50,
+        "refundedToday": 2,
         "leftToday": 0,
         "unknownLimits": 0,
         "resetsAt": "2026-11-24T00:00:00.000Z",

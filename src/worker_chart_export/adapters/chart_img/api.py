@@ -44,7 +44,13 @@ from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
+from worker_chart_export.core.usage import Refund
 from worker_chart_export.logs import get_logger
+
+# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
+# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
+# A read timeout, a reset or a write error may come after the request left: its unit stays.
+NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass
@@ -216,14 +222,7 @@ class RealChartApi:
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)
         except httpx.HTTPError as exc:
-            kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
-            error = StepError(
-                ErrorCode.CHART_API_FAILED,
-                f"CHART-IMG could not be reached ({kind}: {type(exc).__name__})",
-                {"errorKind": kind, "exception": type(exc).__name__},
-            )
-            self._log_request(log, started, None, error)
-            return Outcome(Disposition.RETRY, ChartFailure(error))
+            return self._unreached(exc, lease, log, started)
         if answer.status != 200:
             answer = answer.without(lease.api_key)
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
@@ -240,6 +239,24 @@ class RealChartApi:
         self._note_refusal(disposition, lease.account_id, answer, log)
         next_step = None if disposition is Disposition.FINAL else disposition
         return Outcome(next_step, ChartFailure(error), answer)
+
+    def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> Outcome:
+        """No answer: transient. When the call provably never left (no connection was made),
+        CHART-IMG cannot have counted it, so its unit is given back."""
+        kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+        details: dict[str, Any] = {"errorKind": kind, "exception": type(exc).__name__}
+        refund = self.limiter.give_back(lease) if isinstance(exc, NEVER_LEFT) else None
+        said = ""
+        if refund is not None and refund.given_back:
+            details["unitGivenBack"] = True
+            said = "; the call never left, its unit was given back"
+        error = StepError(
+            ErrorCode.CHART_API_FAILED,
+            f"CHART-IMG could not be reached ({kind}: {type(exc).__name__}){said}",
+            details,
+        )
+        self._log_request(log, started, None, error, refund=refund)
+        return Outcome(Disposition.RETRY, ChartFailure(error))
 
     def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
         """What an answer says about the account, told to the limiter (its rules:
@@ -275,7 +292,13 @@ class RealChartApi:
         return context
 
     def _log_request(
-        self, log: Any, started: float, http_status: int | None, error: StepError | None
+        self,
+        log: Any,
+        started: float,
+        http_status: int | None,
+        error: StepError | None,
+        *,
+        refund: Refund | None = None,
     ) -> None:
         fields: dict[str, Any] = {
             "status": "failed" if error else "succeeded",
@@ -283,6 +306,9 @@ class RealChartApi:
             "errorCode": error.code.value if error else None,
             "durationMs": round((self._clock.monotonic() - started) * 1000),
         }
+        if refund is not None:  # a call that never left: how many units came back today
+            fields["unitGivenBack"] = refund.given_back
+            fields["refundedToday"] = refund.refunded_today
         if error is not None:
             fields["errorKind"] = error.details.get("errorKind", "http")
             fields["apiMessage"] = error.details.get("message")

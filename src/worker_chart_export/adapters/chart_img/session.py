@@ -4,10 +4,11 @@ charts render, as plain attributes of one object that dies with the step.
 `RealChartApi.for_step` opens it around the step's renders and ends it when they end:
 - `prepaid`: the first wave's leases (reserved in one round trip), soonest slot first,
   each owning one connection permit (permits.py). A render takes one, with its permit, for
-  its first attempt; one on an account CHART-IMG has refused since is dropped (its unit is
-  spent either way, and a call on it would only be refused again). When the session ends,
-  what is left is dropped and its permits given back: never carried to a later execution
-  of the step, whose day or slots it would not fit;
+  its first attempt; one on an account CHART-IMG has refused since is dropped (a call on it
+  would only be refused again). When the session ends, what is left is dropped and its
+  permits given back: never carried to a later execution of the step, whose day or slots it
+  would not fit. A dropped lease never made a call, so its unit is given back too (the usage
+  count is what CHART-IMG could have counted: docs/design.md, "Accounts and the limiter");
 - `exhaustion_logged`: whether the step's one "accounts exhausted" ERROR line was written.
 
 Nothing is keyed by step: two executions of the same step on one instance (a reaped one
@@ -78,7 +79,7 @@ class StepSession:
                 return None
             if self._limiter.still_accepted(lease.account_id):
                 return lease
-            self._permits.release()
+            self._drop(lease)
 
     def first_to_log_exhaustion(self) -> bool:
         """True the first time only: the step's one "accounts exhausted" ERROR line."""
@@ -87,13 +88,16 @@ class StepSession:
         return not logged
 
     def end(self) -> None:
-        """Drop the leases no render took and give their permits back. Renders still
+        """Drop the leases no render took, their units and permits given back. Renders still
         running (abandoned by the step) reserve one by one, like any other."""
-        unused = 0
         while True:
             try:
-                self.prepaid.popleft()
+                lease = self.prepaid.popleft()
             except IndexError:
                 break
-            unused += 1
-        self._permits.release(unused)
+            self._drop(lease)
+
+    def _drop(self, lease: Lease) -> None:
+        """A lease no call will use: its permit back, and its unit (nothing was sent)."""
+        self._permits.release()
+        self._limiter.give_back(lease)

@@ -45,9 +45,10 @@ def test_two_sessions_of_the_same_step_keep_their_own_leases(rig: Callable[..., 
         assert len(reaped.prepaid) == 1 and len(retry.prepaid) == 2  # ...not the retry's
         late.close()  # the reaped execution ends while the retry's wave is still open
         assert len(retry.prepaid) == 2 and free_permits(r) == size - 2
+        assert units(r) == 3  # the unit of its unused lease given back: it never made a call
         results = [retry.render(call) for call in calls]
         assert results == [ChartSuccess(PNG, "acc1"), ChartSuccess(PNG, "acc2")]
-        assert units(r) == 4 and len(r.transport.seen) == 3  # no unit reserved anew
+        assert units(r) == 3 and len(r.transport.seen) == 3  # no unit reserved anew
     assert free_permits(r) == size
 
 
@@ -59,7 +60,8 @@ def test_a_lease_is_taken_once_and_unused_ones_end_with_the_session(rig: Callabl
         r.api.client.permits.release()  # what the render holding it gives back after its answer
     assert len(step.prepaid) == 0 and free_permits(r) == r.api.client.permits.size
     assert step.take_prepaid() is None  # a render still running after the step reserves anew
-    assert units(r) == 2
+    assert units(r) == 1  # the unused lease's unit given back: no call was made with it
+    assert sum(doc.get("refundedToday", 0) for doc in r.store.snapshot().values()) == 1
 
 
 def test_a_lease_on_an_account_refused_since_is_dropped_with_its_permit(rig: Callable[..., Rig]) -> None:
