@@ -227,7 +227,10 @@ def _market_problems(body: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
 
 
 class ChartImgServer:
-    def __init__(self) -> None:
+    def __init__(self, *, refusing_connections: bool = False) -> None:
+        """`refusing_connections`: the port is taken (bound) but not listened on, so every
+        connection to it is refused, as an unreachable CHART-IMG's would be, until
+        `accept_connections()`; the base URL stays the same."""
         self._lock = threading.Lock()
         self._in_flight_changed = threading.Condition(self._lock)
         self._in_flight = 0  # admitted calls being answered, every key together
@@ -241,7 +244,11 @@ class ChartImgServer:
         self.invalid_symbols: set[str] = set()
         self.charges: Charges = "admitted"  # what spends a unit of the daily quota (see above)
         self._requests: list[RecordedRequest] = []
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler, bind_and_activate=False)
+        self._httpd.server_bind()  # a bound socket that does not listen answers a connect with RST
+        self._refusing = refusing_connections
+        if not refusing_connections:
+            self._httpd.server_activate()
         self._httpd.daemon_threads = True
         self._httpd.owner = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
@@ -338,16 +345,25 @@ class ChartImgServer:
     # --- lifecycle ---
 
     def start(self) -> ChartImgServer:
-        self._thread.start()
+        if not self._refusing:
+            self._thread.start()
         return self
+
+    def accept_connections(self) -> None:
+        """The end of a `refusing_connections` outage: listen and answer from now on."""
+        if self._refusing:
+            self._refusing = False
+            self._httpd.server_activate()
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
         with self._in_flight_changed:
             self._in_flight_changed.notify_all()  # and those held for a peak
-        self._httpd.shutdown()
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
         self._httpd.server_close()
-        self._thread.join(timeout=5)
 
     # --- answering ---
 
