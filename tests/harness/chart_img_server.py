@@ -226,6 +226,11 @@ def _market_problems(body: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
     return problems
 
 
+def _number(value: Any) -> bool:
+    """A JSON number as CHART-IMG reads it: 800 and 800.0 are the same number."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 class ChartImgServer:
     def __init__(self, *, refusing_connections: bool = False) -> None:
         """`refusing_connections`: the port is taken (bound) but not listened on, so every
@@ -436,16 +441,12 @@ class ChartImgServer:
         small = [
             (n, v, f"must be at least {m}") for n, v, m in (("width", width, 400), ("height", height, 300))
         ]
-        small = [p for p in small if isinstance(p[1], int) and p[1] < int(p[2].rsplit(" ", 1)[1])]
+        small = [p for p in small if _number(p[1]) and p[1] < int(p[2].rsplit(" ", 1)[1])]
         problems = _market_problems(body) + small
         if problems:
             return _validation_reply(*problems)
         plan = account.plan
-        if (
-            isinstance(width, int)
-            and isinstance(height, int)
-            and (width > plan.max_width or height > plan.max_height)
-        ):
+        if _number(width) and _number(height) and (width > plan.max_width or height > plan.max_height):
             return _json_reply(403, f"Exceed Max Usage Resolution Limit ({plan.max_width}x{plan.max_height})")
         parameters = len(body.get("studies") or []) + len(body.get("drawings") or [])
         if parameters > plan.max_parameters:

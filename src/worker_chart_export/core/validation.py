@@ -15,7 +15,7 @@ from worker_chart_export.core.chart_request import build_request_body, resolve_c
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
-from worker_chart_export.core.symbols import symbol_problem
+from worker_chart_export.core.symbols import base_symbol_problem, symbol_problem
 from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.template_rules import interval_problem, shown
 from worker_chart_export.core.types import ChartCall
@@ -137,18 +137,15 @@ def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list
 
 
 def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
-    """scope.symbol when the grammar accepts it (core/symbols.py), else None and a problem."""
+    """scope.symbol when it is a base symbol (core/symbols.py), else None and a problem."""
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
     if not isinstance(scope, Mapping):
         problems.append(f"scope: must be an object with a symbol, got {type(scope).__name__}")
         return None
-    problem = symbol_problem(symbol, require_exchange=False)
+    problem = base_symbol_problem(symbol)
     if problem is not None:
-        problems.append(
-            f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, CME_MINI:ES1!, "
-            "(NASDAQ:MARA+NASDAQ:RIOT)/2)"
-        )
+        problems.append(f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)")
         return None
     assert isinstance(symbol, str)
     return symbol

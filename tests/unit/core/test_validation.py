@@ -41,6 +41,9 @@ def problems_of(result: ValidatedStep | StepError) -> list[str]:
     return result.details["problems"]
 
 
+FORMULA = "(NASDAQ:MARA+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10"  # the docs' one formula example
+
+
 def test_valid_step_yields_one_call_per_request_in_order() -> None:
     result = run(flow_run({"charts": chart_step()}))
     assert isinstance(result, ValidatedStep)
@@ -93,6 +96,39 @@ def test_a_resolved_symbol_must_name_an_exchange_once() -> None:
         "'MARA', not a symbol CHART-IMG accepts: 'MARA' at 1 has no exchange: CHART-IMG expects "
         "EXCHANGE:SYMBOL (e.g. BINANCE:BTCUSDT)"
     ]
+
+
+@pytest.mark.parametrize(
+    "symbol", ["BTC/USDT", "CEMEX/CPO", "BMV:CEMEX/CPO", "(NASDAQ:MARA+NASDAQ:RIOT)/2", "NASDAQ:A/NASDAQ:B"]
+)
+def test_scope_symbol_is_the_base_symbol_without_a_slash(symbol: str) -> None:
+    """Worker contract §4.1: BTC/USDT would reach CHART-IMG as BINANCE:BTC/USDT (a 422, a unit)."""
+    step = {"charts": chart_step()}
+    [problem] = [p for p in problems_of(run(flow_run(step, symbol=symbol))) if p.startswith("scope.symbol")]
+    at = symbol.index("/") + 1
+    assert problem == (
+        f"scope.symbol: {symbol!r}: '/' at {at}: scope.symbol is the base symbol, without a slash (e.g. "
+        "BTCUSDT); a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate "
+        "(e.g. BMV:{symbol}/CPO) (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("symbol_template", "symbol", "sent"),
+    [
+        ("BMV:{symbol}/CPO", "CEMEX", "BMV:CEMEX/CPO"),
+        ("(NASDAQ:{symbol}+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10", "MARA", FORMULA),
+        ("BINANCE:{symbol}/BINANCE:ETHUSDT", "BTCUSDT", "BINANCE:BTCUSDT/BINANCE:ETHUSDT"),
+    ],
+)
+def test_slashes_and_formulas_stay_accepted_in_the_template(
+    symbol_template: str, symbol: str, sent: str
+) -> None:
+    template = {**TEMPLATES["price_psar_adi_v1"], "id": "slash_v1", "chartImgSymbolTemplate": symbol_template}
+    step = chart_step(inputs={"minImages": 1, "requests": [{"chartTemplateId": "slash_v1"}]})
+    result = run(flow_run({"charts": step}, symbol=symbol), templates={"slash_v1": template})
+    assert isinstance(result, ValidatedStep), result
+    assert [c.chart_img_symbol for c in result.calls] == [sent] and result.calls[0].body["symbol"] == sent
 
 
 @pytest.mark.parametrize("scope", [None, "BTCUSDT", ["BTCUSDT"]])
@@ -349,7 +385,7 @@ def test_scope_and_symbol_problems_show_what_was_given() -> None:
     problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="btc")))
     assert problems == [
         "scope.symbol: 'btc': lower-case 'b' at 1: TradingView symbols are upper case "
-        "(e.g. BTCUSDT, CME_MINI:ES1!, (NASDAQ:MARA+NASDAQ:RIOT)/2)"
+        "(e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
     ]
 
 
