@@ -25,7 +25,7 @@ from worker_chart_export.core.key_history import (
     after_refusal,
     after_success,
 )
-from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits, plan_named
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
@@ -65,6 +65,7 @@ class AccountView:
     config: AccountConfig
     daily_limit: int
     pacing: Pacing
+    plan: str = DEFAULT_PLAN  # its declared plan, else CHART_IMG_PLAN: which calls it may serve
     usage_today: int = 0
     tat: float | None = None  # the shared pacing state as the last reservation saw it
     in_flight: int = 0  # picked, reservation not yet returned
@@ -96,6 +97,10 @@ class AccountView:
         exhausted = self.exhausted_until is not None and self.exhausted_until > now
         return not self.disabled(now) and not exhausted
 
+    def serves(self, plans: Collection[str] | None) -> bool:
+        """Its plan allows the call (`plans`: the call's serving plans; None: any)."""
+        return plans is None or self.plan in plans
+
 
 class AccountViews:
     """Every account's view, under one lock. Thread-safe; one per process."""
@@ -108,6 +113,7 @@ class AccountViews:
         clock: Clock,
         exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
+        default_plan: str = DEFAULT_PLAN,
     ) -> None:
         if not accounts:
             raise ValueError("AccountLimiter needs at least one account")
@@ -115,7 +121,8 @@ class AccountViews:
         for account in accounts:
             limits = account.limits(defaults)
             pacing = (margins or PacingMargins()).pacing(limits)
-            self._views[account.id] = AccountView(account, limits.daily_limit, pacing)
+            plan = account.plan or plan_named(default_plan).name
+            self._views[account.id] = AccountView(account, limits.daily_limit, pacing, plan)
         self._clock = clock
         self._ttl = timedelta(seconds=exhausted_ttl)
         self._lock = threading.Lock()
@@ -130,16 +137,23 @@ class AccountViews:
     def __getitem__(self, account_id: str) -> AccountView:
         return self._views[account_id]
 
-    def pick(self, tried: Collection[str], refused: Collection[str]) -> str | None:
-        """The best account not yet refused in this acquire, counted in flight at once so
-        the next concurrent caller ranks with this pick in mind.
+    def pick(
+        self, tried: Collection[str], refused: Collection[str], plans: Collection[str] | None = None
+    ) -> str | None:
+        """The best account not yet refused in this acquire whose plan serves the call
+        (`plans`; None: any), counted in flight at once so the next concurrent caller ranks
+        with this pick in mind.
 
         Order: not yet tried for this request, then the soonest expected slot (this
         process's picks still reserving counted as taken slots), then least used (those
         picks counted too), then id."""
         now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
-            usable = [v for v in self._views.values() if v.config.id not in refused and v.usable(now)]
+            usable = [
+                v
+                for v in self._views.values()
+                if v.config.id not in refused and v.serves(plans) and v.usable(now)
+            ]
             if not usable:
                 return None
             best = min(
@@ -263,21 +277,24 @@ class AccountViews:
             view = self._views[account_id]
             view.history = after_success(view.history)
 
-    def exhausted_accounts(self) -> tuple[str, ...]:
+    def exhausted_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
+        """The accounts (of `plans`; None: all) out of quota now."""
         now = self._clock.now()
         with self._lock:
             return tuple(
                 sorted(
                     a
                     for a, v in self._views.items()
-                    if v.exhausted_until is not None and v.exhausted_until > now
+                    if v.serves(plans) and v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
 
-    def all_disabled(self) -> bool:
+    def all_disabled(self, plans: Collection[str] | None = None) -> bool:
+        """Every account (of `plans`; None: all) has its key disabled; False when there is none."""
         now = self._clock.now()
         with self._lock:
-            return all(v.disabled(now) for v in self._views.values())
+            serving = [v for v in self._views.values() if v.serves(plans)]
+            return bool(serving) and all(v.disabled(now) for v in serving)
 
     def still_accepted(self, account_id: str) -> bool:
         """CHART-IMG has not refused the account since: no quota answer, no cooldown, key

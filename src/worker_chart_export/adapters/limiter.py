@@ -29,7 +29,7 @@ from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
-from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Refund, ReservationRequest
 from worker_chart_export.logs import get_logger
@@ -72,9 +72,15 @@ class AccountLimiter:
         clock: Clock,
         exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
+        default_plan: str = DEFAULT_PLAN,
     ) -> None:
         self._views = AccountViews(
-            accounts, defaults=defaults, clock=clock, exhausted_ttl=exhausted_ttl, margins=margins
+            accounts,
+            defaults=defaults,
+            clock=clock,
+            exhausted_ttl=exhausted_ttl,
+            margins=margins,
+            default_plan=default_plan,
         )
         self._store = store
         self._clock = clock
@@ -86,49 +92,57 @@ class AccountLimiter:
     def account_ids(self) -> tuple[str, ...]:
         return self._views.account_ids
 
-    def acquire(self, *, tried: Collection[str] = (), max_wait: float) -> Lease | NoAccount:
-        """Reserve quota and a send slot on the best account (`AccountViews.pick`'s order),
-        then wait for the slot. A refused account costs one transaction and the next is tried.
+    def acquire(
+        self, *, tried: Collection[str] = (), max_wait: float, plans: Collection[str] | None = None
+    ) -> Lease | NoAccount:
+        """Reserve quota and a send slot on the best account whose plan serves the call
+        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order, then wait
+        for the slot. A refused account costs one transaction and the next is tried.
         """
         busy, refused = False, set[str]()
-        while (account_id := self._views.pick(tried, refused)) is not None:
+        while (account_id := self._views.pick(tried, refused, plans)) is not None:
             outcome = self._try(account_id, max_wait)
             if isinstance(outcome, Lease):
                 return outcome
             refused.add(account_id)
             busy = busy or outcome is ReservationRefusal.BUSY
-        return self._no_account(busy)
+        return self._no_account(busy, plans)
 
-    def acquire_many(self, count: int, *, max_wait: float) -> list[Lease]:
-        """Up to `count` leases in ONE store round trip (a step's first wave of calls),
-        soonest slot first. Accounts are picked as acquire() picks them, one after another,
-        so the wave spreads; a cooling account is left out. Fewer leases, or none, when
-        the store knows too little or refuses: those calls acquire() one by one. A lease's
-        slot may still be ahead: `wait_for_slot` before sending. When other instances have
-        been reserving on these accounts, one read of them all comes first (`_catch_up`)."""
+    def acquire_many(self, wave: Sequence[Collection[str] | None], *, max_wait: float) -> list[Lease | None]:
+        """A lease for each call of a step's first wave where the store can give one, in ONE
+        round trip; `wave`: each call's serving plans (None: any account). Accounts are
+        picked as acquire() picks them, one after another, so the wave spreads; a cooling
+        account is left out. The answer is aligned with `wave`: None where the store knew
+        too little or refused (that call acquire()s on its own). A lease's slot may still be
+        ahead: `wait_for_slot` before sending. When other instances have been reserving on
+        these accounts, one read of them all comes first (`_catch_up`)."""
         self._catch_up()
-        picks: list[str] = []
-        cooling: set[str] = set()
-        while len(picks) < count and (account_id := self._views.pick((), cooling)) is not None:
-            if self._views.cooling(account_id) > 0:
-                cooling.add(account_id)
-                self._views.release(account_id)
-                continue
-            picks.append(account_id)
+        picks = [self._pick_not_cooling(plans) for plans in wave]
         try:
-            return self._reserve_wave(Counter(picks), max_wait)
+            return self._reserve_wave(picks, max_wait)
         finally:
             for account_id in picks:
-                self._views.release(account_id)
+                if account_id is not None:
+                    self._views.release(account_id)
 
-    def _reserve_wave(self, counts: Counter[str], max_wait: float) -> list[Lease]:
+    def _pick_not_cooling(self, plans: Collection[str] | None) -> str | None:
+        cooling: set[str] = set()
+        while (account_id := self._views.pick((), cooling, plans)) is not None:
+            if self._views.cooling(account_id) <= 0:
+                return account_id
+            cooling.add(account_id)
+            self._views.release(account_id)
+        return None
+
+    def _reserve_wave(self, picks: list[str | None], max_wait: float) -> list[Lease | None]:
+        counts = Counter(a for a in picks if a is not None)
         if not counts:
-            return []
+            return [None] * len(picks)
         requests = [
             ReservationRequest(a, n, self._views[a].daily_limit, self._views[a].pacing)
             for a, n in sorted(counts.items())
         ]
-        leases = []
+        taken: dict[str, list[Lease]] = {}
         with ExitStack() as locks:
             for request in requests:  # sorted: concurrent waves cannot deadlock
                 locks.enter_context(self._reserve_locks[request.account_id])
@@ -137,11 +151,11 @@ class AccountLimiter:
                 self._views.fell_behind()
             for account_id, reservations in answer.items():
                 api_key = self._views[account_id].config.api_key
-                taken = [Lease(account_id, api_key, r, 0.0) for r in reservations if r.reserved]
+                taken[account_id] = [Lease(account_id, api_key, r, 0.0) for r in reservations if r.reserved]
                 if reservations:
-                    self._views.learn(account_id, reservations[-1], units=len(taken))
-                leases += taken
-        return sorted(leases, key=lambda lease: lease.reservation.send_at or self._clock.now())
+                    self._views.learn(account_id, reservations[-1], units=len(taken[account_id]))
+        # each account's leases, soonest slot first, to the calls that picked it, in order
+        return [taken[a].pop(0) if a is not None and taken.get(a) else None for a in picks]
 
     def _catch_up(self) -> None:
         """When another instance has written the accounts since this process saw them, a
@@ -193,11 +207,12 @@ class AccountLimiter:
             self._clock.sleep(wait)
         return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
 
-    def _no_account(self, busy: bool) -> NoAccount:
-        exhausted = self.exhausted_accounts()
+    def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
+        """Why no account (of those whose plan serves the call) could take it."""
+        exhausted = self._views.exhausted_accounts(plans)
         if busy:
             return NoAccount(Refusal.NO_TIME, exhausted)
-        all_disabled = self._views.all_disabled()
+        all_disabled = self._views.all_disabled(plans)
         return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
 
     # --- what CHART-IMG said about an account (api.py tells; the rules: core.key_history) ---

@@ -37,6 +37,9 @@ class ChartCall:
     interval: str  # the step's timeframe, e.g. 1h
     body: Mapping[str, Any]  # full JSON body: template request + symbol + interval
     fixture_key: str  # e.g. BINANCE_BTCUSDT__1h__price_psar_adi_v1
+    # the CHART-IMG plans whose accounts may serve it (its template asks no more than they
+    # allow); None: any account
+    serving_plans: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

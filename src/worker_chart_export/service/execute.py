@@ -168,7 +168,7 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
         ctx.step_id,
         templates,
         default_timezone=ctx.limits.default_timezone,
-        plan=ctx.limits.plan,
+        plans=ctx.limits.plans,
     )
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())

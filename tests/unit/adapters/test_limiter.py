@@ -282,6 +282,15 @@ def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
     assert chosen.exhausted_accounts() == () and log_capture.events("chart-img key keeps answering 429") == []
 
 
+def wave(chosen: AccountLimiter, count: int, *, max_wait: float) -> list[Lease]:
+    """A step's first wave of `count` calls any account may serve: the leases it got, soonest
+    slot first."""
+    leases = chosen.acquire_many([None] * count, max_wait=max_wait)
+    return sorted(
+        (lease for lease in leases if lease is not None), key=lambda lease: lease.reservation.send_at or NOON
+    )
+
+
 class WaveCountingStore(InMemoryUsageStore):
     def __init__(self, docs: dict | None = None) -> None:
         super().__init__(docs)
@@ -296,7 +305,7 @@ def test_a_wave_is_one_store_call_spread_as_acquires_would_spread_it() -> None:
     clock = FakeClock(NOON)
     store = WaveCountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
     chosen = limiter(store, accounts("a", "b", "c"), clock)
-    leases = chosen.acquire_many(5, max_wait=1)
+    leases = wave(chosen, 5, max_wait=1)
     # unknown accounts count as unused: in flight, five picks spread a, b, c, a, b
     assert store.waves == [{"a": 2, "b": 2, "c": 1}]
     assert sorted(lease.account_id for lease in leases) == ["a", "a", "b", "b", "c"]
@@ -310,7 +319,7 @@ def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> No
     clock = FakeClock(NOON)
     store = InMemoryUsageStore()
     chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=3)
-    leases = chosen.acquire_many(5, max_wait=1.5)
+    leases = wave(chosen, 5, max_wait=1.5)
     slots = [lease.reservation.send_at - NOON for lease in leases if lease.reservation.send_at]
     assert [slot.total_seconds() for slot in slots] == [0.0, 0.0, 0.0, 1.0]  # not a 5th 2 s away
     assert store.snapshot()["a"]["usageToday"] == 4
@@ -326,7 +335,7 @@ def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
     chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
     assert lease_id(chosen.acquire(max_wait=5)) == "a"  # a's next slot: 1 s from now
     clock.advance(0.5)
-    leases = chosen.acquire_many(3, max_wait=5)
+    leases = wave(chosen, 3, max_wait=5)
     assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
     slots = [(lease.reservation.send_at - clock.now()).total_seconds() for lease in leases]
     assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]  # soonest slot first
@@ -350,14 +359,14 @@ def test_a_wave_reads_every_account_first_once_another_instance_was_seen() -> No
     store = ReadCountingStore()
     this, other = (limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1) for _ in range(2))
     assert lease_id(this.acquire(max_wait=10)) == "a"  # a: slot 0; this knows a's next is 1 s
-    other.acquire_many(3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
-    assert this.acquire_many(1, max_wait=10) and store.reads == []  # nothing seen yet: no read
+    wave(other, 3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
+    assert wave(this, 1, max_wait=10) and store.reads == []  # nothing seen yet: no read
     # that wave (on b, which this process thought unused) saw b's count jump: behind now
-    leases = this.acquire_many(2, max_wait=10)
+    leases = wave(this, 2, max_wait=10)
     assert store.reads == [["a", "b"]]
     slots = sorted((lease.reservation.send_at - NOON).total_seconds() for lease in leases)
     assert slots == [pytest.approx(2.0), pytest.approx(3.0)]  # b at 2 s, a at 3 s: not a, a
-    assert this.acquire_many(1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
+    assert wave(this, 1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
 
 
 def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
@@ -365,7 +374,7 @@ def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
     store = InMemoryUsageStore({"used": usage(44)})
     chosen = limiter(store, accounts("cool", "used", "ok"), clock)
     chosen.rate_limited("cool", TOO_MANY, None)
-    leases = chosen.acquire_many(3, max_wait=5)
+    leases = wave(chosen, 3, max_wait=5)
     assert [lease.account_id for lease in leases] == ["ok", "ok"]  # "used" refused at once
     assert chosen.exhausted_accounts() == ("used",)
     assert "cool" not in store.snapshot()
@@ -508,7 +517,7 @@ def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> 
     chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
     chosen.rate_limited("a", TOO_MANY, 0.5)
     assert lease_id(chosen.acquire(max_wait=5)) == "b"  # b's next slot: 1 s; a cools 0.5 s
-    leases = chosen.acquire_many(1, max_wait=5)
+    leases = wave(chosen, 1, max_wait=5)
     assert [lease.account_id for lease in leases] == ["b"]
     assert store.waves == [{"b": 1}]
 
@@ -516,7 +525,7 @@ def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> 
 def test_wait_for_slot_sleeps_only_for_a_slot_ahead() -> None:
     clock = FakeClock(NOON)
     chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
-    (lease,) = chosen.acquire_many(1, max_wait=1)
+    (lease,) = wave(chosen, 1, max_wait=1)
     waited = chosen.wait_for_slot(lease)
     assert waited.paced_seconds == 0.0 and clock.sleeps == []
 
@@ -548,3 +557,45 @@ def test_a_mark_the_store_cannot_take_is_a_warning_naming_the_account(log_captur
         "b",
         "TimeoutError",
     )
+
+
+# --- each account's plan: a call goes only to the accounts whose plan serves it -------------------
+
+
+def test_a_call_goes_only_to_accounts_whose_plan_serves_it() -> None:
+    clock = FakeClock(NOON)
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO"), *accounts("plain")]
+    chosen = AccountLimiter(
+        configs, InMemoryUsageStore({"pro": usage(30)}), defaults=AccountLimits(44, 100.0, 100), clock=clock
+    )  # "plain" declares none: CHART_IMG_PLAN's default, BASIC
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"})) == "pro"  # though the most used
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"}, tried=["pro"])) == "pro"  # no other
+    assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) in ("basic", "plain")
+    leases = chosen.acquire_many([{"PRO"}, {"BASIC"}, {"PRO"}, None], max_wait=1)
+    picked = [lease.account_id if lease else None for lease in leases]
+    assert (picked[0], picked[2]) == ("pro", "pro") and picked[1] in ("basic", "plain")
+    assert picked[3] is not None
+
+
+def test_a_call_no_account_serves_has_no_account_and_none_is_reserved() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore({"pro": usage(44, dailyLimit=44)})
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO")]
+    chosen = AccountLimiter(configs, store, defaults=AccountLimits(44, 100.0, 100), clock=clock)
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.EXHAUSTED, ("pro",))
+    assert chosen.acquire(max_wait=1, plans=frozenset()) == NoAccount(Refusal.EXHAUSTED, ())
+    assert store.reserves == ["pro"]  # the BASIC account was never asked
+    assert chosen.acquire_many([{"ULTRA"}], max_wait=1) == [None]
+
+
+def test_an_account_without_a_plan_has_the_configured_default() -> None:
+    clock = FakeClock(NOON)
+    chosen = AccountLimiter(
+        accounts("plain"),
+        InMemoryUsageStore(),
+        defaults=AccountLimits(44, 100.0, 100),
+        clock=clock,
+        default_plan="pro",
+    )
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"})) == "plain"
+    assert isinstance(chosen.acquire(max_wait=1, plans={"BASIC"}), NoAccount)

@@ -18,7 +18,7 @@ from worker_chart_export.adapters.local import LocalTemplateSource
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.core.exceptions import ConfigError
-from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.plans import PLANS, AccountPlans, Plan
 from worker_chart_export.core.template_check import StoredTemplate, template_problems
 from worker_chart_export.core.template_rules import TemplateProblem
 from worker_chart_export.settings import load_settings
@@ -344,7 +344,7 @@ def test_templates_sync_and_step_validation_use_the_same_rule_set(tmp_path: Path
     ]
     for template in bad:
         (tmp_path / f"{template['id']}.json").write_text(json.dumps(template))
-    _, sync_problems = sync_load(tmp_path, BASIC)
+    _, sync_problems = sync_load(tmp_path, AccountPlans(BASIC))
     stored = LocalTemplateSource(tmp_path).get_templates([t["id"] for t in bad])
     step_problems = sorted(
         (f"{i}.json", f"${p.suffix}", p.message) for i, s in stored.items() for p in s.problems(BASIC)

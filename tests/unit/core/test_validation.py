@@ -8,7 +8,7 @@ import pytest
 
 from harness.builders import chart_step, flow_run, load_templates
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.plans import PLANS, AccountPlans, Plan
 from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 
@@ -22,7 +22,9 @@ def run(
     run_id: str = "run1",
     templates: dict[str, Any] | None = None,
     plan: Plan = PLANS["BASIC"],
+    accounts: tuple[tuple[str, str | None], ...] = (),
 ) -> ValidatedStep | StepError:
+    """`plan`: CHART_IMG_PLAN; `accounts`: each account's id and declared plan (none: mock)."""
     documents = TEMPLATES if templates is None else templates
     return validate_step(
         doc,
@@ -30,7 +32,7 @@ def run(
         step_id,
         {template_id: StoredTemplate(template_id, d) for template_id, d in documents.items()},
         default_timezone="Etc/UTC",
-        plan=plan,
+        plans=AccountPlans.of(plan, accounts),
     )
 
 
@@ -264,6 +266,8 @@ def test_the_plan_decides_the_template_limits() -> None:
 
     problems = problems_of(run(doc, templates=templates))
     assert problems == [
+        "chart_templates/price_psar_adi_v1: needs the PRO plan (or above), which no configured account "
+        "has (CHART_IMG_PLAN BASIC, no account configured)",
         "chart_templates/price_psar_adi_v1.request.width: 1920 exceeds the BASIC plan's maximum 800",
         "chart_templates/price_psar_adi_v1.request.height: 1080 exceeds the BASIC plan's maximum 600",
     ]

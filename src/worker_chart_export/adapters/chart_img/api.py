@@ -103,33 +103,37 @@ class RealChartApi:
         in one round trip, as far as connections are free; what its renders have not used
         when it ends is dropped, and its permits given back (session.py)."""
         session = StepSession(
-            self, budget, self._prepay(len(first_wave), budget), limiter=self.limiter, permits=self._permits
+            self, budget, self._prepay(first_wave, budget), limiter=self.limiter, permits=self._permits
         )
         try:
             yield session
         finally:
             session.end()
 
-    def _prepay(self, count: int, budget: Budget) -> list[Lease]:
-        """Up to `count` leases, each holding one of the permits free now (the others
-        reserve when they get a connection)."""
-        permits = self._permits.take_available(count)
-        leases: list[Lease] = []
+    def _prepay(self, first_wave: Sequence[ChartCall], budget: Budget) -> list[tuple[ChartCall, Lease]]:
+        """A lease for each of the first calls of the wave that get one of the permits free
+        now, on an account whose plan serves it, each lease holding its permit (the other
+        calls reserve when they get a connection)."""
+        permits = self._permits.take_available(len(first_wave))
+        leases: list[tuple[ChartCall, Lease]] = []
         try:
             if permits:
-                leases = self._reserve_first_wave(permits, budget)
+                leases = self._reserve_first_wave(first_wave[:permits], budget)
         finally:
             self._permits.release(permits - len(leases))
         return leases
 
-    def _reserve_first_wave(self, count: int, budget: Budget) -> list[Lease]:
+    def _reserve_first_wave(
+        self, calls: Sequence[ChartCall], budget: Budget
+    ) -> list[tuple[ChartCall, Lease]]:
         max_wait = budget.remaining() - self._policy.min_attempt_seconds
         if max_wait < 0:
             return []
         try:
-            return self.limiter.acquire_many(count, max_wait=max_wait)
+            leases = self.limiter.acquire_many([c.serving_plans for c in calls], max_wait=max_wait)
         except TransientStoreError:
             return []  # each call then tries on its own, and says so if the store stays away
+        return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
 
     def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
         request = _Request(call, session)
@@ -164,7 +168,7 @@ class RealChartApi:
     def _try_once(self, request: _Request) -> Outcome:
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
-        prepaid = None if request.tried else request.session.take_prepaid()
+        prepaid = None if request.tried else request.session.take_prepaid(request.call)
         # a connection first, then (and only then) a quota unit and a send slot
         if prepaid is None and not self._permits.acquire(timeout=self._max_wait(request)):
             return self._cannot_start(request, None)
@@ -185,7 +189,9 @@ class RealChartApi:
         if max_wait < 0:  # the wait for a connection took what was left
             return self._cannot_start(request, None)
         try:
-            lease = self.limiter.acquire(tried=request.tried, max_wait=max_wait)
+            lease = self.limiter.acquire(
+                tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans
+            )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
             error = StepError(
                 ErrorCode.CHART_API_FAILED,

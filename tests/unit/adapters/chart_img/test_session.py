@@ -54,12 +54,14 @@ def test_two_sessions_of_the_same_step_keep_their_own_leases(rig: Callable[..., 
 
 def test_a_lease_is_taken_once_and_unused_ones_end_with_the_session(rig: Callable[..., Rig]) -> None:
     r = rig([png()], accounts=("acc1", "acc2"))
-    with r.api.for_step([chart_call("tpl_a"), chart_call("tpl_b")], r.budget()) as step:
-        first = step.take_prepaid()
+    calls = [chart_call("tpl_a"), chart_call("tpl_b")]
+    with r.api.for_step(calls, r.budget()) as step:
+        first = step.take_prepaid(calls[0])
         assert first is not None and len(step.prepaid) == 1
+        assert step.take_prepaid(calls[0]) is None  # the call's lease is taken once
         r.api.client.permits.release()  # what the render holding it gives back after its answer
     assert len(step.prepaid) == 0 and free_permits(r) == r.api.client.permits.size
-    assert step.take_prepaid() is None  # a render still running after the step reserves anew
+    assert step.take_prepaid(calls[1]) is None  # a render still running after the step reserves anew
     assert units(r) == 1  # the unused lease's unit given back: no call was made with it
     assert sum(doc.get("refundedToday", 0) for doc in r.store.snapshot().values()) == 1
 
@@ -67,10 +69,12 @@ def test_a_lease_is_taken_once_and_unused_ones_end_with_the_session(rig: Callabl
 def test_a_lease_on_an_account_refused_since_is_dropped_with_its_permit(rig: Callable[..., Rig]) -> None:
     r = rig([answer(429, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     size = r.api.client.permits.size
-    with r.api.for_step([chart_call(f"tpl_{i}") for i in range(2)], r.budget()) as step:
-        assert [lease.account_id for lease in step.prepaid] == ["acc1", "acc2"]
+    calls = [chart_call(f"tpl_{i}") for i in range(2)]
+    with r.api.for_step(calls, r.budget()) as step:
+        assert [lease.account_id for lease in step.prepaid.values()] == ["acc1", "acc2"]
         r.api.limiter.mark_exhausted("acc1", Answer(429, "Limit Exceeded"))
-        lease = step.take_prepaid()
+        assert step.take_prepaid(calls[0]) is None  # on acc1: dropped, the call reserves anew
+        lease = step.take_prepaid(calls[1])
         assert lease is not None and lease.account_id == "acc2" and not step.prepaid
         assert free_permits(r) == size - 1  # acc1's permit given back, acc2's held by the lease
         r.api.client.permits.release()
