@@ -28,6 +28,14 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   `retry_after` a Retry-After header, which the docs never show), or a 200 that is not a PNG;
 - otherwise 200 with a small real PNG.
 
+Two answers that are nobody's key's fault, for the tests of who is blamed (issue 26):
+- `throttle()` ... `end_throttle()`: a whole-service throttle window: every request, whatever
+  its key, is answered 429 "Too Many Requests" (an API gateway throttling a stage or region
+  answers so before it looks at the key), optionally with a Retry-After; no unit is spent;
+- `refuse_request(symbol=..., template=...)`: that request is answered 401 "Invalid Request"
+  (the docs' 401 example) on every key, after key, pace and quota: the request is refused,
+  not the key.
+
 When a request counts against the daily quota, and in which order CHART-IMG checks key,
 pace, quota and body, the docs do not say: they give the daily maximum per plan and a 429
 "Exceed the usage limit or the rate limit", nothing more. The stand-in's order is its own
@@ -241,6 +249,7 @@ class ChartImgServer:
         self._in_flight = 0  # admitted calls being answered, every key together
         self._peak_in_flight = 0
         self._stopping = threading.Event()
+        self._throttle: _Reply | None = None  # set: a whole-service throttle window is open
         self._accounts_by_key: dict[str, _Account] = {}
         self._templates: dict[str, str] = {}
         self._scripts_by_symbol: dict[str, Script] = {}
@@ -313,6 +322,27 @@ class ChartImgServer:
                 self._scripts_by_key[key] = script
         return script
 
+    def refuse_request(
+        self, *, symbol: str | None = None, template: str | None = None, status: int = 401
+    ) -> Script:
+        """Requests for this symbol or template are refused on every key (the docs' 401
+        example, "Invalid Request", by default): a refusal the request causes."""
+        return self.script(symbol=symbol, template=template, status=status)
+
+    def throttle(self, *, retry_after: str | None = None) -> None:
+        """Open a whole-service throttle window: every request is answered 429 "Too Many
+        Requests" (with `retry_after` as its Retry-After header), whatever its key, until
+        `end_throttle()`; nothing is counted against any key's quota."""
+        reply = _json_reply(429, "Too Many Requests")
+        if retry_after is not None:
+            reply.headers["retry-after"] = retry_after
+        with self._lock:
+            self._throttle = reply
+
+    def end_throttle(self) -> None:
+        with self._lock:
+            self._throttle = None
+
     @property
     def keys(self) -> list[str]:
         with self._lock:
@@ -384,7 +414,8 @@ class ChartImgServer:
             key = headers.get("x-api-key") or ""
             account = self._accounts_by_key.get(key)
             record = self._record(account, arrived, None if unreadable else body, defaulted)
-            refusal = self._admit(account, arrived)
+            throttled = self._throttle
+            refusal = throttled or self._admit(account, arrived)
             if account is not None and refusal is None:
                 self._count_in_flight(account, +1)
         try:

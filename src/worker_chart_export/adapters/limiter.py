@@ -4,10 +4,12 @@ One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` tha
 unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
 shared by every instance through that document. This process only keeps a cheap view to
 choose well without reading (account_views.py): what the last reservations said, which
-accounts are exhausted, cooling down or disabled, and what each key answered lately. What
-CHART-IMG says about a key is told here (`mark_exhausted`, `rate_limited`, `key_refused`,
-`succeeded`), judged by core/key_history.py, and persisted in the usage document when it
-matters to every instance and to `worker-chart-export accounts` (exhausted, disabled). Once
+accounts are exhausted, cooling down, set aside or disabled, and what each key answered
+lately. What CHART-IMG says about a key is told here (`mark_exhausted`, `rate_limited`,
+`key_refused`, `succeeded`: key_verdicts.py), judged by core/key_history.py, and persisted in
+the usage document when it matters to every instance and to `worker-chart-export accounts`.
+A call that never left gives its unit back (`give_back`). Only accounts whose plan serves a
+call are picked for it (`plans`: the call's serving plans). Once
 a reservation shows that another instance wrote an account meanwhile, the next wave reads
 every account first (one round trip), so a fleet's waves do not queue on keys that only look
 free.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -26,9 +28,9 @@ from pydantic import SecretStr
 
 from worker_chart_export.adapters.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.key_verdicts import KeyVerdicts
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
 from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import Refund, ReservationRequest
@@ -60,8 +62,9 @@ class NoAccount:
     exhausted_accounts: tuple[str, ...]
 
 
-class AccountLimiter:
-    """Chooses, reserves and paces accounts. Thread-safe; one per process, shared by steps."""
+class AccountLimiter(KeyVerdicts):
+    """Chooses, reserves and paces accounts; told what CHART-IMG said of each key
+    (KeyVerdicts). Thread-safe; one per process, shared by steps."""
 
     def __init__(
         self,
@@ -215,60 +218,6 @@ class AccountLimiter:
         all_disabled = self._views.all_disabled(plans)
         return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
 
-    # --- what CHART-IMG said about an account (api.py tells; the rules: core.key_history) ---
-
-    def mark_exhausted(self, account_id: str, answer: Answer) -> None:
-        """After CHART-IMG's quota answer: out until the next UTC midnight (store + cache)."""
-        self._views.provider_exhausted(account_id, self._clock.now())
-        self._persist_exhausted(account_id, quota_reason(answer))
-
-    def rate_limited(self, account_id: str, answer: Answer, retry_after: float | None) -> RateVerdict:
-        """After any other 429: the key cools down (Retry-After, else escalating). A key that
-        keeps answering 429 while our count says it has quota is out for the day: one ERROR
-        naming the account and the answers seen (never the key), persisted with its reason."""
-        verdict = self._views.rate_limited(account_id, answer, retry_after)
-        streak = verdict.exhausted
-        if streak is not None:
-            view = self._views[account_id]
-            get_logger().error(
-                "chart-img key keeps answering 429: exhausted for the day",
-                accountId=account_id,
-                error={"code": "CHART_API_LIMIT_EXCEEDED"},
-                answers=streak.as_log(),
-                answered429=streak.seen,
-                cooldowns=streak.cooldowns,
-                spanSeconds=round(streak.span_seconds, 1),
-                usedToday=view.usage_today,
-                dailyLimit=view.daily_limit,
-            )
-            self._persist_exhausted(account_id, streak.reason(view.usage_today, view.daily_limit))
-        return verdict
-
-    def key_refused(self, account_id: str, answer: Answer) -> bool:
-        """After CHART-IMG refused the key (401, 403 "Forbidden"): True when the key is
-        disabled: refused again with no success between (then one ERROR line, and no instance
-        uses it for the rest of the UTC day), or already. False: the call only moves on."""
-        disabled, refusals = self._views.refused(account_id, answer)
-        if not refusals:
-            return disabled
-        get_logger().error(
-            "chart-img account key refused: account disabled",
-            accountId=account_id,
-            error={"code": "CHART_API_KEY_REFUSED"},
-            answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
-        )
-        reason = refused_reason(refusals)
-        self._best_effort(
-            lambda: self._store.mark_disabled(account_id, reason=reason, now=self._clock.now()),
-            "chart-img account disabling not persisted",
-            account_id,
-        )
-        return True
-
-    def succeeded(self, account_id: str) -> None:
-        """The key answered 200: its 429 streak and refusals are over."""
-        self._views.succeeded(account_id)
-
     def give_back(self, lease: Lease) -> Refund | None:
         """The lease's unit given back: its call never reached CHART-IMG (no connection was
         made, or it was never sent). Best effort: None when the store could not be written
@@ -286,23 +235,6 @@ class AccountLimiter:
         self._views.given_back(lease.account_id, refund)
         return refund
 
-    def _persist_exhausted(self, account_id: str, reason: str) -> None:
-        limit = self._views[account_id].daily_limit
-        self._best_effort(
-            lambda: self._store.mark_exhausted(
-                account_id, default_limit=limit, now=self._clock.now(), reason=reason
-            ),
-            "chart-img account exhaustion not persisted",
-            account_id,
-        )
-
-    @staticmethod
-    def _best_effort(write: Callable[[], None], failed: str, account_id: str) -> None:
-        try:
-            write()
-        except Exception as exc:  # best effort (§14.4): this process already stays off it
-            get_logger().warning(failed, accountId=account_id, errorKind=type(exc).__name__)
-
     def exhausted_accounts(self) -> tuple[str, ...]:
         return self._views.exhausted_accounts()
 
@@ -310,6 +242,6 @@ class AccountLimiter:
         """See `AccountViews.still_accepted`."""
         return self._views.still_accepted(account_id)
 
-    def usable_accounts(self) -> tuple[str, ...]:
-        """Accounts whose key is not disabled."""
-        return self._views.usable_accounts()
+    def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
+        """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""
+        return self._views.usable_accounts(plans)

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     QUOTA_REFUSED,
@@ -105,6 +106,16 @@ class _DocsUsageStore:
             docs.setdefault(account_id, {}).update(
                 disabled_fields(docs.get(account_id), reason=reason, now=now)
             )
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        with self._transaction() as docs:
+            docs.setdefault(account_id, {}).update(cooling_fields(reason=reason, now=now))
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        with self._transaction() as docs:
+            fields = serving_again_fields(docs.get(account_id))
+            if fields:
+                docs[account_id].update(fields)
 
 
 class InMemoryUsageStore(_DocsUsageStore):

@@ -35,14 +35,23 @@ def until(moment: datetime | None, now: datetime) -> str:
 def _why(row: AccountRow, now: datetime) -> str:
     parts = []
     if row.disabled_reason:
-        parts.append(row.disabled_reason)
+        parts.append(row.disabled_reason + _set_aside_until(row.disabled_until))
     if row.exhausted_reason:
         parts.append(f"{row.exhausted_reason} (until {rfc3339_utc(row.exhausted_until or now)})")
-    if row.cooling_until:
+    if row.cooling_until and row.cooling_reason:
+        parts.append(row.cooling_reason + _set_aside_until(row.cooling_until))
+    elif row.cooling_until:
         parts.append(f"cooling down until {rfc3339_utc(row.cooling_until)}")
     if row.limit_source is LimitSource.DOCUMENT:
         parts.append("limit set by the usage document")
     return "; ".join(parts)
+
+
+def _set_aside_until(until: datetime | None) -> str:
+    """Which rule's set-aside ends when: then one probe call decides."""
+    if until is None:
+        return " (until 00:00 UTC)"
+    return f" (set aside until {rfc3339_utc(until)}, then one probe call decides)"
 
 
 def _cells(row: AccountRow, now: datetime) -> tuple[str, ...]:
@@ -56,7 +65,7 @@ def _cells(row: AccountRow, now: datetime) -> tuple[str, ...]:
         str(row.used_today),
         number(row.left_today),
         str(row.refunded_today),
-        "-" if row.disabled else until(row.next_slot, now),
+        "-" if row.disabled and row.next_slot is None else until(row.next_slot, now),
         row.state.value,
         _why(row, now),
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,3 +25,10 @@ def build_request_body(
     body["symbol"] = chart_img_symbol
     body["interval"] = interval
     return body
+
+
+def request_digest(body: Mapping[str, Any]) -> str:
+    """What identifies a request to CHART-IMG: the SHA-256 of its body as canonical JSON
+    (sorted keys, no spaces), in hex. Two charts whose bodies are equal are one request."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -98,7 +98,8 @@ class FinalizeOutcome:
 class ReservationRefusal(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # today's quota is used up
     BUSY = "BUSY"  # the account's next send slot is further away than the caller can wait
-    DISABLED = "DISABLED"  # CHART-IMG refused its key today (the usage document says so)
+    DISABLED = "DISABLED"  # CHART-IMG refused its key: set aside until a probe (the usage document says so)
+    COOLING = "COOLING"  # set aside by the 429 streak rule until a probe (the usage document says so)
 
 
 @dataclass(frozen=True)
@@ -114,3 +115,4 @@ class Reservation:
     refusal: ReservationRefusal | None = field(default=None, compare=False)  # why not, if not
     tat: float | None = field(default=None, compare=False)  # the pacing state as last seen
     day: str | None = field(default=None, compare=False)  # the window it was counted in, if reserved
+    probe: bool = field(default=False, compare=False)  # the first call on a key set aside till now

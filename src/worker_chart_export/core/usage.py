@@ -41,14 +41,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.set_aside import (
+    DISABLED,
+    DISABLED_REASON,
+    disabled_at,
+    disabled_until_field,
+    probe_fields,
+    refusal_now,
+)
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
-# The fields a usage document may hold about CHART-IMG's answers (read by core/account_status.py)
-COOL_UNTIL = "coolUntil"
+# The fields a usage document may hold about CHART-IMG's answers (read by core/account_status.py);
+# a key set aside and probed: core/set_aside.py
 EXHAUSTED_UNTIL = "exhaustedUntil"
 EXHAUSTED_REASON = "exhaustedReason"
-DISABLED = "disabled"
-DISABLED_REASON = "disabledReason"
 REFUNDED_TODAY = "refundedToday"
 QUOTA_REFUSED = "CHART-IMG refused the day's quota"  # an exhaustion's reason when none is given
 
@@ -133,10 +139,10 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def disabled_today(doc: Mapping[str, Any] | None, now: datetime) -> bool:
-    """CHART-IMG refused the key in `now`'s UTC day (a `disabled` of an older window is over)."""
-    doc = doc or {}
-    return doc.get(DISABLED) is True and doc.get("windowStart") == window_start(now)
+def disabled_now(doc: Mapping[str, Any] | None, now: datetime) -> bool:
+    """The key is disabled at `now` (refused for two different requests, until its
+    `disabledUntil`; a `disabled` of an older window is over): core/set_aside.py."""
+    return disabled_at(doc or {}, now, window_start(now))
 
 
 def tat_of(doc: Mapping[str, Any] | None) -> float | None:
@@ -174,11 +180,13 @@ def reserve_one(
     used = usage_today(doc, now)
     today = window_start(now)
     reset = _new_day(doc, today, used)
-    if disabled_today(doc, now):
-        return None, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.DISABLED)
+    set_aside = refusal_now(doc or {}, now, today)
+    if set_aside is not None:
+        return None, Reservation(account_id, False, used, limit, refusal=set_aside)
     if used >= limit:
         return reset, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.EXHAUSTED)
-    update: dict[str, Any] = {**(reset or {}), "windowStart": today, "usageToday": used + 1}
+    probe = probe_fields(doc or {}, now, today)  # set aside till now: this call decides
+    update: dict[str, Any] = {**(reset or {}), **probe, "windowStart": today, "usageToday": used + 1}
     send_at = now
     if pacing is not None:
         moment, tat = now.timestamp(), tat_of(doc)
@@ -189,7 +197,14 @@ def reserve_one(
         update["tat"] = pacing.next_tat(tat, moment + at.send_delay)
         send_at = now + timedelta(seconds=wait)
     reservation = Reservation(
-        account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"), day=today
+        account_id,
+        True,
+        used + 1,
+        limit,
+        send_at=send_at,
+        tat=update.get("tat"),
+        day=today,
+        probe=bool(probe),
     )
     return update, reservation
 
@@ -297,10 +312,12 @@ def exhausted_fields(
 
 
 def disabled_fields(doc: Mapping[str, Any] | None, *, reason: str, now: datetime) -> dict[str, Any]:
-    """Fields that disable the account for the rest of the UTC day, and why (its key refused
-    again): the window is made today's so that the day it holds for is the one written."""
+    """Fields that disable the account, and why (its key refused for two different
+    requests): for 15 minutes, then a probe (core/set_aside.py). The window is made today's,
+    so that the day the flag belongs to is the one written."""
     return {
         **_window_fields(doc or {}, window_start(now), usage_today(doc, now)),
         DISABLED: True,
+        **disabled_until_field(now),
         DISABLED_REASON: reason,
     }

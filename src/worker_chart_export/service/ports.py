@@ -155,8 +155,19 @@ class UsageStore(Protocol):
         ...
 
     def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After CHART-IMG refused the key again: `disabled` for the rest of the UTC day, with
-        `disabledReason` (core.usage.disabled_fields); every reservation then refuses it."""
+        """After CHART-IMG refused the key for two different requests (or on its probe):
+        `disabled` for 15 minutes, with `disabledReason` (core.usage.disabled_fields); every
+        reservation meanwhile refuses it, the first after it is the probe."""
+        ...
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        """After the 429 streak rule (or a probe answered 429): `coolUntil` 15 minutes ahead
+        and `coolReason` (core.set_aside.cooling_fields); then a probe."""
+        ...
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        """After a probe answered 200: the set-aside fields cleared
+        (core.set_aside.serving_again_fields)."""
         ...
 
 

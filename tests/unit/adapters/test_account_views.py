@@ -189,28 +189,60 @@ def test_catching_up_disables_a_key_disabled_today_until_midnight() -> None:
 # --- what CHART-IMG said -----------------------------------------------------------------------
 
 
-def rate_limit_streak(accounts: AccountViews, clock: FakeClock, account_id: str = "a") -> Any:
+def rate_limit_streak(
+    accounts: AccountViews, clock: FakeClock, account_id: str = "a", *, serving: str | None = None
+) -> Any:
     """429s, each after the last cooldown ended, for over two minutes: five cooldowns and
-    more, over a minute apart; the last verdict."""
+    more, over a minute apart, while `serving` (another key) succeeds between them; the
+    last verdict."""
     verdict = accounts.rate_limited(account_id, TOO_MANY, retry_after=None)
     for _ in range(8):
-        if verdict.exhausted is not None:
+        if verdict.set_aside is not None:
             break
         clock.advance(verdict.cooling + 1.0)
+        if serving is not None:
+            accounts.succeeded(serving)
+            clock.advance(0.5)
         verdict = accounts.rate_limited(account_id, TOO_MANY, retry_after=None)
     return verdict
 
 
-def test_the_429_streak_exhausts_a_key_only_while_our_count_says_it_has_quota() -> None:
+def test_the_429_streak_sets_a_key_aside_only_while_our_count_says_it_has_quota() -> None:
     clock = FakeClock(NOON)
-    accounts = views("a", clock=clock)
+    accounts = views("a", "b", clock=clock)
     accounts["a"].usage_today = 43  # one left
-    assert rate_limit_streak(accounts, clock, "a").exhausted is not None
-    assert accounts.exhausted_accounts() == ("a",)
+    assert rate_limit_streak(accounts, clock, "a", serving="b").set_aside is not None
+    assert accounts["a"].set_aside_until == clock.now() + timedelta(minutes=15)
+    assert not accounts["a"].usable(clock.now()) and accounts.exhausted_accounts() == ()
     clock = FakeClock(NOON)
-    accounts = views("full", clock=clock)
+    accounts = views("full", "b", clock=clock)
     accounts["full"].usage_today = 44  # none left by our count: nothing to learn from its 429s
-    assert rate_limit_streak(accounts, clock, "full").exhausted is None
+    assert rate_limit_streak(accounts, clock, "full", serving="b").set_aside is None
+
+
+def test_the_429_streak_sets_nothing_aside_while_no_other_key_serves() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    assert rate_limit_streak(accounts, clock, "a").set_aside is None  # b never succeeded
+    assert accounts["a"].usable(clock.now())
+
+
+def test_every_usable_key_hearing_429_is_chart_img_throttling() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    assert not accounts.rate_limited("a", TOO_MANY, retry_after=None).throttled  # b has not
+    assert accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled  # both now
+    accounts.succeeded("a")
+    assert not accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled
+
+
+def test_a_429_on_a_probe_sets_the_key_aside_again_and_a_200_brings_it_back() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    verdict = accounts.rate_limited("a", TOO_MANY, retry_after=None, probe=True)
+    assert verdict.cooling == 0.0 and accounts["a"].set_aside_until == NOON + timedelta(minutes=15)
+    accounts.succeeded("a")
+    assert accounts["a"].set_aside_until is None and accounts["a"].usable(NOON)
 
 
 def test_a_new_utc_day_starts_the_429_escalation_afresh() -> None:
@@ -229,8 +261,11 @@ def test_a_key_refused_twice_is_disabled_and_later_answers_say_so_without_decidi
     accounts = views("a", clock=clock)
     assert accounts.refused("a", FORBIDDEN) == (False, ())
     assert accounts.refused("a", Answer(401)) == (True, (FORBIDDEN, Answer(401)))
-    assert accounts["a"].disabled_until == MIDNIGHT
+    assert accounts["a"].disabled_until == NOON + timedelta(minutes=15)  # then a probe, not midnight
     assert accounts.refused("a", FORBIDDEN) == (True, ())  # an answer to a call sent before
+    clock.advance(15 * 60)
+    assert accounts.refused("a", FORBIDDEN, probe=True) == (True, (FORBIDDEN,))  # its probe refused
+    assert accounts["a"].disabled_until == clock.now() + timedelta(minutes=15)
 
 
 def test_refusals_on_two_utc_days_do_not_add_up() -> None:

@@ -237,7 +237,7 @@ def test_a_429_during_the_cooldown_begins_no_new_one() -> None:
     assert chosen.rate_limited("a", TOO_MANY, None).cooling == 2.0
 
 
-def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_capture: Any) -> None:
+def test_a_key_answering_429_for_over_a_minute_while_another_serves_is_set_aside(log_capture: Any) -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"a": usage(9)})
     chosen = limiter(store, accounts("a", "b"), clock)
@@ -246,17 +246,20 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
     verdicts = []
     for answer in answers:  # at 0, 1, 3, 7, 15, 31, 61 s (+ 10 ms each): after the last cooldown
         verdicts.append(chosen.rate_limited("a", answer, None))
-        clock.advance(verdicts[-1].cooling + 0.01)
+        clock.advance(0.005)
+        chosen.succeeded("b")  # the other key serves meanwhile
+        clock.advance(verdicts[-1].cooling + 0.005)
     assert [v.cooling for v in verdicts] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 0.0]
-    assert [v.exhausted is not None for v in verdicts] == [False] * 6 + [True]
-    (event,) = log_capture.events("chart-img key keeps answering 429: exhausted for the day")
-    assert (event["severity"], event["accountId"], event["cooldowns"], event["spanSeconds"]) == (
+    assert [v.set_aside is not None for v in verdicts] == [False] * 6 + [True]
+    (event,) = log_capture.events("chart-img key keeps answering 429: set aside, then probed")
+    assert (event["severity"], event["accountId"], event["cooldowns"], event["rule"]) == (
         "ERROR",
         "a",
         7,
-        61.1,  # 61.06 s, to a tenth
+        "429 streak",
     )
-    assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"} and event["answered429"] == 7
+    until = "2025-03-10T12:16:01.060Z"  # 15 minutes after the 7th 429, at 61.06 s
+    assert event["setAsideUntil"] == until and event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
     assert event["answers"] == [
         {"httpStatus": 429, "message": "Too Many Requests", "times": 5},
         {"httpStatus": 429, "message": "", "times": 1},
@@ -264,12 +267,33 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
     ]
     assert (event["usedToday"], event["dailyLimit"]) == (10, 44)
     doc = store.snapshot()["a"]
-    assert (doc["usageToday"], doc["exhaustedUntil"]) == (44, "2025-03-11T00:00:00.000Z")
-    assert doc["exhaustedReason"].startswith(
-        "CHART-IMG answered 429 through 7 cooldowns over 61 s with 10 of 44"
-    )
-    assert chosen.exhausted_accounts() == ("a",)
+    assert (doc["usageToday"], doc["coolUntil"]) == (10, until) and "exhaustedUntil" not in doc
+    assert doc["coolReason"].startswith("429 streak: CHART-IMG answered 429 through 7 cooldowns over 61 s")
+    assert chosen.exhausted_accounts() == ()  # set aside, not exhausted: a probe decides
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["b", "b"]
+
+
+def test_a_set_aside_key_is_probed_once_after_15_minutes_and_serves_again(log_capture: Any) -> None:
+    """Two instances on one store: the first reservation after the set-aside is the probe,
+    the other instance waits for its answer; a 200 brings the key back for both."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    this, other = (limiter(store, accounts("a", "b"), clock) for _ in range(2))
+    store.mark_cooling("a", reason="429 streak: test", now=NOON)
+    assert lease_id(other.acquire(max_wait=1)) == "b"  # the store refused a: `other` knows now
+    clock.advance(15 * 60 - 1)
+    assert all(lease_id(this.acquire(max_wait=1)) == "b" for _ in range(3))  # still set aside
+    clock.advance(61)  # the set-aside and the view's 60 s are over
+    probe = this.acquire(max_wait=1, tried=["b"])
+    assert isinstance(probe, Lease) and probe.account_id == "a" and probe.reservation.probe
+    assert lease_id(other.acquire(max_wait=1, tried=["b"])) == "b"  # waits for the probe's answer
+    this.succeeded("a", probe=True)
+    assert store.snapshot()["a"]["coolUntil"] is None
+    (back,) = log_capture.events("chart-img key serves again: its probe answered 200")
+    assert back["accountId"] == "a"
+    clock.advance(61)
+    again = other.acquire(max_wait=1, tried=["b"])
+    assert isinstance(again, Lease) and again.account_id == "a" and not again.reservation.probe
 
 
 def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
@@ -277,7 +301,7 @@ def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
     chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
     for _ in range(20):  # many cooldowns, but Retry-After: 2 keeps them within 40 s
         verdict = chosen.rate_limited("a", TOO_MANY, 2.0)
-        assert verdict.exhausted is None and verdict.cooling == 2.0
+        assert verdict.set_aside is None and verdict.cooling == 2.0
         clock.advance(2.0)
     assert chosen.exhausted_accounts() == () and log_capture.events("chart-img key keeps answering 429") == []
 
@@ -403,8 +427,13 @@ def test_a_key_refused_once_stays_usable_and_twice_is_disabled(log_capture: Any)
         "usageToday": 0,
         "windowStart": TODAY,
         "disabled": True,
+        "disabledUntil": "2025-03-10T12:15:00.000Z",  # then one probe call decides
         "disabledReason": 'CHART-IMG refused the key 401 "Invalid Request", then 403 "Forbidden"',
     }
+    assert (event["rule"], event["disabledUntil"]) == (
+        "key refused for two requests",
+        "2025-03-10T12:15:00.000Z",
+    )
     chosen.key_refused("good", REFUSED)
     chosen.key_refused("good", REFUSED)
     assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())

@@ -19,11 +19,11 @@ from worker_chart_export.core.account_status import (
     ConfiguredAccount,
     LimitSource,
     account_row,
-    moment_of,
     quota_report,
     report_dict,
 )
 from worker_chart_export.core.plans import PLANS, AccountLimits
+from worker_chart_export.core.set_aside import moment_of
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
@@ -263,10 +263,12 @@ def test_the_json_form_names_every_field_and_no_key() -> None:
         "nextSlot": "2026-11-24T00:00:00.000Z",
         "state": "exhausted",
         "coolingUntil": None,
+        "coolingReason": None,
         "exhaustedUntil": "2026-11-24T00:00:00.000Z",
         "exhaustedReason": DAILY_LIMIT_REACHED,
         "disabled": False,
         "disabledReason": None,
+        "disabledUntil": None,
     }
     assert data["totals"] == {
         "accounts": 1,

@@ -25,7 +25,7 @@ from worker_chart_export.core.usage import (
     ReservationTime,
     daily_limit_of,
     disabled_fields,
-    disabled_today,
+    disabled_now,
     exhausted_fields,
     next_utc_midnight,
     refund_one,
@@ -253,9 +253,9 @@ def test_marking_an_account_exhausted_never_lowers_its_count() -> None:
 # --- what CHART-IMG said about the key, as the document keeps it -----------------------------
 
 
-def test_a_key_disabled_today_is_refused_without_a_write() -> None:
+def test_a_disabled_key_is_refused_without_a_write() -> None:
     doc = {"windowStart": TODAY, "usageToday": 3, **disabled_fields(None, reason="refused twice", now=NOW)}
-    assert disabled_today(doc, NOW)
+    assert disabled_now(doc, NOW)
     update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
     assert update is None
     assert (reservation.reserved, reservation.refusal) == (False, ReservationRefusal.DISABLED)
@@ -263,7 +263,7 @@ def test_a_key_disabled_today_is_refused_without_a_write() -> None:
 
 def test_a_key_disabled_an_older_day_is_tried_again_and_the_flag_cleared() -> None:
     doc = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 9, "disabled": True, "disabledReason": "x"}
-    assert not disabled_today(doc, NOW)
+    assert not disabled_now(doc, NOW)
     update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
     assert reservation.reserved and update == {"windowStart": TODAY, "usageToday": 1, "disabled": False}
     reset, refused = reserve_one("acc", {**doc, "dailyLimit": 0}, default_limit=44, at=ReservationTime(NOW))

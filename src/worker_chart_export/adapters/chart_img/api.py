@@ -19,14 +19,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 from tenacity import Retrying
 
-from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
-from worker_chart_export.adapters.chart_img.outcomes import Outcome, cannot_start
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
@@ -51,18 +51,6 @@ from worker_chart_export.logs import get_logger
 # the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
 # A read timeout, a reset or a write error may come after the request left: its unit stays.
 NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-
-
-@dataclass
-class _Request:
-    call: ChartCall
-    session: StepSession
-    tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
-    last: Outcome | None = None
-
-    @property
-    def budget(self) -> Budget:
-        return self.session.budget
 
 
 @dataclass(frozen=True)
@@ -136,7 +124,7 @@ class RealChartApi:
         return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
 
     def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
-        request = _Request(call, session)
+        request = ChartRequest(call, session)
         retrying = Retrying(
             stop=self._policy.stop(session.budget),
             wait=self._policy.wait(self._rand),
@@ -160,12 +148,12 @@ class RealChartApi:
 
     # --- the attempt ---
 
-    def _attempt(self, request: _Request) -> Outcome:
+    def _attempt(self, request: ChartRequest) -> Outcome:
         outcome = self._try_once(request)
         request.last = outcome
         return outcome
 
-    def _try_once(self, request: _Request) -> Outcome:
+    def _try_once(self, request: ChartRequest) -> Outcome:
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
         prepaid = None if request.tried else request.session.take_prepaid(request.call)
@@ -180,11 +168,11 @@ class RealChartApi:
         finally:
             self._permits.release()
 
-    def _max_wait(self, request: _Request) -> float:
+    def _max_wait(self, request: ChartRequest) -> float:
         """How long an attempt may wait to start and still have its minimum time."""
         return request.budget.remaining() - self._policy.min_attempt_seconds
 
-    def _reserve_and_send(self, request: _Request) -> Outcome:
+    def _reserve_and_send(self, request: ChartRequest) -> Outcome:
         max_wait = self._max_wait(request)
         if max_wait < 0:  # the wait for a connection took what was left
             return self._cannot_start(request, None)
@@ -210,7 +198,7 @@ class RealChartApi:
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: _Request, lease: Lease, *, attempt: int) -> Outcome:
+    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> Outcome:
         call = request.call
         timeout = min(self._request_timeout, request.budget.remaining())
         log = get_logger().bind(
@@ -233,7 +221,8 @@ class RealChartApi:
             answer = answer.without(lease.api_key)
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
-            self.limiter.succeeded(lease.account_id)  # the key works: its 429 streak, refusals end
+            # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end
+            self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
             if looks_like_png(answer.content):
                 self._log_request(log, started, 200, None)
                 return Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
@@ -242,9 +231,10 @@ class RealChartApi:
             return Outcome(None, ChartFailure(error))  # not recorded as a fixture
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
         self._log_request(log, started, answer.status, error)
-        self._note_refusal(disposition, lease.account_id, answer, log)
         next_step = None if disposition is Disposition.FINAL else disposition
-        return Outcome(next_step, ChartFailure(error), answer)
+        refused = Outcome(next_step, ChartFailure(error), answer)
+        seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
+        return tell_limiter(self.limiter, request, lease, refused, seen, log)
 
     def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> Outcome:
         """No answer: transient. When the call provably never left (no connection was made),
@@ -264,24 +254,7 @@ class RealChartApi:
         self._log_request(log, started, None, error, refund=refund)
         return Outcome(Disposition.RETRY, ChartFailure(error))
 
-    def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
-        """What an answer says about the account, told to the limiter (its rules:
-        core.key_history); a FINAL or RETRY answer says nothing about the key."""
-        seen = Answer(answer.status, error_message(answer.body))
-        if disposition is Disposition.EXHAUSTED:
-            self.limiter.mark_exhausted(account_id, seen)
-        elif disposition is Disposition.RATE_LIMITED:
-            verdict = self.limiter.rate_limited(account_id, seen, answer.retry_after)
-            if verdict.exhausted is None:
-                log.warning(
-                    "chart-img key rate-limited: cooling down",
-                    cooldownSeconds=round(verdict.cooling, 3),
-                    retryAfterSeconds=answer.retry_after,
-                )
-        elif disposition is Disposition.BAD_KEY and not self.limiter.key_refused(account_id, seen):
-            log.warning("chart-img key refused once: the call moves to another account")
-
-    def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> Outcome:
+    def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> Outcome:
         return cannot_start(
             request.last, refusal, remaining=request.budget.remaining(), disabled=self._disabled_accounts
         )

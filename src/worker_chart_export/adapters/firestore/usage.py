@@ -13,8 +13,8 @@ instance, as a transaction would serialize them, at fewer round trips and with n
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
 a TransientStoreError. A unit given back (`refund`: the call never left) is the same kind of
-compare-and-set. mark_exhausted and mark_disabled (rare: CHART-IMG refused the quota or
-the key) stay transactions.
+compare-and-set. mark_exhausted, mark_disabled, mark_cooling and mark_serving (rare:
+CHART-IMG refused the quota or the key, a key set aside or probed back) stay transactions.
 
 reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
 ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
@@ -47,6 +47,7 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
+from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     QUOTA_REFUSED,
@@ -319,6 +320,15 @@ class FirestoreUsageStore:
             return disabled_fields(doc, reason=reason, now=now)
 
         self._merge(account_id, fields, f"disabling account {account_id}")
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return cooling_fields(reason=reason, now=now)
+
+        self._merge(account_id, fields, f"setting account {account_id} aside")
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        self._merge(account_id, serving_again_fields, f"account {account_id} serving again")
 
     def _merge(
         self, account_id: str, fields: Callable[[dict[str, Any] | None], dict[str, Any]], operation: str
