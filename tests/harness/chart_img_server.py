@@ -26,6 +26,9 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   a scripted status without a message gets the documented one; a message the docs do not
   show is refused unless `undocumented=True`; `empty_body=True` sends none at all, and
   `retry_after` a Retry-After header, which the docs never show), or a 200 that is not a PNG;
+- a careless provider: `echo_key=("url_quote", ...)` writes the request's own key into the
+  scripted error's body in each of those forms (`secret_scan.key_forms`' names), the first
+  in its message, every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
 - otherwise 200 with a small real PNG.
 
 Two answers that are nobody's key's fault, for the tests of who is blamed (issue 26):
@@ -126,6 +129,8 @@ class Script:
     undocumented: bool = False  # allow messages the docs do not show (an unknown answer)
     empty_body: bool = False  # the scripted error (status, or fail_status) with no body at all
     retry_after: str | None = None  # a Retry-After header on the scripted error (the docs show none)
+    # the request's key echoed in the scripted error's body in these forms (secret_scan.key_forms)
+    echo_key: tuple[str, ...] = ()
     failed: int = 0
 
     def __post_init__(self) -> None:
@@ -520,9 +525,9 @@ class ChartImgServer:
             fail_now = script.failed < script.fail_times
             script.failed += fail_now
         if fail_now:
-            return _scripted_error(script, script.fail_status, script.fail_message or "")
+            return _scripted_error(script, script.fail_status, script.fail_message or "", key)
         if script.status is not None:
-            return _scripted_error(script, script.status, script.message or "")
+            return _scripted_error(script, script.status, script.message or "", key)
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")
@@ -538,11 +543,32 @@ class ChartImgServer:
             )
 
 
-def _scripted_error(script: Script, status: int, message: str) -> _Reply:
-    reply = _Reply(status, b"") if script.empty_body else _json_reply(status, message)
+def _scripted_error(script: Script, status: int, message: str, key: str) -> _Reply:
+    if script.empty_body:
+        reply = _Reply(status, b"")
+    elif script.echo_key:
+        reply = _Reply(status, _echoing_body(message, key, script.echo_key))
+    else:
+        reply = _json_reply(status, message)
     if script.retry_after is not None:
         reply.headers["retry-after"] = script.retry_after
     return reply
+
+
+def _echoing_body(message: str, key: str, forms: tuple[str, ...]) -> bytes:
+    """`{"message": "<message> (<form>)", "errors": [{"param": "x-api-key", "msg": <form>}...]}`,
+    each form written into the JSON text as it is: a JSON-escaped form stays escaped in the
+    bytes (the parsed body then holds the key itself), any other is escaped only as JSON must."""
+    from harness.secret_scan import key_forms  # lazily: run as a script, only tests echo
+
+    written = key_forms(key)
+
+    def in_json(form: str) -> str:
+        return written[form] if form.startswith("json") else json.dumps(written[form])[1:-1]
+
+    entries = ", ".join(f'{{"param": "x-api-key", "msg": "{in_json(form)}"}}' for form in forms)
+    head = json.dumps(message)[1:-1]
+    return f'{{"message": "{head} ({in_json(forms[0])})", "errors": [{entries}]}}'.encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -652,9 +678,10 @@ def connections_all_free(api: Any) -> bool:
 
 
 def find_secrets(haystacks: Iterable[str], keys: Iterable[str]) -> list[str]:
-    """Which keys occur anywhere in the given texts (expected: none)."""
-    texts = list(haystacks)
-    return [key for key in keys if any(key in text for text in texts)]
+    """Which keys occur anywhere in the given texts, in any form (expected: none)."""
+    from harness.secret_scan import leaks
+
+    return leaks(haystacks, keys)
 
 
 class FakeClock(testing.FakeClock):

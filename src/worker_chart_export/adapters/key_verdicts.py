@@ -12,12 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.account_views import AccountViews
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.ports import UsageStore
+
+
+def _stored(reason: str) -> str:
+    """A reason as a usage document may hold it: a usage document is an exit (known_keys)."""
+    return known_keys.redaction().text(reason)
 
 
 class KeyVerdicts:
@@ -73,8 +79,9 @@ class KeyVerdicts:
             dailyLimit=view.daily_limit,
             **said,
         )
+        stored = _stored(reason)
         self._best_effort(
-            lambda: self._store.mark_cooling(account_id, reason=reason, now=now),
+            lambda: self._store.mark_cooling(account_id, reason=stored, now=now),
             "chart-img account set-aside not persisted",
             account_id,
         )
@@ -96,7 +103,7 @@ class KeyVerdicts:
             disabledUntil=rfc3339_utc(until),
             answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
         )
-        reason = refused_reason(refusals)
+        reason = _stored(refused_reason(refusals))
         self._best_effort(
             lambda: self._store.mark_disabled(account_id, reason=reason, now=self._clock.now()),
             "chart-img account disabling not persisted",
@@ -119,6 +126,7 @@ class KeyVerdicts:
 
     def _persist_exhausted(self, account_id: str, reason: str) -> None:
         limit = self._views[account_id].daily_limit
+        reason = _stored(reason)
         self._best_effort(
             lambda: self._store.mark_exhausted(
                 account_id, default_limit=limit, now=self._clock.now(), reason=reason

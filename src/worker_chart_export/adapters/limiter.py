@@ -26,6 +26,7 @@ from enum import StrEnum
 
 from pydantic import SecretStr
 
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.adapters.key_verdicts import KeyVerdicts
@@ -87,6 +88,7 @@ class AccountLimiter(KeyVerdicts):
         )
         self._store = store
         self._clock = clock
+        known_keys.learn(account.api_key.get_secret_value() for account in accounts)  # it sends them
         # One reservation per account at a time in this process: concurrent transactions
         # on one usage document would only contend (Firestore aborts and retries them).
         self._reserve_locks = {a.id: threading.Lock() for a in accounts}

@@ -16,6 +16,7 @@ from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.flow_run_file import read_flow_run
 from worker_chart_export.cli.accounts import add_accounts_command, read_accounts_file, run_accounts
 from worker_chart_export.cli.flow import add_flow_commands, run_advance, run_reap
+from worker_chart_export.cli.output import redacted_output
 from worker_chart_export.cli.submit import run_submit
 from worker_chart_export.core.exceptions import ConfigError, RedeliverEvent, StepSelectionError, UsageError
 from worker_chart_export.core.selection import choose_step
@@ -102,6 +103,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # exits 2 on bad flags
+    if args.command in _NOT_REDACTED:
+        return _run(args)
+    with redacted_output():  # what the command prints: no form of a key (cli/output.py)
+        return _run(args)
+
+
+# serve prints log lines only (logs.py redacts them) and stack a live view of statuses
+_NOT_REDACTED = frozenset({"serve", "stack"})
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "run-local":
             return run_local(args)

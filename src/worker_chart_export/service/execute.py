@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import structlog
 from structlog.typing import FilteringBoundLogger
 
+from worker_chart_export import known_keys
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
@@ -29,6 +30,7 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.manifest import (
+    ManifestFailure,
     ManifestHeader,
     build_manifest,
     manifest_bytes,
@@ -198,7 +200,10 @@ def _write_manifest_and_decide(
         validated.requests,
         ctx.mode,
     )
-    manifest = build_manifest(header, rendered.items, rendered.failures, created_at=ctx.clock.now())
+    # the manifest is public-read: no form of a key in a failure (CHART-IMG's words, an exception's)
+    redaction = known_keys.redaction()
+    failures = [ManifestFailure(f.request, f.error.redacted(redaction)) for f in rendered.failures]
+    manifest = build_manifest(header, rendered.items, failures, created_at=ctx.clock.now())
     counts = _Counts(len(rendered.items), len(rendered.failures), validated.min_images)
     try:
         manifest_uri = ctx.ports.artifacts.put_manifest(

@@ -181,3 +181,29 @@ def test_moments_read_as_a_person_reads_them(seconds: float, text: str) -> None:
     now = datetime(2026, 11, 23, 12, tzinfo=UTC)
     assert until(datetime.fromtimestamp(now.timestamp() + seconds, UTC), now) == text
     assert until(None, now) == "unknown"
+
+
+def test_a_key_in_a_stored_reason_never_reaches_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_accounts_env: None
+) -> None:
+    """A usage file written by an older worker, whose reasons quote CHART-IMG echoing the key
+    in another form: neither the table nor --json prints any form of it."""
+    from harness.secret_scan import key_forms, leaks
+
+    key = 'aq/"key\\with+odd%chars=0123456789abcdef'
+    forms = key_forms(key)
+    store, now = FileUsageStore(tmp_path / USAGE_FILE), datetime.now(UTC)
+    store.reserve("acc1", default_limit=50, now=now)
+    store.mark_disabled("acc1", reason=f'CHART-IMG refused the key 401 "{forms["json_slash"]}"', now=now)
+    store.reserve("acc2", default_limit=50, now=now)
+    store.mark_exhausted(
+        "acc2", default_limit=50, now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}"
+    )
+    config = accounts_file(tmp_path, [{"id": "acc1", "apiKey": key}, {"id": "acc2", "apiKey": KEYS[0]}])
+    flags = ["--local", "--output-dir", str(tmp_path), "--accounts-config-path", str(config)]
+    code, out, err = run(capsys, *flags, "--json")
+    assert code == 0 and json.loads(out)["accounts"]
+    assert "<redacted>" in out
+    table_code, table, table_err = run(capsys, *flags)
+    assert table_code == 0 and "acc1" in table
+    assert leaks([out, err, table, table_err], [key]) == []

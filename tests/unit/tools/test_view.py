@@ -383,3 +383,32 @@ def test_view_manifest_returns_what_it_wrote(tmp_path: Path) -> None:
     result = view_manifest(step_dir / "manifest.json", out=tmp_path / "v.html")
     assert result.page_path == tmp_path / "v.html" and result.status == "FAILED" and result.problems == ()
     assert result.source == str(step_dir / "manifest.json")
+
+
+# --- no key on the page
+
+
+def test_the_page_and_the_command_carry_no_form_of_a_configured_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written by an older worker (or a state file) that holds a key: `view`, with
+    the key configured, shows none of its forms on the page or in what it prints."""
+    from harness.secret_scan import key_forms, leaks
+    from worker_chart_export.cli.main import main
+
+    key = 'vw/"key\\with+odd%chars=0123456789abcdef'
+    forms = list(key_forms(key).values())
+    failures = [_failure(f"t{i}_v1", message=f"CHART-IMG said {form}") for i, form in enumerate(forms)]
+    failures[0]["error"]["details"] = {"message": forms[1], forms[2]: forms[3]}
+    step_dir = _mirror(tmp_path, _manifest([_item("a_v1")], failures), FIXTURE_PNG.read_bytes())
+    state = tmp_path / "state.json"
+    step = {"status": "FAILED", "error": {"code": "CHART_API_FAILED", "message": forms[4]}}
+    state.write_text(json.dumps({"runId": "run1", "steps": {"charts_1h": step}}))
+    monkeypatch.setenv("CHART_IMG_ACCOUNTS_JSON", json.dumps([{"id": "acc1", "apiKey": key}]))
+    page = tmp_path / "page.html"
+    assert main(["view", str(step_dir), "--out", str(page), "--flow-run-state", str(state)]) == EXIT_OK
+    out, err = capsys.readouterr()
+    html = page.read_text()
+    assert html.count("&lt;redacted&gt;") >= len(forms)
+    assert "CHART-IMG said" in html and 'id="step-status">FAILED<' in html
+    assert leaks([html, out, err], [key]) == []

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
 from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
@@ -218,7 +219,7 @@ class RealChartApi:
         except httpx.HTTPError as exc:
             return self._unreached(exc, lease, log, started)
         if answer.status != 200:
-            answer = answer.without(lease.api_key)
+            answer = answer.redacted(known_keys.redaction())
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
             # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end

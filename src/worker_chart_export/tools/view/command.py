@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker_chart_export import known_keys
 from worker_chart_export.core.outcome import step_status
 from worker_chart_export.tools.view.model import StepState, ViewInputError
 from worker_chart_export.tools.view.render import render_page
@@ -55,7 +56,9 @@ def view_manifest(
     """Render the run's page and write it; raises ViewInputError on input that cannot be used."""
     run = load_run(source)
     state = _read_state(flow_run_state, run) if flow_run_state is not None else None
-    page = render_page(run.manifest, run.images, source=run.source, state=state)
+    page = render_page(
+        run.manifest, run.images, source=run.source, state=state, redaction=known_keys.redaction()
+    )
     page_path = out if out is not None else default_page_path(run)
     try:
         page_path.parent.mkdir(parents=True, exist_ok=True)
