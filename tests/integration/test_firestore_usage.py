@@ -321,3 +321,29 @@ def test_a_unit_given_back_is_one_compare_and_set_that_leaves_the_pacing(
     }
     assert not this.refund("acc-1", day=YESTERDAY).given_back  # an older day's unit: not ours to lower
     assert usage_doc(firestore_client, "acc-1")["usageToday"] == 1  # type: ignore[index]
+
+
+def test_a_key_set_aside_is_refused_to_every_instance_then_probed_once_then_serves_again(
+    firestore_client: firestore.Client,
+) -> None:
+    this, other = (FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK) for _ in range(2))
+    assert other.reserve("acc-1", default_limit=44, now=NOW).reserved  # other knows the version
+
+    this.mark_cooling("acc-1", reason="429 streak: test", now=NOW)
+
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and (doc["coolUntil"], doc["coolReason"]) == (
+        "2026-11-22T04:27:03.000Z",
+        "429 streak: test",
+    )
+    refused = other.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=14))
+    assert (refused.reserved, refused.refusal) == (False, ReservationRefusal.COOLING)
+    probe = other.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))
+    assert probe.reserved and probe.probe
+    waiting = this.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))  # waits for it
+    assert waiting.refusal is ReservationRefusal.COOLING
+    other.mark_serving("acc-1", now=NOW + timedelta(minutes=15))
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and (doc["coolUntil"], doc["coolReason"], doc["usageToday"]) == (None, None, 2)
+    back = this.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))
+    assert back.reserved and not back.probe
