@@ -80,10 +80,9 @@ class AccountView:
     provider_exhausted_until: datetime | None = None
     history: KeyHistory = field(default_factory=KeyHistory)  # its recent answers (monotonic moments)
     last_success: float | None = None  # its latest 200 (monotonic): it serves
-    disabled_until: datetime | None = (
-        None  # its key refused for two requests (here or, per the store, elsewhere)
-    )
-    set_aside_until: datetime | None = None  # the 429 streak rule (here or, per the store, elsewhere)
+    # set aside until then (here or, per the store, by another instance), then probed:
+    disabled_until: datetime | None = None  # its key refused for two different requests
+    set_aside_until: datetime | None = None  # the 429 streak rule
 
     @property
     def cool_until(self) -> float:
@@ -300,14 +299,18 @@ class AccountViews:
                 view.disabled_until = now + timedelta(seconds=SET_ASIDE_SECONDS)
             return bool(refusals), refusals
 
-    def succeeded(self, account_id: str) -> None:
-        """The key answered 200: its 429 streak and refusals are over; it serves (a set-aside
-        it was probed out of is over too)."""
+    def succeeded(self, account_id: str) -> bool:
+        """The key answered 200: its 429 streak and refusals are over; it serves. True when
+        that ends a set-aside or a disabling this view held (a probe's answer, or one to a
+        call sent before): the key works."""
+        now = self._clock.now()
         with self._lock:
             view = self._views[account_id]
             view.history = after_success(view.history)
             view.last_success = self._clock.monotonic()
+            held = view.disabled(now) or (view.set_aside_until is not None and view.set_aside_until > now)
             view.set_aside_until = view.disabled_until = None
+            return held
 
     def exhausted_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
         """The accounts (of `plans`; None: all) out of quota now."""
@@ -338,7 +341,8 @@ class AccountViews:
             until = view.provider_exhausted_until
             exhausted = until is not None and until > now
             cooling = view.cool_until > self._clock.monotonic()
-            return not (view.disabled(now) or exhausted or cooling)
+            set_aside = view.set_aside_until is not None and view.set_aside_until > now
+            return not (view.disabled(now) or exhausted or cooling or set_aside)
 
     def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
         """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""

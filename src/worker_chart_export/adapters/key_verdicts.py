@@ -112,10 +112,11 @@ class KeyVerdicts:
         return True
 
     def succeeded(self, account_id: str, *, probe: bool = False) -> None:
-        """The key answered 200: its 429 streak and refusals are over. A probe answered 200:
-        the key serves again, for every instance (persisted, best effort)."""
-        self._views.succeeded(account_id)
-        if not probe:
+        """The key answered 200: its 429 streak and refusals are over. A probe answered 200
+        (or any 200 while the key was set aside here): the key serves again, for every
+        instance (persisted, best effort)."""
+        held = self._views.succeeded(account_id)
+        if not (probe or held):
             return
         get_logger().info("chart-img key serves again: its probe answered 200", accountId=account_id)
         self._best_effort(

@@ -628,3 +628,25 @@ def test_an_account_without_a_plan_has_the_configured_default() -> None:
     )
     assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"})) == "plain"
     assert isinstance(chosen.acquire(max_wait=1, plans={"BASIC"}), NoAccount)
+
+
+def test_a_200_on_a_key_held_aside_brings_it_back_for_every_instance(log_capture: Any) -> None:
+    """An answer to a call sent before the key was disabled (or set aside) says the key works:
+    as good as a probe."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    chosen.key_refused("a", Answer(401, request="x"))
+    assert chosen.key_refused("a", Answer(401, request="y")) and store.snapshot()["a"]["disabled"] is True
+    assert not chosen.still_accepted("a")
+    chosen.succeeded("a")
+    assert store.snapshot()["a"]["disabled"] is False and chosen.usable_accounts() == ("a", "b")
+    assert [
+        e["accountId"] for e in log_capture.events("chart-img key serves again: its probe answered 200")
+    ] == ["a"]
+    chosen.succeeded("a")  # nothing held any more: no write, no line
+    assert len(log_capture.events("chart-img key serves again: its probe answered 200")) == 1
+    chosen.rate_limited("b", TOO_MANY, None, probe=True)  # a probe answered 429: set aside again
+    assert not chosen.still_accepted("b") and store.snapshot()["b"]["coolReason"].startswith(
+        "429 streak: the probe"
+    )
