@@ -274,3 +274,81 @@ def test_refusals_on_two_utc_days_do_not_add_up() -> None:
     assert accounts.refused("a", FORBIDDEN) == (False, ())
     clock.advance(10)
     assert accounts.refused("a", FORBIDDEN) == (False, ())
+
+
+# --- set aside, then probed; each account's plan ----------------------------------------------
+
+PLANNED = [
+    AccountConfig(id="basic", apiKey=SecretStr(new_key()), plan="BASIC"),
+    AccountConfig(id="pro", apiKey=SecretStr(new_key()), plan="PRO"),
+]
+
+
+def test_catching_up_holds_a_key_until_the_documents_own_moment() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("disabled", "cooling", "free", clock=clock)
+    until = "2025-03-10T12:10:00.000Z"
+    accounts.caught_up(
+        {
+            "disabled": usage(3, disabled=True, disabledUntil=until),
+            "cooling": usage(3, coolUntil=until, coolReason="429 streak: x"),
+            "free": usage(3, coolUntil="2025-03-10T11:00:00.000Z", coolReason="over"),
+        }
+    )
+    ten_past = NOON + timedelta(minutes=10)
+    assert (accounts["disabled"].disabled_until, accounts["cooling"].set_aside_until) == (ten_past, ten_past)
+    assert accounts["free"].set_aside_until is None and accounts["free"].disabled_until is None
+    assert accounts.usable_accounts() == ("cooling", "free")  # set aside is not disabled
+    assert accounts.pick((), ()) == "free"
+
+
+def test_a_reservation_refused_as_set_aside_holds_the_key_a_minute() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts.learn("a", Reservation("a", False, 3, 44, refusal=ReservationRefusal.COOLING), units=0)
+    assert accounts["a"].set_aside_until == NOON + timedelta(minutes=1) and accounts.pick((), ()) is None
+
+
+def test_a_set_aside_ending_exactly_now_is_over() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts["a"].set_aside_until = NOON
+    assert accounts["a"].usable(NOON) and accounts.still_accepted("a")
+    assert accounts.succeeded("a") is False  # nothing held: a 200 writes nothing
+    accounts["a"].set_aside_until = NOON + timedelta(seconds=1)
+    assert not accounts["a"].usable(NOON) and not accounts.still_accepted("a")
+    assert accounts.succeeded("a") is True and accounts["a"].usable(NOON)
+    accounts.refused("a", FORBIDDEN, probe=True)  # disabled, not set aside: held too
+    assert accounts.succeeded("a") is True
+
+
+def test_a_unit_given_back_is_the_count_the_store_answered() -> None:
+    from worker_chart_export.core.usage import Refund
+
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts["a"].usage_today = 7
+    accounts.given_back("a", Refund("a", False, 9, 0, "no unit counted"))
+    assert accounts["a"].usage_today == 7  # nothing given back: the view keeps its count
+    accounts.given_back("a", Refund("a", True, 5, 2))
+    assert accounts["a"].usage_today == 5
+
+
+def test_throttling_counts_only_the_usable_keys() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", "gone", clock=clock)
+    accounts.provider_exhausted("gone", NOON)  # out for the day: not heard, not counted
+    assert not accounts.rate_limited("a", TOO_MANY, retry_after=None).throttled
+    assert accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled
+
+
+def test_plans_filter_what_is_disabled_and_usable() -> None:
+    clock = FakeClock(NOON)
+    accounts = AccountViews(PLANNED, defaults=BASIC, clock=clock, margins=EXACT)
+    accounts.refused("pro", FORBIDDEN, probe=True)
+    assert accounts.all_disabled({"PRO"}) and not accounts.all_disabled({"BASIC", "PRO"})
+    assert not accounts.all_disabled()
+    assert accounts.usable_accounts({"PRO"}) == () and accounts.usable_accounts({"BASIC", "PRO"}) == (
+        "basic",
+    )
+    assert accounts.exhausted_accounts({"PRO"}) == ()

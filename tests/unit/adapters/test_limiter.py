@@ -650,3 +650,15 @@ def test_a_200_on_a_key_held_aside_brings_it_back_for_every_instance(log_capture
     assert not chosen.still_accepted("b") and store.snapshot()["b"]["coolReason"].startswith(
         "429 streak: the probe"
     )
+
+
+def test_a_call_whose_serving_keys_are_all_disabled_is_told_so() -> None:
+    clock = FakeClock(NOON)
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO")]
+    chosen = AccountLimiter(
+        configs, InMemoryUsageStore(), defaults=AccountLimits(44, 100.0, 100), clock=clock
+    )
+    chosen.key_refused("pro", REFUSED, probe=True)
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.NO_USABLE_KEY, ())
+    assert chosen.usable_accounts({"PRO"}) == () and chosen.usable_accounts() == ("basic",)
+    assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) == "basic"

@@ -21,6 +21,7 @@ from worker_chart_export.core.account_status import (
     account_row,
     quota_report,
     report_dict,
+    row_dict,
 )
 from worker_chart_export.core.plans import PLANS, AccountLimits
 from worker_chart_export.core.set_aside import moment_of
@@ -317,3 +318,30 @@ def test_without_configuration_nothing_is_unconfigured_and_rows_say_what_is_unkn
     (row,) = report_dict(report)["accounts"]
     assert row["dailyLimit"] is None and row["dailyLimitFrom"] is None
     assert row["coolingUntil"] == "2026-11-23T18:30:05.000Z"
+
+
+def test_a_key_set_aside_says_which_rule_and_until_when_then_a_probe() -> None:
+    until = "2026-11-23T18:40:00.000Z"
+    cooling = account_row("acc1", used(3, coolUntil=until, coolReason="429 streak: x"), configured(), NOW)
+    assert (cooling.state, cooling.cooling_reason, cooling.cooling_until) == (
+        AccountState.COOLING,
+        "429 streak: x",
+        NOW + timedelta(minutes=10),
+    )
+    over = account_row(
+        "acc1", used(3, coolUntil="2026-11-23T18:00:00.000Z", coolReason="429 streak: x"), configured(), NOW
+    )
+    assert (over.state, over.cooling_reason) == (AccountState.FREE, None)  # its probe's turn
+    disabled = account_row(
+        "acc1", used(3, disabled=True, disabledUntil=until, disabledReason="r"), configured(), NOW
+    )
+    assert (disabled.state, disabled.disabled_until, disabled.next_slot) == (
+        AccountState.DISABLED,
+        NOW + timedelta(minutes=10),
+        NOW + timedelta(minutes=10),  # the probe's moment
+    )
+    data = row_dict(disabled)
+    assert (data["disabledUntil"], data["coolingReason"]) == (until, None)
+    assert row_dict(cooling)["coolingReason"] == "429 streak: x"
+    day_long = account_row("acc1", used(3, disabled=True), configured(), NOW)  # an older worker's
+    assert (day_long.disabled_until, day_long.next_slot) == (None, None)

@@ -277,3 +277,18 @@ def test_two_429s_that_say_the_same_are_one_answer_whatever_wait_each_asked_for(
         KeyHistory(), Answer(429, "Too Many Requests", retry_after=5.0), at=0.0, day=DAY, has_quota=True
     )
     assert verdict.cooling == 5.0 and history.answers == (TOO_MANY,)
+
+
+def test_a_429_during_a_cooldown_is_the_streaks_latest_and_a_success_at_that_moment_is_not_since() -> None:
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(history, TOO_MANY, at=0.5, day=DAY, has_quota=True)  # during its cooldown
+    assert history.last_at == 0.5 and history.cooldowns == 1
+    history, at = KeyHistory(), 0.0
+    for _ in range(6):
+        history, cooling, _ = rate_limited(history, at)
+        at += cooling
+    previous = history.last_at
+    _, verdict = after_rate_limit(
+        history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=previous
+    )
+    assert verdict.set_aside is None  # a success at the previous 429's very moment is not since it

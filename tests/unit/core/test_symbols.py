@@ -146,4 +146,6 @@ def test_a_base_symbol_is_a_symbol_without_a_slash() -> None:
     assert base_symbol_problem("btc/usdt") == "lower-case 'b' at 1: TradingView symbols are upper case"
     problem = base_symbol_problem("BTC/USDT")
     assert problem is not None and problem.startswith("'/' at 4: scope.symbol is the base symbol")
+    two = base_symbol_problem("A/B/C")  # the first slash is named
+    assert two is not None and two.startswith("'/' at 2:")
     assert base_symbol_problem(None) == "must be a non-empty string"

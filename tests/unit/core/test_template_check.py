@@ -155,6 +155,8 @@ def test_the_docs_default_column_gets_a_hint_naming_columns() -> None:
     assert found(with_request(studies=[study]))[0][1].endswith("(did you mean 'circles'?)")
     study["override"]["Volume.plottype"] = "columns"
     assert found(with_request(studies=[study])) == []
+    study["override"]["Volume.plottype"] = "cols"  # 0.73 like 'columns': too far for a hint
+    assert found(with_request(studies=[study]))[0][1].endswith("step_line_with_breaks")
 
 
 def test_watermarks_pass_on_the_plans_that_may_send_them() -> None:

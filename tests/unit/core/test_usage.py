@@ -336,6 +336,8 @@ def test_nothing_is_given_back_when_the_count_is_not_ours_to_lower(
 ) -> None:
     update, refund = refund_one("acc", doc, day=TODAY)
     assert update is None and not refund.given_back and refund.why_not == why_not
+    used = (doc or {}).get("usageToday", 0)
+    assert refund == Refund("acc", False, used, 0, why_not)
 
 
 def test_a_stale_days_refunds_count_for_nothing_and_are_reset_with_the_window() -> None:
@@ -346,4 +348,13 @@ def test_a_stale_days_refunds_count_for_nothing_and_are_reset_with_the_window() 
     assert exhausted_fields(old, default_limit=44, now=NOW)["refundedToday"] == 0
     assert disabled_fields(old, reason="r", now=NOW)["refundedToday"] == 0
     assert "refundedToday" not in exhausted_fields({"windowStart": TODAY}, default_limit=44, now=NOW)
+    todays = {"windowStart": TODAY, "usageToday": 5, "refundedToday": 3}  # today's refunds are kept
+    assert "refundedToday" not in exhausted_fields(todays, default_limit=44, now=NOW)
+    assert "refundedToday" not in disabled_fields(todays, reason="r", now=NOW)
     assert refunded_today({"windowStart": TODAY, "refundedToday": True}, NOW) == 0  # not a count
+
+
+def test_a_refund_knows_chart_imgs_exhaustion_whatever_the_machines_timezone(machine_in_tokyo: None) -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3}
+    exhausted = {**doc, **exhausted_fields(doc, default_limit=44, now=NOW)}
+    assert refund_one("acc", exhausted, day=TODAY)[1].why_not == "CHART-IMG said the day's quota is used up"

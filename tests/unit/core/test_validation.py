@@ -258,6 +258,23 @@ def test_template_rules(change: dict[str, Any], field: str) -> None:
     assert any(p.startswith(f"chart_templates/price_psar_adi_v1.{field}") for p in problems), problems
 
 
+def test_each_account_serves_what_its_plan_allows_and_a_template_no_plan_fixes_names_no_plan() -> None:
+    templates = {k: dict(v) for k, v in TEMPLATES.items()}
+    template = templates["price_psar_adi_v1"]
+    template["request"] = {**template["request"], "width": 1920, "height": 1080}
+    doc = flow_run({"charts": chart_step()})
+    both = (("b", "BASIC"), ("p", "PRO"))
+    result = run(doc, templates=templates, accounts=both)
+    assert isinstance(result, ValidatedStep)
+    plans = {c.chart_template_id: c.serving_plans for c in result.calls}
+    assert plans["price_psar_adi_v1"] == {"PRO"} and plans["price_ema_volume_v1"] == {"BASIC", "PRO"}
+    unknown = {**template["request"], "studies": [{"name": "No Such Study"}]}  # no plan allows it
+    templates["price_psar_adi_v1"] = {**template, "request": unknown}
+    problems = problems_of(run(doc, templates=templates, accounts=(("b", "BASIC"),)))
+    assert problems and not any("needs the" in p for p in problems)
+    assert any("1920 exceeds the BASIC plan's maximum 800" in p for p in problems)
+
+
 def test_the_plan_decides_the_template_limits() -> None:
     templates = {k: dict(v) for k, v in TEMPLATES.items()}
     template = templates["price_psar_adi_v1"]

@@ -75,7 +75,8 @@ def test_a_refund_the_store_cannot_write_keeps_the_unit_counted(rig: Callable[..
     r = rig([httpx.ConnectError("refused")], store=RefundDown())
     error = failure(r.render())
     assert doc(r)["usageToday"] == 3 and "unitGivenBack" not in error["details"]
-    assert [e["accountId"] for e in r.logs.events("chart-img unit not given back")] == ["acc1"] * 3
+    lines = r.logs.events("chart-img unit not given back")
+    assert [(e["accountId"], e["errorKind"]) for e in lines] == [("acc1", "TransientStoreError")] * 3
     assert all("unitGivenBack" not in e for e in r.logs.events("chartsApi.request"))
 
 
