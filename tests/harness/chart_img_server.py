@@ -119,6 +119,9 @@ class Script:
     # with latency: answer as soon as this many calls have been in flight at once (the
     # server's peak), or when latency passes: a capacity test need not wait on the clock
     hold_until_in_flight: int = 0
+    # with latency: answer as soon as the test sets this (or when latency passes): the test
+    # decides, by an event of its own, when the answer leaves
+    release: threading.Event | None = None
     hang: float = 0.0  # seconds to stall without answering (longer than the client timeout)
     fail_times: int = 0  # answer fail_status this many times, then behave normally
     fail_status: int = 500
@@ -398,6 +401,12 @@ class ChartImgServer:
 
     def stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
+        with self._lock:
+            scripts = [*self._scripts_by_symbol.values(), *self._scripts_by_template.values()]
+            scripts += self._scripts_by_key.values()
+        for script in scripts:
+            if script.release is not None:
+                script.release.set()  # and those held for the test's word
         with self._in_flight_changed:
             self._in_flight_changed.notify_all()  # and those held for a peak
         if self._thread.is_alive():
@@ -533,6 +542,9 @@ class ChartImgServer:
         return _Reply(200, PNG, "image/png")
 
     def _wait(self, script: Script) -> None:
+        if script.release is not None:
+            script.release.wait(script.latency)
+            return
         if not script.hold_until_in_flight:
             self._stopping.wait(script.latency)
             return

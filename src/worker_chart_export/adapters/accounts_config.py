@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from worker_chart_export import known_keys
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import AccountLimits, account_limits, plan_named
+from worker_chart_export.core.problem_words import plain_problem
 from worker_chart_export.core.redaction import MIN_RUN, Redaction
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -126,8 +127,7 @@ def _describe(err: Any, names: list[str]) -> str:
         return f"field {position} is unknown (its name is not shown; known: {', '.join(FIELD_NAMES)})"
     if kind == "string_pattern_mismatch" and field == "id":
         return f"id must match {ACCOUNT_ID_PATTERN}"
-    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"'{field}' {message[0].lower() + message[1:] if message else 'is invalid'}"
+    return f"'{field}' {plain_problem(err)}"
 
 
 def _possible_keys(value: Any, *, under: str | None = None) -> Iterator[str]:

@@ -1,4 +1,5 @@
-"""From a template and a step to the CHART-IMG request body (contract §13.3, §14.2)."""
+"""From a template and a step to the CHART-IMG request body (contract §13.3, §14.2), and the
+digest that names one body (a PNG is reused only for the very body it was rendered from)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def build_request_body(
     return body
 
 
-def request_digest(body: Mapping[str, Any]) -> str:
-    """What identifies a request to CHART-IMG: the SHA-256 of its body as canonical JSON
-    (sorted keys, no spaces), in hex. Two charts whose bodies are equal are one request."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+def body_digest(body: Mapping[str, Any]) -> str:
+    """The SHA-256 (64 hex digits) of a request body as sent, in canonical JSON: keys sorted
+    at every depth, no spaces, ASCII only. Equal bodies give equal digests whatever their key
+    order; any other difference (symbol, interval, timezone, a study, a list's order) gives
+    another. The body is `build_request_body`'s, every default filled in; it never holds the
+    API key (that travels in a header only)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()

@@ -49,8 +49,8 @@ MALFORMED = [
     ([{"id": "acc1", "apiKey": ""}], "item 1: 'apiKey' must be a non-empty string"),
     ([{"id": "acc1", "apiKey": KEY + " \n"}], "'apiKey' must be a non-empty string of printable"),
     ([{"id": "acc1", "apiKey": 12345678901234}], "item 1: 'apiKey'"),
-    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' input should be greater"),
-    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' input should be a valid integer"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' must be at least 1"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' must be a whole number"),
     ([{"id": "acc1", "apiKey": KEY, "ratePerSecond": -1}], "'ratePerSecond'"),
     (["acc1"], "item 1: expected an object, got string"),
 ]

@@ -15,7 +15,7 @@ import pytest
 
 from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.usage_local import FileUsageStore
-from worker_chart_export.cli.accounts_table import until
+from worker_chart_export.cli.accounts_table import NOT_CONFIGURED, until
 from worker_chart_export.cli.main import main
 from worker_chart_export.core.usage import Pacing
 
@@ -118,9 +118,23 @@ def test_without_accounts_every_usage_document_is_listed(
     write_usage(tmp_path / "out")
     code, out, _ = run(capsys, "--output-dir", str(tmp_path / "out"))
     assert code == 0
-    assert "no accounts configured" in out
+    assert out.splitlines()[1] == (
+        f"{NOT_CONFIGURED}: the accounts below are the usage documents', plan and pacing unknown"
+    )
     assert [line.split()[0] for line in out.splitlines()[3:6]] == ["acc1", "acc2", "retired"]
     assert "daily limits unknown" in out.splitlines()[-1]
+
+
+def test_without_accounts_or_usage_documents_it_says_one_thing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_accounts_env: None
+) -> None:
+    code, out, _ = run(capsys, "--output-dir", str(tmp_path / "never-ran"))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2, out
+    assert lines[1] == f"{NOT_CONFIGURED} and no usage document there: nothing to show"
+    assert NOT_CONFIGURED.startswith(
+        "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON"
+    )
 
 
 def test_a_usage_file_not_written_yet_is_a_whole_day_left_and_creates_nothing(
@@ -162,7 +176,7 @@ def test_each_problem_is_one_line(
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(
-        "worker-chart-export: error: " + expected.format(accounts=accounts, usage=usage)
+        "worker-chart-export accounts: error: " + expected.format(accounts=accounts, usage=usage)
     ), line
 
 

@@ -1,14 +1,8 @@
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
-from worker_chart_export.core.chart_request import (
-    build_request_body,
-    request_digest,
-    resolve_chart_img_symbol,
-)
+from worker_chart_export.core.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.types import StepStatus
@@ -108,15 +102,3 @@ def test_ties_go_to_the_kind_an_operator_must_act_on_first(
     codes: list[ErrorCode], expected: ErrorCode
 ) -> None:
     assert insufficient_images_error(0, 2, 2, codes).code is expected
-
-
-def test_a_requests_digest_is_its_canonical_body() -> None:
-    """Equal bodies are one request whatever their key order; the digest is SHA-256 of the
-    body as compact JSON with sorted keys, non-ASCII kept as UTF-8 (checked by hand here)."""
-    body = {"symbol": "BINANCE:BTCUSDT", "interval": "1h", "theme": "dark"}
-    assert request_digest(body) == request_digest(dict(reversed(list(body.items()))))
-    canonical = '{"interval":"1h","symbol":"BINANCE:BTCUSDT","theme":"dark"}'
-    assert request_digest(body) == hashlib.sha256(canonical.encode()).hexdigest()
-    accented = {"watermark": "café"}
-    assert request_digest(accented) == hashlib.sha256('{"watermark":"café"}'.encode()).hexdigest()
-    assert request_digest({**body, "theme": "light"}) != request_digest(body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,10 +154,13 @@ class FailingArtifacts:
     def __init__(self, inner: LocalArtifactStore, *, png: bool = False, manifest: bool = False) -> None:
         self.inner, self.png, self.manifest_fails, self.bucket = inner, png, manifest, inner.bucket
 
-    def create_png(self, object_path: str, data: bytes) -> str:
+    def check_bucket(self) -> None:
+        self.inner.check_bucket()
+
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         if self.png:
             raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
-        return self.inner.create_png(object_path, data)
+        return self.inner.create_png(object_path, data, metadata=metadata)
 
     def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
         if self.manifest_fails:

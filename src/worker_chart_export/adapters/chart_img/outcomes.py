@@ -16,7 +16,7 @@ from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img_answers import Disposition, accounts_exhausted, refused_everywhere
-from worker_chart_export.core.chart_request import request_digest
+from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
@@ -48,7 +48,7 @@ class ChartRequest:
     @cached_property
     def digest(self) -> str:
         """What identifies the request to CHART-IMG (its body): a key's refusals count per request."""
-        return request_digest(self.call.body)
+        return body_digest(self.call.body)
 
 
 def tell_limiter(
