@@ -345,3 +345,11 @@ def test_a_key_set_aside_says_which_rule_and_until_when_then_a_probe() -> None:
     assert row_dict(cooling)["coolingReason"] == "429 streak: x"
     day_long = account_row("acc1", used(3, disabled=True), configured(), NOW)  # an older worker's
     assert (day_long.disabled_until, day_long.next_slot) == (None, None)
+
+
+def test_a_disabling_of_an_older_window_is_over_though_its_moment_is_still_ahead() -> None:
+    """Disabled at 23:55 until 00:10: at 00:05 the new day tries the key again (as the worker's
+    reservations do), so no moment is shown for it."""
+    doc = used(3, window=YESTERDAY, disabled=True, disabledUntil="2026-11-23T18:40:00.000Z")
+    row = account_row("acc1", doc, configured(), NOW)
+    assert (row.disabled, row.disabled_until, row.state) == (False, None, AccountState.FREE)
