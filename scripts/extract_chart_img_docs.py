@@ -551,12 +551,15 @@ def request_bounds_file(doc: Doc, origin: Origin) -> Json:
         "drawings[]": tables["drawings[]"],
         "plans": plan_table,
         "watermark": {
-            "fields": [name for name in tables["body"] if name.startswith("watermark")],
+            # only the fields the docs reserve for those plans: a refusal the docs do not
+            # state would cost a feature, which is worse than a unit (watermarkSize)
+            "fields": [name for name in ("watermark", "watermarkOpacity") if name in tables["body"]],
             "customWatermarkPlans": [name for name, plan in plan_table.items() if plan["customWatermark"]],
             "note": "`watermark` is documented as 'custom watermark text for ULTRA and ENTERPRISE plans' "
             "and the changelog (2024-06-25) adds custom watermark opacity for ULTRA and ENTERPRISE; "
-            "watermarkSize has no plan of its own documented. BASIC images always carry CHART-IMG's "
-            "watermark (Resolution Limit table, column Watermark).",
+            "watermarkSize has no plan of its own documented, so it is not among the fields those plans "
+            "alone may send. BASIC images always carry CHART-IMG's watermark (Resolution Limit table, "
+            "column Watermark).",
         },
         "notes": [
             "width/height: the body table gives the minimum (400 x 300) and the default (800 x 600); "

@@ -21,9 +21,9 @@ from chaos.fleet import ChaosStack, Incarnation
 from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read_from
 from chaos.schedule import Kind, PlannedRun
 from harness.png_digest import digest_in_png
-from worker_chart_export.core.account_status import moment_of
 from worker_chart_export.core.plans import plan_named
-from worker_chart_export.core.usage import COOL_UNTIL, DISABLED, EXHAUSTED_UNTIL, window_start
+from worker_chart_export.core.set_aside import COOL_UNTIL, moment_of
+from worker_chart_export.core.usage import EXHAUSTED_UNTIL, disabled_now, window_start
 
 USAGE = "chart_img_accounts_usage"
 STEP = "charts"
@@ -46,7 +46,7 @@ class Step:
 def key_state(doc: dict[str, Any], limit: int, now: datetime) -> tuple[str, datetime | None] | None:
     """Why the worker would not use the key now, and until when (None: it would)."""
     today = doc.get("windowStart") == window_start(now)
-    if today and doc.get(DISABLED) is True:
+    if disabled_now(doc, now):  # until its disabledUntil (then a probe), or the day
         return "disabled", None
     exhausted = moment_of(doc.get(EXHAUSTED_UNTIL))
     if exhausted is not None and exhausted > now:

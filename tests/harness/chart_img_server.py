@@ -31,6 +31,14 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   in its message, every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
 - otherwise 200 with a small real PNG.
 
+Two answers that are nobody's key's fault, for the tests of who is blamed (issue 26):
+- `throttle()` ... `end_throttle()`: a whole-service throttle window: every request, whatever
+  its key, is answered 429 "Too Many Requests" (an API gateway throttling a stage or region
+  answers so before it looks at the key), optionally with a Retry-After; no unit is spent;
+- `refuse_request(symbol=..., template=...)`: that request is answered 401 "Invalid Request"
+  (the docs' 401 example) on every key, after key, pace and quota: the request is refused,
+  not the key.
+
 When a request counts against the daily quota, and in which order CHART-IMG checks key,
 pace, quota and body, the docs do not say: they give the daily maximum per plan and a 429
 "Exceed the usage limit or the rate limit", nothing more. The stand-in's order is its own
@@ -234,13 +242,22 @@ def _market_problems(body: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
     return problems
 
 
+def _number(value: Any) -> bool:
+    """A JSON number as CHART-IMG reads it: 800 and 800.0 are the same number."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 class ChartImgServer:
-    def __init__(self) -> None:
+    def __init__(self, *, refusing_connections: bool = False) -> None:
+        """`refusing_connections`: the port is taken (bound) but not listened on, so every
+        connection to it is refused, as an unreachable CHART-IMG's would be, until
+        `accept_connections()`; the base URL stays the same."""
         self._lock = threading.Lock()
         self._in_flight_changed = threading.Condition(self._lock)
         self._in_flight = 0  # admitted calls being answered, every key together
         self._peak_in_flight = 0
         self._stopping = threading.Event()
+        self._throttle: _Reply | None = None  # set: a whole-service throttle window is open
         self._accounts_by_key: dict[str, _Account] = {}
         self._templates: dict[str, str] = {}
         self._scripts_by_symbol: dict[str, Script] = {}
@@ -249,7 +266,11 @@ class ChartImgServer:
         self.invalid_symbols: set[str] = set()
         self.charges: Charges = "admitted"  # what spends a unit of the daily quota (see above)
         self._requests: list[RecordedRequest] = []
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler, bind_and_activate=False)
+        self._httpd.server_bind()  # a bound socket that does not listen answers a connect with RST
+        self._refusing = refusing_connections
+        if not refusing_connections:
+            self._httpd.server_activate()
         self._httpd.daemon_threads = True
         self._httpd.owner = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
@@ -309,6 +330,27 @@ class ChartImgServer:
                 self._scripts_by_key[key] = script
         return script
 
+    def refuse_request(
+        self, *, symbol: str | None = None, template: str | None = None, status: int = 401
+    ) -> Script:
+        """Requests for this symbol or template are refused on every key (the docs' 401
+        example, "Invalid Request", by default): a refusal the request causes."""
+        return self.script(symbol=symbol, template=template, status=status)
+
+    def throttle(self, *, retry_after: str | None = None) -> None:
+        """Open a whole-service throttle window: every request is answered 429 "Too Many
+        Requests" (with `retry_after` as its Retry-After header), whatever its key, until
+        `end_throttle()`; nothing is counted against any key's quota."""
+        reply = _json_reply(429, "Too Many Requests")
+        if retry_after is not None:
+            reply.headers["retry-after"] = retry_after
+        with self._lock:
+            self._throttle = reply
+
+    def end_throttle(self) -> None:
+        with self._lock:
+            self._throttle = None
+
     @property
     def keys(self) -> list[str]:
         with self._lock:
@@ -346,8 +388,16 @@ class ChartImgServer:
     # --- lifecycle ---
 
     def start(self) -> ChartImgServer:
-        self._thread.start()
+        if not self._refusing:
+            self._thread.start()
         return self
+
+    def accept_connections(self) -> None:
+        """The end of a `refusing_connections` outage: listen and answer from now on."""
+        if self._refusing:
+            self._refusing = False
+            self._httpd.server_activate()
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
@@ -359,9 +409,10 @@ class ChartImgServer:
                 script.release.set()  # and those held for the test's word
         with self._in_flight_changed:
             self._in_flight_changed.notify_all()  # and those held for a peak
-        self._httpd.shutdown()
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
         self._httpd.server_close()
-        self._thread.join(timeout=5)
 
     # --- answering ---
 
@@ -377,7 +428,8 @@ class ChartImgServer:
             key = headers.get("x-api-key") or ""
             account = self._accounts_by_key.get(key)
             record = self._record(account, arrived, None if unreadable else body, defaulted)
-            refusal = self._admit(account, arrived)
+            throttled = self._throttle
+            refusal = throttled or self._admit(account, arrived)
             if account is not None and refusal is None:
                 self._count_in_flight(account, +1)
         try:
@@ -434,16 +486,12 @@ class ChartImgServer:
         small = [
             (n, v, f"must be at least {m}") for n, v, m in (("width", width, 400), ("height", height, 300))
         ]
-        small = [p for p in small if isinstance(p[1], int) and p[1] < int(p[2].rsplit(" ", 1)[1])]
+        small = [p for p in small if _number(p[1]) and p[1] < int(p[2].rsplit(" ", 1)[1])]
         problems = _market_problems(body) + small
         if problems:
             return _validation_reply(*problems)
         plan = account.plan
-        if (
-            isinstance(width, int)
-            and isinstance(height, int)
-            and (width > plan.max_width or height > plan.max_height)
-        ):
+        if _number(width) and _number(height) and (width > plan.max_width or height > plan.max_height):
             return _json_reply(403, f"Exceed Max Usage Resolution Limit ({plan.max_width}x{plan.max_height})")
         parameters = len(body.get("studies") or []) + len(body.get("drawings") or [])
         if parameters > plan.max_parameters:

@@ -205,15 +205,16 @@ def test_a_wave_that_reached_the_daily_limit_still_sends_what_it_reserved(h: Har
 
 
 def test_what_a_wave_did_not_use_is_dropped_when_it_ends(h: Harness) -> None:
-    """Never carried to a later run of the same step, whose day or slots it would not fit."""
+    """Never carried to a later run of the same step, whose day or slots it would not fit;
+    the units of the leases no call used are given back (nothing was sent with them)."""
     store = InMemoryUsageStore()
     api = h.api([{"id": "acc1"}], store=store)
     calls = [chart_call(f"tpl_{i}") for i in range(3)]
     with api.for_step(calls, Budget.starting_now(20.0, SYSTEM_CLOCK)) as step:
         h.render_in(step, calls[0])  # the others abandoned before they started
-    assert store.snapshot()["acc1"]["usageToday"] == 3
+    assert (store.snapshot()["acc1"]["usageToday"], store.snapshot()["acc1"]["refundedToday"]) == (1, 2)
     assert h.render(api, calls[1]) == ChartSuccess(PNG, "acc1")  # a unit of its own
-    assert store.snapshot()["acc1"]["usageToday"] == 4 and h.server.count() == 2
+    assert store.snapshot()["acc1"]["usageToday"] == 2 and h.server.count() == 2
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
@@ -353,10 +354,11 @@ def test_a_parameter_limit_403_is_final(h: Harness) -> None:
 
 def test_an_unknown_key_is_skipped_for_the_next_account_and_disabled_when_refused_again(h: Harness) -> None:
     api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}, {"id": "acc2"}])
-    assert h.render(api, chart_call("tpl_a")) == ChartSuccess(PNG, "acc2")
+    assert h.render(api, chart_call("tpl_a", symbol="BINANCE:AUSDT")) == ChartSuccess(PNG, "acc2")
     assert [r.status for r in h.server.requests] == [403, 200]
     assert h.logs.events("chart-img account key refused: account disabled") == []  # once is no proof
-    assert h.render(api, chart_call("tpl_b")) == ChartSuccess(PNG, "acc2")
+    # another request refused on it too (no success between): the key, not the request
+    assert h.render(api, chart_call("tpl_b", symbol="BINANCE:BUSDT")) == ChartSuccess(PNG, "acc2")
     assert [r.status for r in h.server.requests] == [403, 200, 403, 200]
     (event,) = h.logs.events("chart-img account key refused: account disabled")
     assert event["accountId"] == "acc1" and event["severity"] == "ERROR"
@@ -367,10 +369,13 @@ def test_an_unknown_key_is_skipped_for_the_next_account_and_disabled_when_refuse
 def test_an_unknown_key_alone_is_final(h: Harness) -> None:
     api = h.api([{"id": "acc1", "apiKey": "test-key-" + "0" * 32}])
     h.server.add_account("other")  # a real key exists: the leak scan then means something
-    result = h.render(api, chart_call("tpl_a"))
+    result = h.render(api, chart_call("tpl_a", symbol="BINANCE:AUSDT"))
     assert (details(result)["httpStatus"], details(result)["message"]) == (403, "Forbidden")
+    assert details(result)["errorKind"] == "request_refused"  # one request, one key: no proof
+    assert h.server.count() == 1  # every key refused this request: its final failure
+    result = h.render(api, chart_call("tpl_b", symbol="BINANCE:BUSDT"))  # another: the key then
     assert details(result)["disabledAccounts"] == ["acc1"]
-    assert h.server.count() == 2  # tried again at once, refused again: disabled, nothing left
+    assert h.server.count() == 2  # refused for a second request: disabled, nothing left
 
 
 # --- record, then replay -------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """429s and 401s against the CHART-IMG stand-in (tests/harness/chart_img_server.py), with the
-real HTTP client on real sockets: which answers cool a key, exhaust it for the day, or
-disable it, and that no answer we cannot name retires a key on first sight.
+real HTTP client on real sockets: which answers cool a key, exhaust it for the day, set it
+aside until a probe, or disable it, and that no answer we cannot name retires a key on first
+sight; and who is blamed (issue 26): CHART-IMG-wide throttling and a request-caused 401
+retire no key.
 
-The worker's clock is a FakeClock: cooldowns, Retry-After and the "over a minute" of the
-429 streak pass without waiting. The usage store is run-local's file: what is persisted is
-read back as a second instance and `worker-chart-export accounts` would read it
-(core.account_status).
+The worker's clock is a FakeClock: cooldowns, Retry-After, the "over a minute" of the 429
+streak and the 15 minutes before a probe pass without waiting. The usage store is run-local's
+file: what is persisted is read back as a second instance and `worker-chart-export accounts`
+would read it (core.account_status). Each template is its own request (its own symbol).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,9 @@ from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSucce
 from worker_chart_export.settings import Settings
 
 MIDNIGHT = "2025-01-16T00:00:00.000Z"  # after the FakeClock's 2025-01-15 12:00 UTC
-STREAK_ERROR = "chart-img key keeps answering 429: exhausted for the day"
+STREAK_ERROR = "chart-img key keeps answering 429: set aside, then probed"
 DISABLED_ERROR = "chart-img account key refused: account disabled"
+COOLING = "chart-img key rate-limited: cooling down"
 
 
 @dataclass
@@ -75,10 +78,16 @@ class Stand:
 
     def render(self, api: Any, template: str = "tpl_a") -> ChartResult:
         """One chart as a step of its own, within a 60 s budget on the fake clock."""
-        with api.for_step([], Budget.starting_now(60.0, self.clock)) as step:
-            result: ChartResult = step.render(chart_call(template))
-        self.results.append(result)
-        return result
+        return self.step(api, template)[0]
+
+    def step(self, api: Any, *templates: str) -> list[ChartResult]:
+        """A step of these charts (each its own request: its own symbol), rendered one after
+        another within a 60 s budget on the fake clock, its first wave reserved at once."""
+        calls = [chart_call(t, symbol=f"BINANCE:{t.upper()}") for t in templates]
+        with api.for_step(calls, Budget.starting_now(60.0, self.clock)) as step:
+            results: list[ChartResult] = [step.render(call) for call in calls]
+        self.results += results
+        return results
 
     def answers(self) -> list[tuple[str | None, int | None, str | None]]:
         return [(r.account_id, r.status, r.message) for r in self.server.requests]
@@ -175,47 +184,88 @@ def test_retry_after_is_honoured_on_the_only_key(stand: Stand, header: str, seco
     assert usable(api, "acc1")
 
 
-def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(stand: Stand) -> None:
+def test_the_only_key_answering_429_for_minutes_is_never_set_aside(stand: Stand) -> None:
+    """One key, answering 429 for ever: nobody else serves, so nobody is to blame (it may be
+    CHART-IMG throttling): the key only cools down, escalating, and is never set aside."""
     api = stand.instance("acc1")
     stand.server.script(key=stand.keys["acc1"], status=429)  # "Too Many Requests", for ever
     results = [stand.render(api, f"tpl_{i}") for i in range(4)]
     assert all(isinstance(r, ChartFailure) for r in results)
-    # 429s at 0, 1, 3, 7, 15, 31 and 61 s (the escalating cooldowns): the 7th crosses the minute
-    assert stand.answers() == [("acc1", 429, "Too Many Requests")] * 7
-    assert stand.clock.elapsed == pytest.approx(61.0, abs=0.5)
-    (event,) = stand.logs.events(STREAK_ERROR)
-    assert (event["severity"], event["accountId"], event["cooldowns"], event["answered429"]) == (
-        "ERROR",
-        "acc1",
-        7,
-        7,
-    )
-    assert event["answers"] == [{"httpStatus": 429, "message": "Too Many Requests", "times": 7}]
-    assert (event["usedToday"], event["dailyLimit"]) == (7, 44)  # our count said it had quota
-    row = stand.row("acc1")
-    assert (row.state, row.exhausted_until.isoformat()) == (
-        AccountState.EXHAUSTED,
-        "2025-01-16T00:00:00+00:00",
-    )
-    assert row.exhausted_reason.startswith(
-        "CHART-IMG answered 429 through 7 cooldowns over 61 s with 7 of 44"
-    )
+    # at most three attempts each, each after the key's escalating cooldown, within the budget
+    assert set(stand.answers()) == {("acc1", 429, "Too Many Requests")} and len(stand.answers()) >= 7
+    assert stand.clock.elapsed > 60  # over a minute of 429s
+    assert stand.logs.events(STREAK_ERROR) == [] and usable(api, "acc1")
+    assert not {"coolUntil", "exhaustedUntil"} & set(stand.doc("acc1"))
     failed = results[-1]
-    assert isinstance(failed, ChartFailure) and failed.error.code.value == "CHART_API_LIMIT_EXCEEDED"
-    assert failed.error.details["exhaustedAccounts"] == ["acc1"]  # the 4th chart: no call at all
+    assert isinstance(failed, ChartFailure) and failed.error.details["limit"] == "rate"
+    assert all(e["chartImgThrottling"] for e in stand.logs.events(COOLING))  # every usable key hears 429
+    stand.server.script(key=stand.keys["acc1"])  # the 429s stop
+    assert stand.render(api, "tpl_next") == ChartSuccess(PNG, "acc1")  # after its cooldown, at most 30 s
 
 
-def test_429s_on_one_key_while_another_serves_are_judged_per_key(stand: Stand) -> None:
-    """The other key's successes do not end acc1's streak; acc1's 429s do not touch acc2."""
+def test_429s_on_one_key_while_another_serves_set_it_aside_and_a_probe_within_15_minutes_decides(
+    stand: Stand,
+) -> None:
+    """acc1 alone keeps answering 429 while acc2 serves: acc1's problem. It is set aside (not
+    exhausted till midnight), then probed: a probe answered 429 sets it aside again, a probe
+    answered 200 brings it back, each within 15 minutes on the injected clock."""
     api = stand.instance("acc1", "acc2")
     stand.server.script(key=stand.keys["acc1"], status=429, empty_body=True)
     for i in range(12):
         assert stand.render(api, f"tpl_{i}") == ChartSuccess(PNG, "acc2")
         stand.clock.advance(10.0)
-    assert api.limiter.exhausted_accounts() == ("acc1",) and usable(api, "acc2")
     (event,) = stand.logs.events(STREAK_ERROR)
-    assert event["answers"] == [{"httpStatus": 429, "message": "", "times": event["answered429"]}]
-    assert event["spanSeconds"] > 60 and event["cooldowns"] >= 5
+    assert (event["rule"], event["answers"]) == (
+        "429 streak",
+        [{"httpStatus": 429, "message": "", "times": event["answered429"]}],
+    )
+    assert event["spanSeconds"] > 60 and event["cooldowns"] >= 5 and usable(api, "acc2")
+    set_aside_at = stand.clock.now()
+    row = stand.row("acc1")  # what `accounts` shows: set aside by the 429 rule, until when
+    assert row.state is AccountState.COOLING and row.cooling_reason.startswith("429 streak: ")
+    assert row.exhausted_until is None and row.cooling_until is not None
+    assert set_aside_at < row.cooling_until <= set_aside_at + timedelta(minutes=15)
+    calls_then = stand.server.count("acc1")
+
+    while stand.clock.now() < row.cooling_until:  # set aside: no call on acc1
+        assert stand.render(api, "tpl_during") == ChartSuccess(PNG, "acc2")
+        stand.clock.advance(60.0)
+    assert stand.server.count("acc1") == calls_then
+    assert stand.render(api, "tpl_probe") == ChartSuccess(PNG, "acc2")  # acc1's probe: 429 again
+    assert stand.server.count("acc1") == calls_then + 1
+    assert len(stand.logs.events(STREAK_ERROR)) == 2 and stand.row("acc1").state is AccountState.COOLING
+
+    stand.server.script(key=stand.keys["acc1"])  # acc1 serves again
+    stand.clock.advance(15 * 60.0)
+    assert stand.render(api, "tpl_back") == ChartSuccess(PNG, "acc1")  # the probe, answered 200
+    (back,) = stand.logs.events("chart-img key serves again: its probe answered 200")
+    assert back["accountId"] == "acc1" and stand.row("acc1").state is not AccountState.COOLING
+    assert stand.doc("acc1")["coolUntil"] is None
+
+
+def test_every_key_hearing_too_many_requests_for_over_a_minute_sets_none_aside(stand: Stand) -> None:
+    """CHART-IMG throttling the whole service (every key hears 429 at once) for over a minute
+    under steady traffic (a 2-chart step every few seconds): the keys back off, none is set
+    aside or exhausted, and the next step right after renders on those keys."""
+    api = stand.instance("acc1", "acc2")
+    stand.server.throttle()
+    started = stand.clock.now()
+    while stand.clock.now() - started < timedelta(seconds=75):
+        stand.step(api, "tpl_a", "tpl_b")
+        stand.clock.advance(3.0)
+    throttled = [r for r in stand.server.requests if r.status == 429]
+    assert {r.account_id for r in throttled} == {"acc1", "acc2"} and len(throttled) == len(
+        stand.server.requests
+    )
+    stand.server.end_throttle()
+
+    after = stand.step(api, "tpl_c", "tpl_d")  # right after: within the keys' last cooldown
+    assert all(isinstance(r, ChartSuccess) for r in after), after
+    assert {r.account_id for r in stand.server.requests if r.status == 200} == {"acc1", "acc2"}
+    assert stand.logs.events(STREAK_ERROR) == [] and usable(api, "acc1", "acc2")
+    assert any(e["chartImgThrottling"] for e in stand.logs.events(COOLING))
+    for account_id in ("acc1", "acc2"):
+        assert not {"coolUntil", "exhaustedUntil", "disabled"} & set(stand.doc(account_id))
 
 
 # --- 401: moved at once, disabled when refused again ---------------------------------------
@@ -231,7 +281,7 @@ def test_one_401_moves_the_call_and_the_key_stays_usable(stand: Stand) -> None:
     assert stand.render(api, "tpl_b") == ChartSuccess(PNG, "acc1")  # the same key, at once
 
 
-def test_two_401s_disable_the_key_for_every_instance(stand: Stand) -> None:
+def test_401s_for_two_requests_disable_the_key_for_every_instance_until_a_probe(stand: Stand) -> None:
     api = stand.instance("acc1", "acc2")
     stand.server.script(key=stand.keys["acc1"], status=401)
     assert [stand.render(api, f"tpl_{i}") for i in range(3)] == [ChartSuccess(PNG, "acc2")] * 3
@@ -245,9 +295,42 @@ def test_two_401s_disable_the_key_for_every_instance(stand: Stand) -> None:
         AccountState.DISABLED,
         'CHART-IMG refused the key 401 "Invalid Request", then 401 "Invalid Request"',
     )
+    assert row.disabled_until == stand.clock.now() + timedelta(minutes=15)  # then one probe
     other = stand.instance("acc1", "acc2")  # another instance: its reservation on acc1 is refused
     assert stand.render(other, "tpl_x") == ChartSuccess(PNG, "acc2")
     assert stand.server.count("acc1") == 2 and other.limiter.usable_accounts() == ("acc2",)
+    stand.server.script(key=stand.keys["acc1"])  # the key was rotated: it serves again
+    stand.clock.advance(15 * 60.0)
+    assert stand.render(other, "tpl_probe") == ChartSuccess(PNG, "acc1")  # the probe decides
+    assert stand.doc("acc1")["disabled"] is False and stand.row("acc1").state is not AccountState.DISABLED
+
+
+def test_a_request_that_draws_401_on_the_only_key_fails_alone_and_the_next_chart_renders(
+    stand: Stand,
+) -> None:
+    """Issue 26: one template's request is refused 401 on the only key: that chart's own
+    final failure (one call), the key stays in service, the next chart on it renders."""
+    api = stand.instance("acc1")
+    stand.server.refuse_request(symbol="BINANCE:TPL_BAD")
+    bad, good = stand.step(api, "tpl_bad", "tpl_good")
+    assert isinstance(bad, ChartFailure) and bad.error.details["errorKind"] == "request_refused"
+    assert good == ChartSuccess(PNG, "acc1")
+    assert stand.answers() == [("acc1", 401, "Invalid Request"), ("acc1", 200, None)]
+    again, other = stand.step(api, "tpl_bad", "tpl_other")  # the same request in the next step
+    assert isinstance(again, ChartFailure) and other == ChartSuccess(PNG, "acc1")
+    assert stand.logs.events(DISABLED_ERROR) == [] and usable(api, "acc1")
+    assert "disabled" not in stand.doc("acc1")
+
+
+def test_a_request_refused_on_every_key_disables_none(stand: Stand) -> None:
+    api = stand.instance("acc1", "acc2")
+    stand.server.refuse_request(symbol="BINANCE:TPL_BAD")
+    for _ in range(3):  # in three steps: the same request every time
+        (bad,) = stand.step(api, "tpl_bad")
+        assert isinstance(bad, ChartFailure) and bad.error.details["refusedBy"] == ["acc1", "acc2"]
+    assert len(stand.server.requests) == 6  # each key once per step, never a third attempt
+    assert stand.logs.events(DISABLED_ERROR) == [] and usable(api, "acc1", "acc2")
+    assert stand.step(api, "tpl_good") == [ChartSuccess(PNG, "acc1")]
 
 
 # --- no unknown answer retires a key on first sight -----------------------------------------

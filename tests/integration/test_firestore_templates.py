@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from google.cloud import firestore
 
+from harness.chart_img_server import new_key
 from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
 from worker_chart_export.core.clock import SYSTEM_CLOCK
@@ -304,6 +305,20 @@ def test_sync_refuses_what_chart_img_would_refuse_naming_the_field(
     assert f"bad_v1.json: {path}: {message}" in report.to_text()
 
 
+def big_template() -> dict[str, Any]:
+    """1920x1080: PRO and above."""
+    big = template("big_v1")
+    big["request"].update(width=1920, height=1080)
+    return big
+
+
+def on_the_emulator(monkeypatch: pytest.MonkeyPatch, emulator: FirestoreEmulator) -> None:
+    """The CLI's environment: the emulator, and no CHART_IMG_PLAN."""
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulator.host)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", emulator.project)
+    monkeypatch.delenv("CHART_IMG_PLAN", raising=False)
+
+
 def test_the_plan_changes_the_verdict(
     firestore_emulator: FirestoreEmulator,
     firestore_client: firestore.Client,
@@ -313,12 +328,9 @@ def test_the_plan_changes_the_verdict(
 ) -> None:
     from worker_chart_export.cli.main import main
 
-    big = template("big_v1")
-    big["request"].update(width=1920, height=1080)
+    big = big_template()
     write_templates(tmp_path, big)
-    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_emulator.host)
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", firestore_emulator.project)
-    monkeypatch.delenv("CHART_IMG_PLAN", raising=False)
+    on_the_emulator(monkeypatch, firestore_emulator)
 
     refused = main(["templates", "sync", "--dir", str(tmp_path)])
     text = capsys.readouterr().out
@@ -333,6 +345,38 @@ def test_the_plan_changes_the_verdict(
     assert accepted == EXIT_OK, text
     assert "(checked against the PRO plan)" in text and "big_v1: created" in text
     assert stored_templates(firestore_client) == {"big_v1": big}
+
+
+def test_the_best_configured_plan_decides_and_templates_only_some_accounts_serve_are_named(
+    firestore_emulator: FirestoreEmulator,
+    firestore_client: firestore.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 26: a BASIC and a PRO account, no CHART_IMG_PLAN: a 1920x1080 template is valid
+    (the PRO account serves it), and the report says the BASIC account cannot."""
+    from worker_chart_export.cli.main import main
+
+    write_templates(tmp_path, big_template(), template("rsi_v1"))
+    accounts = [
+        {"id": "basic", "apiKey": new_key(), "plan": "BASIC"},
+        {"id": "pro", "apiKey": new_key(), "plan": "PRO"},
+    ]
+    monkeypatch.setenv("CHART_IMG_ACCOUNTS_JSON", json.dumps(accounts))
+    on_the_emulator(monkeypatch, firestore_emulator)
+
+    assert main(["templates", "sync", "--dir", str(tmp_path), "--dry-run"]) == EXIT_OK
+    dry = capsys.readouterr().out
+    assert "(checked against the PRO plan)" in dry
+    assert "  big_v1: valid (only pro PRO can serve it; not basic BASIC)" in dry.splitlines()
+    assert "  rsi_v1: valid" in dry.splitlines()
+
+    assert main(["templates", "sync", "--dir", str(tmp_path)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "  big_v1: created (only pro PRO can serve it; not basic BASIC)" in text.splitlines()
+    assert "  rsi_v1: created" in text.splitlines()
+    assert set(stored_templates(firestore_client)) == {"big_v1", "rsi_v1"}
 
 
 def test_run_templates_sync_for_the_cli(

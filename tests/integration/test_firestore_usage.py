@@ -299,3 +299,51 @@ def test_concurrent_reservations_never_exceed_the_limit(firestore_client: firest
     assert doc is not None
     assert doc["usageToday"] == len(granted)  # no lost or phantom increments
     assert sorted(r.usage_today for r in granted) == list(range(1, len(granted) + 1))
+
+
+def test_a_unit_given_back_is_one_compare_and_set_that_leaves_the_pacing(
+    firestore_client: firestore.Client,
+) -> None:
+    this, other = (FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK) for _ in range(2))
+    pacing = Pacing(rate_per_second=1.0, burst=3)
+    mine = this.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing)
+    other.reserve("acc-1", default_limit=44, now=NOW, pacing=pacing)  # this store's version is stale
+    tat = usage_doc(firestore_client, "acc-1")["tat"]  # type: ignore[index]
+
+    refund = this.refund("acc-1", day=mine.day or "")  # fails its precondition, reads, writes again
+
+    assert (refund.given_back, refund.usage_today, refund.refunded_today) == (True, 1, 1)
+    assert usage_doc(firestore_client, "acc-1") == {
+        "usageToday": 1,
+        "windowStart": TODAY,
+        "tat": tat,
+        "refundedToday": 1,
+    }
+    assert not this.refund("acc-1", day=YESTERDAY).given_back  # an older day's unit: not ours to lower
+    assert usage_doc(firestore_client, "acc-1")["usageToday"] == 1  # type: ignore[index]
+
+
+def test_a_key_set_aside_is_refused_to_every_instance_then_probed_once_then_serves_again(
+    firestore_client: firestore.Client,
+) -> None:
+    this, other = (FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK) for _ in range(2))
+    assert other.reserve("acc-1", default_limit=44, now=NOW).reserved  # other knows the version
+
+    this.mark_cooling("acc-1", reason="429 streak: test", now=NOW)
+
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and (doc["coolUntil"], doc["coolReason"]) == (
+        "2026-11-22T04:27:03.000Z",
+        "429 streak: test",
+    )
+    refused = other.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=14))
+    assert (refused.reserved, refused.refusal) == (False, ReservationRefusal.COOLING)
+    probe = other.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))
+    assert probe.reserved and probe.probe
+    waiting = this.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))  # waits for it
+    assert waiting.refusal is ReservationRefusal.COOLING
+    other.mark_serving("acc-1", now=NOW + timedelta(minutes=15))
+    doc = usage_doc(firestore_client, "acc-1")
+    assert doc is not None and (doc["coolUntil"], doc["coolReason"], doc["usageToday"]) == (None, None, 2)
+    back = this.reserve("acc-1", default_limit=44, now=NOW + timedelta(minutes=15))
+    assert back.reserved and not back.probe

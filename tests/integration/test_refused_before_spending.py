@@ -202,6 +202,10 @@ REFUSED_SYMBOLS = [
     ("NASDAQ:MARA)", "{symbol}", "')' at 12 closes no '('"),
     ("NASDAQ:MARA+", "{symbol}", "a symbol, a number or '(' is missing after '+' at 12"),
     ("(NASDAQ:MARA+/NASDAQ:RIOT)", "{symbol}", "is missing after '+' at 13 (found '/')"),
+    # worker contract §4.1: the base symbol, without a slash (issue 26)
+    ("BTC/USDT", "BINANCE:{symbol}", "'/' at 4: scope.symbol is the base symbol, without a slash"),
+    ("CEMEX/CPO", "BMV:{symbol}", "'/' at 6: scope.symbol is the base symbol, without a slash"),
+    (FORMULA, "{symbol}", "a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate"),
     ("../x", "BINANCE:{symbol}", "lower-case 'x' at 4"),
     ("../../ETC", "BINANCE:{symbol}", "'.' at 1 cannot start a symbol"),
     ("BTC\nUSDT", "BINANCE:{symbol}", "character U+000A at 4 is not allowed"),
@@ -223,10 +227,10 @@ def test_a_symbol_outside_the_grammar_costs_nothing(
 
 
 def test_a_resolved_symbol_without_an_exchange_costs_nothing(stack: Stack) -> None:
-    report, step = stack.run(whole_symbol_template(), symbol="(NASDAQ:MARA+RIOT)/2")
+    report, step = stack.run(whole_symbol_template(), symbol="NASDAQ:MARA+RIOT")
 
     prefix = f"chart_templates/{STORED_AS}.chartImgSymbolTemplate: "
-    assert_refused_for_nothing(stack, report, step, prefix, "'RIOT' at 14 has no exchange")
+    assert_refused_for_nothing(stack, report, step, prefix, "'RIOT' at 13 has no exchange")
 
 
 # (scope.symbol, its template, the symbol CHART-IMG must receive)
@@ -234,9 +238,9 @@ DOCUMENTED_SYMBOLS = [
     ("ES1!", "CME_MINI:{symbol}", "CME_MINI:ES1!"),
     ("CME_MINI:ES1!", "{symbol}", "CME_MINI:ES1!"),
     ("BTCUSDT", "BYBIT:{symbol}.P", "BYBIT:BTCUSDT.P"),
-    ("CEMEX/CPO", "BMV:{symbol}", "BMV:CEMEX/CPO"),
-    ("BMV:CEMEX/CPO", "{symbol}", "BMV:CEMEX/CPO"),
-    (FORMULA, "{symbol}", FORMULA),
+    ("CEMEX", "BMV:{symbol}/CPO", "BMV:CEMEX/CPO"),  # a slash: in the template (contract §4.1)
+    ("MARA", "(NASDAQ:{symbol}+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10", FORMULA),
+    ("NASDAQ:MARA+NASDAQ:RIOT", "{symbol}", "NASDAQ:MARA+NASDAQ:RIOT"),
 ]
 SAFE_PNG_NAME = re.compile(r"\d{8}T\d{9}Z_[A-Z0-9.-]+_1h_edited_v1\.png")
 

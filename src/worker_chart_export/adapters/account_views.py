@@ -25,12 +25,19 @@ from worker_chart_export.core.key_history import (
     after_refusal,
     after_success,
 )
-from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits, plan_named
+from worker_chart_export.core.set_aside import (
+    COOL_UNTIL,
+    DISABLED_UNTIL,
+    SET_ASIDE_SECONDS,
+    moment_of,
+    refusal_now,
+)
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
+    Refund,
     daily_limit_of,
-    disabled_today,
     next_utc_midnight,
     tat_of,
     usage_today,
@@ -64,6 +71,7 @@ class AccountView:
     config: AccountConfig
     daily_limit: int
     pacing: Pacing
+    plan: str = DEFAULT_PLAN  # its declared plan, else CHART_IMG_PLAN: which calls it may serve
     usage_today: int = 0
     tat: float | None = None  # the shared pacing state as the last reservation saw it
     in_flight: int = 0  # picked, reservation not yet returned
@@ -71,7 +79,10 @@ class AccountView:
     # CHART-IMG itself said the day's quota is gone (not just our count): see still_accepted
     provider_exhausted_until: datetime | None = None
     history: KeyHistory = field(default_factory=KeyHistory)  # its recent answers (monotonic moments)
-    disabled_until: datetime | None = None  # its key refused again (here or, per the store, elsewhere)
+    last_success: float | None = None  # its latest 200 (monotonic): it serves
+    # set aside until then (here or, per the store, by another instance), then probed:
+    disabled_until: datetime | None = None  # its key refused for two different requests
+    set_aside_until: datetime | None = None  # the 429 streak rule
 
     @property
     def cool_until(self) -> float:
@@ -93,7 +104,12 @@ class AccountView:
 
     def usable(self, now: datetime) -> bool:
         exhausted = self.exhausted_until is not None and self.exhausted_until > now
-        return not self.disabled(now) and not exhausted
+        set_aside = self.set_aside_until is not None and self.set_aside_until > now
+        return not self.disabled(now) and not exhausted and not set_aside
+
+    def serves(self, plans: Collection[str] | None) -> bool:
+        """Its plan allows the call (`plans`: the call's serving plans; None: any)."""
+        return plans is None or self.plan in plans
 
 
 class AccountViews:
@@ -107,6 +123,7 @@ class AccountViews:
         clock: Clock,
         exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
+        default_plan: str = DEFAULT_PLAN,
     ) -> None:
         if not accounts:
             raise ValueError("AccountLimiter needs at least one account")
@@ -114,7 +131,8 @@ class AccountViews:
         for account in accounts:
             limits = account.limits(defaults)
             pacing = (margins or PacingMargins()).pacing(limits)
-            self._views[account.id] = AccountView(account, limits.daily_limit, pacing)
+            plan = account.plan or plan_named(default_plan).name
+            self._views[account.id] = AccountView(account, limits.daily_limit, pacing, plan)
         self._clock = clock
         self._ttl = timedelta(seconds=exhausted_ttl)
         self._lock = threading.Lock()
@@ -129,16 +147,23 @@ class AccountViews:
     def __getitem__(self, account_id: str) -> AccountView:
         return self._views[account_id]
 
-    def pick(self, tried: Collection[str], refused: Collection[str]) -> str | None:
-        """The best account not yet refused in this acquire, counted in flight at once so
-        the next concurrent caller ranks with this pick in mind.
+    def pick(
+        self, tried: Collection[str], refused: Collection[str], plans: Collection[str] | None = None
+    ) -> str | None:
+        """The best account not yet refused in this acquire whose plan serves the call
+        (`plans`; None: any), counted in flight at once so the next concurrent caller ranks
+        with this pick in mind.
 
         Order: not yet tried for this request, then the soonest expected slot (this
         process's picks still reserving counted as taken slots), then least used (those
         picks counted too), then id."""
         now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
-            usable = [v for v in self._views.values() if v.config.id not in refused and v.usable(now)]
+            usable = [
+                v
+                for v in self._views.values()
+                if v.config.id not in refused and v.serves(plans) and v.usable(now)
+            ]
             if not usable:
                 return None
             best = min(
@@ -173,10 +198,20 @@ class AccountViews:
             view.usage_today = reservation.usage_today
             if reservation.tat is not None:
                 view.tat = reservation.tat
+            asked_again = min(now + self._ttl, next_utc_midnight(now))  # then the store says
             if reservation.refusal is ReservationRefusal.EXHAUSTED:
-                view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
+                view.exhausted_until = asked_again
             elif reservation.refusal is ReservationRefusal.DISABLED:  # by another instance
-                view.disabled_until = next_utc_midnight(now)
+                view.disabled_until = asked_again
+            elif reservation.refusal is ReservationRefusal.COOLING:  # set aside by another instance
+                view.set_aside_until = asked_again
+
+    def given_back(self, account_id: str, refund: Refund) -> None:
+        """A unit of the account given back: its count as the store now has it."""
+        if not refund.given_back:
+            return
+        with self._lock:
+            self._views[account_id].usage_today = refund.usage_today
 
     def fell_behind(self) -> None:
         """A wave's account was left out (changed meanwhile, or not known here)."""
@@ -205,8 +240,11 @@ class AccountViews:
                     view.tat = fresh  # the shared state only moves forward
                 if view.usage_today >= daily_limit_of(doc, view.daily_limit):
                     view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
-                if disabled_today(doc, now):
-                    view.disabled_until = next_utc_midnight(now)
+                refusal = refusal_now(doc or {}, now, window_start(now))
+                if refusal is ReservationRefusal.DISABLED:
+                    view.disabled_until = moment_of((doc or {}).get(DISABLED_UNTIL)) or next_utc_midnight(now)
+                elif refusal is ReservationRefusal.COOLING:
+                    view.set_aside_until = moment_of((doc or {}).get(COOL_UNTIL))
 
     # --- what CHART-IMG said about an account ---
 
@@ -219,57 +257,79 @@ class AccountViews:
     def _exhaust(view: AccountView, now: datetime) -> None:
         view.exhausted_until = view.provider_exhausted_until = next_utc_midnight(now)
 
-    def rate_limited(self, account_id: str, answer: Answer, retry_after: float | None) -> RateVerdict:
-        """After a 429 that is not the day's quota: the key cools down, escalating; or, when
-        it keeps answering so while our count says it has quota, it is out for the day."""
-        now = self._clock.now()
+    def rate_limited(
+        self, account_id: str, answer: Answer, retry_after: float | None, *, probe: bool = False
+    ) -> RateVerdict:
+        """After a 429 that is not the day's quota: the key cools down, escalating; set aside
+        (core/set_aside.py) when the streak rule finds it the key's own problem, or when the
+        429 answered its probe. `throttled` when every usable key hears 429 at once."""
+        now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
             view = self._views[account_id]
+            others = [v.last_success for v in self._views.values() if v is not view and v.last_success]
             view.history, verdict = after_rate_limit(
                 view.history,
                 replace(answer, retry_after=retry_after),
-                at=self._clock.monotonic(),
+                at=moment,
                 day=window_start(now),
                 has_quota=view.usage_today < view.daily_limit,
+                others_served_at=max(others, default=None),
             )
-            if verdict.exhausted is not None:
-                self._exhaust(view, now)
-        return verdict
+            if verdict.set_aside is not None or probe:
+                view.set_aside_until = now + timedelta(seconds=SET_ASIDE_SECONDS)
+                return replace(verdict, cooling=0.0)
+            usable = [v for v in self._views.values() if v.usable(now)]
+            return replace(verdict, throttled=all(v.history.cooldowns > 0 for v in usable))
 
-    def refused(self, account_id: str, answer: Answer) -> tuple[bool, tuple[Answer, ...]]:
-        """CHART-IMG refused the key: (whether it is disabled now, until the next UTC
-        midnight; the refusals in a row that disabled it just now, else ())."""
+    def refused(
+        self, account_id: str, answer: Answer, *, probe: bool = False
+    ) -> tuple[bool, tuple[Answer, ...]]:
+        """CHART-IMG refused the key: (whether it is disabled now, for SET_ASIDE_SECONDS; the
+        refusals of different requests that disabled it just now, else ()). A refused probe
+        disables it again at once."""
         now = self._clock.now()
         with self._lock:
             view = self._views[account_id]
             if view.disabled(now):  # an answer to a call sent before: nothing more to decide
                 return True, ()
             view.history, refusals = after_refusal(view.history, answer, day=window_start(now))
+            if probe and not refusals:
+                refusals = (answer,)
             if refusals:
-                view.disabled_until = next_utc_midnight(now)
+                view.disabled_until = now + timedelta(seconds=SET_ASIDE_SECONDS)
             return bool(refusals), refusals
 
-    def succeeded(self, account_id: str) -> None:
-        """The key answered 200: its 429 streak and refusals are over."""
+    def succeeded(self, account_id: str) -> bool:
+        """The key answered 200: its 429 streak and refusals are over; it serves. True when
+        that ends a set-aside or a disabling this view held (a probe's answer, or one to a
+        call sent before): the key works."""
+        now = self._clock.now()
         with self._lock:
             view = self._views[account_id]
             view.history = after_success(view.history)
+            view.last_success = self._clock.monotonic()
+            held = view.disabled(now) or (view.set_aside_until is not None and view.set_aside_until > now)
+            view.set_aside_until = view.disabled_until = None
+            return held
 
-    def exhausted_accounts(self) -> tuple[str, ...]:
+    def exhausted_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
+        """The accounts (of `plans`; None: all) out of quota now."""
         now = self._clock.now()
         with self._lock:
             return tuple(
                 sorted(
                     a
                     for a, v in self._views.items()
-                    if v.exhausted_until is not None and v.exhausted_until > now
+                    if v.serves(plans) and v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
 
-    def all_disabled(self) -> bool:
+    def all_disabled(self, plans: Collection[str] | None = None) -> bool:
+        """Every account (of `plans`; None: all) has its key disabled; False when there is none."""
         now = self._clock.now()
         with self._lock:
-            return all(v.disabled(now) for v in self._views.values())
+            serving = [v for v in self._views.values() if v.serves(plans)]
+            return bool(serving) and all(v.disabled(now) for v in serving)
 
     def still_accepted(self, account_id: str) -> bool:
         """CHART-IMG has not refused the account since: no quota answer, no cooldown, key
@@ -281,10 +341,11 @@ class AccountViews:
             until = view.provider_exhausted_until
             exhausted = until is not None and until > now
             cooling = view.cool_until > self._clock.monotonic()
-            return not (view.disabled(now) or exhausted or cooling)
+            set_aside = view.set_aside_until is not None and view.set_aside_until > now
+            return not (view.disabled(now) or exhausted or cooling or set_aside)
 
-    def usable_accounts(self) -> tuple[str, ...]:
-        """Accounts whose key is not disabled."""
+    def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
+        """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""
         now = self._clock.now()
         with self._lock:
-            return tuple(a for a, v in self._views.items() if not v.disabled(now))
+            return tuple(a for a, v in self._views.items() if v.serves(plans) and not v.disabled(now))

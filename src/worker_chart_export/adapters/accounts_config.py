@@ -36,8 +36,9 @@ class AccountConfig(BaseModel):
     daily_limit: int | None = Field(default=None, alias="dailyLimit", ge=1, strict=True)
     rate_per_second: float | None = Field(default=None, alias="ratePerSecond", gt=0)
     burst: int | None = Field(default=None, ge=1, strict=True)
-    # the CHART-IMG plan (BASIC, PRO, MEGA, ULTRA, ENTERPRISE): its rate, burst and daily
-    # limit become this account's defaults; explicit values above still win
+    # the CHART-IMG plan (BASIC, PRO, MEGA, ULTRA, ENTERPRISE): what this account's calls may
+    # ask for (size, parameters, watermark; none declared: CHART_IMG_PLAN's), and its rate,
+    # burst and daily limit become this account's defaults; explicit values above still win
     plan: str | None = None
 
     @field_validator("plan")

@@ -4,10 +4,12 @@ One HTTP attempt = one transaction on `chart_img_accounts_usage/{accountId}` tha
 unit of the day's quota and the account's next send slot (core/usage.py): the pacing is
 shared by every instance through that document. This process only keeps a cheap view to
 choose well without reading (account_views.py): what the last reservations said, which
-accounts are exhausted, cooling down or disabled, and what each key answered lately. What
-CHART-IMG says about a key is told here (`mark_exhausted`, `rate_limited`, `key_refused`,
-`succeeded`), judged by core/key_history.py, and persisted in the usage document when it
-matters to every instance and to `worker-chart-export accounts` (exhausted, disabled). Once
+accounts are exhausted, cooling down, set aside or disabled, and what each key answered
+lately. What CHART-IMG says about a key is told here (`mark_exhausted`, `rate_limited`,
+`key_refused`, `succeeded`: key_verdicts.py), judged by core/key_history.py, and persisted in
+the usage document when it matters to every instance and to `worker-chart-export accounts`.
+A call that never left gives its unit back (`give_back`). Only accounts whose plan serves a
+call are picked for it (`plans`: the call's serving plans). Once
 a reservation shows that another instance wrote an account meanwhile, the next wave reads
 every account first (one round trip), so a fleet's waves do not queue on keys that only look
 free.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -27,12 +29,12 @@ from pydantic import SecretStr
 from worker_chart_export import known_keys
 from worker_chart_export.adapters.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.key_verdicts import KeyVerdicts
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.key_history import Answer, RateVerdict, quota_reason, refused_reason
-from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import ReservationRequest
+from worker_chart_export.core.usage import Refund, ReservationRequest
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.ports import UsageStore
 
@@ -61,8 +63,9 @@ class NoAccount:
     exhausted_accounts: tuple[str, ...]
 
 
-class AccountLimiter:
-    """Chooses, reserves and paces accounts. Thread-safe; one per process, shared by steps."""
+class AccountLimiter(KeyVerdicts):
+    """Chooses, reserves and paces accounts; told what CHART-IMG said of each key
+    (KeyVerdicts). Thread-safe; one per process, shared by steps."""
 
     def __init__(
         self,
@@ -73,9 +76,15 @@ class AccountLimiter:
         clock: Clock,
         exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
+        default_plan: str = DEFAULT_PLAN,
     ) -> None:
         self._views = AccountViews(
-            accounts, defaults=defaults, clock=clock, exhausted_ttl=exhausted_ttl, margins=margins
+            accounts,
+            defaults=defaults,
+            clock=clock,
+            exhausted_ttl=exhausted_ttl,
+            margins=margins,
+            default_plan=default_plan,
         )
         self._store = store
         self._clock = clock
@@ -88,49 +97,57 @@ class AccountLimiter:
     def account_ids(self) -> tuple[str, ...]:
         return self._views.account_ids
 
-    def acquire(self, *, tried: Collection[str] = (), max_wait: float) -> Lease | NoAccount:
-        """Reserve quota and a send slot on the best account (`AccountViews.pick`'s order),
-        then wait for the slot. A refused account costs one transaction and the next is tried.
+    def acquire(
+        self, *, tried: Collection[str] = (), max_wait: float, plans: Collection[str] | None = None
+    ) -> Lease | NoAccount:
+        """Reserve quota and a send slot on the best account whose plan serves the call
+        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order, then wait
+        for the slot. A refused account costs one transaction and the next is tried.
         """
         busy, refused = False, set[str]()
-        while (account_id := self._views.pick(tried, refused)) is not None:
+        while (account_id := self._views.pick(tried, refused, plans)) is not None:
             outcome = self._try(account_id, max_wait)
             if isinstance(outcome, Lease):
                 return outcome
             refused.add(account_id)
             busy = busy or outcome is ReservationRefusal.BUSY
-        return self._no_account(busy)
+        return self._no_account(busy, plans)
 
-    def acquire_many(self, count: int, *, max_wait: float) -> list[Lease]:
-        """Up to `count` leases in ONE store round trip (a step's first wave of calls),
-        soonest slot first. Accounts are picked as acquire() picks them, one after another,
-        so the wave spreads; a cooling account is left out. Fewer leases, or none, when
-        the store knows too little or refuses: those calls acquire() one by one. A lease's
-        slot may still be ahead: `wait_for_slot` before sending. When other instances have
-        been reserving on these accounts, one read of them all comes first (`_catch_up`)."""
+    def acquire_many(self, wave: Sequence[Collection[str] | None], *, max_wait: float) -> list[Lease | None]:
+        """A lease for each call of a step's first wave where the store can give one, in ONE
+        round trip; `wave`: each call's serving plans (None: any account). Accounts are
+        picked as acquire() picks them, one after another, so the wave spreads; a cooling
+        account is left out. The answer is aligned with `wave`: None where the store knew
+        too little or refused (that call acquire()s on its own). A lease's slot may still be
+        ahead: `wait_for_slot` before sending. When other instances have been reserving on
+        these accounts, one read of them all comes first (`_catch_up`)."""
         self._catch_up()
-        picks: list[str] = []
-        cooling: set[str] = set()
-        while len(picks) < count and (account_id := self._views.pick((), cooling)) is not None:
-            if self._views.cooling(account_id) > 0:
-                cooling.add(account_id)
-                self._views.release(account_id)
-                continue
-            picks.append(account_id)
+        picks = [self._pick_not_cooling(plans) for plans in wave]
         try:
-            return self._reserve_wave(Counter(picks), max_wait)
+            return self._reserve_wave(picks, max_wait)
         finally:
             for account_id in picks:
-                self._views.release(account_id)
+                if account_id is not None:
+                    self._views.release(account_id)
 
-    def _reserve_wave(self, counts: Counter[str], max_wait: float) -> list[Lease]:
+    def _pick_not_cooling(self, plans: Collection[str] | None) -> str | None:
+        cooling: set[str] = set()
+        while (account_id := self._views.pick((), cooling, plans)) is not None:
+            if self._views.cooling(account_id) <= 0:
+                return account_id
+            cooling.add(account_id)
+            self._views.release(account_id)
+        return None
+
+    def _reserve_wave(self, picks: list[str | None], max_wait: float) -> list[Lease | None]:
+        counts = Counter(a for a in picks if a is not None)
         if not counts:
-            return []
+            return [None] * len(picks)
         requests = [
             ReservationRequest(a, n, self._views[a].daily_limit, self._views[a].pacing)
             for a, n in sorted(counts.items())
         ]
-        leases = []
+        taken: dict[str, list[Lease]] = {}
         with ExitStack() as locks:
             for request in requests:  # sorted: concurrent waves cannot deadlock
                 locks.enter_context(self._reserve_locks[request.account_id])
@@ -139,11 +156,11 @@ class AccountLimiter:
                 self._views.fell_behind()
             for account_id, reservations in answer.items():
                 api_key = self._views[account_id].config.api_key
-                taken = [Lease(account_id, api_key, r, 0.0) for r in reservations if r.reserved]
+                taken[account_id] = [Lease(account_id, api_key, r, 0.0) for r in reservations if r.reserved]
                 if reservations:
-                    self._views.learn(account_id, reservations[-1], units=len(taken))
-                leases += taken
-        return sorted(leases, key=lambda lease: lease.reservation.send_at or self._clock.now())
+                    self._views.learn(account_id, reservations[-1], units=len(taken[account_id]))
+        # each account's leases, soonest slot first, to the calls that picked it, in order
+        return [taken[a].pop(0) if a is not None and taken.get(a) else None for a in picks]
 
     def _catch_up(self) -> None:
         """When another instance has written the accounts since this process saw them, a
@@ -195,84 +212,30 @@ class AccountLimiter:
             self._clock.sleep(wait)
         return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
 
-    def _no_account(self, busy: bool) -> NoAccount:
-        exhausted = self.exhausted_accounts()
+    def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
+        """Why no account (of those whose plan serves the call) could take it."""
+        exhausted = self._views.exhausted_accounts(plans)
         if busy:
             return NoAccount(Refusal.NO_TIME, exhausted)
-        all_disabled = self._views.all_disabled()
+        all_disabled = self._views.all_disabled(plans)
         return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
 
-    # --- what CHART-IMG said about an account (api.py tells; the rules: core.key_history) ---
-
-    def mark_exhausted(self, account_id: str, answer: Answer) -> None:
-        """After CHART-IMG's quota answer: out until the next UTC midnight (store + cache)."""
-        self._views.provider_exhausted(account_id, self._clock.now())
-        self._persist_exhausted(account_id, quota_reason(answer))
-
-    def rate_limited(self, account_id: str, answer: Answer, retry_after: float | None) -> RateVerdict:
-        """After any other 429: the key cools down (Retry-After, else escalating). A key that
-        keeps answering 429 while our count says it has quota is out for the day: one ERROR
-        naming the account and the answers seen (never the key), persisted with its reason."""
-        verdict = self._views.rate_limited(account_id, answer, retry_after)
-        streak = verdict.exhausted
-        if streak is not None:
-            view = self._views[account_id]
-            get_logger().error(
-                "chart-img key keeps answering 429: exhausted for the day",
-                accountId=account_id,
-                error={"code": "CHART_API_LIMIT_EXCEEDED"},
-                answers=streak.as_log(),
-                answered429=streak.seen,
-                cooldowns=streak.cooldowns,
-                spanSeconds=round(streak.span_seconds, 1),
-                usedToday=view.usage_today,
-                dailyLimit=view.daily_limit,
-            )
-            self._persist_exhausted(account_id, streak.reason(view.usage_today, view.daily_limit))
-        return verdict
-
-    def key_refused(self, account_id: str, answer: Answer) -> bool:
-        """After CHART-IMG refused the key (401, 403 "Forbidden"): True when the key is
-        disabled: refused again with no success between (then one ERROR line, and no instance
-        uses it for the rest of the UTC day), or already. False: the call only moves on."""
-        disabled, refusals = self._views.refused(account_id, answer)
-        if not refusals:
-            return disabled
-        get_logger().error(
-            "chart-img account key refused: account disabled",
-            accountId=account_id,
-            error={"code": "CHART_API_KEY_REFUSED"},
-            answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
-        )
-        reason = known_keys.redaction().text(refused_reason(refusals))
-        self._best_effort(
-            lambda: self._store.mark_disabled(account_id, reason=reason, now=self._clock.now()),
-            "chart-img account disabling not persisted",
-            account_id,
-        )
-        return True
-
-    def succeeded(self, account_id: str) -> None:
-        """The key answered 200: its 429 streak and refusals are over."""
-        self._views.succeeded(account_id)
-
-    def _persist_exhausted(self, account_id: str, reason: str) -> None:
-        limit = self._views[account_id].daily_limit
-        reason = known_keys.redaction().text(reason)  # a usage document is an exit
-        self._best_effort(
-            lambda: self._store.mark_exhausted(
-                account_id, default_limit=limit, now=self._clock.now(), reason=reason
-            ),
-            "chart-img account exhaustion not persisted",
-            account_id,
-        )
-
-    @staticmethod
-    def _best_effort(write: Callable[[], None], failed: str, account_id: str) -> None:
+    def give_back(self, lease: Lease) -> Refund | None:
+        """The lease's unit given back: its call never reached CHART-IMG (no connection was
+        made, or it was never sent). Best effort: None when the store could not be written
+        (one WARNING; the unit then stays counted, as a call that may have left would)."""
+        day = lease.reservation.day
+        if day is None:
+            return None
         try:
-            write()
-        except Exception as exc:  # best effort (§14.4): this process already stays off it
-            get_logger().warning(failed, accountId=account_id, errorKind=type(exc).__name__)
+            refund = self._store.refund(lease.account_id, day=day)
+        except Exception as exc:  # the count stays one high: the cautious side
+            get_logger().warning(
+                "chart-img unit not given back", accountId=lease.account_id, errorKind=type(exc).__name__
+            )
+            return None
+        self._views.given_back(lease.account_id, refund)
+        return refund
 
     def exhausted_accounts(self) -> tuple[str, ...]:
         return self._views.exhausted_accounts()
@@ -281,6 +244,6 @@ class AccountLimiter:
         """See `AccountViews.still_accepted`."""
         return self._views.still_accepted(account_id)
 
-    def usable_accounts(self) -> tuple[str, ...]:
-        """Accounts whose key is not disabled."""
-        return self._views.usable_accounts()
+    def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
+        """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""
+        return self._views.usable_accounts(plans)

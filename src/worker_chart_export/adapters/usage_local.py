@@ -18,14 +18,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     QUOTA_REFUSED,
     Pacing,
+    Refund,
     ReservationRequest,
     ReservationTime,
     disabled_fields,
     exhausted_fields,
+    refund_one,
     reserve_many,
     reserve_one,
 )
@@ -78,6 +81,13 @@ class _DocsUsageStore:
                     docs.setdefault(request.account_id, {}).update(update)
         return answer
 
+    def refund(self, account_id: str, *, day: str) -> Refund:
+        with self._transaction() as docs:
+            update, refund = refund_one(account_id, docs.get(account_id), day=day)
+            if update is not None:
+                docs[account_id].update(update)
+            return refund
+
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
         with self._transaction() as docs:
             return {a: copy.deepcopy(docs[a]) if a in docs else None for a in account_ids}
@@ -96,6 +106,16 @@ class _DocsUsageStore:
             docs.setdefault(account_id, {}).update(
                 disabled_fields(docs.get(account_id), reason=reason, now=now)
             )
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        with self._transaction() as docs:
+            docs.setdefault(account_id, {}).update(cooling_fields(reason=reason, now=now))
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        with self._transaction() as docs:
+            fields = serving_again_fields(docs.get(account_id))
+            if fields:
+                docs[account_id].update(fields)
 
 
 class InMemoryUsageStore(_DocsUsageStore):

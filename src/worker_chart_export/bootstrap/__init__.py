@@ -30,6 +30,7 @@ from worker_chart_export.bootstrap.builders import (
     local_step,
     served_step,
     step_limits,
+    template_plans,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.settings import Settings, load_settings
@@ -56,6 +57,7 @@ __all__ = [
     "local_step",
     "runtime",
     "step_limits",
+    "template_plans",
     "warm_up",
 ]
 

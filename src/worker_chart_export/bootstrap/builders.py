@@ -7,7 +7,7 @@ for the adapters actually used.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -23,7 +23,7 @@ from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
-from worker_chart_export.core.plans import AccountLimits, plan_named
+from worker_chart_export.core.plans import AccountLimits, AccountPlans, plan_named
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
@@ -54,15 +54,38 @@ class StepParts:
     connect: Callable[[], None] = field(default=lambda: None, compare=False)
 
 
-def step_limits(settings: Settings) -> StepLimits:
+def step_limits(settings: Settings, accounts: Sequence[AccountConfig] = ()) -> StepLimits:
+    """The step's limits; `accounts`: those the chart API calls (none in mock mode), whose
+    plans (else CHART_IMG_PLAN) decide which templates are valid and who may serve them."""
     return StepLimits.within_request(
         settings.request_timeout_seconds,
         settings.finalize_budget_seconds,
         chart_concurrency=settings.chart_concurrency,
         default_timezone=settings.charts_default_timezone,
-        plan=plan_named(settings.chart_img_plan),
+        plans=account_plans(settings, accounts),
         chart_reuse_max_age_seconds=settings.chart_reuse_max_age_seconds,
     )
+
+
+def account_plans(settings: Settings, accounts: Sequence[AccountConfig]) -> AccountPlans:
+    """Each account's plan: its declared `plan`, else CHART_IMG_PLAN."""
+    return AccountPlans.of(plan_named(settings.chart_img_plan), [(a.id, a.plan) for a in accounts])
+
+
+def template_plans(settings: Settings, *, offline: bool = False) -> AccountPlans:
+    """The configured accounts' plans, for `templates sync` (no account: CHART_IMG_PLAN).
+    `offline` (a dry run needs no credentials): the accounts of CHART_IMG_ACCOUNTS_JSON
+    only, the secret is not read."""
+    from worker_chart_export.adapters.accounts_config import load_accounts
+
+    secret = None if offline else settings.chart_img_accounts_secret
+    accounts = load_accounts(settings.chart_img_accounts_json, secret, settings.google_cloud_project)
+    return account_plans(settings, accounts)
+
+
+def chart_img_accounts(settings: Settings) -> tuple[AccountConfig, ...]:
+    """The accounts the chart API calls: required in real and record mode, none in mock."""
+    return _require_accounts(settings) if calls_chart_img(settings) else ()
 
 
 def calls_chart_img(settings: Settings) -> bool:
@@ -78,11 +101,12 @@ def build_chart_api(
     secret_client: SecretClient | None = None,
     retry_policy: RetryPolicy | None = None,
     steps_at_once: int | None = None,
+    accounts: Sequence[AccountConfig] | None = None,
 ) -> ChartApi:
     """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
-    Real and record need accounts and a usage store; mock needs neither (nor `seams`: the
-    clock, the HTTP transport). `steps_at_once`: how many steps share it at once (default
-    the served instance's threads)."""
+    Real and record need accounts (`accounts`, else read from the settings) and a usage
+    store; mock needs neither (nor `seams`: the clock, the HTTP transport). `steps_at_once`:
+    how many steps share it at once (default the served instance's threads)."""
     library = FixtureLibrary(settings.charts_fixtures_dir)
     if not calls_chart_img(settings):
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
@@ -90,7 +114,8 @@ def build_chart_api(
         return MockChartApi(library)
     from worker_chart_export.adapters.chart_img import build_http_chart_api
 
-    accounts = _require_accounts(settings, secret_client)
+    if accounts is None:
+        accounts = _require_accounts(settings, secret_client)
     if usage_store is None:
         raise ConfigError(CHARTS_API_MODE, f"{settings.charts_api_mode.value} mode needs a usage store")
     return build_http_chart_api(
@@ -117,6 +142,7 @@ def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -
         daily_limit=settings.chart_img_daily_limit,
         rate_per_second=settings.chart_img_rate_per_second,
         burst=settings.chart_img_burst,
+        default_plan=settings.chart_img_plan,
     )
 
 
@@ -232,11 +258,12 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
 
     artifacts = gcs_artifacts(settings, clock)
     usage = FirestoreUsageStore(client, clock=clock) if calls_chart_img(settings) else None
+    accounts = chart_img_accounts(settings)
     ports = Ports(
         flow_runs=FirestoreFlowRunStore(client, clock=clock),
         templates=FirestoreTemplateSource(client, clock=clock),
         artifacts=artifacts,
-        chart_api=build_chart_api(settings, usage, seams=Seams(clock)),
+        chart_api=build_chart_api(settings, usage, seams=Seams(clock), accounts=accounts),
     )
 
     def connect() -> None:
@@ -250,7 +277,7 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
             client.collection(CHART_TEMPLATES_COLLECTION).document(WARM_UP_DOCUMENT_ID).get(timeout=10.0)
         check_bucket_writable(artifacts, settings.charts_bucket)
 
-    return StepParts(ports, step_limits(settings), clock, connect)
+    return StepParts(ports, step_limits(settings, accounts), clock, connect)
 
 
 @dataclass(frozen=True)
@@ -309,14 +336,15 @@ def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> 
 
         usage = FileUsageStore(layout.usage_file)
     flow_runs = LocalFlowRunStore(flow_run_path, layout.flow_run_state)
+    accounts = chart_img_accounts(settings)
     ports = Ports(
         flow_runs=flow_runs,
         templates=LocalTemplateSource(settings.chart_templates_dir),
         artifacts=artifacts,
         # run-local runs one step
-        chart_api=build_chart_api(settings, usage, seams=Seams(clock), steps_at_once=1),
+        chart_api=build_chart_api(settings, usage, seams=Seams(clock), steps_at_once=1, accounts=accounts),
     )
-    return LocalStep(flow_runs, StepParts(ports, step_limits(settings), clock))
+    return LocalStep(flow_runs, StepParts(ports, step_limits(settings, accounts), clock))
 
 
 def require_dir(path: Path, setting: str) -> None:

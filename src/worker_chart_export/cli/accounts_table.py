@@ -9,8 +9,8 @@ from datetime import datetime
 from worker_chart_export.core.account_status import AccountRow, LimitSource, QuotaReport
 from worker_chart_export.core.naming import rfc3339_utc
 
-HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "NEXT SLOT", "STATE", "WHY")
-_RIGHT = {"LIMIT", "USED", "LEFT"}  # numbers, aligned right
+HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "GIVEN BACK", "NEXT SLOT", "STATE", "WHY")
+_RIGHT = {"LIMIT", "USED", "LEFT", "GIVEN BACK"}  # numbers, aligned right
 NOT_CONFIGURED = (
     "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON or CHART_IMG_ACCOUNTS_SECRET)"
 )
@@ -34,14 +34,23 @@ def until(moment: datetime | None, now: datetime) -> str:
 def _why(row: AccountRow, now: datetime) -> str:
     parts = []
     if row.disabled_reason:
-        parts.append(row.disabled_reason)
+        parts.append(row.disabled_reason + _set_aside_until(row.disabled_until))
     if row.exhausted_reason:
         parts.append(f"{row.exhausted_reason} (until {rfc3339_utc(row.exhausted_until or now)})")
-    if row.cooling_until:
+    if row.cooling_until and row.cooling_reason:
+        parts.append(row.cooling_reason + _set_aside_until(row.cooling_until))
+    elif row.cooling_until:
         parts.append(f"cooling down until {rfc3339_utc(row.cooling_until)}")
     if row.limit_source is LimitSource.DOCUMENT:
         parts.append("limit set by the usage document")
     return "; ".join(parts)
+
+
+def _set_aside_until(until: datetime | None) -> str:
+    """Which rule's set-aside ends when: then one probe call decides."""
+    if until is None:
+        return " (until 00:00 UTC)"
+    return f" (set aside until {rfc3339_utc(until)}, then one probe call decides)"
 
 
 def _cells(row: AccountRow, now: datetime) -> tuple[str, ...]:
@@ -54,7 +63,8 @@ def _cells(row: AccountRow, now: datetime) -> tuple[str, ...]:
         number(row.daily_limit),
         str(row.used_today),
         number(row.left_today),
-        "-" if row.disabled else until(row.next_slot, now),
+        str(row.refunded_today),
+        "-" if row.disabled and row.next_slot is None else until(row.next_slot, now),
         row.state.value,
         _why(row, now),
     )
@@ -75,6 +85,8 @@ def _lines(rows: Sequence[tuple[str, ...]]) -> list[str]:
 def _total_line(report: QuotaReport) -> str:
     totals, now = report.totals, report.now
     line = f"total: {totals.accounts} account(s), {totals.usable} usable, {totals.used_today} used today"
+    if totals.refunded_today:
+        line += f" ({totals.refunded_today} given back: calls that never reached CHART-IMG)"
     if totals.unknown_limits == totals.accounts:
         line += ", daily limits unknown"
     else:

@@ -215,7 +215,7 @@ def _schedule_warm_up() -> None:
 
 
 def templates_sync(args: argparse.Namespace) -> int:
-    from worker_chart_export.core.plans import plan_named
+    from worker_chart_export.bootstrap import template_plans
     from worker_chart_export.tools.templates_sync import run_templates_sync
 
     settings = load_settings()
@@ -229,7 +229,7 @@ def templates_sync(args: argparse.Namespace) -> int:
         settings.google_cloud_project,
         args.dry_run,
         emulator_host=settings.firestore_emulator_host,
-        plan=plan_named(settings.chart_img_plan),
+        plans=template_plans(settings, offline=args.dry_run),
     )
     print(text)
     return code

@@ -9,12 +9,14 @@ store persists it; those fields are read when present (and ignored when malforme
 
 | field | meaning |
 |---|---|
-| `coolUntil` | a rate 429's cooldown: no call on the key before this moment |
+| `coolUntil`, `coolReason` | set aside by the 429 streak rule: no call till then, a probe |
 | `exhaustedUntil`, `exhaustedReason` | CHART-IMG refused the day's quota: nothing left until then |
-| `disabled`, `disabledReason` | CHART-IMG refused the key: not used again in the UTC day of `windowStart` |
+| `disabled`, `disabledUntil`, `disabledReason` | key refused for two requests: unused till then, a probe |
+| `refundedToday` | units given back today: calls that never reached CHART-IMG (already off `usageToday`) |
 
 A moment may be a timestamp (Firestore's), epoch seconds (as `tat`) or an ISO-8601 string (a
-JSON file). A window of an older UTC day counts as nothing used (`core.usage.usage_today`).
+JSON file): `core.set_aside.moment_of`. A window of an older UTC day counts as nothing used
+(`core.usage.usage_today`).
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ from typing import Any
 
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.plans import AccountLimits
-from worker_chart_export.core.usage import (
+from worker_chart_export.core.set_aside import (
+    COOL_REASON,
     COOL_UNTIL,
     DISABLED_REASON,
+    DISABLED_UNTIL,
+    moment_of,
+)
+from worker_chart_export.core.usage import (
     EXHAUSTED_REASON,
     EXHAUSTED_UNTIL,
     QUOTA_REFUSED,
     Pacing,
     daily_limit_of,
-    disabled_today,
+    disabled_now,
     next_utc_midnight,
+    refunded_today,
     tat_of,
     usage_today,
 )
@@ -85,11 +93,14 @@ class AccountRow:
     used_today: int
     left_today: int | None
     next_slot: datetime | None  # when a request could leave; None: unknown (pacing unknown)
+    refunded_today: int  # units given back today (calls that never left), not in used_today
     cooling_until: datetime | None
+    cooling_reason: str | None  # why it is set aside (the 429 streak rule), when the store says
     exhausted_until: datetime | None
     exhausted_reason: str | None
     disabled: bool
     disabled_reason: str | None
+    disabled_until: datetime | None  # then one probe call; None: the rest of the UTC day
     state: AccountState
 
 
@@ -99,6 +110,7 @@ class QuotaTotals:
     usable: int  # neither disabled nor exhausted
     daily_limit: int  # over the accounts whose limit is known
     used_today: int
+    refunded_today: int  # units given back today: calls that never reached CHART-IMG
     left_today: int  # the day's remaining capacity: units left on keys not disabled
     unknown_limits: int  # accounts whose limit is unknown (not in the sums above)
     resets_at: datetime  # the next UTC midnight
@@ -110,20 +122,6 @@ class QuotaReport:
     rows: tuple[AccountRow, ...]
     totals: QuotaTotals
     unconfigured: tuple[str, ...]  # usage documents of accounts the configuration does not list
-
-
-def moment_of(value: Any) -> datetime | None:
-    """A timestamp, epoch seconds or ISO-8601 text as an aware UTC datetime; None otherwise."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    try:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return datetime.fromtimestamp(value, UTC)
-        if isinstance(value, str):
-            return moment_of(datetime.fromisoformat(value.replace("Z", "+00:00")))
-    except (ValueError, OverflowError, OSError):
-        return None
-    return None
 
 
 def _ahead(doc: Mapping[str, Any], field: str, now: datetime) -> datetime | None:
@@ -192,10 +190,11 @@ def account_row(
     used = usage_today(doc, now)
     limit, source = _limit(doc, account)
     exhausted_until, exhausted_reason = _exhaustion(doc, used, limit, now)
-    disabled = disabled_today(doc, now)  # as the worker reads it: for the day it was written
+    disabled = disabled_now(doc, now)  # as the worker reads it: until disabledUntil, or the day
+    disabled_until = _ahead(doc, DISABLED_UNTIL, now) if disabled else None
     cooling_until = _ahead(doc, COOL_UNTIL, now)
     slot = _send_slot(doc, account.pacing if account else None, now)
-    next_slot = _next_slot(slot, cooling_until, exhausted_until) if not disabled else None
+    next_slot = _next_slot(slot, cooling_until, exhausted_until) if not disabled else disabled_until
     if disabled:
         state = AccountState.DISABLED
     elif exhausted_until is not None:
@@ -214,11 +213,14 @@ def account_row(
         used_today=used,
         left_today=left,
         next_slot=next_slot,
+        refunded_today=refunded_today(doc, now),
         cooling_until=cooling_until,
+        cooling_reason=_text(doc, COOL_REASON) if cooling_until else None,
         exhausted_until=exhausted_until,
         exhausted_reason=exhausted_reason,
         disabled=disabled,
         disabled_reason=(_text(doc, DISABLED_REASON) or KEY_REFUSED) if disabled else None,
+        disabled_until=disabled_until,
         state=state,
     )
 
@@ -230,6 +232,7 @@ def totals_of(rows: Sequence[AccountRow], now: datetime) -> QuotaTotals:
         usable=sum(r.state not in (AccountState.DISABLED, AccountState.EXHAUSTED) for r in rows),
         daily_limit=sum(r.daily_limit or 0 for r in known),
         used_today=sum(r.used_today for r in rows),
+        refunded_today=sum(r.refunded_today for r in rows),
         left_today=sum(r.left_today or 0 for r in known if not r.disabled),
         unknown_limits=len(rows) - len(known),
         resets_at=next_utc_midnight(now),
@@ -267,13 +270,16 @@ def row_dict(row: AccountRow) -> dict[str, Any]:
         "dailyLimitFrom": row.limit_source.value if row.limit_source else None,
         "usedToday": row.used_today,
         "leftToday": row.left_today,
+        "refundedToday": row.refunded_today,
         "nextSlot": _moment(row.next_slot),
         "state": row.state.value,
         "coolingUntil": _moment(row.cooling_until),
+        "coolingReason": row.cooling_reason,
         "exhaustedUntil": _moment(row.exhausted_until),
         "exhaustedReason": row.exhausted_reason,
         "disabled": row.disabled,
         "disabledReason": row.disabled_reason,
+        "disabledUntil": _moment(row.disabled_until),
     }
 
 
@@ -287,6 +293,7 @@ def report_dict(report: QuotaReport) -> dict[str, Any]:
             "usable": totals.usable,
             "dailyLimit": totals.daily_limit,
             "usedToday": totals.used_today,
+            "refundedToday": totals.refunded_today,
             "leftToday": totals.left_today,
             "unknownLimits": totals.unknown_limits,
             "resetsAt": rfc3339_utc(totals.resets_at),

@@ -178,6 +178,19 @@ def failure_from_response(
     return StepError(ErrorCode.CHART_API_FAILED, f"CHART-IMG answered HTTP {http_status}: {message}", details)
 
 
+def refused_everywhere(error: StepError, account_ids: list[str]) -> StepError:
+    """A request every account it could go to refused (401, 403 `Forbidden`), none of them
+    refused for another request: the request is what CHART-IMG refuses, not the keys. Its
+    final failure; the keys stay in service."""
+    return StepError(
+        ErrorCode.CHART_API_FAILED,
+        f"CHART-IMG refused this request on every account it could go to "
+        f"(HTTP {error.details.get('httpStatus')}: {error.details.get('message')}); "
+        "the request, not a key, is refused: no key was set aside",
+        {**error.details, "errorKind": "request_refused", "refusedBy": account_ids},
+    )
+
+
 def not_a_png(content_type: str | None, size: int) -> StepError:
     return StepError(
         ErrorCode.CHART_API_FAILED,

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.plans import Plan
-from worker_chart_export.core.template_rules import Path, TemplateProblem, shown
+from worker_chart_export.core.template_rules import Path, TemplateProblem, is_integral, shown
 
 if TYPE_CHECKING:
     from worker_chart_export.bundled.chart_img_docs import DocumentedItem, Parameter, RequestBounds
@@ -34,7 +35,7 @@ _TYPE_WORDS = {
     "Float": "a number",
     "Boolean": "true or false",
     "String": "a string",
-    "Color": "a colour string, e.g. rgb(41,98,255)",
+    "Color": "a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA (e.g. rgb(41,98,255))",
     "DateTime (ISO8601)": "an ISO 8601 date-time string, e.g. 2023-01-01T00:00:00.000Z",
     "Object": "an object",
 }
@@ -221,7 +222,7 @@ def value_problem(value: Any, spec: Parameter) -> str | None:
     if not _has_type(value, spec.type):
         return f"{shown(value)} must be {_TYPE_WORDS.get(spec.type, spec.type)}"
     if spec.choices is not None and value not in spec.choices:
-        return f"{shown(value)} must be one of {', '.join(map(str, spec.choices))}"
+        return f"{shown(value)} must be one of {', '.join(map(str, spec.choices))}{_choice_hint(value, spec)}"
     if not _is_number(value):
         return None
     if spec.minimum is not None and value < spec.minimum:
@@ -231,21 +232,52 @@ def value_problem(value: Any, spec: Parameter) -> str | None:
     return None
 
 
+def _choice_hint(value: Any, spec: Parameter) -> str:
+    """A close choice, and why it is not what the docs' own default says (three `plottype`
+    defaults read `column` where their list spells `columns`)."""
+    choices = [c for c in spec.choices or () if isinstance(c, str)]
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.75) if isinstance(value, str) else []
+    if not close:
+        return ""
+    if value == spec.default:
+        return f" (write {close[0]!r}: the docs' default {value!r} is spelt {close[0]!r} in their own list)"
+    return f" (did you mean {close[0]!r}?)"
+
+
+# CSS-style colours as the docs write them (rgb(), rgba()) and their hex forms
+_RGB = r"\s*(\d{1,3})\s*,\s*(\d{1,3})\s*,\s*(\d{1,3})\s*"
+_ALPHA = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*"
+_COLOUR = re.compile(
+    rf"rgb\({_RGB}\)|rgba\({_RGB},{_ALPHA}\)|#[0-9a-fA-F]{{3}}|#[0-9a-fA-F]{{6}}|#[0-9a-fA-F]{{8}}"
+)
+
+
+def is_colour(value: Any) -> bool:
+    """rgb(r,g,b) and rgba(r,g,b,a) with r, g, b in 0..255 and a in 0..1, or #RGB, #RRGGBB,
+    #RRGGBBAA: what CHART-IMG's docs write and TradingView reads."""
+    match = _COLOUR.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return False
+    *channels, alpha = match.groups()  # rgb()'s three, rgba()'s three, its alpha: None when absent
+    return all(int(c) <= 255 for c in channels if c is not None) and (alpha is None or float(alpha) <= 1)
+
+
 def _is_number(value: Any) -> bool:
     """A finite int or float (JSON has no NaN; a bool is not a number here)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _has_type(value: Any, documented_type: str) -> bool:
-    number = _is_number(value)
     if documented_type == "Integer":  # 20.0 is 20: a console may store a number as a double
-        return number and float(value).is_integer()
+        return is_integral(value)
     if documented_type == "Float":
-        return number
+        return _is_number(value)
     if documented_type == "Boolean":
         return isinstance(value, bool)
-    if documented_type in ("String", "Color"):
-        return isinstance(value, str) and (documented_type == "String" or bool(value.strip()))
+    if documented_type == "String":
+        return isinstance(value, str)
+    if documented_type == "Color":
+        return is_colour(value)
     if documented_type == "DateTime (ISO8601)":
         return _moment(value) is not None
     if documented_type == "Object":

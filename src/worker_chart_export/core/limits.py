@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.plans import DEFAULT_PLANS, AccountPlans
 from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
 
 # Charts may not eat the time the manifest write needs: without a manifest the step fails.
@@ -20,8 +20,9 @@ class StepLimits:
     chart_concurrency: int = 8
     default_timezone: str = "Etc/UTC"
     manifest_reserve_seconds: float = MANIFEST_RESERVE_SECONDS  # at most; see charts_reserve
-    # CHART_IMG_PLAN: the resolution and parameter limits templates are checked against
-    plan: Plan = PLANS[DEFAULT_PLAN]
+    # each account's plan (its own, else CHART_IMG_PLAN): what a template may ask for, and
+    # which accounts may serve it
+    plans: AccountPlans = DEFAULT_PLANS
     # CHART_REUSE_MAX_AGE_SECONDS: how old an earlier execution's PNG may be to be listed
     # again instead of rendered (core/reuse.py); 0: never
     chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
@@ -34,7 +35,7 @@ class StepLimits:
         *,
         chart_concurrency: int = 8,
         default_timezone: str = "Etc/UTC",
-        plan: Plan = PLANS[DEFAULT_PLAN],
+        plans: AccountPlans = DEFAULT_PLANS,
         chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
     ) -> StepLimits:
         """The step runs inside one request: its budget is the request's timeout minus the
@@ -47,7 +48,7 @@ class StepLimits:
             lease_seconds=request_timeout_seconds,
             chart_concurrency=chart_concurrency,
             default_timezone=default_timezone,
-            plan=plan,
+            plans=plans,
             chart_reuse_max_age_seconds=chart_reuse_max_age_seconds,
         )
 

@@ -7,6 +7,7 @@ Parameter Limit tables; ENTERPRISE is "35+/50+/5000+" there, taken at its floor.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 # Every plan: the smallest chart CHART-IMG renders (Snapshot v2 width/height "Min").
@@ -74,3 +75,48 @@ def account_limits(
         rate_per_second if rate_per_second is not None else base.rate_per_second,
         burst if burst is not None else base.burst,
     )
+
+
+def rank(plan: Plan) -> int:
+    """Where the plan stands among CHART-IMG's, smallest first (each allows at least what the
+    ones before it allow: sizes, parameters, watermarks)."""
+    return list(PLANS).index(plan.name)
+
+
+@dataclass(frozen=True)
+class AccountPlans:
+    """The plan of each configured account: its declared `plan`, else `default` (the
+    CHART_IMG_PLAN setting). Without accounts (mock mode), `default` stands for them all.
+    A template is valid when some account's plan allows it, and its calls go only to the
+    accounts whose plan allows it (docs/design.md, "Each account's plan")."""
+
+    default: Plan
+    by_account: tuple[tuple[str, Plan], ...] = ()
+
+    @classmethod
+    def of(cls, default: Plan, declared: Sequence[tuple[str, str | None]]) -> AccountPlans:
+        """From each account's id and declared plan (None: the default)."""
+        return cls(default, tuple((a, plan_named(p) if p else default) for a, p in declared))
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        """The distinct plans the accounts have, smallest first."""
+        found = {plan for _, plan in self.by_account} or {self.default}
+        return tuple(sorted(found, key=rank))
+
+    @property
+    def best(self) -> Plan:
+        return self.plans[-1]
+
+    def accounts_on(self, plan_names: Collection[str]) -> tuple[str, ...]:
+        return tuple(a for a, plan in self.by_account if plan.name in plan_names)
+
+    def describe(self) -> str:
+        """The accounts' plans as a reader wants them in a message: `acc1 BASIC, acc2 PRO`."""
+        if not self.by_account:
+            return f"CHART_IMG_PLAN {self.default.name}, no account configured"
+        return ", ".join(f"{account} {plan.name}" for account, plan in self.by_account)
+
+
+# No account configured: the default plan (BASIC) stands for them all
+DEFAULT_PLANS = AccountPlans(PLANS[DEFAULT_PLAN])

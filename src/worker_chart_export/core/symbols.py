@@ -18,6 +18,9 @@ followed by `:` (`BMV:CEMEX/CPO` is one symbol, `NASDAQ:WULF/NASDAQ:MSTR` a divi
 way the text is accepted as it is and sent unchanged. Upper case only, no spaces, at most
 MAX_SYMBOL_LENGTH characters. The symbol CHART-IMG receives needs an exchange on every
 operand (`require_exchange`); `scope.symbol` may leave it to the template (`BINANCE:{symbol}`).
+`scope.symbol` itself is the base symbol, without a slash (worker contract §4.1:
+`base_symbol_problem`): a symbol with `/` (`BMV:CEMEX/CPO`) or a division is written in the
+template's `chartImgSymbolTemplate` (`BMV:{symbol}/CPO`), where the grammar accepts it.
 Pure: no I/O, nothing imported.
 """
 
@@ -53,6 +56,20 @@ def symbol_problem(text: object, *, require_exchange: bool) -> str | None:
     except SymbolProblem as problem:
         return str(problem)
     return None
+
+
+def base_symbol_problem(text: object) -> str | None:
+    """None when `text` may be a flow's `scope.symbol`: a symbol of the grammar without a
+    slash (worker contract §4.1: "in the base format, without a slash", e.g. BTCUSDT); else
+    why not. `BTC/USDT` would reach CHART-IMG as `BINANCE:BTC/USDT`, which it refuses."""
+    problem = symbol_problem(text, require_exchange=False)
+    if problem is not None or not isinstance(text, str) or "/" not in text:
+        return problem
+    return (
+        f"'/' at {text.index('/') + 1}: scope.symbol is the base symbol, without a slash (e.g. "
+        "BTCUSDT); a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate "
+        "(e.g. BMV:{symbol}/CPO)"
+    )
 
 
 def check_symbol(text: object, *, require_exchange: bool) -> None:

@@ -10,6 +10,7 @@ sync` both call that one function.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,7 +136,7 @@ def _size_problems(
     if name not in request:
         return []  # CHART-IMG's default 800x600 fits every plan
     value, path = request[name], ("request", name)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integral(value):  # 800.0 is 800: a console may store a number as a double
         return [TemplateProblem(path, f"{shown(value)} must be an integer number of pixels")]
     if value < minimum:
         return [TemplateProblem(path, f"{value} is below CHART-IMG's minimum {minimum}")]
@@ -182,6 +183,14 @@ def _drawing_problems(path: Path, drawing: Mapping[str, Any]) -> list[TemplatePr
             )
         )
     return problems
+
+
+def is_integral(value: Any) -> bool:
+    """An integer, or a finite float without a fraction (`800.0`); never a bool. CHART-IMG reads
+    JSON numbers, where 800.0 and 800 are the same number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value.is_integer())
 
 
 def shown(value: Any) -> str:

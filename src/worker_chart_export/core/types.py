@@ -37,6 +37,9 @@ class ChartCall:
     interval: str  # the step's timeframe, e.g. 1h
     body: Mapping[str, Any]  # full JSON body: template request + symbol + interval
     fixture_key: str  # e.g. BINANCE_BTCUSDT__1h__price_psar_adi_v1
+    # the CHART-IMG plans whose accounts may serve it (its template asks no more than they
+    # allow); None: any account
+    serving_plans: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class FinalizeOutcome:
 class ReservationRefusal(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # today's quota is used up
     BUSY = "BUSY"  # the account's next send slot is further away than the caller can wait
-    DISABLED = "DISABLED"  # CHART-IMG refused its key today (the usage document says so)
+    DISABLED = "DISABLED"  # CHART-IMG refused its key: set aside until a probe (the usage document says so)
+    COOLING = "COOLING"  # set aside by the 429 streak rule until a probe (the usage document says so)
 
 
 @dataclass(frozen=True)
@@ -119,3 +123,5 @@ class Reservation:
     send_at: datetime | None = field(default=None, compare=False)  # when to send, if reserved
     refusal: ReservationRefusal | None = field(default=None, compare=False)  # why not, if not
     tat: float | None = field(default=None, compare=False)  # the pacing state as last seen
+    day: str | None = field(default=None, compare=False)  # the window it was counted in, if reserved
+    probe: bool = field(default=False, compare=False)  # the first call on a key set aside till now

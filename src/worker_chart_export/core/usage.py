@@ -15,7 +15,10 @@ inside their own atomic section, so the rules live in one place. The document
   rotated under the same id comes back at midnight at the latest (or when an operator
   deletes `disabled`). `coolUntil`, a rate cooldown, is not written by the worker: it lasts
   seconds, and a write would make every other instance's next compare-and-set on the account
-  fail and read again (docs/design.md, "CHART-IMG answers").
+  fail and read again (docs/design.md, "CHART-IMG answers");
+- `refundedToday`: units given back today (`refund_one`): an attempt whose connection was
+  never made (refused, DNS, connect timeout, TLS handshake) cannot have been counted by
+  CHART-IMG, so its unit is given back and `usageToday` stays what CHART-IMG could count.
 
 GCRA with emission interval T = 1/rate and burst b (tolerance τ = (b-1)·T): a request
 arriving at `now` may be sent at `max(now, tat - τ)`, and moves `tat` to `max(tat, now) + T`.
@@ -38,14 +41,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.set_aside import (
+    DISABLED,
+    DISABLED_REASON,
+    disabled_at,
+    disabled_until_field,
+    probe_fields,
+    refusal_now,
+)
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
-# The fields a usage document may hold about CHART-IMG's answers (read by core/account_status.py)
-COOL_UNTIL = "coolUntil"
+# The fields a usage document may hold about CHART-IMG's answers (read by core/account_status.py);
+# a key set aside and probed: core/set_aside.py
 EXHAUSTED_UNTIL = "exhaustedUntil"
 EXHAUSTED_REASON = "exhaustedReason"
-DISABLED = "disabled"
-DISABLED_REASON = "disabledReason"
+REFUNDED_TODAY = "refundedToday"
 QUOTA_REFUSED = "CHART-IMG refused the day's quota"  # an exhaustion's reason when none is given
 
 
@@ -113,15 +123,26 @@ def daily_limit_of(doc: Mapping[str, Any] | None, default_limit: int) -> int:
 def usage_today(doc: Mapping[str, Any] | None, now: datetime) -> int:
     """Units used in `now`'s UTC day: a missing or previous-day window counts as zero."""
     doc = doc or {}
-    used = doc.get("usageToday")
-    fresh = doc.get("windowStart") == window_start(now)
-    return used if fresh and isinstance(used, int) and used >= 0 else 0
+    return _count(doc.get("usageToday")) if doc.get("windowStart") == window_start(now) else 0
 
 
-def disabled_today(doc: Mapping[str, Any] | None, now: datetime) -> bool:
-    """CHART-IMG refused the key in `now`'s UTC day (a `disabled` of an older window is over)."""
+def refunded_today(doc: Mapping[str, Any] | None, now: datetime) -> int:
+    """Units given back in `now`'s UTC day (calls that never left): 0 for an older window."""
     doc = doc or {}
-    return doc.get(DISABLED) is True and doc.get("windowStart") == window_start(now)
+    if doc.get("windowStart") != window_start(now):
+        return 0
+    return _count(doc.get(REFUNDED_TODAY))
+
+
+def _count(value: Any) -> int:
+    """A stored count as a non-negative int (anything else counts as 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def disabled_now(doc: Mapping[str, Any] | None, now: datetime) -> bool:
+    """The key is disabled at `now` (refused for two different requests, until its
+    `disabledUntil`; a `disabled` of an older window is over): core/set_aside.py."""
+    return disabled_at(doc or {}, now, window_start(now))
 
 
 def tat_of(doc: Mapping[str, Any] | None) -> float | None:
@@ -159,11 +180,13 @@ def reserve_one(
     used = usage_today(doc, now)
     today = window_start(now)
     reset = _new_day(doc, today, used)
-    if disabled_today(doc, now):
-        return None, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.DISABLED)
+    set_aside = refusal_now(doc or {}, now, today)
+    if set_aside is not None:
+        return None, Reservation(account_id, False, used, limit, refusal=set_aside)
     if used >= limit:
         return reset, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.EXHAUSTED)
-    update: dict[str, Any] = {**(reset or {}), "windowStart": today, "usageToday": used + 1}
+    probe = probe_fields(doc or {}, now, today)  # set aside till now: this call decides
+    update: dict[str, Any] = {**(reset or {}), **probe, "windowStart": today, "usageToday": used + 1}
     send_at = now
     if pacing is not None:
         moment, tat = now.timestamp(), tat_of(doc)
@@ -173,7 +196,16 @@ def reserve_one(
             return reset, busy
         update["tat"] = pacing.next_tat(tat, moment + at.send_delay)
         send_at = now + timedelta(seconds=wait)
-    reservation = Reservation(account_id, True, used + 1, limit, send_at=send_at, tat=update.get("tat"))
+    reservation = Reservation(
+        account_id,
+        True,
+        used + 1,
+        limit,
+        send_at=send_at,
+        tat=update.get("tat"),
+        day=today,
+        probe=bool(probe),
+    )
     return update, reservation
 
 
@@ -182,10 +214,61 @@ def _new_day(doc: Mapping[str, Any] | None, today: str, used: int) -> dict[str, 
     doc = doc or {}
     if doc.get("windowStart") == today:
         return None
-    fields: dict[str, Any] = {"windowStart": today, "usageToday": used}
+    fields = _window_fields(doc, today, used)
     if doc.get(DISABLED) is True:
         fields[DISABLED] = False
     return fields
+
+
+def _window_fields(doc: Mapping[str, Any], today: str, used: int) -> dict[str, Any]:
+    """The window made `today`'s with `used` units; an older day's units given back no
+    longer count (so they are written as 0 when the document has the field)."""
+    fields: dict[str, Any] = {"windowStart": today, "usageToday": used}
+    if REFUNDED_TODAY in doc and doc.get("windowStart") != today:
+        fields[REFUNDED_TODAY] = 0
+    return fields
+
+
+@dataclass(frozen=True)
+class Refund:
+    """What giving back one unit did: the account's count and units given back today after
+    it, or `given_back` False (nothing written) and why."""
+
+    account_id: str
+    given_back: bool
+    usage_today: int
+    refunded_today: int
+    why_not: str | None = None
+
+
+def refund_one(
+    account_id: str, doc: Mapping[str, Any] | None, *, day: str
+) -> tuple[dict[str, Any] | None, Refund]:
+    """(fields to write, or None; the refund) of one unit reserved in the window `day` by an
+    attempt that provably never reached CHART-IMG (its connection was never made): one unit
+    less in `usageToday`, one more in `refundedToday`, in the same document. The pacing state
+    `tat` is untouched: the slot was taken, and leaving it spent only paces more gently.
+    Nothing is given back when the document no longer describes `day` (a new UTC day started
+    the count again), when CHART-IMG said the day's quota is gone (the count stays at the
+    limit, `exhausted_fields`), or when nothing is counted."""
+    doc = doc or {}
+    used, refunded = _count(doc.get("usageToday")), _count(doc.get(REFUNDED_TODAY))
+    why_not = None
+    if doc.get("windowStart") != day:
+        why_not = "a new UTC day began: its count started again"
+    elif doc.get(EXHAUSTED_UNTIL) == _end_of(day):  # as exhausted_fields writes it that day
+        why_not = "CHART-IMG said the day's quota is used up"
+    elif used == 0:
+        why_not = "no unit counted"
+    if why_not is not None:
+        return None, Refund(account_id, False, used, refunded, why_not)
+    update = {"usageToday": used - 1, REFUNDED_TODAY: refunded + 1}
+    return update, Refund(account_id, True, used - 1, refunded + 1)
+
+
+def _end_of(day: str) -> str:
+    """The midnight that ends the window `day` (`YYYY-MM-DDT00:00:00Z`), in RFC 3339."""
+    return rfc3339_utc(next_utc_midnight(datetime.strptime(day, "%Y-%m-%dT00:00:00Z").replace(tzinfo=UTC)))
 
 
 def reserve_many(
@@ -220,20 +303,21 @@ def exhausted_fields(
 ) -> dict[str, Any]:
     """Fields that mark the account used up until the end of the UTC day, and why (after
     CHART-IMG's quota answer, or a key that keeps answering 429: core/key_history.py)."""
+    used = max(usage_today(doc, now), daily_limit_of(doc, default_limit))
     return {
-        "windowStart": window_start(now),
-        "usageToday": max(usage_today(doc, now), daily_limit_of(doc, default_limit)),
+        **_window_fields(doc or {}, window_start(now), used),
         EXHAUSTED_UNTIL: rfc3339_utc(next_utc_midnight(now)),
         EXHAUSTED_REASON: reason,
     }
 
 
 def disabled_fields(doc: Mapping[str, Any] | None, *, reason: str, now: datetime) -> dict[str, Any]:
-    """Fields that disable the account for the rest of the UTC day, and why (its key refused
-    again): the window is made today's so that the day it holds for is the one written."""
+    """Fields that disable the account, and why (its key refused for two different
+    requests): for 15 minutes, then a probe (core/set_aside.py). The window is made today's,
+    so that the day the flag belongs to is the one written."""
     return {
-        "windowStart": window_start(now),
-        "usageToday": usage_today(doc, now),
+        **_window_fields(doc or {}, window_start(now), usage_today(doc, now)),
         DISABLED: True,
+        **disabled_until_field(now),
         DISABLED_REASON: reason,
     }

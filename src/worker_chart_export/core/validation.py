@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from worker_chart_export.core.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
-from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
-from worker_chart_export.core.symbols import symbol_problem
+from worker_chart_export.core.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
+from worker_chart_export.core.symbols import base_symbol_problem, symbol_problem
 from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.template_rules import interval_problem, shown
 from worker_chart_export.core.types import ChartCall
@@ -51,24 +51,44 @@ def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
 
 
 def _check_template(
-    template_id: str, template: StoredTemplate | None, plan: Plan, symbol: str | None
-) -> list[str]:
-    """The template's own problems (checked once per stored version), then the symbol it
-    makes of this step's scope.symbol."""
+    template_id: str, template: StoredTemplate | None, plans: AccountPlans, symbol: str | None
+) -> tuple[list[str], frozenset[str]]:
+    """(the template's problems, the plans that may serve it): its own problems (checked once
+    per stored version and plan) under each account's plan, then the symbol it makes of this
+    step's scope.symbol. Valid when some account's plan allows it."""
     where = f"chart_templates/{template_id}"
     if template is None:
-        return [f"{where}: template not found"]
-    problems = [f"{where}{p.suffix}: {p.message}" for p in template.problems(plan)]
+        return [f"{where}: template not found"], frozenset()
+    serving = frozenset(plan.name for plan in plans.plans if not template.problems(plan))
+    if not serving:
+        return _unservable(where, template, plans), serving
     symbol_template = template.symbol_template
-    if problems or symbol is None or not isinstance(symbol_template, str):
-        return problems
+    if symbol is None or not isinstance(symbol_template, str):
+        return [], serving
     resolved = resolve_chart_img_symbol(symbol_template, symbol)
     problem = symbol_problem(resolved, require_exchange=True)
     if problem is None:
-        return []
+        return [], serving
     return [
         f"{where}.chartImgSymbolTemplate: {shown(symbol_template)} with scope.symbol {symbol!r} "
         f"gives {shown(resolved)}, not a symbol CHART-IMG accepts: {problem}"
+    ], serving
+
+
+def _unservable(where: str, template: StoredTemplate, plans: AccountPlans) -> list[str]:
+    """No account's plan allows the template: its problems under the best plan configured,
+    led by the plan it needs when a bigger one would allow it."""
+    best = plans.best
+    problems = [f"{where}{p.suffix}: {p.message}" for p in template.problems(best)]
+    needed = next(
+        (plan for plan in PLANS.values() if rank(plan) > rank(best) and not template.problems(plan)), None
+    )
+    if needed is None:
+        return problems
+    return [
+        f"{where}: needs the {needed.name} plan (or above), which no configured account has "
+        f"({plans.describe()})",
+        *problems,
     ]
 
 
@@ -79,10 +99,11 @@ def validate_step(
     templates: Mapping[str, StoredTemplate],
     *,
     default_timezone: str,
-    plan: Plan = PLANS[DEFAULT_PLAN],
+    plans: AccountPlans = DEFAULT_PLANS,
 ) -> ValidatedStep | StepError:
-    """The step's inputs and templates checked as CHART-IMG would check them under `plan`
-    (the CHART_IMG_PLAN setting: the smallest plan among the accounts), before any call."""
+    """The step's inputs and templates checked as CHART-IMG would check them under the
+    accounts' plans (a template some account can serve is valid, and its call goes only to
+    such accounts), before any call."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
     steps = flow_run.get("steps")
@@ -99,9 +120,11 @@ def validate_step(
         return _failed([*problems, f"{prefix}.inputs: must be an object with minImages and requests"])
     request_list = _requests(prefix, inputs.get("requests"), problems)
     min_images = _min_images(prefix, inputs, problems)
+    serving: dict[str, frozenset[str]] = {}
     for request in request_list:
         template_id = request["chartTemplateId"]
-        problems += _check_template(template_id, templates.get(template_id), plan, symbol)
+        found, serving[template_id] = _check_template(template_id, templates.get(template_id), plans, symbol)
+        problems += found
     if problems:
         return _failed(problems)
     assert isinstance(symbol, str) and isinstance(timeframe, str) and isinstance(min_images, int)
@@ -117,7 +140,10 @@ def validate_step(
         requests=request_list,
         templates=used,
         calls=[
-            _call(run_id, step_id, template_id, template, _Market(symbol, timeframe, default_timezone))
+            replace(
+                _call(run_id, step_id, template_id, template, _Market(symbol, timeframe, default_timezone)),
+                serving_plans=serving[template_id],
+            )
             for template_id, template in used.items()
         ],
     )
@@ -137,18 +163,15 @@ def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list
 
 
 def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
-    """scope.symbol when the grammar accepts it (core/symbols.py), else None and a problem."""
+    """scope.symbol when it is a base symbol (core/symbols.py), else None and a problem."""
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
     if not isinstance(scope, Mapping):
         problems.append(f"scope: must be an object with a symbol, got {type(scope).__name__}")
         return None
-    problem = symbol_problem(symbol, require_exchange=False)
+    problem = base_symbol_problem(symbol)
     if problem is not None:
-        problems.append(
-            f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, CME_MINI:ES1!, "
-            "(NASDAQ:MARA+NASDAQ:RIOT)/2)"
-        )
+        problems.append(f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)")
         return None
     assert isinstance(symbol, str)
     return symbol

@@ -195,7 +195,7 @@ def _run_claimed(
         ctx.step_id,
         templates_of(ctx, step, read),  # read now only what was not read before the claim
         default_timezone=ctx.limits.default_timezone,
-        plan=ctx.limits.plan,
+        plans=ctx.limits.plans,
     )
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())

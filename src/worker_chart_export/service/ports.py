@@ -20,7 +20,7 @@ from worker_chart_export.core.types import (
     Reservation,
     StepFinal,
 )
-from worker_chart_export.core.usage import Pacing, ReservationRequest
+from worker_chart_export.core.usage import Pacing, Refund, ReservationRequest
 
 
 class FlowRunStore(Protocol):
@@ -157,6 +157,13 @@ class UsageStore(Protocol):
         """
         ...
 
+    def refund(self, account_id: str, *, day: str) -> Refund:
+        """Give back one unit reserved in the window `day` by an attempt that never reached
+        CHART-IMG (core.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
+        pacing state untouched; nothing when the window moved on or CHART-IMG refused the day.
+        Raises TransientStoreError when the store cannot be reached."""
+        ...
+
     def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
         """The accounts' documents as they are now (None: no document yet), in one round
         trip; the versions the next reservations write on. Raises TransientStoreError."""
@@ -168,8 +175,19 @@ class UsageStore(Protocol):
         ...
 
     def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After CHART-IMG refused the key again: `disabled` for the rest of the UTC day, with
-        `disabledReason` (core.usage.disabled_fields); every reservation then refuses it."""
+        """After CHART-IMG refused the key for two different requests (or on its probe):
+        `disabled` for 15 minutes, with `disabledReason` (core.usage.disabled_fields); every
+        reservation meanwhile refuses it, the first after it is the probe."""
+        ...
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        """After the 429 streak rule (or a probe answered 429): `coolUntil` 15 minutes ahead
+        and `coolReason` (core.set_aside.cooling_fields); then a probe."""
+        ...
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        """After a probe answered 200: the set-aside fields cleared
+        (core.set_aside.serving_again_fields)."""
         ...
 
 

@@ -2,11 +2,13 @@
 
 All or nothing: every file is validated (core.template_check.template_problems, the one rule
 set step validation applies too: contracts/chart_template.schema.json, CHART-IMG's rules under
-the configured plan and its documented lists; and the file name must be `<id>.json`) before
-anything is written; one bad file means no writes at all. A `*.json` that is no chart template
-(not a JSON object, or an object with none of a template's fields: an accounts file kept
-beside the templates, say) is skipped with one line naming it, never its content; a problem
-names the file and the JSON path, and a schema problem never quotes the value.
+the best plan among the configured accounts' and its documented lists; and the file name must
+be `<id>.json`) before anything is written; one bad file means no writes at all. A template
+only some accounts' plans allow is said so: its charts go only to those accounts. A `*.json`
+that is no chart template (not a JSON object, or an object with none of a template's fields:
+an accounts file kept beside the templates, say) is skipped with one line naming it, never
+its content; a problem names the file and the JSON path, and a schema problem never quotes
+the value.
 Valid templates are compared with the stored documents and only the differing ones are
 written, as full overwrites, so a re-run is a no-op and the report says what changed.
 From the CLI, `--dry-run` only validates, offline; Firestore problems are one line (exit 2).
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
-from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
+from worker_chart_export.core.plans import DEFAULT_PLAN, DEFAULT_PLANS, AccountPlans
 from worker_chart_export.core.template_check import template_problems
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ class SyncReport:
     actions: Mapping[str, SyncAction] = field(default_factory=dict)  # template id -> action
     not_in_directory: tuple[str, ...] = ()  # stored ids without a file: reported, never deleted
     plan: str = DEFAULT_PLAN  # the CHART-IMG plan whose limits the templates were checked against
+    # template id -> who can serve it, for those only some configured accounts' plans allow
+    only_some: Mapping[str, str] = field(default_factory=dict)
     skipped: tuple[str, ...] = ()  # `<file>: <why>` for each *.json that is no chart template
 
     @property
@@ -86,7 +90,7 @@ class SyncReport:
         ]
         for template_id, action in sorted(self.actions.items()):
             shown = action.value if action is SyncAction.UNCHANGED else prefix + action.value
-            lines.append(f"  {template_id}: {shown}")
+            lines.append(f"  {template_id}: {shown}{_served(self.only_some, template_id)}")
         for template_id in self.not_in_directory:
             lines.append(f"  {template_id}: in Firestore only (left untouched)")
         lines += skipped_lines(self.skipped)
@@ -96,6 +100,23 @@ class SyncReport:
             f"{counts[SyncAction.UPDATED]} {prefix}updated, {counts[SyncAction.UNCHANGED]} unchanged"
         )
         return "\n".join(lines)
+
+
+def _served(only_some: Mapping[str, str], template_id: str) -> str:
+    return f" ({only_some[template_id]})" if template_id in only_some else ""
+
+
+def only_some_serve(templates: Mapping[str, Any], plans: AccountPlans) -> dict[str, str]:
+    """For each valid template that some configured accounts' plans do not allow: which
+    accounts can serve it and which cannot (its calls go only to the first)."""
+    said: dict[str, str] = {}
+    for template_id, document in templates.items():
+        serving = {plan.name for plan in plans.plans if not template_problems(document, plan)}
+        if len(serving) < len(plans.plans):
+            can = [f"{a} {p.name}" for a, p in plans.by_account if p.name in serving]
+            cannot = [f"{a} {p.name}" for a, p in plans.by_account if p.name not in serving]
+            said[template_id] = f"only {', '.join(can)} can serve it; not {', '.join(cannot)}"
+    return said
 
 
 def skipped_lines(skipped: tuple[str, ...]) -> list[str]:
@@ -127,9 +148,10 @@ def _json_kind(value: Any) -> str:
     return kinds.get(type(value), "a JSON number")
 
 
-def load_templates(directory: Path, plan: Plan = PLANS[DEFAULT_PLAN]) -> LoadedTemplates:
-    """The valid templates by id, every problem found, the files skipped. Checks all files,
-    stops at none."""
+def load_templates(directory: Path, plans: AccountPlans = DEFAULT_PLANS) -> LoadedTemplates:
+    """The valid templates by id (checked under the best plan configured), every problem
+    found, the files skipped. Checks all files, stops at none."""
+    plan = plans.best
     if not directory.is_dir():
         return LoadedTemplates({}, [SyncProblem(str(directory), "$", "not a directory")], ())
     files = sorted(directory.glob("*.json"))
@@ -179,7 +201,7 @@ def sync_templates(
     *,
     collection: str = CHART_TEMPLATES_COLLECTION,
     dry_run: bool = False,
-    plan: Plan = PLANS[DEFAULT_PLAN],
+    plans: AccountPlans = DEFAULT_PLANS,
 ) -> SyncReport:
     """Validate every file, then upsert the templates that differ from Firestore.
 
@@ -188,10 +210,10 @@ def sync_templates(
     """
     from worker_chart_export.adapters.firestore import bounded_retry, translated
 
-    templates, problems, skipped = load_templates(directory, plan)
+    templates, problems, skipped = load_templates(directory, plans)
     if problems:
         return SyncReport(
-            directory, collection, dry_run, problems=tuple(problems), plan=plan.name, skipped=skipped
+            directory, collection, dry_run, problems=tuple(problems), plan=plans.best.name, skipped=skipped
         )
     ref_of = client.collection(collection)
     retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
@@ -218,8 +240,9 @@ def sync_templates(
         dry_run,
         actions=actions,
         not_in_directory=tuple(sorted(stored_ids - templates.keys())),
-        plan=plan.name,
+        plan=plans.best.name,
         skipped=skipped,
+        only_some=only_some_serve(templates, plans),
     )
     if dry_run:
         return report
@@ -239,7 +262,7 @@ def run_templates_sync(
     dry_run: bool,
     *,
     emulator_host: str | None = None,
-    plan: Plan = PLANS[DEFAULT_PLAN],
+    plans: AccountPlans = DEFAULT_PLANS,
 ) -> tuple[int, str]:
     """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates; Firestore unusable
     (no credentials, unreachable, refused): UsageError, one line (exit 2). A dry run only
@@ -247,22 +270,30 @@ def run_templates_sync(
     from worker_chart_export.adapters.firestore.checked_client import cli_firestore
 
     directory = Path(directory)
-    templates, problems, skipped = load_templates(directory, plan)
+    templates, problems, skipped = load_templates(directory, plans)
     if problems:
         return EXIT_INVALID, SyncReport(
-            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name, skipped=skipped
+            directory,
+            CHART_TEMPLATES_COLLECTION,
+            dry_run,
+            tuple(problems),
+            plan=plans.best.name,
+            skipped=skipped,
         ).to_text()
     if dry_run:
-        return EXIT_OK, _validated_text(directory, sorted(templates), plan, skipped)
+        return EXIT_OK, _validated_text(directory, templates, plans, skipped)
     with cli_firestore(project, emulator_host) as client:
-        report = sync_templates(directory, client, plan=plan)
+        report = sync_templates(directory, client, plans=plans)
     return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()
 
 
-def _validated_text(directory: Path, template_ids: list[str], plan: Plan, skipped: tuple[str, ...]) -> str:
+def _validated_text(
+    directory: Path, templates: Mapping[str, Any], plans: AccountPlans, skipped: tuple[str, ...]
+) -> str:
     lines = [
-        f"templates sync (dry run): {len(template_ids)} template(s) in {directory} are valid "
-        f"(checked against the {plan.name} plan); Firestore was not contacted, nothing was written"
+        f"templates sync (dry run): {len(templates)} template(s) in {directory} are valid "
+        f"(checked against the {plans.best.name} plan); Firestore was not contacted, nothing was written"
     ]
-    lines += [f"  {template_id}: valid" for template_id in template_ids]
+    only_some = only_some_serve(templates, plans)
+    lines += [f"  {template_id}: valid{_served(only_some, template_id)}" for template_id in sorted(templates)]
     return "\n".join(lines + skipped_lines(skipped))

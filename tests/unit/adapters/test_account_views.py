@@ -189,28 +189,60 @@ def test_catching_up_disables_a_key_disabled_today_until_midnight() -> None:
 # --- what CHART-IMG said -----------------------------------------------------------------------
 
 
-def rate_limit_streak(accounts: AccountViews, clock: FakeClock, account_id: str = "a") -> Any:
+def rate_limit_streak(
+    accounts: AccountViews, clock: FakeClock, account_id: str = "a", *, serving: str | None = None
+) -> Any:
     """429s, each after the last cooldown ended, for over two minutes: five cooldowns and
-    more, over a minute apart; the last verdict."""
+    more, over a minute apart, while `serving` (another key) succeeds between them; the
+    last verdict."""
     verdict = accounts.rate_limited(account_id, TOO_MANY, retry_after=None)
     for _ in range(8):
-        if verdict.exhausted is not None:
+        if verdict.set_aside is not None:
             break
         clock.advance(verdict.cooling + 1.0)
+        if serving is not None:
+            accounts.succeeded(serving)
+            clock.advance(0.5)
         verdict = accounts.rate_limited(account_id, TOO_MANY, retry_after=None)
     return verdict
 
 
-def test_the_429_streak_exhausts_a_key_only_while_our_count_says_it_has_quota() -> None:
+def test_the_429_streak_sets_a_key_aside_only_while_our_count_says_it_has_quota() -> None:
     clock = FakeClock(NOON)
-    accounts = views("a", clock=clock)
+    accounts = views("a", "b", clock=clock)
     accounts["a"].usage_today = 43  # one left
-    assert rate_limit_streak(accounts, clock, "a").exhausted is not None
-    assert accounts.exhausted_accounts() == ("a",)
+    assert rate_limit_streak(accounts, clock, "a", serving="b").set_aside is not None
+    assert accounts["a"].set_aside_until == clock.now() + timedelta(minutes=15)
+    assert not accounts["a"].usable(clock.now()) and accounts.exhausted_accounts() == ()
     clock = FakeClock(NOON)
-    accounts = views("full", clock=clock)
+    accounts = views("full", "b", clock=clock)
     accounts["full"].usage_today = 44  # none left by our count: nothing to learn from its 429s
-    assert rate_limit_streak(accounts, clock, "full").exhausted is None
+    assert rate_limit_streak(accounts, clock, "full", serving="b").set_aside is None
+
+
+def test_the_429_streak_sets_nothing_aside_while_no_other_key_serves() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    assert rate_limit_streak(accounts, clock, "a").set_aside is None  # b never succeeded
+    assert accounts["a"].usable(clock.now())
+
+
+def test_every_usable_key_hearing_429_is_chart_img_throttling() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    assert not accounts.rate_limited("a", TOO_MANY, retry_after=None).throttled  # b has not
+    assert accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled  # both now
+    accounts.succeeded("a")
+    assert not accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled
+
+
+def test_a_429_on_a_probe_sets_the_key_aside_again_and_a_200_brings_it_back() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    verdict = accounts.rate_limited("a", TOO_MANY, retry_after=None, probe=True)
+    assert verdict.cooling == 0.0 and accounts["a"].set_aside_until == NOON + timedelta(minutes=15)
+    accounts.succeeded("a")
+    assert accounts["a"].set_aside_until is None and accounts["a"].usable(NOON)
 
 
 def test_a_new_utc_day_starts_the_429_escalation_afresh() -> None:
@@ -229,8 +261,11 @@ def test_a_key_refused_twice_is_disabled_and_later_answers_say_so_without_decidi
     accounts = views("a", clock=clock)
     assert accounts.refused("a", FORBIDDEN) == (False, ())
     assert accounts.refused("a", Answer(401)) == (True, (FORBIDDEN, Answer(401)))
-    assert accounts["a"].disabled_until == MIDNIGHT
+    assert accounts["a"].disabled_until == NOON + timedelta(minutes=15)  # then a probe, not midnight
     assert accounts.refused("a", FORBIDDEN) == (True, ())  # an answer to a call sent before
+    clock.advance(15 * 60)
+    assert accounts.refused("a", FORBIDDEN, probe=True) == (True, (FORBIDDEN,))  # its probe refused
+    assert accounts["a"].disabled_until == clock.now() + timedelta(minutes=15)
 
 
 def test_refusals_on_two_utc_days_do_not_add_up() -> None:
@@ -239,3 +274,81 @@ def test_refusals_on_two_utc_days_do_not_add_up() -> None:
     assert accounts.refused("a", FORBIDDEN) == (False, ())
     clock.advance(10)
     assert accounts.refused("a", FORBIDDEN) == (False, ())
+
+
+# --- set aside, then probed; each account's plan ----------------------------------------------
+
+PLANNED = [
+    AccountConfig(id="basic", apiKey=SecretStr(new_key()), plan="BASIC"),
+    AccountConfig(id="pro", apiKey=SecretStr(new_key()), plan="PRO"),
+]
+
+
+def test_catching_up_holds_a_key_until_the_documents_own_moment() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("disabled", "cooling", "free", clock=clock)
+    until = "2025-03-10T12:10:00.000Z"
+    accounts.caught_up(
+        {
+            "disabled": usage(3, disabled=True, disabledUntil=until),
+            "cooling": usage(3, coolUntil=until, coolReason="429 streak: x"),
+            "free": usage(3, coolUntil="2025-03-10T11:00:00.000Z", coolReason="over"),
+        }
+    )
+    ten_past = NOON + timedelta(minutes=10)
+    assert (accounts["disabled"].disabled_until, accounts["cooling"].set_aside_until) == (ten_past, ten_past)
+    assert accounts["free"].set_aside_until is None and accounts["free"].disabled_until is None
+    assert accounts.usable_accounts() == ("cooling", "free")  # set aside is not disabled
+    assert accounts.pick((), ()) == "free"
+
+
+def test_a_reservation_refused_as_set_aside_holds_the_key_a_minute() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts.learn("a", Reservation("a", False, 3, 44, refusal=ReservationRefusal.COOLING), units=0)
+    assert accounts["a"].set_aside_until == NOON + timedelta(minutes=1) and accounts.pick((), ()) is None
+
+
+def test_a_set_aside_ending_exactly_now_is_over() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts["a"].set_aside_until = NOON
+    assert accounts["a"].usable(NOON) and accounts.still_accepted("a")
+    assert accounts.succeeded("a") is False  # nothing held: a 200 writes nothing
+    accounts["a"].set_aside_until = NOON + timedelta(seconds=1)
+    assert not accounts["a"].usable(NOON) and not accounts.still_accepted("a")
+    assert accounts.succeeded("a") is True and accounts["a"].usable(NOON)
+    accounts.refused("a", FORBIDDEN, probe=True)  # disabled, not set aside: held too
+    assert accounts.succeeded("a") is True
+
+
+def test_a_unit_given_back_is_the_count_the_store_answered() -> None:
+    from worker_chart_export.core.usage import Refund
+
+    clock = FakeClock(NOON)
+    accounts = views("a", clock=clock)
+    accounts["a"].usage_today = 7
+    accounts.given_back("a", Refund("a", False, 9, 0, "no unit counted"))
+    assert accounts["a"].usage_today == 7  # nothing given back: the view keeps its count
+    accounts.given_back("a", Refund("a", True, 5, 2))
+    assert accounts["a"].usage_today == 5
+
+
+def test_throttling_counts_only_the_usable_keys() -> None:
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", "gone", clock=clock)
+    accounts.provider_exhausted("gone", NOON)  # out for the day: not heard, not counted
+    assert not accounts.rate_limited("a", TOO_MANY, retry_after=None).throttled
+    assert accounts.rate_limited("b", TOO_MANY, retry_after=None).throttled
+
+
+def test_plans_filter_what_is_disabled_and_usable() -> None:
+    clock = FakeClock(NOON)
+    accounts = AccountViews(PLANNED, defaults=BASIC, clock=clock, margins=EXACT)
+    accounts.refused("pro", FORBIDDEN, probe=True)
+    assert accounts.all_disabled({"PRO"}) and not accounts.all_disabled({"BASIC", "PRO"})
+    assert not accounts.all_disabled()
+    assert accounts.usable_accounts({"PRO"}) == () and accounts.usable_accounts({"BASIC", "PRO"}) == (
+        "basic",
+    )
+    assert accounts.exhausted_accounts({"PRO"}) == ()

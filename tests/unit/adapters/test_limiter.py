@@ -237,7 +237,7 @@ def test_a_429_during_the_cooldown_begins_no_new_one() -> None:
     assert chosen.rate_limited("a", TOO_MANY, None).cooling == 2.0
 
 
-def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_capture: Any) -> None:
+def test_a_key_answering_429_for_over_a_minute_while_another_serves_is_set_aside(log_capture: Any) -> None:
     clock = FakeClock(NOON)
     store = InMemoryUsageStore({"a": usage(9)})
     chosen = limiter(store, accounts("a", "b"), clock)
@@ -246,17 +246,20 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
     verdicts = []
     for answer in answers:  # at 0, 1, 3, 7, 15, 31, 61 s (+ 10 ms each): after the last cooldown
         verdicts.append(chosen.rate_limited("a", answer, None))
-        clock.advance(verdicts[-1].cooling + 0.01)
+        clock.advance(0.005)
+        chosen.succeeded("b")  # the other key serves meanwhile
+        clock.advance(verdicts[-1].cooling + 0.005)
     assert [v.cooling for v in verdicts] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 0.0]
-    assert [v.exhausted is not None for v in verdicts] == [False] * 6 + [True]
-    (event,) = log_capture.events("chart-img key keeps answering 429: exhausted for the day")
-    assert (event["severity"], event["accountId"], event["cooldowns"], event["spanSeconds"]) == (
+    assert [v.set_aside is not None for v in verdicts] == [False] * 6 + [True]
+    (event,) = log_capture.events("chart-img key keeps answering 429: set aside, then probed")
+    assert (event["severity"], event["accountId"], event["cooldowns"], event["rule"]) == (
         "ERROR",
         "a",
         7,
-        61.1,  # 61.06 s, to a tenth
+        "429 streak",
     )
-    assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"} and event["answered429"] == 7
+    until = "2025-03-10T12:16:01.060Z"  # 15 minutes after the 7th 429, at 61.06 s
+    assert event["setAsideUntil"] == until and event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
     assert event["answers"] == [
         {"httpStatus": 429, "message": "Too Many Requests", "times": 5},
         {"httpStatus": 429, "message": "", "times": 1},
@@ -264,12 +267,33 @@ def test_a_key_answering_429_for_over_a_minute_is_exhausted_with_one_error(log_c
     ]
     assert (event["usedToday"], event["dailyLimit"]) == (10, 44)
     doc = store.snapshot()["a"]
-    assert (doc["usageToday"], doc["exhaustedUntil"]) == (44, "2025-03-11T00:00:00.000Z")
-    assert doc["exhaustedReason"].startswith(
-        "CHART-IMG answered 429 through 7 cooldowns over 61 s with 10 of 44"
-    )
-    assert chosen.exhausted_accounts() == ("a",)
+    assert (doc["usageToday"], doc["coolUntil"]) == (10, until) and "exhaustedUntil" not in doc
+    assert doc["coolReason"].startswith("429 streak: CHART-IMG answered 429 through 7 cooldowns over 61 s")
+    assert chosen.exhausted_accounts() == ()  # set aside, not exhausted: a probe decides
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["b", "b"]
+
+
+def test_a_set_aside_key_is_probed_once_after_15_minutes_and_serves_again(log_capture: Any) -> None:
+    """Two instances on one store: the first reservation after the set-aside is the probe,
+    the other instance waits for its answer; a 200 brings the key back for both."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    this, other = (limiter(store, accounts("a", "b"), clock) for _ in range(2))
+    store.mark_cooling("a", reason="429 streak: test", now=NOON)
+    assert lease_id(other.acquire(max_wait=1)) == "b"  # the store refused a: `other` knows now
+    clock.advance(15 * 60 - 1)
+    assert all(lease_id(this.acquire(max_wait=1)) == "b" for _ in range(3))  # still set aside
+    clock.advance(61)  # the set-aside and the view's 60 s are over
+    probe = this.acquire(max_wait=1, tried=["b"])
+    assert isinstance(probe, Lease) and probe.account_id == "a" and probe.reservation.probe
+    assert lease_id(other.acquire(max_wait=1, tried=["b"])) == "b"  # waits for the probe's answer
+    this.succeeded("a", probe=True)
+    assert store.snapshot()["a"]["coolUntil"] is None
+    (back,) = log_capture.events("chart-img key serves again: its probe answered 200")
+    assert back["accountId"] == "a"
+    clock.advance(61)
+    again = other.acquire(max_wait=1, tried=["b"])
+    assert isinstance(again, Lease) and again.account_id == "a" and not again.reservation.probe
 
 
 def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
@@ -277,9 +301,18 @@ def test_429s_within_a_minute_only_cool_the_key(log_capture: Any) -> None:
     chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
     for _ in range(20):  # many cooldowns, but Retry-After: 2 keeps them within 40 s
         verdict = chosen.rate_limited("a", TOO_MANY, 2.0)
-        assert verdict.exhausted is None and verdict.cooling == 2.0
+        assert verdict.set_aside is None and verdict.cooling == 2.0
         clock.advance(2.0)
     assert chosen.exhausted_accounts() == () and log_capture.events("chart-img key keeps answering 429") == []
+
+
+def wave(chosen: AccountLimiter, count: int, *, max_wait: float) -> list[Lease]:
+    """A step's first wave of `count` calls any account may serve: the leases it got, soonest
+    slot first."""
+    leases = chosen.acquire_many([None] * count, max_wait=max_wait)
+    return sorted(
+        (lease for lease in leases if lease is not None), key=lambda lease: lease.reservation.send_at or NOON
+    )
 
 
 class WaveCountingStore(InMemoryUsageStore):
@@ -296,7 +329,7 @@ def test_a_wave_is_one_store_call_spread_as_acquires_would_spread_it() -> None:
     clock = FakeClock(NOON)
     store = WaveCountingStore({"a": usage(5), "b": usage(2), "c": usage(2)})
     chosen = limiter(store, accounts("a", "b", "c"), clock)
-    leases = chosen.acquire_many(5, max_wait=1)
+    leases = wave(chosen, 5, max_wait=1)
     # unknown accounts count as unused: in flight, five picks spread a, b, c, a, b
     assert store.waves == [{"a": 2, "b": 2, "c": 1}]
     assert sorted(lease.account_id for lease in leases) == ["a", "a", "b", "b", "c"]
@@ -310,7 +343,7 @@ def test_a_wave_on_a_paced_key_takes_its_burst_and_what_fits_in_the_wait() -> No
     clock = FakeClock(NOON)
     store = InMemoryUsageStore()
     chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=3)
-    leases = chosen.acquire_many(5, max_wait=1.5)
+    leases = wave(chosen, 5, max_wait=1.5)
     slots = [lease.reservation.send_at - NOON for lease in leases if lease.reservation.send_at]
     assert [slot.total_seconds() for slot in slots] == [0.0, 0.0, 0.0, 1.0]  # not a 5th 2 s away
     assert store.snapshot()["a"]["usageToday"] == 4
@@ -326,7 +359,7 @@ def test_a_wave_counts_its_own_picks_as_taken_slots() -> None:
     chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
     assert lease_id(chosen.acquire(max_wait=5)) == "a"  # a's next slot: 1 s from now
     clock.advance(0.5)
-    leases = chosen.acquire_many(3, max_wait=5)
+    leases = wave(chosen, 3, max_wait=5)
     assert store.waves == [{"a": 1, "b": 2}]  # b now, a at 0.5 s, b at 1 s (not b at 2 s)
     slots = [(lease.reservation.send_at - clock.now()).total_seconds() for lease in leases]
     assert slots == [0.0, pytest.approx(0.5), pytest.approx(1.0)]  # soonest slot first
@@ -350,14 +383,14 @@ def test_a_wave_reads_every_account_first_once_another_instance_was_seen() -> No
     store = ReadCountingStore()
     this, other = (limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1) for _ in range(2))
     assert lease_id(this.acquire(max_wait=10)) == "a"  # a: slot 0; this knows a's next is 1 s
-    other.acquire_many(3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
-    assert this.acquire_many(1, max_wait=10) and store.reads == []  # nothing seen yet: no read
+    wave(other, 3, max_wait=10)  # a at 1 s and 2 s, b now: a's next 3 s, b's 1 s
+    assert wave(this, 1, max_wait=10) and store.reads == []  # nothing seen yet: no read
     # that wave (on b, which this process thought unused) saw b's count jump: behind now
-    leases = this.acquire_many(2, max_wait=10)
+    leases = wave(this, 2, max_wait=10)
     assert store.reads == [["a", "b"]]
     slots = sorted((lease.reservation.send_at - NOON).total_seconds() for lease in leases)
     assert slots == [pytest.approx(2.0), pytest.approx(3.0)]  # b at 2 s, a at 3 s: not a, a
-    assert this.acquire_many(1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
+    assert wave(this, 1, max_wait=10) and store.reads == [["a", "b"]]  # up to date now
 
 
 def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
@@ -365,7 +398,7 @@ def test_a_wave_leaves_out_cooling_and_exhausted_accounts() -> None:
     store = InMemoryUsageStore({"used": usage(44)})
     chosen = limiter(store, accounts("cool", "used", "ok"), clock)
     chosen.rate_limited("cool", TOO_MANY, None)
-    leases = chosen.acquire_many(3, max_wait=5)
+    leases = wave(chosen, 3, max_wait=5)
     assert [lease.account_id for lease in leases] == ["ok", "ok"]  # "used" refused at once
     assert chosen.exhausted_accounts() == ("used",)
     assert "cool" not in store.snapshot()
@@ -394,8 +427,13 @@ def test_a_key_refused_once_stays_usable_and_twice_is_disabled(log_capture: Any)
         "usageToday": 0,
         "windowStart": TODAY,
         "disabled": True,
+        "disabledUntil": "2025-03-10T12:15:00.000Z",  # then one probe call decides
         "disabledReason": 'CHART-IMG refused the key 401 "Invalid Request", then 403 "Forbidden"',
     }
+    assert (event["rule"], event["disabledUntil"]) == (
+        "key refused for two requests",
+        "2025-03-10T12:15:00.000Z",
+    )
     chosen.key_refused("good", REFUSED)
     chosen.key_refused("good", REFUSED)
     assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())
@@ -508,7 +546,7 @@ def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> 
     chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
     chosen.rate_limited("a", TOO_MANY, 0.5)
     assert lease_id(chosen.acquire(max_wait=5)) == "b"  # b's next slot: 1 s; a cools 0.5 s
-    leases = chosen.acquire_many(1, max_wait=5)
+    leases = wave(chosen, 1, max_wait=5)
     assert [lease.account_id for lease in leases] == ["b"]
     assert store.waves == [{"b": 1}]
 
@@ -516,7 +554,7 @@ def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> 
 def test_wait_for_slot_sleeps_only_for_a_slot_ahead() -> None:
     clock = FakeClock(NOON)
     chosen = limiter(InMemoryUsageStore(), accounts("a"), clock)
-    (lease,) = chosen.acquire_many(1, max_wait=1)
+    (lease,) = wave(chosen, 1, max_wait=1)
     waited = chosen.wait_for_slot(lease)
     assert waited.paced_seconds == 0.0 and clock.sleeps == []
 
@@ -548,3 +586,79 @@ def test_a_mark_the_store_cannot_take_is_a_warning_naming_the_account(log_captur
         "b",
         "TimeoutError",
     )
+
+
+# --- each account's plan: a call goes only to the accounts whose plan serves it -------------------
+
+
+def test_a_call_goes_only_to_accounts_whose_plan_serves_it() -> None:
+    clock = FakeClock(NOON)
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO"), *accounts("plain")]
+    chosen = AccountLimiter(
+        configs, InMemoryUsageStore({"pro": usage(30)}), defaults=AccountLimits(44, 100.0, 100), clock=clock
+    )  # "plain" declares none: CHART_IMG_PLAN's default, BASIC
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"})) == "pro"  # though the most used
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"}, tried=["pro"])) == "pro"  # no other
+    assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) in ("basic", "plain")
+    leases = chosen.acquire_many([{"PRO"}, {"BASIC"}, {"PRO"}, None], max_wait=1)
+    picked = [lease.account_id if lease else None for lease in leases]
+    assert (picked[0], picked[2]) == ("pro", "pro") and picked[1] in ("basic", "plain")
+    assert picked[3] is not None
+
+
+def test_a_call_no_account_serves_has_no_account_and_none_is_reserved() -> None:
+    clock = FakeClock(NOON)
+    store = CountingStore({"pro": usage(44, dailyLimit=44)})
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO")]
+    chosen = AccountLimiter(configs, store, defaults=AccountLimits(44, 100.0, 100), clock=clock)
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.EXHAUSTED, ("pro",))
+    assert chosen.acquire(max_wait=1, plans=frozenset()) == NoAccount(Refusal.EXHAUSTED, ())
+    assert store.reserves == ["pro"]  # the BASIC account was never asked
+    assert chosen.acquire_many([{"ULTRA"}], max_wait=1) == [None]
+
+
+def test_an_account_without_a_plan_has_the_configured_default() -> None:
+    clock = FakeClock(NOON)
+    chosen = AccountLimiter(
+        accounts("plain"),
+        InMemoryUsageStore(),
+        defaults=AccountLimits(44, 100.0, 100),
+        clock=clock,
+        default_plan="pro",
+    )
+    assert lease_id(chosen.acquire(max_wait=1, plans={"PRO"})) == "plain"
+    assert isinstance(chosen.acquire(max_wait=1, plans={"BASIC"}), NoAccount)
+
+
+def test_a_200_on_a_key_held_aside_brings_it_back_for_every_instance(log_capture: Any) -> None:
+    """An answer to a call sent before the key was disabled (or set aside) says the key works:
+    as good as a probe."""
+    clock = FakeClock(NOON)
+    store = InMemoryUsageStore()
+    chosen = limiter(store, accounts("a", "b"), clock)
+    chosen.key_refused("a", Answer(401, request="x"))
+    assert chosen.key_refused("a", Answer(401, request="y")) and store.snapshot()["a"]["disabled"] is True
+    assert not chosen.still_accepted("a")
+    chosen.succeeded("a")
+    assert store.snapshot()["a"]["disabled"] is False and chosen.usable_accounts() == ("a", "b")
+    assert [
+        e["accountId"] for e in log_capture.events("chart-img key serves again: its probe answered 200")
+    ] == ["a"]
+    chosen.succeeded("a")  # nothing held any more: no write, no line
+    assert len(log_capture.events("chart-img key serves again: its probe answered 200")) == 1
+    chosen.rate_limited("b", TOO_MANY, None, probe=True)  # a probe answered 429: set aside again
+    assert not chosen.still_accepted("b") and store.snapshot()["b"]["coolReason"].startswith(
+        "429 streak: the probe"
+    )
+
+
+def test_a_call_whose_serving_keys_are_all_disabled_is_told_so() -> None:
+    clock = FakeClock(NOON)
+    configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO")]
+    chosen = AccountLimiter(
+        configs, InMemoryUsageStore(), defaults=AccountLimits(44, 100.0, 100), clock=clock
+    )
+    chosen.key_refused("pro", REFUSED, probe=True)
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.NO_USABLE_KEY, ())
+    assert chosen.usable_accounts({"PRO"}) == () and chosen.usable_accounts() == ("basic",)
+    assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) == "basic"

@@ -73,20 +73,59 @@ def test_mark_exhausted_uses_up_the_day_and_says_why(make_store: Callable[..., S
     assert store.reserve("acc1", default_limit=10, now=NOON + timedelta(days=1)).reserved
 
 
-def test_mark_disabled_refuses_the_key_for_the_rest_of_the_day(make_store: Callable[..., Store]) -> None:
+def test_mark_disabled_refuses_the_key_for_15_minutes_then_one_probe(
+    make_store: Callable[..., Store],
+) -> None:
     store = make_store({"acc1": {"usageToday": 4, "windowStart": "2025-03-09T00:00:00Z"}})
     store.mark_disabled("acc1", reason="refused twice", now=NOON)
     assert store.snapshot()["acc1"] == {
         "usageToday": 0,  # yesterday's count is over: the disabling is today's
         "windowStart": TODAY,
         "disabled": True,
+        "disabledUntil": "2025-03-10T12:15:00.000Z",
         "disabledReason": "refused twice",
     }
-    refused = store.reserve("acc1", default_limit=10, now=NOON)
+    refused = store.reserve("acc1", default_limit=10, now=NOON + timedelta(minutes=14))
     assert (refused.reserved, refused.refusal) == (False, ReservationRefusal.DISABLED)
     assert store.snapshot()["acc1"]["usageToday"] == 0  # nothing taken, nothing written
+    later = NOON + timedelta(minutes=15)
+    probe = store.reserve("acc1", default_limit=10, now=later)
+    assert probe.reserved and probe.probe  # the first call after it decides
+    assert store.snapshot()["acc1"]["disabledUntil"] == "2025-03-10T12:16:00.000Z"  # others wait for it
+    assert store.reserve("acc1", default_limit=10, now=later).refusal is ReservationRefusal.DISABLED
+    store.mark_serving("acc1", now=later)
+    assert (store.snapshot()["acc1"]["disabled"], store.snapshot()["acc1"]["disabledUntil"]) == (False, None)
+    assert store.reserve("acc1", default_limit=10, now=later).reserved
+
+
+def test_mark_cooling_sets_the_key_aside_then_probes_it(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    store.mark_cooling("acc1", reason="429 streak: x", now=NOON)
+    assert store.snapshot()["acc1"] == {
+        "coolUntil": "2025-03-10T12:15:00.000Z",
+        "coolReason": "429 streak: x",
+    }
+    refused = store.reserve("acc1", default_limit=10, now=NOON + timedelta(minutes=14, seconds=59))
+    assert refused.refusal is ReservationRefusal.COOLING
+    probe = store.reserve("acc1", default_limit=10, now=NOON + timedelta(minutes=15))
+    assert (
+        probe.reserved and probe.probe and store.snapshot()["acc1"]["coolUntil"] == "2025-03-10T12:16:00.000Z"
+    )
+    store.mark_cooling("acc1", reason="429 streak: the probe answered 429", now=NOON + timedelta(minutes=15))
+    assert store.snapshot()["acc1"]["coolUntil"] == "2025-03-10T12:30:00.000Z"  # set aside again
+    store.mark_serving("acc1", now=NOON + timedelta(minutes=30))
+    back = store.reserve("acc1", default_limit=10, now=NOON + timedelta(minutes=30))
+    assert back.reserved and not back.probe
+
+
+def test_a_legacy_disabled_flag_holds_for_its_day(make_store: Callable[..., Store]) -> None:
+    store = make_store({"acc1": {"usageToday": 4, "windowStart": TODAY, "disabled": True}})
+    assert (
+        store.reserve("acc1", default_limit=10, now=NOON + timedelta(hours=11)).refusal
+        is ReservationRefusal.DISABLED
+    )
     tomorrow = store.reserve("acc1", default_limit=10, now=NOON + timedelta(days=1))
-    assert tomorrow.reserved  # a new day tries the key again (a key rotated under the same id)
+    assert tomorrow.reserved and not tomorrow.probe  # a new day tries the key again
     assert store.snapshot()["acc1"]["disabled"] is False
 
 
@@ -165,3 +204,14 @@ def test_read_answers_the_documents_as_they_are(make_store: Callable[..., Store]
     answer = store.read(["a"])
     answer["a"]["usageToday"] = 99  # a copy: the store is untouched
     assert store.read(["a"])["a"] == {"usageToday": 3, "windowStart": TODAY, "tat": 5.0}
+
+
+def test_a_unit_given_back_lowers_the_count_and_is_counted(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    reservations = [store.reserve("acc1", default_limit=5, now=NOON, pacing=Pacing(1.0, 3)) for _ in range(2)]
+    tat = store.snapshot()["acc1"]["tat"]
+    refund = store.refund("acc1", day=reservations[1].day or "")
+    assert (refund.given_back, refund.usage_today, refund.refunded_today) == (True, 1, 1)
+    assert store.snapshot()["acc1"] == {"usageToday": 1, "windowStart": TODAY, "tat": tat, "refundedToday": 1}
+    stale = store.refund("acc1", day="2025-03-09T00:00:00Z")  # a unit of an older day: not ours now
+    assert not stale.given_back and store.snapshot()["acc1"]["usageToday"] == 1

@@ -229,7 +229,8 @@ def test_request_bounds_spot_checks() -> None:
         "to",
     }
     assert bounds.custom_watermark_plans == {"ULTRA", "ENTERPRISE"}
-    assert bounds.watermark_fields == ("watermark", "watermarkSize", "watermarkOpacity")
+    # watermarkSize names no plan: every plan may send it (issue 26)
+    assert bounds.watermark_fields == ("watermark", "watermarkOpacity")
     assert set(bounds.style_override) == set(bounds.body["style"].choices or ())
     assert bounds.style_override["line"]["lineStyle.linewidth"].maximum == 10
 

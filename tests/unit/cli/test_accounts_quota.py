@@ -34,11 +34,13 @@ def accounts_file(tmp_path: Path, entries: list[dict[str, Any]] | None = None) -
 
 
 def write_usage(out: Path) -> None:
-    """The usage run-local leaves: acc1 used twice (paced), acc2 refused by CHART-IMG's quota,
-    and an account no longer configured; written by the worker's own file store."""
+    """The usage run-local leaves: acc1 used twice (paced; a third call never left, its unit
+    given back), acc2 refused by CHART-IMG's quota, and an account no longer configured;
+    written by the worker's own file store."""
     store, now = FileUsageStore(out / USAGE_FILE), datetime.now(UTC)
-    for _ in range(2):
-        store.reserve("acc1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
+    for _ in range(3):
+        reservation = store.reserve("acc1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
+    store.refund("acc1", day=reservation.day or "")
     store.reserve("acc2", default_limit=3, now=now)
     store.mark_exhausted("acc2", default_limit=3, now=now)
     store.reserve("retired", default_limit=44, now=now)
@@ -66,12 +68,17 @@ def test_the_table_shows_each_account_and_the_days_capacity(
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].endswith(f"usage from run-local's usage file {tmp_path / 'out' / USAGE_FILE}")
-    assert lines[1].split() == ["ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "NEXT", "SLOT", "STATE", "WHY"]
-    assert lines[2].split()[:5] == ["acc1", "BASIC", "50", "2", "48"]
+    assert lines[1].split() == [
+        *("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "GIVEN", "BACK", "NEXT", "SLOT", "STATE", "WHY")
+    ]
+    assert lines[2].split()[:6] == ["acc1", "BASIC", "50", "2", "48", "1"]
     acc2 = lines[3].split()
-    assert acc2[:5] == ["acc2", "PRO", "3", "3", "0"] and "exhausted" in acc2
+    assert acc2[:6] == ["acc2", "PRO", "3", "3", "0", "0"] and "exhausted" in acc2
     assert "CHART-IMG refused the day's quota (until" in lines[3]  # mark_exhausted's reason
-    assert lines[4].startswith("total: 2 account(s), 1 usable, 5 used today of 53: 48 left today; ")
+    assert lines[4].startswith(
+        "total: 2 account(s), 1 usable, 5 used today (1 given back: calls that never reached CHART-IMG) "
+        "of 53: 48 left today; "
+    )
     assert lines[5] == "usage documents of accounts not configured: retired"
 
 
@@ -99,7 +106,9 @@ def test_json_carries_the_rows_and_totals(
         "exhausted",
         "account",
     )
+    assert (rows["acc1"]["refundedToday"], rows["acc2"]["refundedToday"]) == (1, 0)
     assert data["totals"]["leftToday"] == 48 and data["unconfigured"] == ["retired"]
+    assert data["totals"]["refundedToday"] == 1
     assert data["source"].startswith("run-local's usage file ")
 
 

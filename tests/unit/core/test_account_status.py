@@ -19,11 +19,12 @@ from worker_chart_export.core.account_status import (
     ConfiguredAccount,
     LimitSource,
     account_row,
-    moment_of,
     quota_report,
     report_dict,
+    row_dict,
 )
 from worker_chart_export.core.plans import PLANS, AccountLimits
+from worker_chart_export.core.set_aside import moment_of
 from worker_chart_export.core.usage import (
     Pacing,
     ReservationRequest,
@@ -248,7 +249,7 @@ def test_the_totals_are_the_days_remaining_capacity_over_all_keys() -> None:
 
 
 def test_the_json_form_names_every_field_and_no_key() -> None:
-    report = quota_report([configured()], {"acc1": used(50)}, NOW)
+    report = quota_report([configured()], {"acc1": {**used(50), "refundedToday": 2}}, NOW)
     data = report_dict(report)
     [row] = data["accounts"]
     assert row == {
@@ -259,19 +260,23 @@ def test_the_json_form_names_every_field_and_no_key() -> None:
         "dailyLimitFrom": "plan",
         "usedToday": 50,
         "leftToday": 0,
+        "refundedToday": 2,
         "nextSlot": "2026-11-24T00:00:00.000Z",
         "state": "exhausted",
         "coolingUntil": None,
+        "coolingReason": None,
         "exhaustedUntil": "2026-11-24T00:00:00.000Z",
         "exhaustedReason": DAILY_LIMIT_REACHED,
         "disabled": False,
         "disabledReason": None,
+        "disabledUntil": None,
     }
     assert data["totals"] == {
         "accounts": 1,
         "usable": 0,
         "dailyLimit": 50,
         "usedToday": 50,
+        "refundedToday": 2,
         "leftToday": 0,
         "unknownLimits": 0,
         "resetsAt": "2026-11-24T00:00:00.000Z",
@@ -313,3 +318,38 @@ def test_without_configuration_nothing_is_unconfigured_and_rows_say_what_is_unkn
     (row,) = report_dict(report)["accounts"]
     assert row["dailyLimit"] is None and row["dailyLimitFrom"] is None
     assert row["coolingUntil"] == "2026-11-23T18:30:05.000Z"
+
+
+def test_a_key_set_aside_says_which_rule_and_until_when_then_a_probe() -> None:
+    until = "2026-11-23T18:40:00.000Z"
+    cooling = account_row("acc1", used(3, coolUntil=until, coolReason="429 streak: x"), configured(), NOW)
+    assert (cooling.state, cooling.cooling_reason, cooling.cooling_until) == (
+        AccountState.COOLING,
+        "429 streak: x",
+        NOW + timedelta(minutes=10),
+    )
+    over = account_row(
+        "acc1", used(3, coolUntil="2026-11-23T18:00:00.000Z", coolReason="429 streak: x"), configured(), NOW
+    )
+    assert (over.state, over.cooling_reason) == (AccountState.FREE, None)  # its probe's turn
+    disabled = account_row(
+        "acc1", used(3, disabled=True, disabledUntil=until, disabledReason="r"), configured(), NOW
+    )
+    assert (disabled.state, disabled.disabled_until, disabled.next_slot) == (
+        AccountState.DISABLED,
+        NOW + timedelta(minutes=10),
+        NOW + timedelta(minutes=10),  # the probe's moment
+    )
+    data = row_dict(disabled)
+    assert (data["disabledUntil"], data["coolingReason"]) == (until, None)
+    assert row_dict(cooling)["coolingReason"] == "429 streak: x"
+    day_long = account_row("acc1", used(3, disabled=True), configured(), NOW)  # an older worker's
+    assert (day_long.disabled_until, day_long.next_slot) == (None, None)
+
+
+def test_a_disabling_of_an_older_window_is_over_though_its_moment_is_still_ahead() -> None:
+    """Disabled at 23:55 until 00:10: at 00:05 the new day tries the key again (as the worker's
+    reservations do), so no moment is shown for it."""
+    doc = used(3, window=YESTERDAY, disabled=True, disabledUntil="2026-11-23T18:40:00.000Z")
+    row = account_row("acc1", doc, configured(), NOW)
+    assert (row.disabled, row.disabled_until, row.state) == (False, None, AccountState.FREE)

@@ -18,6 +18,7 @@ from worker_chart_export.core.chart_img_answers import (
     failure_from_response,
     mock_missing,
     not_a_png,
+    refused_everywhere,
     says_daily_limit,
     validation_errors,
     wording,
@@ -204,3 +205,19 @@ def test_every_account_exhausted_is_one_limit_failure_listing_them_sorted() -> N
     assert error.code.value == "CHART_API_LIMIT_EXCEEDED"
     assert error.message == "every CHART-IMG account is at its daily limit; no request was sent"
     assert error.details == {"exhaustedAccounts": ["a", "b"]}
+
+
+def test_a_request_refused_on_every_key_says_so_with_the_providers_words() -> None:
+    key_refused = failure_from_response(401, {"message": "Invalid Request"})
+    error = refused_everywhere(key_refused, ["acc1", "acc2"])
+    assert error.message == (
+        "CHART-IMG refused this request on every account it could go to (HTTP 401: Invalid Request); "
+        "the request, not a key, is refused: no key was set aside"
+    )
+    assert error.details == {
+        "httpStatus": 401,
+        "message": "Invalid Request",
+        "errorKind": "request_refused",
+        "refusedBy": ["acc1", "acc2"],
+    }
+    assert error.code.value == "CHART_API_FAILED"

@@ -27,8 +27,9 @@ def problems(request: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]
         ("Float", 1.5, "1.5", "'1.5' must be a number"),
         ("Boolean", False, 0, "0 must be true or false"),
         ("String", "", 5, "5 must be a string"),  # an empty string is a string
-        ("Color", "rgb(1,2,3)", "  ", "'  ' must be a colour string, e.g. rgb(41,98,255)"),
-        ("Color", "red", 5, "5 must be a colour string, e.g. rgb(41,98,255)"),
+        ("Color", "rgb(1,2,3)", "  ", "'  ' must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB,"),
+        ("Color", "#1E90FF", 5, "5 must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA"),
+        ("Color", "rgba(33,150,243,0.1)", "blue-ish", "'blue-ish' must be a colour: rgb(r,g,b)"),
         ("Object", {}, [], "[] must be an object"),
         ("DateTime (ISO8601)", "2023-01-01T00:00:00", "yesterday", "'yesterday' must be an ISO 8601"),
     ],
@@ -104,7 +105,7 @@ def test_overrides_are_checked_against_the_style_the_request_draws() -> None:
     assert problems({"override": bad_colour}) == [  # candle: the documented default style
         (
             ("request", "override", "style", "candleStyle.upColor"),
-            "5 must be a colour string, e.g. rgb(41,98,255)",
+            "5 must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA (e.g. rgb(41,98,255))",
         )
     ]
     assert problems({"style": "line", "override": bad_colour}) == [
@@ -163,7 +164,7 @@ def test_every_value_problem_of_one_override_object_is_listed() -> None:
         (("request", "override", "bogus"), "is not a chart override CHART-IMG documents"),
         (
             ("request", "override", "style", "candleStyle.upColor"),
-            "5 must be a colour string, e.g. rgb(41,98,255)",
+            "5 must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA (e.g. rgb(41,98,255))",
         ),
         (("request", "override", "priceRange", "margin"), "'x' must be a number"),
         (("request", "override", "priceRange", "from"), "'y' must be a number"),

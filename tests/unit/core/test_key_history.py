@@ -24,11 +24,20 @@ TOO_MANY = Answer(429, "Too Many Requests")
 
 
 def rate_limited(
-    history: KeyHistory, at: float, *, retry_after: float | None = None, has_quota: bool = True
+    history: KeyHistory,
+    at: float,
+    *,
+    retry_after: float | None = None,
+    has_quota: bool = True,
+    others_served: bool = True,
 ) -> tuple[KeyHistory, float, bool]:
+    """A 429 at `at`; `others_served`: another key succeeded just before it (else none did)."""
     answer = Answer(429, "Too Many Requests", retry_after=retry_after)
-    history, verdict = after_rate_limit(history, answer, at=at, day=DAY, has_quota=has_quota)
-    return history, verdict.cooling, verdict.exhausted is not None
+    others = at - 0.001 if others_served else None
+    history, verdict = after_rate_limit(
+        history, answer, at=at, day=DAY, has_quota=has_quota, others_served_at=others
+    )
+    return history, verdict.cooling, verdict.set_aside is not None
 
 
 def test_the_backoff_doubles_from_one_second_and_stops_at_its_cap() -> None:
@@ -42,7 +51,9 @@ def test_retry_after_wins_within_its_bound() -> None:
     assert DEFAULT_POLICY.cooldown(0, 2) == 4  # "now" is no cooldown: the backoff's
 
 
-def test_a_streak_over_a_minute_exhausts_on_the_answer_that_crosses_it() -> None:
+def test_a_streak_over_a_minute_while_other_keys_serve_sets_the_key_aside_on_the_answer_that_crosses_it() -> (
+    None
+):
     history, at, seen = KeyHistory(), 0.0, []
     for _ in range(7):
         history, cooling, exhausted = rate_limited(history, at)
@@ -114,26 +125,47 @@ def test_a_key_is_disabled_when_refused_again_with_no_success_between() -> None:
     assert history.refusals == (first,)  # the success in between: only one in a row
 
 
+def test_only_refusals_of_different_requests_add_up() -> None:
+    """One request refused again (a retry, the same body in another step) counts once: the
+    request may be what is refused. Two different requests refused: the key is disabled."""
+    first = Answer(401, "Invalid Request", request="a")
+    history, disabling = after_refusal(KeyHistory(), first, day=DAY)
+    again = Answer(401, "Invalid Request", request="a")
+    history, disabling = after_refusal(history, again, day=DAY)
+    assert disabling == () and len(history.refusals) == 1 and history.refusals[0].request == "a"
+    other = Answer(403, "Forbidden", request="b")
+    history, disabling = after_refusal(history, other, day=DAY)
+    assert disabling == (again, other) and history.refusals == ()
+    unknown = Answer(401)  # request not known: every refusal counts, as before
+    history, _ = after_refusal(KeyHistory(), unknown, day=DAY)
+    assert after_refusal(history, unknown, day=DAY)[1] == (unknown, unknown)
+
+
 @given(
-    answers=st.lists(st.tuples(st.floats(0, 5), st.booleans()), max_size=60),
+    answers=st.lists(st.tuples(st.floats(0, 5), st.booleans(), st.booleans()), max_size=60),
     policy=st.builds(KeyPolicy, streak_cooldowns=st.integers(2, 8), streak_span=st.floats(1, 120)),
 )
-def test_exhaustion_needs_enough_cooldowns_over_the_span(
-    answers: list[tuple[float, bool]], policy: KeyPolicy
+def test_a_set_aside_needs_enough_cooldowns_over_the_span_and_other_keys_serving(
+    answers: list[tuple[float, bool, bool]], policy: KeyPolicy
 ) -> None:
-    """Whatever the timing, a streak exhausts only with `streak_cooldowns` cooldowns whose
-    first and last are more than `streak_span` apart."""
+    """Whatever the timing, a streak sets its key aside only with `streak_cooldowns`
+    cooldowns whose first and last are more than `streak_span` apart, and only when another
+    key succeeded since the key's previous 429."""
     history, at = KeyHistory(), 0.0
-    for gap, success in answers:
+    for gap, success, served in answers:
         at += gap
         if success:
             history = after_success(history)
             continue
         before = history
-        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True, policy=policy)
-        if verdict.exhausted is not None:
+        others = at - gap / 2 if served else None  # another key succeeded since, or none did
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=others, policy=policy
+        )
+        if verdict.set_aside is not None:
             assert before.first_at is not None and at - before.first_at > policy.streak_span
-            assert verdict.exhausted.cooldowns >= policy.streak_cooldowns
+            assert verdict.set_aside.cooldowns >= policy.streak_cooldowns
+            assert before.last_at is not None and others is not None and others > before.last_at
 
 
 def test_reasons_name_the_answers_never_more() -> None:
@@ -168,12 +200,14 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
     history, _ = after_refusal(KeyHistory(), Answer(401), day=DAY)
     at, verdict = 0.0, None
     for _ in range(10):
-        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True)
-        if verdict.exhausted is not None:
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+        )
+        if verdict.set_aside is not None:
             break
         at = history.cool_until
-    assert verdict is not None and verdict.exhausted is not None
-    assert verdict.exhausted.seen == verdict.exhausted.cooldowns == 7
+    assert verdict is not None and verdict.set_aside is not None
+    assert verdict.set_aside.seen == verdict.set_aside.cooldowns == 7
     assert history.refusals == (Answer(401),)  # one refusal more disables the key, streak or not
 
 
@@ -182,15 +216,44 @@ def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
     history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, has_quota=True)
     at, verdict = 1.0, None
     for _ in range(10):
-        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True)
-        if verdict.exhausted is not None:
+        history, verdict = after_rate_limit(
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+        )
+        if verdict.set_aside is not None:
             break
         at = history.cool_until
-    assert verdict is not None and verdict.exhausted is not None
-    reason = verdict.exhausted.reason(10, 44)
+    assert verdict is not None and verdict.set_aside is not None
+    reason = verdict.set_aside.reason(10, 44)
     assert reason.endswith(
-        'with 10 of 44 used by our count: 429 "Too Many Requests" x7, 429 without a message x1'
+        'with 10 of 44 used by our count, while other keys served: 429 "Too Many Requests" x7, '
+        "429 without a message x1"
     )
+    assert reason.startswith("429 streak: CHART-IMG answered 429 through 7 cooldowns over ")
+
+
+def test_no_key_is_set_aside_while_no_other_key_serves() -> None:
+    """Every key hearing 429 (CHART-IMG throttling), or the only key: nobody is to blame."""
+    history, at = KeyHistory(), 0.0
+    for _ in range(20):  # eight minutes of escalating cooldowns
+        history, cooling, set_aside = rate_limited(history, at, others_served=False)
+        assert not set_aside and cooling > 0
+        at += cooling
+    assert history.cooldowns == 20 and at > 450
+    _, _, set_aside = rate_limited(history, at)  # another key served since: now it is this key's
+    assert set_aside
+
+
+def test_a_success_of_another_key_before_the_previous_429_is_not_enough() -> None:
+    """Other keys served earlier in the streak, then every key heard 429: throttling, no blame."""
+    history, at = KeyHistory(), 0.0
+    for _ in range(6):
+        history, cooling, _ = rate_limited(history, at)
+        at += cooling
+    stale = history.last_at
+    assert stale is not None
+    answer = Answer(429, "Too Many Requests")
+    _, verdict = after_rate_limit(history, answer, at=at, day=DAY, has_quota=True, others_served_at=stale - 1)
+    assert verdict.set_aside is None and verdict.cooling == 30.0
 
 
 def test_a_success_keeps_the_day_it_describes() -> None:
@@ -214,3 +277,18 @@ def test_two_429s_that_say_the_same_are_one_answer_whatever_wait_each_asked_for(
         KeyHistory(), Answer(429, "Too Many Requests", retry_after=5.0), at=0.0, day=DAY, has_quota=True
     )
     assert verdict.cooling == 5.0 and history.answers == (TOO_MANY,)
+
+
+def test_a_429_during_a_cooldown_is_the_streaks_latest_and_a_success_at_that_moment_is_not_since() -> None:
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(history, TOO_MANY, at=0.5, day=DAY, has_quota=True)  # during its cooldown
+    assert history.last_at == 0.5 and history.cooldowns == 1
+    history, at = KeyHistory(), 0.0
+    for _ in range(6):
+        history, cooling, _ = rate_limited(history, at)
+        at += cooling
+    previous = history.last_at
+    _, verdict = after_rate_limit(
+        history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=previous
+    )
+    assert verdict.set_aside is None  # a success at the previous 429's very moment is not since it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import MIN_STEP_BUDGET_SECONDS, StepLimits
-from worker_chart_export.core.plans import PLANS, plan_named
+from worker_chart_export.core.plans import PLANS, AccountPlans, plan_named
 from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
 from worker_chart_export.settings import Settings
 
@@ -18,7 +18,7 @@ def test_limits_within_a_request_default_to_what_an_unconfigured_deployment_runs
         lease_seconds=300.0,
         chart_concurrency=settings.chart_concurrency,
         default_timezone=settings.charts_default_timezone,
-        plan=plan_named(settings.chart_img_plan),
+        plans=AccountPlans(plan_named(settings.chart_img_plan)),
         chart_reuse_max_age_seconds=DEFAULT_MAX_AGE_SECONDS,
     )
 
@@ -29,11 +29,11 @@ def test_limits_within_a_request_carry_every_value_given() -> None:
         9.5,
         chart_concurrency=3,
         default_timezone="Europe/Berlin",
-        plan=PLANS["MEGA"],
+        plans=AccountPlans(PLANS["MEGA"], (("acc1", PLANS["MEGA"]),)),
         chart_reuse_max_age_seconds=60.0,
     )
     assert limits.step_budget_seconds == MIN_STEP_BUDGET_SECONDS  # never less
-    assert (limits.chart_concurrency, limits.default_timezone, limits.plan) == (
+    assert (limits.chart_concurrency, limits.default_timezone, limits.plans.best) == (
         3,
         "Europe/Berlin",
         PLANS["MEGA"],

@@ -136,3 +136,16 @@ def test_a_division_of_numbers_names_no_symbol() -> None:
 
 def test_a_slash_before_a_parenthesis_is_a_division() -> None:
     assert symbol_problem("NASDAQ:A/(B)", require_exchange=False) is None
+
+
+def test_a_base_symbol_is_a_symbol_without_a_slash() -> None:
+    from worker_chart_export.core.symbols import base_symbol_problem
+
+    assert base_symbol_problem("BTCUSDT") is None and base_symbol_problem("CME_MINI:ES1!") is None
+    assert base_symbol_problem("NASDAQ:MARA+NASDAQ:RIOT") is None  # a formula without a division
+    assert base_symbol_problem("btc/usdt") == "lower-case 'b' at 1: TradingView symbols are upper case"
+    problem = base_symbol_problem("BTC/USDT")
+    assert problem is not None and problem.startswith("'/' at 4: scope.symbol is the base symbol")
+    two = base_symbol_problem("A/B/C")  # the first slash is named
+    assert two is not None and two.startswith("'/' at 2:")
+    assert base_symbol_problem(None) == "must be a non-empty string"

@@ -18,7 +18,7 @@ from worker_chart_export.adapters.local import LocalTemplateSource
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.core.exceptions import ConfigError
-from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.plans import PLANS, AccountPlans, Plan
 from worker_chart_export.core.template_check import StoredTemplate, template_problems
 from worker_chart_export.core.template_rules import TemplateProblem
 from worker_chart_export.settings import load_settings
@@ -84,6 +84,79 @@ def test_every_documented_timezone_range_and_override_passes() -> None:
     )
     assert found(good) == []
     assert found(with_request(override={"mainPaneHeight": 1800.0})) == []  # a double that is an integer
+
+
+# --- what CHART-IMG checks, checked (issue 26) --------------------------------------------------
+
+COLOURS_ACCEPTED = [
+    "rgb(41,98,255)",
+    "rgb( 41, 98 ,255 )",
+    "rgba(33,150,243,0.1)",
+    "rgba(0,0,0,1)",
+    "rgba(0,0,0,.5)",
+    "#FFF",
+    "#1e90ff",
+    "#1E90FF80",
+]
+COLOURS_REFUSED = [
+    "blue-ish",
+    "red",
+    "rgb(256,0,0)",
+    "rgba(0,0,0,1.5)",
+    "rgb(1,2)",
+    "#FFFF",
+    "#12345",
+    "",
+    "RGB(1,2,3)",
+]
+
+
+@pytest.mark.parametrize("colour", COLOURS_ACCEPTED)
+def test_a_colour_the_docs_and_css_write_passes(colour: str) -> None:
+    study = {"name": "Moving Average Exponential", "override": {"Plot.color": colour}}
+    assert found(with_request(studies=[study])) == []
+
+
+@pytest.mark.parametrize("colour", COLOURS_REFUSED)
+def test_any_other_colour_is_refused_naming_the_field(colour: str) -> None:
+    study = {"name": "Moving Average Exponential", "override": {"Plot.color": colour}}
+    assert found(with_request(studies=[study])) == [
+        (
+            ".request.studies[0].override['Plot.color']",
+            f"{colour!r} must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA "
+            "(e.g. rgb(41,98,255))",
+        )
+    ]
+
+
+def test_an_integral_number_passes_wherever_an_integer_is_documented() -> None:
+    """The Firestore console stores numbers as doubles: 800.0 is 800 to CHART-IMG (JSON numbers)."""
+    template = with_request(width=800.0, height=600.0, shiftLeft=10.0, watermarkSize=32.0)
+    assert found(template) == []
+    assert found(with_request(width=800.5)) == [
+        (".request.width", "800.5 must be an integer number of pixels")
+    ]
+    assert found(with_request(width=float("inf"))) != []
+
+
+def test_watermark_size_is_any_plans_the_docs_name_none_for_it() -> None:
+    for plan in PLANS.values():
+        assert found(with_request(watermarkSize=64), plan) == [], plan.name
+
+
+def test_the_docs_default_column_gets_a_hint_naming_columns() -> None:
+    study = {"name": "Volume", "override": {"Volume.plottype": "column"}}
+    [(where, message)] = found(with_request(studies=[study]))
+    assert where == ".request.studies[0].override['Volume.plottype']"
+    assert message.endswith(
+        "(write 'columns': the docs' default 'column' is spelt 'columns' in their own list)"
+    )
+    study["override"]["Volume.plottype"] = "circle"  # not the default: a plain suggestion
+    assert found(with_request(studies=[study]))[0][1].endswith("(did you mean 'circles'?)")
+    study["override"]["Volume.plottype"] = "columns"
+    assert found(with_request(studies=[study])) == []
+    study["override"]["Volume.plottype"] = "cols"  # 0.73 like 'columns': too far for a hint
+    assert found(with_request(studies=[study]))[0][1].endswith("step_line_with_breaks")
 
 
 def test_watermarks_pass_on_the_plans_that_may_send_them() -> None:
@@ -273,7 +346,7 @@ def test_templates_sync_and_step_validation_use_the_same_rule_set(tmp_path: Path
     ]
     for template in bad:
         (tmp_path / f"{template['id']}.json").write_text(json.dumps(template))
-    sync_problems = sync_load(tmp_path, BASIC).problems
+    sync_problems = sync_load(tmp_path, AccountPlans(BASIC)).problems
     stored = LocalTemplateSource(tmp_path).get_templates([t["id"] for t in bad])
     step_problems = sorted(
         (f"{i}.json", f"${p.suffix}", p.message) for i, s in stored.items() for p in s.problems(BASIC)

@@ -17,7 +17,7 @@ from worker_chart_export.bootstrap import step_limits
 from worker_chart_export.bundled.contracts import CHART_TEMPLATE, schema_errors
 from worker_chart_export.cli.main import main
 from worker_chart_export.core.exceptions import ConfigError
-from worker_chart_export.core.plans import PLANS, plan_named
+from worker_chart_export.core.plans import PLANS, AccountPlans, plan_named
 from worker_chart_export.core.symbols import symbol_problem
 from worker_chart_export.core.template_check import template_problems
 from worker_chart_export.core.template_rules import (
@@ -165,10 +165,10 @@ def test_chart_img_plan_setting_defaults_to_basic_and_reaches_the_step_limits(
 ) -> None:
     settings_environment()
     assert load_settings().chart_img_plan == "BASIC"
-    assert step_limits(load_settings()).plan == BASIC
+    assert step_limits(load_settings()).plans == AccountPlans(BASIC)
     settings_environment(CHART_IMG_PLAN=" pro ")
     settings = load_settings()
-    assert settings.chart_img_plan == "PRO" and step_limits(settings).plan == plan_named("PRO")
+    assert settings.chart_img_plan == "PRO" and step_limits(settings).plans == AccountPlans(plan_named("PRO"))
 
 
 def test_unknown_chart_img_plan_is_a_config_error_naming_the_variable(
@@ -211,10 +211,7 @@ def test_run_local_checks_templates_against_the_configured_plan(
     assert out.startswith(f"CHART_EXPORT {verdict}"), out
     if verdict == "FAILED":
         assert code == 1 and "VALIDATION_FAILED" in out
-        assert (
-            "chart_templates/price_psar_adi_v1.request.width: 1920 exceeds the BASIC plan's maximum 800"
-            in out
-        )
+        assert "chart_templates/price_psar_adi_v1: needs the PRO plan (or above)" in out
     else:
         assert code == 0
 

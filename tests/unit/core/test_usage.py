@@ -20,13 +20,16 @@ from hypothesis import strategies as st
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.core.usage import (
     Pacing,
+    Refund,
     ReservationRequest,
     ReservationTime,
     daily_limit_of,
     disabled_fields,
-    disabled_today,
+    disabled_now,
     exhausted_fields,
     next_utc_midnight,
+    refund_one,
+    refunded_today,
     reserve_many,
     reserve_one,
     window_start,
@@ -154,6 +157,7 @@ def test_a_batch_of_reservations_is_the_same_reservations_one_after_another(
 # --- the daily window -------------------------------------------------------------------------
 
 TODAY = "2026-11-23T00:00:00Z"
+YESTERDAY = "2026-11-22T00:00:00Z"
 
 
 @pytest.fixture
@@ -249,9 +253,9 @@ def test_marking_an_account_exhausted_never_lowers_its_count() -> None:
 # --- what CHART-IMG said about the key, as the document keeps it -----------------------------
 
 
-def test_a_key_disabled_today_is_refused_without_a_write() -> None:
+def test_a_disabled_key_is_refused_without_a_write() -> None:
     doc = {"windowStart": TODAY, "usageToday": 3, **disabled_fields(None, reason="refused twice", now=NOW)}
-    assert disabled_today(doc, NOW)
+    assert disabled_now(doc, NOW)
     update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
     assert update is None
     assert (reservation.reserved, reservation.refusal) == (False, ReservationRefusal.DISABLED)
@@ -259,7 +263,7 @@ def test_a_key_disabled_today_is_refused_without_a_write() -> None:
 
 def test_a_key_disabled_an_older_day_is_tried_again_and_the_flag_cleared() -> None:
     doc = {"windowStart": "2026-11-22T00:00:00Z", "usageToday": 9, "disabled": True, "disabledReason": "x"}
-    assert not disabled_today(doc, NOW)
+    assert not disabled_now(doc, NOW)
     update, reservation = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
     assert reservation.reserved and update == {"windowStart": TODAY, "usageToday": 1, "disabled": False}
     reset, refused = reserve_one("acc", {**doc, "dailyLimit": 0}, default_limit=44, at=ReservationTime(NOW))
@@ -288,3 +292,69 @@ def test_a_disabled_account_refuses_naming_itself_its_use_and_its_limit() -> Non
 def test_disabling_keeps_the_days_count() -> None:
     doc = {"usageToday": 5, "windowStart": TODAY}
     assert disabled_fields(doc, reason="refused", now=NOW)["usageToday"] == 5
+
+
+# --- a unit given back (the call never left) -------------------------------------------------
+
+
+def test_a_reservation_says_the_window_it_was_counted_in() -> None:
+    _, reservation = reserve_one("acc", None, default_limit=44, at=ReservationTime(NOW))
+    assert reservation.day == TODAY
+    _, refused = reserve_one(
+        "acc", {"windowStart": TODAY, "usageToday": 44}, default_limit=44, at=ReservationTime(NOW)
+    )
+    assert refused.day is None
+
+
+def test_a_unit_given_back_lowers_todays_count_and_counts_the_refund_pacing_untouched() -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3, "tat": 123.0, "refundedToday": 1}
+    update, refund = refund_one("acc", doc, day=TODAY)
+    assert update == {"usageToday": 2, "refundedToday": 2}  # no tat: the slot stays spent
+    assert refund == Refund("acc", True, 2, 2)
+    assert refunded_today({**doc, **update}, NOW) == 2
+
+
+@pytest.mark.parametrize(
+    ("doc", "why_not"),
+    [
+        ({"windowStart": YESTERDAY, "usageToday": 3}, "a new UTC day began: its count started again"),
+        (
+            {
+                "windowStart": TODAY,
+                **exhausted_fields({"windowStart": TODAY, "usageToday": 3}, default_limit=44, now=NOW),
+            },
+            "CHART-IMG said the day's quota is used up",
+        ),
+        ({"windowStart": TODAY, "usageToday": 0}, "no unit counted"),
+        ({"windowStart": TODAY}, "no unit counted"),
+        (None, "a new UTC day began: its count started again"),
+    ],
+    ids=["new-day", "chart-img-exhausted", "zero", "no-count", "no-document"],
+)
+def test_nothing_is_given_back_when_the_count_is_not_ours_to_lower(
+    doc: dict[str, Any] | None, why_not: str
+) -> None:
+    update, refund = refund_one("acc", doc, day=TODAY)
+    assert update is None and not refund.given_back and refund.why_not == why_not
+    used = (doc or {}).get("usageToday", 0)
+    assert refund == Refund("acc", False, used, 0, why_not)
+
+
+def test_a_stale_days_refunds_count_for_nothing_and_are_reset_with_the_window() -> None:
+    old = {"windowStart": YESTERDAY, "usageToday": 9, "refundedToday": 4}
+    assert refunded_today(old, NOW) == 0
+    update, _ = reserve_one("acc", old, default_limit=44, at=ReservationTime(NOW))
+    assert update is not None and update["refundedToday"] == 0 and update["usageToday"] == 1
+    assert exhausted_fields(old, default_limit=44, now=NOW)["refundedToday"] == 0
+    assert disabled_fields(old, reason="r", now=NOW)["refundedToday"] == 0
+    assert "refundedToday" not in exhausted_fields({"windowStart": TODAY}, default_limit=44, now=NOW)
+    todays = {"windowStart": TODAY, "usageToday": 5, "refundedToday": 3}  # today's refunds are kept
+    assert "refundedToday" not in exhausted_fields(todays, default_limit=44, now=NOW)
+    assert "refundedToday" not in disabled_fields(todays, reason="r", now=NOW)
+    assert refunded_today({"windowStart": TODAY, "refundedToday": True}, NOW) == 0  # not a count
+
+
+def test_a_refund_knows_chart_imgs_exhaustion_whatever_the_machines_timezone(machine_in_tokyo: None) -> None:
+    doc = {"windowStart": TODAY, "usageToday": 3}
+    exhausted = {**doc, **exhausted_fields(doc, default_limit=44, now=NOW)}
+    assert refund_one("acc", exhausted, day=TODAY)[1].why_not == "CHART-IMG said the day's quota is used up"

@@ -8,7 +8,7 @@ import pytest
 
 from harness.builders import chart_step, flow_run, load_templates
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.plans import PLANS, Plan
+from worker_chart_export.core.plans import PLANS, AccountPlans, Plan
 from worker_chart_export.core.template_check import StoredTemplate
 from worker_chart_export.core.validation import ValidatedStep, requested_template_ids, validate_step
 
@@ -22,7 +22,9 @@ def run(
     run_id: str = "run1",
     templates: dict[str, Any] | None = None,
     plan: Plan = PLANS["BASIC"],
+    accounts: tuple[tuple[str, str | None], ...] = (),
 ) -> ValidatedStep | StepError:
+    """`plan`: CHART_IMG_PLAN; `accounts`: each account's id and declared plan (none: mock)."""
     documents = TEMPLATES if templates is None else templates
     return validate_step(
         doc,
@@ -30,7 +32,7 @@ def run(
         step_id,
         {template_id: StoredTemplate(template_id, d) for template_id, d in documents.items()},
         default_timezone="Etc/UTC",
-        plan=plan,
+        plans=AccountPlans.of(plan, accounts),
     )
 
 
@@ -39,6 +41,9 @@ def problems_of(result: ValidatedStep | StepError) -> list[str]:
     assert result.code is ErrorCode.VALIDATION_FAILED
     assert result.message.startswith("invalid step inputs: ")
     return result.details["problems"]
+
+
+FORMULA = "(NASDAQ:MARA+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10"  # the docs' one formula example
 
 
 def test_valid_step_yields_one_call_per_request_in_order() -> None:
@@ -93,6 +98,39 @@ def test_a_resolved_symbol_must_name_an_exchange_once() -> None:
         "'MARA', not a symbol CHART-IMG accepts: 'MARA' at 1 has no exchange: CHART-IMG expects "
         "EXCHANGE:SYMBOL (e.g. BINANCE:BTCUSDT)"
     ]
+
+
+@pytest.mark.parametrize(
+    "symbol", ["BTC/USDT", "CEMEX/CPO", "BMV:CEMEX/CPO", "(NASDAQ:MARA+NASDAQ:RIOT)/2", "NASDAQ:A/NASDAQ:B"]
+)
+def test_scope_symbol_is_the_base_symbol_without_a_slash(symbol: str) -> None:
+    """Worker contract §4.1: BTC/USDT would reach CHART-IMG as BINANCE:BTC/USDT (a 422, a unit)."""
+    step = {"charts": chart_step()}
+    [problem] = [p for p in problems_of(run(flow_run(step, symbol=symbol))) if p.startswith("scope.symbol")]
+    at = symbol.index("/") + 1
+    assert problem == (
+        f"scope.symbol: {symbol!r}: '/' at {at}: scope.symbol is the base symbol, without a slash (e.g. "
+        "BTCUSDT); a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate "
+        "(e.g. BMV:{symbol}/CPO) (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("symbol_template", "symbol", "sent"),
+    [
+        ("BMV:{symbol}/CPO", "CEMEX", "BMV:CEMEX/CPO"),
+        ("(NASDAQ:{symbol}+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10", "MARA", FORMULA),
+        ("BINANCE:{symbol}/BINANCE:ETHUSDT", "BTCUSDT", "BINANCE:BTCUSDT/BINANCE:ETHUSDT"),
+    ],
+)
+def test_slashes_and_formulas_stay_accepted_in_the_template(
+    symbol_template: str, symbol: str, sent: str
+) -> None:
+    template = {**TEMPLATES["price_psar_adi_v1"], "id": "slash_v1", "chartImgSymbolTemplate": symbol_template}
+    step = chart_step(inputs={"minImages": 1, "requests": [{"chartTemplateId": "slash_v1"}]})
+    result = run(flow_run({"charts": step}, symbol=symbol), templates={"slash_v1": template})
+    assert isinstance(result, ValidatedStep), result
+    assert [c.chart_img_symbol for c in result.calls] == [sent] and result.calls[0].body["symbol"] == sent
 
 
 @pytest.mark.parametrize("scope", [None, "BTCUSDT", ["BTCUSDT"]])
@@ -220,6 +258,23 @@ def test_template_rules(change: dict[str, Any], field: str) -> None:
     assert any(p.startswith(f"chart_templates/price_psar_adi_v1.{field}") for p in problems), problems
 
 
+def test_each_account_serves_what_its_plan_allows_and_a_template_no_plan_fixes_names_no_plan() -> None:
+    templates = {k: dict(v) for k, v in TEMPLATES.items()}
+    template = templates["price_psar_adi_v1"]
+    template["request"] = {**template["request"], "width": 1920, "height": 1080}
+    doc = flow_run({"charts": chart_step()})
+    both = (("b", "BASIC"), ("p", "PRO"))
+    result = run(doc, templates=templates, accounts=both)
+    assert isinstance(result, ValidatedStep)
+    plans = {c.chart_template_id: c.serving_plans for c in result.calls}
+    assert plans["price_psar_adi_v1"] == {"PRO"} and plans["price_ema_volume_v1"] == {"BASIC", "PRO"}
+    unknown = {**template["request"], "studies": [{"name": "No Such Study"}]}  # no plan allows it
+    templates["price_psar_adi_v1"] = {**template, "request": unknown}
+    problems = problems_of(run(doc, templates=templates, accounts=(("b", "BASIC"),)))
+    assert problems and not any("needs the" in p for p in problems)
+    assert any("1920 exceeds the BASIC plan's maximum 800" in p for p in problems)
+
+
 def test_the_plan_decides_the_template_limits() -> None:
     templates = {k: dict(v) for k, v in TEMPLATES.items()}
     template = templates["price_psar_adi_v1"]
@@ -228,6 +283,8 @@ def test_the_plan_decides_the_template_limits() -> None:
 
     problems = problems_of(run(doc, templates=templates))
     assert problems == [
+        "chart_templates/price_psar_adi_v1: needs the PRO plan (or above), which no configured account "
+        "has (CHART_IMG_PLAN BASIC, no account configured)",
         "chart_templates/price_psar_adi_v1.request.width: 1920 exceeds the BASIC plan's maximum 800",
         "chart_templates/price_psar_adi_v1.request.height: 1080 exceeds the BASIC plan's maximum 600",
     ]
@@ -349,7 +406,7 @@ def test_scope_and_symbol_problems_show_what_was_given() -> None:
     problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="btc")))
     assert problems == [
         "scope.symbol: 'btc': lower-case 'b' at 1: TradingView symbols are upper case "
-        "(e.g. BTCUSDT, CME_MINI:ES1!, (NASDAQ:MARA+NASDAQ:RIOT)/2)"
+        "(e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
     ]
 
 

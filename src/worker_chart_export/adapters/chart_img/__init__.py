@@ -15,7 +15,7 @@ from worker_chart_export.adapters.chart_img.http import ChartImgClient
 from worker_chart_export.adapters.chart_img.record import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.adapters.limiter import AccountLimiter
-from worker_chart_export.core.plans import AccountLimits
+from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.service.ports import UsageStore
 
@@ -32,6 +32,7 @@ class ChartImgOptions:
     daily_limit: int
     rate_per_second: float
     burst: int
+    default_plan: str = DEFAULT_PLAN  # the plan of an account that declares none (CHART_IMG_PLAN)
 
 
 def build_http_chart_api(
@@ -45,7 +46,9 @@ def build_http_chart_api(
 ) -> RealChartApi | RecordChartApi:
     """Mode `real`, or `record` into `record_into` when it is given."""
     defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
-    limiter = AccountLimiter(accounts, usage_store, defaults=defaults, clock=seams.clock)
+    limiter = AccountLimiter(
+        accounts, usage_store, defaults=defaults, clock=seams.clock, default_plan=options.default_plan
+    )
     client = ChartImgClient(
         options.base_url,
         max_connections=options.max_connections,

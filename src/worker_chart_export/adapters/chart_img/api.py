@@ -19,15 +19,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 from tenacity import Retrying
 
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
-from worker_chart_export.adapters.chart_img.outcomes import Outcome, cannot_start
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
@@ -45,19 +45,13 @@ from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
+from worker_chart_export.core.usage import Refund
 from worker_chart_export.logs import get_logger
 
-
-@dataclass
-class _Request:
-    call: ChartCall
-    session: StepSession
-    tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
-    last: Outcome | None = None
-
-    @property
-    def budget(self) -> Budget:
-        return self.session.budget
+# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
+# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
+# A read timeout, a reset or a write error may come after the request left: its unit stays.
+NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -98,36 +92,40 @@ class RealChartApi:
         in one round trip, as far as connections are free; what its renders have not used
         when it ends is dropped, and its permits given back (session.py)."""
         session = StepSession(
-            self, budget, self._prepay(len(first_wave), budget), limiter=self.limiter, permits=self._permits
+            self, budget, self._prepay(first_wave, budget), limiter=self.limiter, permits=self._permits
         )
         try:
             yield session
         finally:
             session.end()
 
-    def _prepay(self, count: int, budget: Budget) -> list[Lease]:
-        """Up to `count` leases, each holding one of the permits free now (the others
-        reserve when they get a connection)."""
-        permits = self._permits.take_available(count)
-        leases: list[Lease] = []
+    def _prepay(self, first_wave: Sequence[ChartCall], budget: Budget) -> list[tuple[ChartCall, Lease]]:
+        """A lease for each of the first calls of the wave that get one of the permits free
+        now, on an account whose plan serves it, each lease holding its permit (the other
+        calls reserve when they get a connection)."""
+        permits = self._permits.take_available(len(first_wave))
+        leases: list[tuple[ChartCall, Lease]] = []
         try:
             if permits:
-                leases = self._reserve_first_wave(permits, budget)
+                leases = self._reserve_first_wave(first_wave[:permits], budget)
         finally:
             self._permits.release(permits - len(leases))
         return leases
 
-    def _reserve_first_wave(self, count: int, budget: Budget) -> list[Lease]:
+    def _reserve_first_wave(
+        self, calls: Sequence[ChartCall], budget: Budget
+    ) -> list[tuple[ChartCall, Lease]]:
         max_wait = budget.remaining() - self._policy.min_attempt_seconds
         if max_wait < 0:
             return []
         try:
-            return self.limiter.acquire_many(count, max_wait=max_wait)
+            leases = self.limiter.acquire_many([c.serving_plans for c in calls], max_wait=max_wait)
         except TransientStoreError:
             return []  # each call then tries on its own, and says so if the store stays away
+        return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
 
     def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
-        request = _Request(call, session)
+        request = ChartRequest(call, session)
         retrying = Retrying(
             stop=self._policy.stop(session.budget),
             wait=self._policy.wait(self._rand),
@@ -151,15 +149,15 @@ class RealChartApi:
 
     # --- the attempt ---
 
-    def _attempt(self, request: _Request) -> Outcome:
+    def _attempt(self, request: ChartRequest) -> Outcome:
         outcome = self._try_once(request)
         request.last = outcome
         return outcome
 
-    def _try_once(self, request: _Request) -> Outcome:
+    def _try_once(self, request: ChartRequest) -> Outcome:
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
-        prepaid = None if request.tried else request.session.take_prepaid()
+        prepaid = None if request.tried else request.session.take_prepaid(request.call)
         # a connection first, then (and only then) a quota unit and a send slot
         if prepaid is None and not self._permits.acquire(timeout=self._max_wait(request)):
             return self._cannot_start(request, None)
@@ -171,16 +169,18 @@ class RealChartApi:
         finally:
             self._permits.release()
 
-    def _max_wait(self, request: _Request) -> float:
+    def _max_wait(self, request: ChartRequest) -> float:
         """How long an attempt may wait to start and still have its minimum time."""
         return request.budget.remaining() - self._policy.min_attempt_seconds
 
-    def _reserve_and_send(self, request: _Request) -> Outcome:
+    def _reserve_and_send(self, request: ChartRequest) -> Outcome:
         max_wait = self._max_wait(request)
         if max_wait < 0:  # the wait for a connection took what was left
             return self._cannot_start(request, None)
         try:
-            lease = self.limiter.acquire(tried=request.tried, max_wait=max_wait)
+            lease = self.limiter.acquire(
+                tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans
+            )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
             error = StepError(
                 ErrorCode.CHART_API_FAILED,
@@ -199,7 +199,7 @@ class RealChartApi:
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: _Request, lease: Lease, *, attempt: int) -> Outcome:
+    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> Outcome:
         call = request.call
         timeout = min(self._request_timeout, request.budget.remaining())
         log = get_logger().bind(
@@ -217,19 +217,13 @@ class RealChartApi:
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)
         except httpx.HTTPError as exc:
-            kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
-            error = StepError(
-                ErrorCode.CHART_API_FAILED,
-                f"CHART-IMG could not be reached ({kind}: {type(exc).__name__})",
-                {"errorKind": kind, "exception": type(exc).__name__},
-            )
-            self._log_request(log, started, None, error)
-            return Outcome(Disposition.RETRY, ChartFailure(error))
+            return self._unreached(exc, lease, log, started)
         if answer.status != 200:
             answer = answer.redacted(known_keys.redaction())
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
-            self.limiter.succeeded(lease.account_id)  # the key works: its 429 streak, refusals end
+            # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end
+            self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
             if looks_like_png(answer.content):
                 self._log_request(log, started, 200, None)
                 return Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
@@ -238,28 +232,30 @@ class RealChartApi:
             return Outcome(None, ChartFailure(error))  # not recorded as a fixture
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
         self._log_request(log, started, answer.status, error)
-        self._note_refusal(disposition, lease.account_id, answer, log)
         next_step = None if disposition is Disposition.FINAL else disposition
-        return Outcome(next_step, ChartFailure(error), answer)
+        refused = Outcome(next_step, ChartFailure(error), answer)
+        seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
+        return tell_limiter(self.limiter, request, lease, refused, seen, log)
 
-    def _note_refusal(self, disposition: Disposition, account_id: str, answer: HttpAnswer, log: Any) -> None:
-        """What an answer says about the account, told to the limiter (its rules:
-        core.key_history); a FINAL or RETRY answer says nothing about the key."""
-        seen = Answer(answer.status, error_message(answer.body))
-        if disposition is Disposition.EXHAUSTED:
-            self.limiter.mark_exhausted(account_id, seen)
-        elif disposition is Disposition.RATE_LIMITED:
-            verdict = self.limiter.rate_limited(account_id, seen, answer.retry_after)
-            if verdict.exhausted is None:
-                log.warning(
-                    "chart-img key rate-limited: cooling down",
-                    cooldownSeconds=round(verdict.cooling, 3),
-                    retryAfterSeconds=answer.retry_after,
-                )
-        elif disposition is Disposition.BAD_KEY and not self.limiter.key_refused(account_id, seen):
-            log.warning("chart-img key refused once: the call moves to another account")
+    def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> Outcome:
+        """No answer: transient. When the call provably never left (no connection was made),
+        CHART-IMG cannot have counted it, so its unit is given back."""
+        kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+        details: dict[str, Any] = {"errorKind": kind, "exception": type(exc).__name__}
+        refund = self.limiter.give_back(lease) if isinstance(exc, NEVER_LEFT) else None
+        said = ""
+        if refund is not None and refund.given_back:
+            details["unitGivenBack"] = True
+            said = "; the call never left, its unit was given back"
+        error = StepError(
+            ErrorCode.CHART_API_FAILED,
+            f"CHART-IMG could not be reached ({kind}: {type(exc).__name__}){said}",
+            details,
+        )
+        self._log_request(log, started, None, error, refund=refund)
+        return Outcome(Disposition.RETRY, ChartFailure(error))
 
-    def _cannot_start(self, request: _Request, refusal: NoAccount | None) -> Outcome:
+    def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> Outcome:
         return cannot_start(
             request.last, refusal, remaining=request.budget.remaining(), disabled=self._disabled_accounts
         )
@@ -276,7 +272,13 @@ class RealChartApi:
         return context
 
     def _log_request(
-        self, log: Any, started: float, http_status: int | None, error: StepError | None
+        self,
+        log: Any,
+        started: float,
+        http_status: int | None,
+        error: StepError | None,
+        *,
+        refund: Refund | None = None,
     ) -> None:
         fields: dict[str, Any] = {
             "status": "failed" if error else "succeeded",
@@ -284,6 +286,9 @@ class RealChartApi:
             "errorCode": error.code.value if error else None,
             "durationMs": round((self._clock.monotonic() - started) * 1000),
         }
+        if refund is not None:  # a call that never left: how many units came back today
+            fields["unitGivenBack"] = refund.given_back
+            fields["refundedToday"] = refund.refunded_today
         if error is not None:
             fields["errorKind"] = error.details.get("errorKind", "http")
             fields["apiMessage"] = error.details.get("message")

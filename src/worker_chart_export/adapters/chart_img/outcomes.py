@@ -1,4 +1,5 @@
-"""What one pass of a chart request's attempt loop (api.py) ends with, and the failure a
+"""What one pass of a chart request's attempt loop (api.py) ends with: what a refusal says
+about its key and its request, told to the limiter (`tell_limiter`), and the failure a
 request ends with when no attempt can be made: every account exhausted, every key refused,
 or no time left. The last real answer, when there was one, says more than any of these.
 """
@@ -6,14 +7,19 @@ or no time left. The last real answer, when there was one, says more than any of
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
-from worker_chart_export.adapters.limiter import NoAccount, Refusal
-from worker_chart_export.core.chart_img_answers import Disposition, accounts_exhausted
+from worker_chart_export.adapters.chart_img.session import StepSession
+from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.chart_img_answers import Disposition, accounts_exhausted, refused_everywhere
+from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.types import ChartFailure, ChartResult
+from worker_chart_export.core.key_history import Answer
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,80 @@ class Outcome:
     disposition: Disposition | None
     result: ChartResult
     answer: HttpAnswer | None = None  # the HTTP answer `result` comes from, for record mode
+
+
+@dataclass
+class ChartRequest:
+    """One chart's attempts: where they went, the last outcome, which keys refused it."""
+
+    call: ChartCall
+    session: StepSession
+    tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
+    last: Outcome | None = None
+    refused_by: set[str] = field(default_factory=set)  # accounts whose key CHART-IMG refused for it
+
+    @property
+    def budget(self) -> Budget:
+        return self.session.budget
+
+    @cached_property
+    def digest(self) -> str:
+        """What identifies the request to CHART-IMG (its body): a key's refusals count per request."""
+        return body_digest(self.call.body)
+
+
+def tell_limiter(
+    limiter: AccountLimiter, request: ChartRequest, lease: Lease, refused: Outcome, seen: Answer, log: Any
+) -> Outcome:
+    """What a refusal says about its key (the rules: core.key_history), told to the limiter;
+    the outcome, changed where the request, not the key, is refused. A FINAL or RETRY answer
+    says nothing about the key."""
+    disposition, account_id, probe = refused.disposition, lease.account_id, lease.reservation.probe
+    if disposition is Disposition.EXHAUSTED:
+        limiter.mark_exhausted(account_id, seen)
+    elif disposition is Disposition.RATE_LIMITED:
+        verdict = limiter.rate_limited(account_id, seen, seen.retry_after, probe=probe)
+        if verdict.cooling > 0:  # not set aside (then the limiter logged an ERROR)
+            log.warning(
+                "chart-img key rate-limited: cooling down",
+                cooldownSeconds=round(verdict.cooling, 3),
+                retryAfterSeconds=seen.retry_after,
+                chartImgThrottling=verdict.throttled,  # every usable key hears 429: nobody's fault
+            )
+    elif disposition is Disposition.BAD_KEY:
+        return _key_refused(limiter, request, account_id, seen, refused, log, probe=probe)
+    elif probe:  # nothing said about the key: the next call probes again, once its hold passes
+        log.info("chart-img probe answered without a verdict on the key", httpStatus=seen.status)
+    return refused
+
+
+def _key_refused(
+    limiter: AccountLimiter,
+    request: ChartRequest,
+    account_id: str,
+    seen: Answer,
+    refused: Outcome,
+    log: Any,
+    *,
+    probe: bool,
+) -> Outcome:
+    """CHART-IMG refused the key (401, 403 "Forbidden"). Disabled now (refused for another
+    request too, no success between; or on its probe): the call moves on. Else, once every
+    account that could serve the call has refused this very request, the request is what is
+    refused: its final failure, no key set aside (docs/design.md, "CHART-IMG answers");
+    before that, the call moves to another account."""
+    request.refused_by.add(account_id)
+    if limiter.key_refused(account_id, seen, probe=probe):
+        return refused
+    if not set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by:
+        log.warning("chart-img key refused once: the call moves to another account")
+        return refused
+    refused_by = sorted(request.refused_by)
+    log.warning(
+        "chart-img request refused by every key: its final failure, no key set aside", refusedBy=refused_by
+    )
+    assert isinstance(refused.result, ChartFailure)
+    return Outcome(None, ChartFailure(refused_everywhere(refused.result.error, refused_by)), refused.answer)
 
 
 def cannot_start(

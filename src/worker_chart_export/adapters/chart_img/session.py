@@ -2,12 +2,14 @@
 charts render, as plain attributes of one object that dies with the step.
 
 `RealChartApi.for_step` opens it around the step's renders and ends it when they end:
-- `prepaid`: the first wave's leases (reserved in one round trip), soonest slot first,
-  each owning one connection permit (permits.py). A render takes one, with its permit, for
-  its first attempt; one on an account CHART-IMG has refused since is dropped (its unit is
-  spent either way, and a call on it would only be refused again). When the session ends,
-  what is left is dropped and its permits given back: never carried to a later execution
-  of the step, whose day or slots it would not fit;
+- `prepaid`: the first wave's leases (reserved in one round trip), one per call of the wave
+  on an account whose plan serves that call, each owning one connection permit
+  (permits.py). A render takes its call's lease, with its permit, for its first attempt;
+  one on an account CHART-IMG has refused since is dropped (a call on it would only be
+  refused again). When the session ends, what is left is dropped and its
+  permits given back: never carried to a later execution of the step, whose day or slots it
+  would not fit. A dropped lease never made a call, so its unit is given back too (the usage
+  count is what CHART-IMG could have counted: docs/design.md, "Accounts and the limiter");
 - `exhaustion_logged`: whether the step's one "accounts exhausted" ERROR line was written.
 
 Nothing is keyed by step: two executions of the same step on one instance (a reaped one
@@ -18,7 +20,6 @@ Its renders run on several threads at once (execute.py's pool).
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,6 +43,11 @@ class Renderer(Protocol):
     def render_in(self, session: StepSession, call: ChartCall) -> Rendered: ...
 
 
+def _key(call: ChartCall) -> tuple[str, str, str]:
+    """A call within its step (the step's template ids are distinct)."""
+    return (call.run_id, call.step_id, call.chart_template_id)
+
+
 class StepSession:
     """One step's renders on this instance, within the step's `budget`."""
 
@@ -49,13 +55,13 @@ class StepSession:
         self,
         renderer: Renderer,
         budget: Budget,
-        prepaid: Iterable[Lease],
+        prepaid: Iterable[tuple[ChartCall, Lease]],
         *,
         limiter: AccountLimiter,
         permits: ConnectionPermits,
     ) -> None:
         self.budget = budget
-        self.prepaid: deque[Lease] = deque(prepaid)  # popleft is atomic: no lock around it
+        self.prepaid: dict[tuple[str, str, str], Lease] = {_key(call): lease for call, lease in prepaid}
         self.exhaustion_logged = False
         self._renderer = renderer
         self._limiter = limiter
@@ -69,16 +75,14 @@ class StepSession:
     def render_with_answer(self, call: ChartCall) -> Rendered:
         return self._renderer.render_in(self, call)
 
-    def take_prepaid(self) -> Lease | None:
-        """The next prepaid lease, with its permit, on an account still accepted."""
-        while True:
-            try:
-                lease = self.prepaid.popleft()
-            except IndexError:
-                return None
-            if self._limiter.still_accepted(lease.account_id):
-                return lease
-            self._permits.release()
+    def take_prepaid(self, call: ChartCall) -> Lease | None:
+        """The call's prepaid lease, with its permit, if its account is still accepted."""
+        with self._lock:
+            lease = self.prepaid.pop(_key(call), None)
+        if lease is None or self._limiter.still_accepted(lease.account_id):
+            return lease
+        self._drop(lease)
+        return None
 
     def first_to_log_exhaustion(self) -> bool:
         """True the first time only: the step's one "accounts exhausted" ERROR line."""
@@ -87,13 +91,14 @@ class StepSession:
         return not logged
 
     def end(self) -> None:
-        """Drop the leases no render took and give their permits back. Renders still
+        """Drop the leases no render took, their units and permits given back. Renders still
         running (abandoned by the step) reserve one by one, like any other."""
-        unused = 0
-        while True:
-            try:
-                self.prepaid.popleft()
-            except IndexError:
-                break
-            unused += 1
-        self._permits.release(unused)
+        with self._lock:
+            unused, self.prepaid = list(self.prepaid.values()), {}
+        for lease in unused:
+            self._drop(lease)
+
+    def _drop(self, lease: Lease) -> None:
+        """A lease no call will use: its permit back, and its unit (nothing was sent)."""
+        self._permits.release()
+        self._limiter.give_back(lease)

@@ -12,8 +12,9 @@ instance, as a transaction would serialize them, at fewer round trips and with n
   again and the reservation recomputed: a read and a commit more;
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
-a TransientStoreError. mark_exhausted and mark_disabled (rare: CHART-IMG refused the quota or
-the key) stay transactions.
+a TransientStoreError. A unit given back (`refund`: the call never left) is the same kind of
+compare-and-set. mark_exhausted, mark_disabled, mark_cooling and mark_serving (rare:
+CHART-IMG refused the quota or the key, a key set aside or probed back) stay transactions.
 
 reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
 ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
@@ -46,14 +47,17 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
+from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
 from worker_chart_export.core.types import Reservation
 from worker_chart_export.core.usage import (
     QUOTA_REFUSED,
     Pacing,
+    Refund,
     ReservationRequest,
     ReservationTime,
     disabled_fields,
     exhausted_fields,
+    refund_one,
     reserve_many,
     reserve_one,
 )
@@ -115,14 +119,9 @@ class FirestoreUsageStore:
         pacing: Pacing | None = None,
         max_wait: float = float("inf"),
     ) -> Reservation:
-        ref = self._collection.document(account_id)
         began = self._clock.monotonic()
 
-        def attempt() -> Reservation:
-            known = self._known_version(account_id)
-            if known is None:
-                snapshot = self._rpc.get(ref)
-                known = Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+        def plan(doc: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, Reservation]:
             # The slot is counted from a moment the request can really leave: not before the
             # time this store has spent (a retried attempt or a slow read would take a slot
             # in the past), and not before the commit returns. A burst slot counted before a
@@ -130,14 +129,41 @@ class FirestoreUsageStore:
             # which refills from the arrivals it sees, answers the next paced call with 429.
             spent = self._clock.monotonic() - began
             at = ReservationTime(now + timedelta(seconds=spent), max_wait, self._commit_estimate())
-            update, reservation = reserve_one(
-                account_id, known.doc, default_limit=default_limit, pacing=pacing, at=at
-            )
+            return reserve_one(account_id, doc, default_limit=default_limit, pacing=pacing, at=at)
+
+        return self._apply(account_id, plan, f"reservation on account {account_id}")
+
+    def refund(self, account_id: str, *, day: str) -> Refund:
+        """One unit reserved in the window `day` given back (core.usage.refund_one), as one
+        compare-and-set on the account's document like a reservation; `tat` untouched."""
+
+        def plan(doc: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, Refund]:
+            return refund_one(account_id, doc, day=day)
+
+        return self._apply(account_id, plan, f"refund on account {account_id}")
+
+    def _apply(
+        self,
+        account_id: str,
+        plan: Callable[[Mapping[str, Any] | None], tuple[dict[str, Any] | None, T]],
+        operation: str,
+    ) -> T:
+        """`plan` on the account's document as last known (read when unknown), its fields
+        written as a compare-and-set on that version; read and planned again after another
+        instance wrote it meanwhile, a few times."""
+        ref = self._collection.document(account_id)
+
+        def attempt() -> T:
+            known = self._known_version(account_id)
+            if known is None:
+                snapshot = self._rpc.get(ref)
+                known = Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+            update, result = plan(known.doc)
             if update is not None:
                 self._compare_and_set(ref, account_id, known, update)
-            return reservation
+            return result
 
-        with translated(f"reservation on account {account_id}"):
+        with translated(operation):
             return self._retrying.copy()(attempt)
 
     def reserve_many(
@@ -294,6 +320,15 @@ class FirestoreUsageStore:
             return disabled_fields(doc, reason=reason, now=now)
 
         self._merge(account_id, fields, f"disabling account {account_id}")
+
+    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
+        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+            return cooling_fields(reason=reason, now=now)
+
+        self._merge(account_id, fields, f"setting account {account_id} aside")
+
+    def mark_serving(self, account_id: str, *, now: datetime) -> None:
+        self._merge(account_id, serving_again_fields, f"account {account_id} serving again")
 
     def _merge(
         self, account_id: str, fields: Callable[[dict[str, Any] | None], dict[str, Any]], operation: str

@@ -133,41 +133,66 @@ def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig
 
 
 @pytest.mark.parametrize(("status", "message"), [(403, "Forbidden"), (401, "Invalid Request")])
-def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_again(
+def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_for_another_request(
     rig: Callable[..., Rig], status: int, message: str
 ) -> None:
     r = rig([answer(status, message), png(), answer(status, message), png()], accounts=("acc1", "acc2"))
-    assert r.render() == ChartSuccess(PNG, "acc2")
+    assert r.render(symbol="BINANCE:AAAUSDT") == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")  # refused once: still usable
     (warning,) = r.logs.events("chart-img key refused once: the call moves to another account")
     assert warning["accountId"] == "acc1" and warning["severity"] == "WARNING"
-    assert r.render() == ChartSuccess(PNG, "acc2")  # acc1 (least used again) refused a second time
+    # acc1 (least used again) refused a second time, for another request: disabled
+    assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
     assert r.api.limiter.usable_accounts() == ("acc2",)
     assert r.store.snapshot()["acc1"]["disabled"] is True
-    r.render()
+    r.render(symbol="BINANCE:CCCUSDT")
     assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc2"]  # acc1 not again today
     (event,) = r.logs.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
 
 
-def test_a_success_between_two_refusals_keeps_the_key(rig: Callable[..., Rig]) -> None:
-    refused = answer(401, "Invalid Request")
-    r = rig([refused, png(), refused, png()])  # one key: refused once, then tried again at once
-    assert r.render() == ChartSuccess(PNG, "acc1") and r.render() == ChartSuccess(PNG, "acc1")
-    assert len(r.transport.seen) == 4
-    assert r.api.limiter.usable_accounts() == ("acc1",)
+def test_one_request_refused_twice_on_a_key_counts_once(rig: Callable[..., Rig]) -> None:
+    """The same body in two steps (or a chart's retry) is one request: the request may be
+    what CHART-IMG refuses, so it never disables the key on its own."""
+    r = rig([answer(401, "Invalid Request"), png()] * 3, accounts=("acc1", "acc2"))
+    for _ in range(3):
+        assert r.render(symbol="BINANCE:SAMEUSDT") == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc1", "acc2"] * 3
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
     assert r.logs.events("chart-img account key refused: account disabled") == []
 
 
-def test_every_key_refused_fails_with_the_last_answer(rig: Callable[..., Rig]) -> None:
+def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callable[..., Rig]) -> None:
+    """Issue 26: a template CHART-IMG answers 401 on the only key fails alone; the next
+    chart on that key is rendered."""
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, png(), refused, png()])
+    error = failure(r.render(symbol="BINANCE:BADUSDT"))
+    assert (error["code"], error["details"]["errorKind"], error["details"]["refusedBy"]) == (
+        "CHART_API_FAILED",
+        "request_refused",
+        ["acc1"],
+    )
+    assert error["message"].startswith("CHART-IMG refused this request on every account it could go to")
+    assert len(r.transport.seen) == 1  # not retried: every key refused it
+    (said,) = r.logs.events("chart-img request refused by every key: its final failure, no key set aside")
+    assert said["refusedBy"] == ["acc1"]
+    assert r.render(symbol="BINANCE:GOODUSDT") == ChartSuccess(PNG, "acc1")  # the key is fine
+    assert failure(r.render(symbol="BINANCE:OTHERUSDT"))["details"]["errorKind"] == "request_refused"
+    assert r.api.limiter.usable_accounts() == ("acc1",)  # the success between: never disabled
+    assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
+def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
     r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"))
-    error = failure(r.render())  # acc1, acc2, then acc1 again: disabled
+    error = failure(r.render(symbol="BINANCE:AAAUSDT"))  # acc1, acc2: this request, final
+    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 2
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
+    error = failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request: both keys disabled
     assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "bad_key"
-    assert len(r.transport.seen) == 3 and r.api.limiter.usable_accounts() == ("acc2",)
-    error = failure(r.render())  # acc2 again: disabled, then nothing left to try
     assert error["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
-    again = failure(r.render())  # no call at all
+    again = failure(r.render(symbol="BINANCE:CCCUSDT"))  # no call at all
     assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
 
 

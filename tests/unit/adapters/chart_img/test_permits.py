@@ -203,4 +203,5 @@ def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., R
     with r.api.for_step(calls, Budget.starting_now(30.0, SYSTEM_CLOCK)) as step:
         assert not r.permits.acquire(timeout=0)  # all three held for the wave
         assert step.render(calls[0]) == ChartSuccess(PNG, "acc0")
-    assert connections_all_free(r.api) and r.units() == 3
+    assert connections_all_free(r.api) and r.units() == 1  # the two unused units given back
+    assert r.store.snapshot()["acc0"]["refundedToday"] == 2
