@@ -70,11 +70,21 @@ def test_the_pool_holds_every_chart_the_instance_runs_at_once(
     assert chart_img_options(settings, steps_at_once=1).max_connections == 8
 
 
-def test_threads_default_to_functions_frameworks_own(settings_environment: Callable[..., None]) -> None:
+def test_threads_default_to_functions_frameworks_own(
+    settings_environment: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oracle is functions-framework itself: the gunicorn it builds with THREADS unset."""
     import os
 
+    from flask import Flask
+    from functions_framework._http import create_server
+
     settings_environment()
-    assert load_settings().threads == 4 * (os.cpu_count() or 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # not this machine's count: the rule shows
+    server = create_server(Flask("probe"), debug=False)
+    gunicorn = server.server_class(server.app, "127.0.0.1", 0, False, **server.options)
+    assert gunicorn.cfg.threads == 12
+    assert load_settings().threads == 12
 
 
 def test_a_bad_threads_value_names_the_variable(settings_environment: Callable[..., None]) -> None:
