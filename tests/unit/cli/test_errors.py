@@ -1,8 +1,10 @@
 """One line for every CLI error: the commands that reach Firestore (advance, reap, templates
 sync, submit, accounts), run as a user runs them (the console script in a subprocess), without
 credentials and with an emulator that is not there. Each ends with exit 2 and one stderr
-line naming the problem and the fix, within seconds (the Firestore client alone would retry
-an unreachable host for 60 s). `templates sync --dry-run` needs neither."""
+line naming the problem and the fix. That it does so after one 5 s deadline, not the Firestore
+client's 60 s of retries, is judged by what the client sends, not by the clock (a busy machine
+starts five of these slowly): tests/unit/adapters/test_checked_client.py. `templates sync
+--dry-run` needs neither."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,8 +28,6 @@ NO_CREDENTIALS = (
     "no Google Cloud credentials: run `gcloud auth application-default login`, "
     "or set FIRESTORE_EMULATOR_HOST for the emulator"
 )
-# a guard against the client's 60 s retry, not a timing test
-WITHIN_SECONDS = 15.0
 FIRESTORE_COMMANDS = {
     "advance": ["advance", "--run-id", "run_1"],
     "reap": ["reap"],
@@ -49,7 +48,6 @@ class Finished:
     code: int
     stdout: str
     stderr: str
-    seconds: float
 
     @property
     def stderr_lines(self) -> list[str]:
@@ -73,9 +71,8 @@ def no_credentials_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def run(argv: Sequence[str], env: dict[str, str]) -> Finished:
     script = shutil.which("worker-chart-export", path=str(Path(sys.executable).parent))
     assert script, "console script worker-chart-export is not installed next to the interpreter"
-    began = time.monotonic()
     done = subprocess.run([script, *argv], capture_output=True, text=True, timeout=120, env=env)
-    return Finished(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+    return Finished(done.returncode, done.stdout, done.stderr)
 
 
 def run_all(env: dict[str, str]) -> dict[str, Finished]:
@@ -90,7 +87,6 @@ def assert_one_line(results: dict[str, Finished], expected: str) -> None:
         assert result.code == 2, (name, result)
         assert result.stdout == "", (name, result)
         assert result.stderr_lines == [f"worker-chart-export: error: {expected}"], (name, result)
-        assert result.seconds < WITHIN_SECONDS, (name, result)
 
 
 def test_without_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
@@ -127,7 +123,6 @@ def test_templates_dry_run_validates_offline(tmp_path: Path, where: str) -> None
     assert result.code == 0, result
     assert "4 template(s) in" in result.stdout and "Firestore was not contacted" in result.stdout
     assert "price_psar_adi_v1: valid" in result.stdout
-    assert result.seconds < WITHIN_SECONDS
 
 
 def test_templates_dry_run_creates_no_client(
