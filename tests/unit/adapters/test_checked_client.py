@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.silent_grpc import SilentServer, silent_grpc_server
+from harness.broken_firestore import BrokenFirestore, broken_firestore
 from worker_chart_export.adapters.firestore.checked_client import PROBE_SECONDS, cli_firestore
 from worker_chart_export.core.exceptions import UsageError
 
@@ -19,13 +19,13 @@ BATCH_GET = "/google.firestore.v1.Firestore/BatchGetDocuments"
 
 
 @pytest.fixture
-def hanging_firestore(monkeypatch: pytest.MonkeyPatch) -> Iterator[SilentServer]:
-    with silent_grpc_server() as server:
+def hanging_firestore(monkeypatch: pytest.MonkeyPatch) -> Iterator[BrokenFirestore]:
+    with broken_firestore("hangs") as server:
         monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", server.host)  # the library reads it
         yield server
 
 
-def test_the_first_read_waits_its_deadline_once_and_says_so(hanging_firestore: SilentServer) -> None:
+def test_the_first_read_waits_its_deadline_once_and_says_so(hanging_firestore: BrokenFirestore) -> None:
     with pytest.raises(UsageError) as raised, cli_firestore(None, hanging_firestore.host):
         pytest.fail("a Firestore that never answered was taken as checked")
     assert str(raised.value) == (
