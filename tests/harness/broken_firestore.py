@@ -30,7 +30,7 @@ Failure = Literal["hangs", "unavailable"]
 @dataclass(frozen=True)
 class ReceivedCall:
     method: str  # e.g. /google.firestore.v1.Firestore/BatchGetDocuments
-    seconds_left: float | None  # the client's deadline as it arrived (None: it set none)
+    deadline: float | None  # seconds the client left the call, as it arrived (None: no deadline)
 
 
 @dataclass
@@ -45,7 +45,7 @@ class BrokenFirestore:
         grpc-timeout header rounds up), and the calls stopped as a retry policy of that length
         stops: one of `seconds` from a 0.1 s backoff sends about eight calls in 2 s, the
         library's own (60 s) well over a hundred."""
-        deadlines = [call.seconds_left for call in self.calls]
+        deadlines = [call.deadline for call in self.calls]
         carried = all(left is not None and left <= seconds + 0.1 for left in deadlines)
         return carried and 0 < len(deadlines) < 10 * seconds
 

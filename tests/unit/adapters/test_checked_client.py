@@ -33,4 +33,4 @@ def test_the_first_read_waits_its_deadline_once_and_says_so(hanging_firestore: B
     )
     [call] = hanging_firestore.calls  # not retried: the library's policy would send it again
     assert call.method == BATCH_GET
-    assert call.seconds_left is not None and 0 < call.seconds_left <= PROBE_SECONDS == 5.0
+    assert call.deadline is not None and 0 < call.deadline <= PROBE_SECONDS == 5.0
