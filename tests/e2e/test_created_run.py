@@ -158,7 +158,6 @@ def test_submit_creates_the_bundled_sample_under_a_new_id_once(stack: LocalStack
             statuses(stack.flow_run_ref(run_id).get().to_dict() or {"status": "-", "steps": {}})[0]
             == "RUNNING"
         ),
-        timeout=30,
         what=f"{run_id} RUNNING: advance_flow heard the creation",
     )
 

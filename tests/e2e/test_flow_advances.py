@@ -140,9 +140,7 @@ def test_duplicate_and_reordered_events_never_double_advance_or_regress(
     v1 = reference.get()
     # exactly one write happened: the emulator sent one event per write (the creation and
     # that one), and no other came
-    wait_until(
-        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 2, timeout=30, what="2 events"
-    )
+    wait_until(lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 2, what="2 events")
 
     complete(stack, run_id, "b")  # -> its event -> advance_flow: run SUCCEEDED
     wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
