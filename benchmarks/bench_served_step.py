@@ -16,7 +16,8 @@ manifest, finalize. Every Firestore RPC the instance makes is counted by a gRPC 
   measured in the same run (target <= 1.15), with its Firestore RPCs (warm: the instance,
   and the emulator's JVM after unmeasured steps, whose objects are then deleted from
   fake-gcs-server, which slows as they pile up), and the claim's own: the RPCs sent from
-  inside `claim_step`, and its time as the worker logged it;
+  inside `claim_step`, and its time as the worker logged it; and the bucket check each step
+  makes before its claim, measured alone with the worker's adapter;
 - the instance's capacity: THREADS (= Cloud Run concurrency, 4) steps of 8 charts posted
   at once, as a ratio to 300 ms (target <= 1.5), and the most calls the stand-in had in
   flight meanwhile (target THREADS x CHART_CONCURRENCY = 32);
@@ -214,6 +215,22 @@ def serial_chain(stack: MultiInstanceStack, key: str) -> float:
     return took
 
 
+def bucket_check(stack: MultiInstanceStack, times: int = 21) -> float:
+    """What the worker asks of its bucket before each claim (`ArtifactStore.check_bucket`:
+    one listing of one name), made here with the same adapter: the median of `times`."""
+    from worker_chart_export.adapters.gcs import GcsArtifactStore
+    from worker_chart_export.core.clock import SYSTEM_CLOCK
+
+    store = GcsArtifactStore(stack.storage, stack.bucket, clock=SYSTEM_CLOCK)
+    store.check_bucket()  # connected, as a warm instance is
+    took = []
+    for _ in range(times):
+        started = time.monotonic()
+        store.check_bucket()
+        took.append(time.monotonic() - started)
+    return statistics.median(took)
+
+
 def fmt_rpcs(rpcs: Counter[str]) -> str:
     return f"{sum(rpcs.values())} ({', '.join(f'{k} {v}' for k, v in sorted(rpcs.items()))})"
 
@@ -355,6 +372,11 @@ def main() -> int:
             f"(target <= {TARGET_WARM}) {'PASS' if ok else 'FAIL'}; "
             f"{chain_ratio:.2f} x the serial chain (target <= {TARGET_CHAIN}) "
             f"{'PASS' if chain_ok else 'FAIL'}"
+        )
+        check = bucket_check(instance.stack)
+        print(
+            f"  of which the bucket check before the claim (one listing of one name): "
+            f"{check * 1000:.1f} ms = {check / warm_wall:.1%} of the step"
         )
         print(f"  Firestore RPCs per step: {fmt_rpcs(warm[-1].rpcs)}")
         print(f"  of which {warm[-1].claim()} (each run: {', '.join(str(r.claim_ms()) for r in warm)} ms)")

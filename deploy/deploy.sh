@@ -3,13 +3,16 @@
 # (Native mode), the image, the bucket, the secret, service accounts and IAM, three Cloud Run
 # services from the same image (the worker, advance_flow, the reaper), two Eventarc triggers
 # with a dead-letter topic, the reaper's Cloud Scheduler job, the Firestore index the reaper's
-# query needs, log-based metrics, alert policies, the dashboard, and the chart templates.
-# Idempotent: each resource is looked up first, created when absent, updated only where it
-# differs (Cloud Run gets a new revision each time). See deploy/README.md.
+# query needs, the Firestore security rules (closed to client SDKs), log-based metrics, alert
+# policies, the dashboard, and the chart templates. Idempotent: each resource is looked up
+# first, created when absent, updated only where it differs (Cloud Run gets a new revision
+# each time). A preflight (gcloud, its login, Application Default Credentials, the project,
+# the secret) runs before anything is changed. See deploy/README.md.
 #
 # Usage: deploy/deploy.sh [--dry-run] [--print-config] [--help]
-#   --dry-run       print every command that would run, in order, one per line, and run nothing
-#                   (values only known at run time are shown as <...> placeholders)
+#   --dry-run       print every command that would run, in order, one per line, and run nothing:
+#                   "? " marks a read-only look-up, "#" lines say where a real run would stop,
+#                   <...> is a value only known at run time
 #   --print-config  print the resolved configuration as NAME=value lines and exit
 # Configuration: environment variables, documented in deploy/README.md, e.g.
 #   PROJECT_ID=my-project REGION=europe-west1 FIRESTORE_LOCATION=eur3 \
@@ -24,6 +27,15 @@ MIN_GCLOUD_VERSION=528.0.0
 # trigger takes every write; the worker only acts on updates (a step set READY).
 WORKER_EVENT_TYPE=google.cloud.firestore.document.v1.updated
 ADVANCE_EVENT_TYPE=google.cloud.firestore.document.v1.written
+# Firestore security rules: no gcloud command releases them, the Firebase Rules API does (the
+# Firebase CLI's own calls); the (default) database's release is named cloud.firestore.
+RULES_API=https://firebaserules.googleapis.com/v1
+RULES_RELEASE=cloud.firestore
+RULES_FILE=deploy/firestore.rules
+# Seconds to wait before trying again a call refused while IAM changes propagate (a grant or a
+# service account made a moment ago; usually under a minute): 4 more tries over 2 min 30 s, so a
+# role that is really missing is not waited on for long (the message then says to run it again).
+IAM_RETRY_DELAYS="${IAM_RETRY_DELAYS:-10 20 40 80}"
 
 DRY_RUN=0
 PRINT_CONFIG=0
@@ -31,7 +43,7 @@ for arg in "$@"; do
   case "${arg}" in
     --dry-run) DRY_RUN=1 ;;
     --print-config) PRINT_CONFIG=1 ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown argument: ${arg} (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,8 +60,9 @@ if ((${#missing[@]} > 0)); then
   exit 2
 fi
 # REGION: Cloud Run, Artifact Registry, bucket and scheduler region. FIRESTORE_LOCATION: the
-# (default) database's location (nam5, eur3 or a region); the Eventarc triggers must live there.
-# CHARTS_BUCKET: a bucket name or gs://name, as the worker itself accepts.
+# (default) database's location (nam5, eur3 or a region); the Eventarc triggers must live there
+# (deploy/README.md, "REGION and FIRESTORE_LOCATION"). CHARTS_BUCKET: a bucket name or
+# gs://name, as the worker itself accepts.
 CHARTS_BUCKET="${CHARTS_BUCKET#gs://}"
 CHARTS_BUCKET="${CHARTS_BUCKET%/}"
 SERVICE="${SERVICE:-worker-chart-export}"
@@ -65,6 +78,14 @@ SECRET_NAME="${SECRET_NAME:-chart-img-accounts}"
 # JSON file [{"id": "...", "apiKey": "..."}]: needed the first time (creates the secret) and to
 # rotate keys (adds a version when it differs from the latest). Checked before anything runs.
 ACCOUNTS_FILE="${ACCOUNTS_FILE:-}"
+# The worker mounts one numbered version of the secret, the one this deploy verified (the
+# latest, or the one made from ACCOUNTS_FILE), never `latest`. SECRET_VERSION pins another one
+# (a roll-back): it is verified the same way.
+SECRET_VERSION="${SECRET_VERSION:-}"
+# Contract §13.6: anyone with a chart's URL may read it (allUsers, no listing). false: the
+# bucket is private (public access prevention enforced), for organisations that forbid
+# allUsers; readers then need a role on it or signed URLs (deploy/README.md, "The bucket").
+PUBLIC_READ="${PUBLIC_READ:-true}"
 RUNTIME_SA_NAME="${RUNTIME_SA_NAME:-worker-chart-export}"
 FLOW_SA_NAME="${FLOW_SA_NAME:-worker-chart-export-flow}"
 TRIGGER_SA_NAME="${TRIGGER_SA_NAME:-worker-chart-export-trigger}"
@@ -79,6 +100,9 @@ REAPER_JOB="${REAPER_JOB:-${REAPER_SERVICE}}"
 REAPER_SCHEDULE="${REAPER_SCHEDULE:-*/5 * * * *}"
 SCHEDULER_LOCATION="${SCHEDULER_LOCATION:-${REGION}}"
 APP_ENV="${APP_ENV:-prod}"
+# The smallest CHART-IMG plan among the accounts: the image size and studies/drawings limits
+# templates are checked against, by the worker and by templates sync (deploy/README.md).
+CHART_IMG_PLAN="${CHART_IMG_PLAN:-BASIC}"
 # The step budget's source: Cloud Run's request timeout AND the worker's REQUEST_TIMEOUT_SECONDS
 # (budget = this - FINALIZE_BUDGET_SECONDS). TIMEOUT_SECONDS is the older name of the same knob.
 REQUEST_TIMEOUT_SECONDS="${REQUEST_TIMEOUT_SECONDS:-${TIMEOUT_SECONDS:-300}}"
@@ -112,7 +136,7 @@ SCHEDULER_SA="${SCHEDULER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
 WORKER_ENV="APP_ENV=${APP_ENV},CHARTS_API_MODE=real,CHARTS_BUCKET=${CHARTS_BUCKET}"
 WORKER_ENV+=",GOOGLE_CLOUD_PROJECT=${PROJECT_ID},REQUEST_TIMEOUT_SECONDS=${REQUEST_TIMEOUT_SECONDS}"
 WORKER_ENV+=",FINALIZE_BUDGET_SECONDS=${FINALIZE_BUDGET_SECONDS},THREADS=${CONCURRENCY}"
-WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true"
+WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true,CHART_IMG_PLAN=${CHART_IMG_PLAN}"
 FLOW_ENV="APP_ENV=${APP_ENV},GOOGLE_CLOUD_PROJECT=${PROJECT_ID}"
 
 if [[ "${PRINT_CONFIG}" == 1 ]]; then
@@ -121,7 +145,8 @@ if [[ "${PRINT_CONFIG}" == 1 ]]; then
     ADVANCE_TRIGGER_NAME DEAD_LETTER_TOPIC DEAD_LETTER_HOLD MAX_DELIVERY_ATTEMPTS REAPER_JOB \
     REAPER_SCHEDULE SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS \
     ADVANCE_TIMEOUT_SECONDS CONCURRENCY MAX_INSTANCES MIN_INSTANCES CPU MEMORY \
-    ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS DASHBOARD_ID; do
+    ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS DASHBOARD_ID PUBLIC_READ \
+    SECRET_VERSION CHART_IMG_PLAN; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
   exit 0
@@ -153,8 +178,35 @@ fi
 if ! [[ "${DASHBOARD_ID}" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ ]]; then
   problems+=("DASHBOARD_ID: expected letters, digits, '-' and '_' (up to 100), got '${DASHBOARD_ID}'")
 fi
+[[ "${CHART_IMG_PLAN}" =~ ^(BASIC|PRO|MEGA|ULTRA|ENTERPRISE)$ ]] \
+  || problems+=("CHART_IMG_PLAN must be BASIC, PRO, MEGA, ULTRA or ENTERPRISE, got '${CHART_IMG_PLAN}'")
+[[ "${PUBLIC_READ}" =~ ^(true|false)$ ]] \
+  || problems+=("PUBLIC_READ must be true or false (contract §13.6: true), got '${PUBLIC_READ}'")
+if [[ -n "${SECRET_VERSION}" ]]; then
+  [[ "${SECRET_VERSION}" =~ ^[1-9][0-9]*$ ]] \
+    || problems+=("SECRET_VERSION must be a version number of ${SECRET_NAME}, got '${SECRET_VERSION}'")
+  [[ -z "${ACCOUNTS_FILE}" ]] \
+    || problems+=("SECRET_VERSION and ACCOUNTS_FILE are both set: ACCOUNTS_FILE makes the version to deploy, SECRET_VERSION names one that exists")
+fi
+[[ "${IAM_RETRY_DELAYS}" =~ ^[0-9]+( [0-9]+)*$ ]] \
+  || problems+=("IAM_RETRY_DELAYS must be seconds separated by spaces, got '${IAM_RETRY_DELAYS}'")
+# The project's own CLI: it checks ACCOUNTS_FILE and the secret's version (the worker's parser)
+# and syncs the templates.
+WCE=""
+if command -v worker-chart-export >/dev/null 2>&1; then
+  WCE="$(command -v worker-chart-export)"
+elif [[ -x "${REPO_ROOT}/.venv/bin/worker-chart-export" ]]; then
+  WCE="${REPO_ROOT}/.venv/bin/worker-chart-export"
+else
+  problems+=("worker-chart-export not found (on PATH or in .venv): install it with 'bash scripts/bootstrap.sh'")
+fi
+# The accounts file, by the worker's own parser: its line names the item and field, never a key.
 if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
   problems+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
+elif [[ -n "${ACCOUNTS_FILE}" && -n "${WCE}" ]] \
+  && ! refusal="$("${WCE}" accounts --check-file "${ACCOUNTS_FILE}" 2>&1 >/dev/null)"; then
+  refusal="$(grep -m1 . <<<"${refusal}")"
+  problems+=("${refusal#*error: }")
 fi
 if ((${#problems[@]} > 0)); then
   printf 'deploy.sh: %s\n' "${problems[@]}" >&2
@@ -164,37 +216,59 @@ fi
 WORKER_ACK_DEADLINE=$((10#${REQUEST_TIMEOUT_SECONDS} < 10 ? 10 : 10#${REQUEST_TIMEOUT_SECONDS}))
 ADVANCE_ACK_DEADLINE=$((10#${ADVANCE_TIMEOUT_SECONDS} < 10 ? 10 : 10#${ADVANCE_TIMEOUT_SECONDS}))
 
-# The project's own CLI: it checks ACCOUNTS_FILE (the worker's parser) and syncs the templates.
-if command -v worker-chart-export >/dev/null 2>&1; then
-  WCE="$(command -v worker-chart-export)"
-elif [[ -x "${REPO_ROOT}/.venv/bin/worker-chart-export" ]]; then
-  WCE="${REPO_ROOT}/.venv/bin/worker-chart-export"
-else
-  echo "deploy.sh: worker-chart-export not found (on PATH or in .venv): install it with 'bash scripts/bootstrap.sh'" >&2
-  exit 2
-fi
-# Before anything is uploaded: one line naming the problem (never a key), exit 2.
-if [[ -n "${ACCOUNTS_FILE}" ]]; then
-  "${WCE}" accounts --check-file "${ACCOUNTS_FILE}" >/dev/null || exit 2
-fi
-
 # --- how commands run -----------------------------------------------------------------------------
 # Every gcloud call takes the project from here (the user's gcloud configuration is left alone)
 # and never waits on a prompt.
 export CLOUDSDK_CORE_PROJECT="${PROJECT_ID}" CLOUDSDK_CORE_DISABLE_PROMPTS=1
 WORK_DIR="$(mktemp -d)"
 trap 'rm -rf "${WORK_DIR}"' EXIT
-# run: a command that changes something. describe: a read-only look-up (see below). capture: a
-# read-only look-up whose output is used; a dry run prints it and yields a placeholder.
+# run: a command that changes something. describe: a read-only look-up of a resource that may
+# be absent (see below). capture: a read-only look-up whose output is used. A dry run prints
+# each, read-only ones with a leading "? ", and yields a placeholder for captured output.
 exec 3>&1
-print_cmd() { local IFS=' '; printf '%s%s\n' "$1" "$(shift; printf '%q ' "$@" | sed 's/ $//')" >&3; }
+quote() { # one word as a shell reads it back: bare when plain, else in single quotes
+  if [[ "$1" =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
+}
+print_cmd() { # prefix word...
+  local prefix="$1" line="" word
+  shift
+  for word in "$@"; do line+=" $(quote "${word}")"; done
+  printf '%s%s\n' "${prefix}" "${line# }" >&3
+}
+# In a dry run: a line saying what a real run checks here, and where it would stop.
+stops_if() { if [[ "${DRY_RUN}" == 1 ]]; then echo "#   a real run stops here if $*"; fi; }
+# A change refused while IAM propagates (a service account or a grant made a moment ago is not
+# seen everywhere yet: "does not exist", PERMISSION_DENIED, Eventarc's "may take a few minutes")
+# is tried again after each of IAM_RETRY_DELAYS, saying so; any other failure stops the deploy.
+PROPAGATING='does not exist|PERMISSION_DENIED|[Pp]ermission denied|propagat|may take a few minutes'
+attempt() { # the command's stderr is shown as it comes and kept in ${WORK_DIR}/stderr
+  local status
+  set +e
+  { "$@" 2>&1 1>&4 4>&- | tee "${WORK_DIR}/stderr" >&2; } 4>&1
+  status=${PIPESTATUS[0]}
+  set -e
+  return "${status}"
+}
 run() {
-  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "" "$@"; else "$@"; fi
+  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "" "$@"; return 0; fi
+  local delays tried=0 status=0
+  read -r -a delays <<<"${IAM_RETRY_DELAYS}"
+  until attempt "$@"; do
+    status=$?
+    grep -qE "${PROPAGATING}" "${WORK_DIR}/stderr" || return "${status}"
+    if ((tried == ${#delays[@]})); then
+      echo "deploy.sh: still refused after ${tried} more tries. If a role was granted or an account made a moment ago (a new project), IAM may need a few more minutes: run deploy.sh again, it carries on where it stopped; otherwise the message above names what is missing." >&2
+      return "${status}"
+    fi
+    echo "deploy.sh: refused, as happens while IAM propagates a grant or an account made a moment ago: trying again in ${delays[tried]} s ($((tried + 1)) of ${#delays[@]})" >&2
+    sleep "${delays[tried]}"
+    tried=$((tried + 1))
+  done
 }
 capture() {
   local placeholder="$1"
   shift
-  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "" "$@"; printf '%s' "${placeholder}"; else "$@"; fi
+  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; printf '%s' "${placeholder}"; else "$@"; fi
 }
 # describe: returns 0 with the command's output in DESCRIBED when the resource exists, 1 when
 # gcloud says it does not; any other failure (permission, API disabled, a rejected command)
@@ -212,30 +286,81 @@ describe() {
 }
 die() { echo "deploy.sh: $*" >&2; exit 1; }
 section() { if [[ "${DRY_RUN}" == 1 ]]; then echo "# == $*"; else echo "== $*"; fi; }
+# gcloud's first line on stderr, without its "ERROR: (gcloud.command) " head.
+gcloud_said() { grep -m1 . "${WORK_DIR}/stderr" | sed 's/^ERROR: ([^)]*) //'; }
 
 cd "${REPO_ROOT}"
-section "preflight: gcloud >= ${MIN_GCLOUD_VERSION} with its alpha track, project ${PROJECT_ID}"
-if [[ "${DRY_RUN}" == 0 ]]; then
-  command -v gcloud >/dev/null 2>&1 \
-    || die "gcloud not found: install the Google Cloud CLI >= ${MIN_GCLOUD_VERSION}"
-  have="$(gcloud version --format='value("Google Cloud SDK")' 2>/dev/null || true)"
-  printf '%s\n%s\n' "${MIN_GCLOUD_VERSION}" "${have:-0}" | sort -V -C \
-    || die "gcloud ${have:-(unknown version)} is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: gcloud components update (or upgrade the google-cloud-cli package)"
-  gcloud alpha monitoring policies list --help </dev/null >/dev/null 2>&1 \
-    || die "gcloud's alpha track is missing (alert policies are managed with 'gcloud alpha monitoring policies'): gcloud components install alpha (Debian/RPM packages include it)"
+# Files handed to gcloud after filling in names (alert policies, the dashboard): a real run
+# keeps them while it runs; a dry run leaves them in out/deploy-dry-run/ to be read.
+RENDERED="${WORK_DIR}"
+if [[ "${DRY_RUN}" == 1 ]]; then
+  RENDERED=out/deploy-dry-run
+  rm -rf "${RENDERED}"
+  mkdir -p "${RENDERED}"
 fi
-# Without ACCOUNTS_FILE the secret must exist already: find out before changing anything.
-if [[ -z "${ACCOUNTS_FILE}" && "${DRY_RUN}" == 0 ]] \
-  && ! gcloud secrets describe "${SECRET_NAME}" >/dev/null 2>"${WORK_DIR}/stderr"; then
-  die "secret ${SECRET_NAME} cannot be read ($(grep -m1 . "${WORK_DIR}/stderr")): set ACCOUNTS_FILE to create it; nothing was changed"
+
+# --- preflight: every check, then stop before any change, naming what to run --------------------
+section "preflight: tools, gcloud's login, Application Default Credentials, project ${PROJECT_ID}, secret ${SECRET_NAME}"
+preflight=()
+check() { # FIX command...: a read-only call that must succeed; its output in CHECKED
+  local fix="$1"
+  shift
+  CHECKED=""
+  if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; stops_if "it fails: ${fix}"; return 0; fi
+  if CHECKED="$("$@" 2>"${WORK_DIR}/stderr" </dev/null)"; then return 0; fi
+  preflight+=("${fix} (gcloud: $(gcloud_said))")
+  return 1
+}
+stops_if "curl or python3 is missing (the Firestore rules are released with them)"
+for tool in curl python3; do # the Firebase Rules API's calls and their JSON
+  [[ "${DRY_RUN}" == 1 ]] || command -v "${tool}" >/dev/null 2>&1 \
+    || preflight+=("${tool} not found: install it (the Firestore rules are released with curl and python3)")
+done
+if [[ "${DRY_RUN}" == 0 ]] && ! command -v gcloud >/dev/null 2>&1; then
+  die "gcloud not found: install the Google Cloud CLI >= ${MIN_GCLOUD_VERSION} (https://cloud.google.com/sdk/docs/install); nothing was changed"
 fi
+if check "gcloud is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)" \
+  gcloud version --format='value("Google Cloud SDK")' && [[ "${DRY_RUN}" == 0 ]] \
+  && ! printf '%s\n%s\n' "${MIN_GCLOUD_VERSION}" "${CHECKED:-0}" | sort -V -C; then
+  preflight+=("gcloud ${CHECKED:-(unknown version)} is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)")
+fi
+check "gcloud's alpha track is missing (alert policies are managed with 'gcloud alpha monitoring policies'): run 'gcloud components install alpha' (Debian/RPM packages include it)" \
+  gcloud alpha monitoring policies list --help || true
+if check "gcloud has no usable login: run 'gcloud auth login'" gcloud auth print-access-token; then
+  logged_in=1
+else
+  logged_in=0
+fi
+check "no Application Default Credentials, which templates sync (the last step) writes Firestore with: run 'gcloud auth application-default login'" \
+  gcloud auth application-default print-access-token || true
+CHECKED="" # a token: kept no longer than needed
+if ((logged_in)); then
+  if check "project ${PROJECT_ID} cannot be read with this login: check PROJECT_ID, or ask for a role on it (deploy/README.md, 'What you need')" \
+    gcloud projects describe "${PROJECT_ID}" --format="value(projectNumber)"; then
+    PROJECT_NUMBER="${PROJECT_NUMBER:-${CHECKED}}"
+  fi
+  # Without ACCOUNTS_FILE the secret must hold a usable version already.
+  if [[ -z "${ACCOUNTS_FILE}" ]] \
+    && check "secret ${SECRET_NAME} has no version ${SECRET_VERSION:-latest} to deploy: set ACCOUNTS_FILE to create it" \
+      gcloud secrets versions describe "${SECRET_VERSION:-latest}" --secret="${SECRET_NAME}" \
+      --format="value(state)" \
+    && [[ "${DRY_RUN}" == 0 && "${CHECKED}" != ENABLED ]]; then
+    preflight+=("secret ${SECRET_NAME}: version ${SECRET_VERSION:-latest} is ${CHECKED:-in no state}, not ENABLED: enable it, or set ACCOUNTS_FILE to add one")
+  fi
+fi
+if ((${#preflight[@]} > 0)); then
+  printf 'deploy.sh: %s\n' "${preflight[@]}" >&2
+  echo "deploy.sh: stopped before changing anything" >&2
+  exit 1
+fi
+PROJECT_NUMBER="${PROJECT_NUMBER:-<PROJECT_NUMBER>}"
 
 section "APIs"
 run gcloud services enable run.googleapis.com eventarc.googleapis.com \
   eventarcpublishing.googleapis.com firestore.googleapis.com storage.googleapis.com \
   secretmanager.googleapis.com artifactregistry.googleapis.com cloudbuild.googleapis.com \
   pubsub.googleapis.com logging.googleapis.com monitoring.googleapis.com \
-  cloudscheduler.googleapis.com
+  cloudscheduler.googleapis.com firebaserules.googleapis.com
 
 section "Firestore database (default), Native mode, in ${FIRESTORE_LOCATION}"
 if describe gcloud firestore databases describe --database="(default)" \
@@ -246,9 +371,83 @@ if describe gcloud firestore databases describe --database="(default)" \
   [[ "${db_location}" == "${FIRESTORE_LOCATION}" ]] \
     || die "the (default) database is in ${db_location}, not FIRESTORE_LOCATION=${FIRESTORE_LOCATION}: the triggers must live where the database is; set FIRESTORE_LOCATION=${db_location}"
 else
+  stops_if "the (default) database exists in Datastore mode, or in a location other than ${FIRESTORE_LOCATION}"
   run gcloud firestore databases create --database="(default)" --location="${FIRESTORE_LOCATION}" \
     --type=firestore-native
 fi
+
+section "Firestore security rules (${RULES_FILE}): closed to every client SDK, released as ${RULES_RELEASE}"
+# The services use server credentials, which rules do not apply to; a client (a Firebase app,
+# an end user's token, no token) is refused everything. The Firebase Rules API, as the Firebase
+# CLI calls it: create a ruleset from the file, then point the release at it. A release that
+# already points at a ruleset holding exactly the file is left alone (rulesets are immutable;
+# a project keeps at most 2,500). The caller's gcloud token goes to curl on stdin, never on a
+# command line; x-goog-user-project bills the calls to the project, as user credentials need.
+RULES_TOKEN=""
+ABSENT_RULES=10
+rules_api() { # placeholder METHOD PATH [BODY]: the answer's JSON; ABSENT_RULES for a GET's 404
+  local placeholder="$1" method="$2" url="${RULES_API}/$3" body="${4:-}" answer status
+  local call=(curl --silent --show-error --request "${method}" --write-out '\n%{http_code}'
+    --header "x-goog-user-project: ${PROJECT_ID}" --header "Content-Type: application/json")
+  [[ -z "${body}" ]] || call+=(--data-binary "${body}")
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    local mark=""
+    [[ "${method}" == GET ]] && mark="? "
+    print_cmd "${mark}" "${call[@]}" --header "Authorization: Bearer <gcloud auth print-access-token>" "${url}"
+    printf '%s' "${placeholder}"
+    [[ "${method}" == GET ]] && return "${ABSENT_RULES}" # a dry run takes a look-up as "absent"
+    return 0
+  fi
+  answer="$(printf 'Authorization: Bearer %s\n' "${RULES_TOKEN}" | "${call[@]}" --header @- "${url}")" \
+    || die "the Firebase Rules API could not be reached (${method} ${url})"
+  status="${answer##*$'\n'}"
+  answer="${answer%$'\n'*}"
+  [[ "${status}" == 404 && "${method}" == GET ]] && return "${ABSENT_RULES}"
+  [[ "${status}" == 200 ]] || die "the Firebase Rules API answered ${method} ${url} with HTTP ${status}: ${answer}"
+  printf '%s' "${answer}"
+}
+json() { python3 -c "$1" "${@:2}"; } # a JSON answer on stdin, read by a line of Python
+rules_source() { # the ruleset the file makes, as the API takes it
+  json 'import json, sys; print(json.dumps({"source": {"files": [{"name": "firestore.rules", "content": open(sys.argv[1], encoding="utf-8").read()}]}}))' "${RULES_FILE}" </dev/null
+}
+if [[ "${DRY_RUN}" == 0 ]]; then
+  RULES_TOKEN="$(gcloud auth print-access-token)"
+else
+  print_cmd "? " gcloud auth print-access-token
+fi
+release_name="projects/${PROJECT_ID}/releases/${RULES_RELEASE}"
+name_of() { json 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+holds_the_file() { # a ruleset's JSON on stdin
+  json 'import json, sys; files = json.load(sys.stdin)["source"]["files"]; sys.exit([f["content"] for f in files] != [open(sys.argv[1], encoding="utf-8").read()])' "${RULES_FILE}"
+}
+new_ruleset() {
+  local created
+  created="$(rules_api "<name of the ruleset just created>" POST "projects/${PROJECT_ID}/rulesets" "$(rules_source)")"
+  if [[ "${DRY_RUN}" == 1 ]]; then printf '%s' "${created}"; else name_of name <<<"${created}"; fi
+}
+found=0
+release="$(rules_api "" GET "${release_name}")" || found=$?
+((found == 0 || found == ABSENT_RULES)) || exit 1 # rules_api said why
+if ((found == 0)); then
+  ruleset="$(name_of rulesetName <<<"${release}")"
+  current="$(rules_api "" GET "${ruleset}")" \
+    || die "ruleset ${ruleset}, which ${RULES_RELEASE} names, cannot be read"
+  if holds_the_file <<<"${current}"; then
+    echo "rules: ${RULES_RELEASE} already holds ${RULES_FILE} (${ruleset})"
+  else
+    ruleset="$(new_ruleset)"
+    rules_api "" PATCH "${release_name}" \
+      "{\"release\": {\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}}" >/dev/null
+    echo "rules: ${RULES_RELEASE} now holds ${RULES_FILE} (${ruleset})"
+  fi
+else
+  stops_if "the Firebase Rules API refuses a call (not enabled, or no roles/firebaserules.admin)"
+  ruleset="$(new_ruleset)"
+  rules_api "" POST "projects/${PROJECT_ID}/releases" \
+    "{\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}" >/dev/null
+  [[ "${DRY_RUN}" == 1 ]] || echo "rules: ${RULES_RELEASE} created, holding ${RULES_FILE} (${ruleset})"
+fi
+RULES_TOKEN=""
 
 section "service accounts"
 for sa in "${RUNTIME_SA_NAME}" "${FLOW_SA_NAME}" "${TRIGGER_SA_NAME}" "${SCHEDULER_SA_NAME}"; do
@@ -265,40 +464,105 @@ if [[ "${BUILD_IMAGE}" == 1 ]]; then
   run gcloud builds submit --tag "${IMAGE}" .
 fi
 
-section "bucket gs://${CHARTS_BUCKET} (public read of known names, no listing: contract §13.6)"
-describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
-  || run gcloud storage buckets create "gs://${CHARTS_BUCKET}" --location="${REGION}" \
-    --uniform-bucket-level-access --no-public-access-prevention
-# legacyObjectReader = storage.objects.get only: whoever has a manifest's or PNG's URL reads it,
-# nobody can enumerate the runs. Earlier deploys granted objectViewer (which lists): taken back.
-run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
-  --member=allUsers --role=roles/storage.legacyObjectReader
-if describe gcloud storage buckets get-iam-policy "gs://${CHARTS_BUCKET}" \
-  --flatten="bindings[].members" --format="value(bindings.role,bindings.members)" \
-  && grep -qx $'roles/storage.objectViewer\tallUsers' <<<"${DESCRIBED}"; then
-  run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
-    --member=allUsers --role=roles/storage.objectViewer
+PUBLIC_ROLES=""
+public_roles() { # the roles allUsers has on the bucket now, one per line, in PUBLIC_ROLES
+  PUBLIC_ROLES=""
+  if describe gcloud storage buckets get-iam-policy "gs://${CHARTS_BUCKET}" \
+    --flatten="bindings[].members" --format="value(bindings.role,bindings.members)"; then
+    PUBLIC_ROLES="$(awk -F'\t' '$2 == "allUsers" { print $1 }' <<<"${DESCRIBED}")"
+  fi
+}
+if [[ "${PUBLIC_READ}" == true ]]; then
+  section "bucket gs://${CHARTS_BUCKET} (public read of known names, no listing: contract §13.6)"
+  describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
+    || run gcloud storage buckets create "gs://${CHARTS_BUCKET}" --location="${REGION}" \
+      --uniform-bucket-level-access --no-public-access-prevention
+  # legacyObjectReader = storage.objects.get only: whoever has a manifest's or PNG's URL reads
+  # it, nobody can enumerate the runs. Earlier deploys granted objectViewer (which lists): taken
+  # back. An organisation policy forbidding allUsers refuses this: PUBLIC_READ=false.
+  run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
+    --member=allUsers --role=roles/storage.legacyObjectReader \
+    || die "the bucket cannot be made public here (above: an organisation policy or the bucket's public access prevention refuses allUsers): deploy with PUBLIC_READ=false (deploy/README.md, \"The bucket\")"
+  public_roles
+  if grep -qx roles/storage.objectViewer <<<"${PUBLIC_ROLES}"; then
+    run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
+      --member=allUsers --role=roles/storage.objectViewer
+  fi
+else
+  section "bucket gs://${CHARTS_BUCKET} (private, PUBLIC_READ=false: readers need a role on it or a signed URL)"
+  if describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
+    --format="value(public_access_prevention)"; then
+    [[ "${DESCRIBED}" == enforced ]] \
+      || run gcloud storage buckets update "gs://${CHARTS_BUCKET}" --public-access-prevention
+  else
+    run gcloud storage buckets create "gs://${CHARTS_BUCKET}" --location="${REGION}" \
+      --uniform-bucket-level-access --public-access-prevention
+  fi
+  # what an earlier public deploy granted, taken back
+  public_roles
+  for role in ${PUBLIC_ROLES}; do
+    run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
+      --member=allUsers --role="${role}"
+  done
 fi
 # objectUser = create + delete + get, on this bucket only: overwriting manifest.json needs
 # delete, which objectCreator lacks. No project-wide storage role anywhere.
 run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
   --member="serviceAccount:${RUNTIME_SA}" --role=roles/storage.objectUser
 
-section "secret ${SECRET_NAME}"
-secret_is_the_file() { # the latest version holds exactly ACCOUNTS_FILE's bytes
-  [[ "${DRY_RUN}" == 0 ]] || return 1
-  gcloud secrets versions access latest --secret="${SECRET_NAME}" \
-    --out-file="${WORK_DIR}/latest" >/dev/null 2>&1 || return 1
-  local same=1
-  cmp -s "${WORK_DIR}/latest" "${ACCOUNTS_FILE}" && same=0
-  rm -f "${WORK_DIR}/latest"
-  return "${same}"
-}
-if ! describe gcloud secrets describe "${SECRET_NAME}"; then
+section "secret ${SECRET_NAME}: the version the worker mounts, read back first"
+# The worker mounts one numbered version, never `latest`: SECRET_VERSION, else the latest, which
+# must hold ACCOUNTS_FILE's bytes (a version is added when it does not). Before any service
+# uses it, that version is read back: ENABLED, holding those bytes, and taken by the worker's
+# own accounts parser (a version it refuses would stop every instance at start-up).
+secret_created=0
+if ! describe gcloud secrets describe "${SECRET_NAME}" && [[ -n "${ACCOUNTS_FILE}" ]]; then
+  # (without ACCOUNTS_FILE the preflight found a version: a real run does not get here)
   run gcloud secrets create "${SECRET_NAME}" --replication-policy=automatic \
-    --data-file="${ACCOUNTS_FILE:-<ACCOUNTS_FILE>}"
-elif [[ -n "${ACCOUNTS_FILE}" ]] && ! secret_is_the_file; then
-  run gcloud secrets versions add "${SECRET_NAME}" --data-file="${ACCOUNTS_FILE}"
+    --data-file="${ACCOUNTS_FILE}"
+  secret_created=1
+fi
+latest_version() {
+  capture "<latest version of ${SECRET_NAME}, read back below>" gcloud secrets versions describe \
+    latest --secret="${SECRET_NAME}" --format="value(name.basename())"
+}
+read_version() { # number: its bytes in ${WORK_DIR}/accounts.json (a real run only)
+  gcloud secrets versions access "$1" --secret="${SECRET_NAME}" \
+    --out-file="${WORK_DIR}/accounts.json" >/dev/null
+}
+SECRET_PINNED="${SECRET_VERSION}"
+if [[ -z "${SECRET_PINNED}" ]]; then
+  SECRET_PINNED="$(latest_version)"
+  if [[ -n "${ACCOUNTS_FILE}" && "${secret_created}" == 0 && "${DRY_RUN}" == 0 ]]; then
+    read_version "${SECRET_PINNED}"
+    if ! cmp -s "${WORK_DIR}/accounts.json" "${ACCOUNTS_FILE}"; then
+      run gcloud secrets versions add "${SECRET_NAME}" --data-file="${ACCOUNTS_FILE}"
+      SECRET_PINNED="$(latest_version)"
+    fi
+  fi
+fi
+if [[ "${DRY_RUN}" == 1 ]]; then
+  print_cmd "? " gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
+    --format="value(state)"
+  print_cmd "? " gcloud secrets versions access "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
+    --out-file="<a file of deploy.sh's, deleted after the check>"
+  bytes=""
+  [[ -z "${ACCOUNTS_FILE}" ]] || bytes=", does not hold ACCOUNTS_FILE's bytes,"
+  stops_if "that version is not ENABLED${bytes} or the worker's accounts parser refuses it"
+else
+  state="$(gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" --format="value(state)")"
+  [[ "${state}" == ENABLED ]] \
+    || die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is ${state:-in no state}, not ENABLED: enable it, or deploy another (ACCOUNTS_FILE, SECRET_VERSION)"
+  read_version "${SECRET_PINNED}"
+  if [[ -n "${ACCOUNTS_FILE}" ]] && ! cmp -s "${WORK_DIR}/accounts.json" "${ACCOUNTS_FILE}"; then
+    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} does not hold ACCOUNTS_FILE's bytes (a version added meanwhile?): run deploy.sh again"
+  fi
+  if ! refusal="$("${WCE}" accounts --check-file "${WORK_DIR}/accounts.json" 2>&1 >/dev/null)"; then
+    refusal="$(grep -m1 . <<<"${refusal}")"
+    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is refused by the worker's accounts parser: ${refusal##*"${WORK_DIR}/accounts.json": }"
+  fi
+  rm -f "${WORK_DIR}/accounts.json"
+  echo "secret ${SECRET_NAME}: version ${SECRET_PINNED} read back: ENABLED, the accounts the worker takes"
 fi
 run gcloud secrets add-iam-policy-binding "${SECRET_NAME}" \
   --member="serviceAccount:${RUNTIME_SA}" --role=roles/secretmanager.secretAccessor
@@ -322,7 +586,7 @@ run gcloud run deploy "${SERVICE}" \
   --region="${REGION}" \
   --service-account="${RUNTIME_SA}" \
   --no-allow-unauthenticated \
-  --ingress=all \
+  --ingress=internal \
   --concurrency="${CONCURRENCY}" \
   --max-instances="${MAX_INSTANCES}" \
   --min-instances="${MIN_INSTANCES}" \
@@ -330,7 +594,7 @@ run gcloud run deploy "${SERVICE}" \
   --cpu="${CPU}" --memory="${MEMORY}" \
   --cpu-boost \
   --execution-environment=gen2 \
-  --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:latest" \
+  --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:${SECRET_PINNED}" \
   --set-env-vars="${WORKER_ENV}"
 
 section "Cloud Run service ${ADVANCE_SERVICE} (advance_flow, CloudEvent)"
@@ -339,7 +603,7 @@ run gcloud run deploy "${ADVANCE_SERVICE}" \
   --region="${REGION}" \
   --service-account="${FLOW_SA}" \
   --no-allow-unauthenticated \
-  --ingress=all \
+  --ingress=internal \
   --command=worker-chart-export \
   --args=serve,--target=advance_flow \
   --concurrency="${ADVANCE_CONCURRENCY}" \
@@ -356,7 +620,7 @@ run gcloud run deploy "${REAPER_SERVICE}" \
   --region="${REGION}" \
   --service-account="${FLOW_SA}" \
   --no-allow-unauthenticated \
-  --ingress=all \
+  --ingress=internal \
   --command=worker-chart-export \
   --args=serve,--target=reap_expired_leases \
   --concurrency=1 \
@@ -374,10 +638,7 @@ for svc in "${SERVICE}" "${ADVANCE_SERVICE}"; do
 done
 run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
   --member="serviceAccount:${TRIGGER_SA}" --role=roles/eventarc.eventReceiver --condition=None
-if [[ -z "${PROJECT_NUMBER}" ]]; then
-  PROJECT_NUMBER="$(capture "<PROJECT_NUMBER>" gcloud projects describe "${PROJECT_ID}" \
-    --format="value(projectNumber)")"
-fi
+# PROJECT_NUMBER: given, or read by the preflight's look-up of the project.
 PUBSUB_AGENT="service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 # Projects created before 8 April 2021 need this for Pub/Sub to mint the trigger's OIDC tokens;
 # granted on the trigger account only (not project-wide), harmless where it is not needed.
@@ -497,12 +758,13 @@ fi
 for template in deploy/monitoring/*.policy.json; do
   policy="${template}"
   if grep -qF "\${DEAD_LETTER_HOLD}" "${template}"; then
-    policy="${WORK_DIR}/$(basename "${template}")"
+    policy="${RENDERED}/$(basename "${template}")"
     sed "s/\${DEAD_LETTER_HOLD}/${DEAD_LETTER_HOLD}/g" "${template}" >"${policy}"
   fi
   display_name="$(sed -n 's/^  "displayName": "\(.*\)",$/\1/p' "${policy}")"
   existing="$(capture "" gcloud alpha monitoring policies list \
     --filter="displayName=\"${display_name}\"" --format="value(name)")"
+  stops_if "several alert policies are named '${display_name}'"
   if [[ "${existing}" == *$'\n'* ]]; then
     die "several alert policies are named '${display_name}': delete all but one (${existing//$'\n'/, })"
   elif [[ -n "${existing}" ]]; then
@@ -518,7 +780,7 @@ section "dashboard ${DASHBOARD_ID} (deploy/monitoring/${DASHBOARD_FILE})"
 # dashboards/${DASHBOARD_ID}: create takes the id from it), so a re-deploy finds it and replaces it
 # from the file. The API takes an update only with the etag of the version it replaces (it refuses
 # an empty one), read just before: a dashboard edited meanwhile is refused, not overwritten.
-dashboard="${WORK_DIR}/${DASHBOARD_FILE}"
+dashboard="${RENDERED}/${DASHBOARD_FILE}"
 dashboard_config() { # [etag]
   sed -n '1p' "deploy/monitoring/${DASHBOARD_FILE}"
   [[ -z "${1:-}" ]] || printf '  "etag": "%s",\n' "$1"
@@ -538,6 +800,9 @@ fi
 section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
 # The real project's Firestore, whatever emulator the shell may point at.
 run env -u FIRESTORE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" \
-  "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
+  CHART_IMG_PLAN="${CHART_IMG_PLAN}" "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
 
 section "done: ${SERVICE} (${IMAGE}) <- ${TRIGGER_NAME}; artifacts in gs://${CHARTS_BUCKET}/charts/"
+if [[ "${DRY_RUN}" == 1 ]]; then
+  echo "# the files above that deploy.sh fills in before gcloud reads them are kept in ${RENDERED}/"
+fi

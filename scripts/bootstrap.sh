@@ -11,3 +11,5 @@ fi
 # itself has no hash, so it is installed by a second command, outside hash-checking mode.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+# the project is in .venv/, not on PATH: say how to call it (the README writes every command so)
+echo "bootstrap: ready; the command is .venv/bin/worker-chart-export (try .venv/bin/worker-chart-export --help)" >&2

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/install_test_tools.sh  # Debian packages: shellcheck, chromium, chromium-driver
+# SKIP_BROWSER_TEST=1: no chromium wanted (install_test_tools.sh installs none), no browser test.
+not_wanted=()
+[[ "${SKIP_BROWSER_TEST:-}" == 1 ]] && not_wanted=(--ignore=tests/integration/test_view_chromium.py)
 mkdir -p out
 # The Firestore emulator ships with the Google Cloud CLI (component cloud-firestore-emulator) and
 # needs Java; fail here with a clear message rather than deep inside a fixture.
@@ -14,4 +17,4 @@ command -v java >/dev/null || { echo "java not found: the Firestore emulator nee
 .venv/bin/ruff check src tests scripts benchmarks
 .venv/bin/mypy
 shellcheck scripts/*.sh deploy/*.sh .ci/run
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${not_wanted[@]}" "$@"

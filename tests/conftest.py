@@ -1,7 +1,7 @@
 """Shared pytest set-up. Each harness module owns one real (or CHART-IMG-like) service."""
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -17,6 +17,16 @@ pytest_plugins = [
     "harness.gcs_emulator",
     "harness.chart_img_server",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _no_key_known_from_another_test() -> Iterator[None]:
+    """The keys a test's accounts made known (worker_chart_export.known_keys) are forgotten
+    after it: another test's text is not redacted by them."""
+    from worker_chart_export import known_keys
+
+    yield
+    known_keys.forget_all()
 
 
 @pytest.fixture

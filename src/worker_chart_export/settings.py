@@ -18,12 +18,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from worker_chart_export import bundled
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
+from worker_chart_export.core.problem_words import plain_problem
 from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
 from worker_chart_export.environment import (
     APP_ENV,
@@ -116,7 +117,7 @@ class Settings(BaseSettings):
     google_cloud_project: str | None = Field(None, validation_alias=GOOGLE_CLOUD_PROJECT)
     firestore_emulator_host: str | None = Field(None, validation_alias=FIRESTORE_EMULATOR_HOST)
     local_output_dir: Path = Field(Path("out"), validation_alias=CHARTS_LOCAL_OUTPUT_DIR)
-    port: int = Field(8080, validation_alias=PORT)
+    port: int = Field(8080, ge=1, le=65535, validation_alias=PORT)
     # the reaper: a step whose lease expired goes back to READY while attempt < this, else FAILED
     reaper_max_attempts: int = Field(3, ge=1, le=100, validation_alias=REAPER_MAX_ATTEMPTS)
 
@@ -165,6 +166,19 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not in CHART-IMG's Supported Timezone table (e.g. Etc/UTC)")
         return value
 
+    @field_validator("finalize_budget_seconds")
+    @classmethod
+    def _below_the_request_timeout(cls, value: float, info: ValidationInfo) -> float:
+        # as deploy.sh refuses it: the step's budget would be nothing, every step failing
+        # with no call made (the request timeout is validated first, being declared first)
+        timeout = info.data.get("request_timeout_seconds")
+        if timeout is not None and value >= timeout:
+            raise ValueError(
+                f"must be below {REQUEST_TIMEOUT_SECONDS} ({timeout:g}): the step's budget is the "
+                "request timeout minus this"
+            )
+        return value
+
     @field_validator("chart_img_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
@@ -202,13 +216,13 @@ def load_settings(flags: Mapping[str, Any] | None = None, *, kind: type[Settings
 
 def _config_error(exc: ValidationError, kind: type[Settings]) -> ConfigError:
     """The first problem by its variable (a value from the environment is located by its
-    alias, one from a flag by its field's name), and the others after it; only pydantic's
-    message, never the input."""
+    alias, one from a flag by its field's name), and the others after it; the problem in
+    our words (core.problem_words), never the input."""
     variables = {name: str(field.validation_alias) for name, field in kind.model_fields.items()}
     problems = []
     for err in exc.errors():
         where = str(err["loc"][0]) if err["loc"] else "settings"
-        problems.append((variables.get(where, where), err["msg"]))
+        problems.append((variables.get(where, where), plain_problem(err)))
     setting, first = problems[0]
     rest = "".join(f"; {var}: {msg}" for var, msg in problems[1:])
     return ConfigError(setting, first + rest)

@@ -2,9 +2,10 @@
 
 The fake gcloud (fake_gcloud.py) has the installed CLI judge every call and answers as a live
 project would (fake_project.py), keeping that project's state in `state.json` between calls and
-between deploys. The fake worker-chart-export hands `accounts` to the real CLI (the project's
-own accounts parser) and records `templates sync` (with its project and whether an emulator
-was still named) instead of writing to Firestore.
+between deploys; the fake curl (fake_curl.py) is the Firebase Rules API of the same project,
+judged by that API's discovery document. The fake worker-chart-export hands `accounts` to the
+real CLI (the project's own accounts parser) and records `templates sync` (with its project and
+whether an emulator was still named) instead of writing to Firestore.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.builders import REPO
 
 DEPLOY = REPO / "deploy" / "deploy.sh"
 FAKE_GCLOUD = Path(__file__).with_name("fake_gcloud.py")
+FAKE_CURL = Path(__file__).with_name("fake_curl.py")
 REAL_CLI = Path(sys.executable).parent / "worker-chart-export"
 PROJECT_ID = "acme-charts"
 PROJECT_NUMBER = "424242424242"
@@ -42,7 +44,8 @@ _FAKE_CLI = """#!/bin/sh
 case "$1" in
   accounts) exec {real} "$@" ;;
   templates)
-    echo "$*|project=${{GOOGLE_CLOUD_PROJECT-}}|emulator=${{FIRESTORE_EMULATOR_HOST+set}}" >> {log}
+    seen="project=${{GOOGLE_CLOUD_PROJECT-}}|emulator=${{FIRESTORE_EMULATOR_HOST+set}}"
+    echo "$*|$seen|plan=${{CHART_IMG_PLAN-}}" >> {log}
     echo "templates sync: 3 template(s) created" ;;
   *) echo "fake worker-chart-export: unexpected: $*" >&2; exit 2 ;;
 esac
@@ -58,6 +61,7 @@ class Deploy:
     rejections: list[dict[str, Any]]
     templates_syncs: list[str]
     state: dict[str, Any]
+    rules_calls: list[dict[str, Any]]
 
     def find(self, *prefix: str) -> list[list[str]]:
         return [c for c in self.calls if c[: len(prefix)] == list(prefix)]
@@ -81,9 +85,11 @@ class Sandbox:
             folder.mkdir(parents=True, exist_ok=True)
         gcloud = self.bin / "gcloud"
         gcloud.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_GCLOUD}" "$@"\n')
+        curl = self.bin / "curl"
+        curl.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CURL}" "$@"\n')
         cli = self.bin / "worker-chart-export"
         cli.write_text(_FAKE_CLI.format(real=REAL_CLI, log=self.state / "templates.log"))
-        for tool in (gcloud, cli):
+        for tool in (gcloud, curl, cli):
             tool.chmod(0o755)
         self.accounts_file = root / "chart-img.accounts.json"
         self.accounts_file.write_text(json.dumps(ACCOUNTS))
@@ -117,7 +123,7 @@ class Sandbox:
         }
 
     def deploy(self, **overrides: str) -> Deploy:
-        for log in ("calls.jsonl", "rejections.jsonl", "templates.log"):
+        for log in ("calls.jsonl", "rejections.jsonl", "templates.log", "rules_calls.jsonl"):
             (self.state / log).unlink(missing_ok=True)
         # its own process group: a rejected call ends the deploy, and nothing else
         process = subprocess.run(
@@ -137,6 +143,7 @@ class Sandbox:
             self._jsonl("rejections.jsonl"),
             self._lines("templates.log"),
             json.loads(self._text("state.json") or '{"resources": {}, "iam": {}}'),
+            self._jsonl("rules_calls.jsonl"),
         )
 
     def deploy_logs(self, name: str) -> list[dict[str, Any]]:

@@ -9,7 +9,9 @@ project that keeps its state between calls and between deploys.
 
 Environment: FAKE_GCLOUD_STATE (a folder: state.json, calls.jsonl, rejections.jsonl),
 FAKE_GCLOUD_SOCKET (the judge), FAKE_GCLOUD_PROJECT_NUMBER, FAKE_GCLOUD_KILL_GROUP=1 to end the
-deploy's process group on a rejection.
+deploy's process group on a rejection. FAKE_GCLOUD_CREDENTIALS: `none` (no login and no
+Application Default Credentials) or `no-adc` (a login, no ADC): a call that needs what is
+missing gets the real CLI's own answer without it, word for word, and its exit status.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def _reject(state: Path, argv: list[str], why: str, output: str) -> int:
     return 2
 
 
+def _lacks_credential(argv: list[str], verdict: Verdict) -> bool:
+    """What the deployer lacks here: the real CLI stopped at that very credential."""
+    missing = os.environ.get("FAKE_GCLOUD_CREDENTIALS", "")
+    adc = argv[:2] == ["auth", "application-default"]
+    return verdict.needs_credential and (missing == "none" or (missing == "no-adc" and adc))
+
+
 def main(argv: list[str]) -> int:
     state = Path(os.environ["FAKE_GCLOUD_STATE"])
     socket_path = os.environ["FAKE_GCLOUD_SOCKET"]
@@ -52,6 +61,9 @@ def main(argv: list[str]) -> int:
     if verdict.ran_offline:
         sys.stdout.write(verdict.output)
         return 0
+    if _lacks_credential(argv, verdict):
+        sys.stderr.write(verdict.output)
+        return 1
     project_id = os.environ.get("CLOUDSDK_CORE_PROJECT", "")
     number = os.environ.get("FAKE_GCLOUD_PROJECT_NUMBER", "123456789012")
     project = Project(state / "state.json", project_id, number, partial(render, socket_path))

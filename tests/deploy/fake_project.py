@@ -20,6 +20,8 @@ from typing import Any
 
 Render = Callable[..., str]
 Answer = tuple[int, str, str]  # exit status, stdout, stderr
+# what `gcloud auth print-access-token` hands deploy.sh: fake_curl.py takes only this one
+ACCESS_TOKEN = "ya29.fake-deployer-token-0123456789"
 
 
 class Refused(Exception):
@@ -105,7 +107,13 @@ class Project:
         return int(self.state["counter"])
 
     def bind(self, call: Call, target: str) -> Answer:
-        binding = [call.need("role"), call.need("member")]
+        member = call.need("member")
+        if self.state.get("iam_settling", 0) > 0 and member.startswith("serviceAccount:"):
+            # a new project: IAM does not see the account everywhere yet (each refusal counts)
+            self.state["iam_settling"] -= 1
+            self.save()
+            raise Refused(f"INVALID_ARGUMENT: Service account {member.split(':', 1)[1]} does not exist.")
+        binding = [call.need("role"), member]
         bindings = self.state["iam"].setdefault(target, [])
         if binding not in bindings:
             bindings.append(binding)
@@ -151,6 +159,8 @@ class Project:
 
     def handlers(self) -> dict[tuple[str, ...], Callable[[Call], Answer]]:
         return {
+            ("auth", "print-access-token"): lambda c: (0, ACCESS_TOKEN + "\n", ""),
+            ("auth", "application-default", "print-access-token"): lambda c: (0, "ya29.fake-adc\n", ""),
             ("services", "enable"): lambda c: (0, "", "Operation finished successfully.\n"),
             ("builds", "submit"): lambda c: (0, f"ID  STATUS\n1  SUCCESS {c.flag('tag')}\n", ""),
             ("firestore", "indexes", "fields", "update"): lambda c: (0, "", "Request issued.\n"),
@@ -163,6 +173,7 @@ class Project:
             ("artifacts", "repositories", "create"): self.repository_create,
             ("storage", "buckets", "describe"): self.bucket_describe,
             ("storage", "buckets", "create"): self.bucket_create,
+            ("storage", "buckets", "update"): self.bucket_update,
             ("storage", "buckets", "add-iam-policy-binding"): lambda c: self.bind_to(c, "bucket"),
             ("storage", "buckets", "remove-iam-policy-binding"): self.bucket_unbind,
             ("storage", "buckets", "get-iam-policy"): self.bucket_policy,
@@ -170,6 +181,7 @@ class Project:
             ("secrets", "create"): self.secret_create,
             ("secrets", "versions", "add"): self.secret_add_version,
             ("secrets", "versions", "access"): self.secret_access,
+            ("secrets", "versions", "describe"): self.secret_version_describe,
             ("secrets", "add-iam-policy-binding"): lambda c: self.bind_to(c, "secret"),
             ("projects", "describe"): self.project_describe,
             ("projects", "add-iam-policy-binding"): lambda c: self.bind(c, "project"),
@@ -203,7 +215,18 @@ class Project:
 
     def bind_to(self, call: Call, kind: str) -> Answer:
         key = call.args[0].removeprefix("gs://")
-        self.existing(call, kind, key)
+        resource = self.existing(call, kind, key)
+        if kind == "bucket" and call.need("member") in ("allUsers", "allAuthenticatedUsers"):
+            if self.state.get("org_policy_forbids_all_users"):  # domain-restricted sharing
+                raise Refused(
+                    "HTTPError 412: One or more users named in the policy do not belong to a permitted "
+                    "customer."
+                )
+            if resource.get("public_access_prevention") == "enforced":
+                raise Refused(
+                    "HTTPError 412: The member bindings allUsers and allAuthenticatedUsers are not allowed "
+                    "since public access prevention is enforced."
+                )
         return self.bind(call, f"{kind}:{key}")
 
     # --- Firestore, accounts, registry, bucket ----------------------------------------------
@@ -246,9 +269,17 @@ class Project:
             "name": name,
             "location": call.need("location").upper(),
             "uniform_bucket_level_access": "uniform-bucket-level-access" in call.flags,
-            "public_access_prevention": "inherited",
+            "public_access_prevention": (
+                "enforced" if "public-access-prevention" in call.flags else "inherited"
+            ),
         }
         return self.create(call, "bucket", name, resource)
+
+    def bucket_update(self, call: Call) -> Answer:
+        bucket = self.existing(call, "bucket", call.args[0].removeprefix("gs://"))
+        if "public-access-prevention" in call.flags:
+            bucket["public_access_prevention"] = "enforced"
+        return 0, "", f"Updating {call.args[0]}...\n"
 
     def bucket_policy(self, call: Call) -> Answer:
         name = call.args[0].removeprefix("gs://")
@@ -282,10 +313,30 @@ class Project:
         versions.append(self._encoded(call))
         return 0, "", f"Created version [{len(versions)}] of the secret [{call.args[0]}].\n"
 
-    def secret_access(self, call: Call) -> Answer:
+    def secret_version(self, call: Call) -> tuple[str, int]:
+        """The secret and the number of the version the call names (`latest` resolved)."""
         secret = call.need("secret")
         self.existing(call, "secret", secret)
-        data = base64.b64decode(self.state["secret_versions"][secret][-1])
+        count = len(self.state["secret_versions"][secret])
+        number = count if call.args[0] == "latest" else int(call.args[0])
+        if not 1 <= number <= count:
+            raise Refused(f"NOT_FOUND: Secret Version [{call.args[0]}] not found.")
+        return secret, number
+
+    def secret_version_describe(self, call: Call) -> Answer:
+        secret, number = self.secret_version(call)
+        disabled = number in self.state.get("secret_disabled", {}).get(secret, [])
+        resource = {
+            "name": f"projects/{self.number}/secrets/{secret}/versions/{number}",
+            "state": "DISABLED" if disabled else "ENABLED",
+        }
+        return self.show(call, resource)
+
+    def secret_access(self, call: Call) -> Answer:
+        secret, number = self.secret_version(call)
+        if number in self.state.get("secret_disabled", {}).get(secret, []):
+            raise Refused(f"FAILED_PRECONDITION: Secret Version [{number}] is in DISABLED state.")
+        data = base64.b64decode(self.state["secret_versions"][secret][number - 1])
         (call.cwd / call.need("out-file")).write_bytes(data)
         return 0, "", ""
 
@@ -309,7 +360,11 @@ class Project:
         self.existing(call, "sa", call.need("service-account"))
         for pair in (call.flag("set-secrets") or "").split(","):
             if pair:
-                self.existing(call, "secret", pair.split("=", 1)[1].split(":")[0])
+                secret, _, version = pair.split("=", 1)[1].partition(":")
+                self.existing(call, "secret", secret)
+                count = len(self.state["secret_versions"][secret])
+                if version != "latest" and not 1 <= int(version) <= count:
+                    raise Refused(f"NOT_FOUND: secret {secret} has no version {version}")
         url = f"https://{name}-{self.number[:10]}.{region}.run.app"
         resource = {
             "apiVersion": "serving.knative.dev/v1",

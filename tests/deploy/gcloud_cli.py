@@ -3,7 +3,8 @@
 gcloud parses a command completely before it needs a credential. Run with an empty
 configuration (a fresh CLOUDSDK_CONFIG, no account), a call it rejects answers `Invalid choice`,
 `unrecognized arguments` or `argument ...: ...` (exit 2, or 1 for values it checks itself); one
-it accepts gets as far as `You do not currently have an active account selected`. A few need no
+it accepts gets as far as `You do not currently have an active account selected` (or, for
+`auth application-default ...`, `Your default credentials were not found`). A few need no
 credential at all (`gcloud version`, `--help`) and simply run (exit 0).
 
 `GcloudJudge` keeps the real CLI loaded in one process (gcloud_fork_server.py, under the Python
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 NEEDS_CREDENTIAL = "You do not currently have an active account selected"
+NEEDS_ADC = "Your default credentials were not found"
 SERVER = Path(__file__).with_name("gcloud_fork_server.py")
 # What a call may carry to the CLI: the properties deploy.sh sets (project, prompts). Never an
 # account, a token or another configuration directory.
@@ -37,13 +39,18 @@ class Verdict:
     output: str
 
     @property
+    def needs_credential(self) -> bool:
+        """gcloud parsed the call and stopped where it needs a login or the ADC it lacks."""
+        return NEEDS_CREDENTIAL in self.output or NEEDS_ADC in self.output
+
+    @property
     def accepted(self) -> bool:
         """gcloud took the call: it ran to the credential step, or ran without needing one."""
-        return NEEDS_CREDENTIAL in self.output or self.code == 0
+        return self.needs_credential or self.code == 0
 
     @property
     def ran_offline(self) -> bool:
-        return self.code == 0 and NEEDS_CREDENTIAL not in self.output
+        return self.code == 0 and not self.needs_credential
 
 
 def real_gcloud(not_in: Path | None = None) -> Path | None:

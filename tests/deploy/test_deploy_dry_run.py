@@ -1,6 +1,7 @@
 """deploy/deploy.sh --dry-run for sample configurations: the commands that matter, with the flags
-that matter, and nothing run. Lines starting with `? ` are read-only existence probes; `#` lines
-are section titles; every other line is one command, shell-quoted."""
+that matter, and nothing run. Lines starting with `? ` are read-only look-ups; `#` lines are
+section titles and the places a real run would stop; every other line is one command that
+changes something, shell-quoted."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class DryRun:
     commands: list[list[str]]
     probes: list[list[str]]
     config: dict[str, str]
+    notes: list[str]
 
     def find(self, *prefix: str) -> list[list[str]]:
         return [c for c in self.commands if c[: len(prefix)] == list(prefix)]
@@ -77,7 +79,7 @@ def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(exist_ok=True)
     calls = tmp_path / "calls.log"
-    for tool in ("gcloud", "gsutil", "bq", "docker"):
+    for tool in ("gcloud", "gsutil", "bq", "docker", "curl"):
         script = fake_bin / tool
         script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit 1\n')
         script.chmod(0o755)
@@ -93,15 +95,15 @@ def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
     assert printed.returncode == 0, printed.stderr
     # NAME=value lines, shell-quoted so that the output can be sourced
     config = dict(shlex.split(line)[0].split("=", 1) for line in printed.stdout.splitlines())
-    commands, probes = [], []
+    commands, probes, notes = [], [], []
     for line in result.stdout.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        if line.startswith("? "):
+        if line.startswith("#"):
+            notes.append(line)
+        elif line.startswith("? "):
             probes.append(shlex.split(line[2:]))
-        else:
+        elif line.strip():
             commands.append(shlex.split(line))
-    return DryRun(commands, probes, config)
+    return DryRun(commands, probes, config, notes)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +113,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
 
 def test_every_command_is_a_cloud_cli_command_and_the_order_builds_before_use(sample: DryRun) -> None:
     tools = {Path(program(c)[0]).name for c in sample.commands}
-    assert tools == {"gcloud", "worker-chart-export"}
+    assert tools == {"gcloud", "worker-chart-export", "curl"}  # curl: the Firebase Rules API
     order = [" ".join(c[:3]) for c in sample.commands]
 
     def first(prefix: str) -> int:
@@ -121,6 +123,8 @@ def test_every_command_is_a_cloud_cli_command_and_the_order_builds_before_use(sa
     assert first("gcloud run deploy") < first("gcloud eventarc triggers")
     assert first("gcloud eventarc triggers") < first("gcloud pubsub subscriptions")
     assert first("gcloud firestore databases") < first("gcloud eventarc triggers")
+    # closed to clients as soon as the database exists, before anything that writes to it runs
+    assert first("gcloud firestore databases") < first("curl") < first("gcloud run deploy")
     assert first("gcloud logging metrics") < first("gcloud alpha monitoring")
     # GA gcloud has no `monitoring policies` (alpha has): only the dashboard is GA
     assert {c[2] for c in sample.find("gcloud", "monitoring")} == {"dashboards"}
@@ -172,7 +176,11 @@ def test_worker_service_flags(sample: DryRun) -> None:
     assert int(env["FINALIZE_BUDGET_SECONDS"]) < int(env["REQUEST_TIMEOUT_SECONDS"])
     assert flag(deploy, "concurrency") == env["THREADS"] == "4"
     assert flag(deploy, "max-instances") == "5"
-    assert flag(deploy, "set-secrets") == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:latest"
+    # the version read back by this deploy, never `latest` (known at run time: a placeholder)
+    pinned = "<latest version of chart-img-accounts, read back below>"
+    secret = f"CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:{pinned}"
+    assert flag(deploy, "set-secrets") == secret
+    assert flag(deploy, "ingress") == "internal"
     assert "CHART_IMG_ACCOUNTS_JSON" not in env  # only ever from the secret
     assert "--no-allow-unauthenticated" in deploy
     assert "--cpu-boost" in deploy and flag(deploy, "execution-environment") == "gen2"
@@ -232,8 +240,10 @@ def test_dead_letter_topic_on_both_trigger_subscriptions(sample: DryRun) -> None
         assert flag(update, "dead-letter-topic") == "worker-chart-export-dead-letter"
         assert 5 <= int(flag(update, "max-delivery-attempts") or 0) <= 100
     # The subscription names come from the triggers themselves.
-    lookups = [c for c in sample.find("gcloud", "eventarc", "triggers", "describe")]
-    assert [flag(c, "format") for c in lookups] == ["value(transport.pubsub.subscription)"] * 2
+    lookups = [c for c in sample.probes if c[:4] == ["gcloud", "eventarc", "triggers", "describe"]]
+    assert [flag(c, "format") for c in lookups if "--flatten=eventFilters" not in c] == [
+        "value(transport.pubsub.subscription)"
+    ] * 2
     # Pub/Sub's own agent must be able to publish dead letters and acknowledge the originals.
     publish = sample.one(
         "gcloud", "pubsub", "topics", "add-iam-policy-binding", "worker-chart-export-dead-letter"
@@ -254,7 +264,7 @@ def test_pubsub_agent_may_mint_the_trigger_identity(sample: DryRun) -> None:
 
 def test_project_number_is_looked_up_when_not_given(tmp_path: Path) -> None:
     run = dry_run(tmp_path, PROJECT_NUMBER="")
-    run.one("gcloud", "projects", "describe", "acme-charts")
+    assert ["gcloud", "projects", "describe", "acme-charts", "--format=value(projectNumber)"] in run.probes
     grant = run.one("gcloud", "iam", "service-accounts", "add-iam-policy-binding")
     agent = "service-<PROJECT_NUMBER>@gcp-sa-pubsub.iam.gserviceaccount.com"
     assert flag(grant, "member") == f"serviceAccount:{agent}"
@@ -310,10 +320,16 @@ def test_metrics_and_policies_come_from_the_monitoring_files(sample: DryRun) -> 
     policies = sample.find("gcloud", "alpha", "monitoring", "policies", "create")
     files = sorted((REPO / "deploy" / "monitoring").glob("*.policy.json"))
     assert sorted(Path(flag(p, "policy-from-file") or "").name for p in policies) == [f.name for f in files]
-    lookups = sample.find("gcloud", "alpha", "monitoring", "policies", "list")
+    listing = ["gcloud", "alpha", "monitoring", "policies", "list"]
+    lookups = [p for p in sample.probes if p[:5] == listing and p[5:] != ["--help"]]
     for policy, lookup in zip(policies, lookups, strict=True):
-        # rendered into a temporary file when it names the hold subscription: read the source
-        source = REPO / "deploy" / "monitoring" / Path(flag(policy, "policy-from-file") or "").name
+        # the file gcloud reads: the source, or (when it names the hold subscription) the copy
+        # with that name filled in, which the dry run keeps for the reader
+        cited = REPO / (flag(policy, "policy-from-file") or "")
+        source = REPO / "deploy" / "monitoring" / cited.name
+        assert json.loads(cited.read_text()) == json.loads(
+            source.read_text().replace("${DEAD_LETTER_HOLD}", "worker-chart-export-dead-letter-hold")
+        )
         display = json.loads(source.read_text())["displayName"]
         assert flag(lookup, "filter") == f'displayName="{display}"'  # update, not duplicate, on re-run
 

@@ -27,6 +27,8 @@ DEAD_LETTER = f"projects/{PROJECT_ID}/topics/worker-chart-export-dead-letter"
 PUBSUB_AGENT = f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
 MONITORING = REPO / "deploy" / "monitoring"
 DASHBOARD = f"projects/{PROJECT_ID}/dashboards/worker-chart-export"
+RULES = REPO / "deploy" / "firestore.rules"
+RELEASE = f"projects/{PROJECT_ID}/releases/cloud.firestore"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,21 @@ def first(judge: GcloudJudge, tmp_path_factory: pytest.TempPathFactory) -> tuple
 def ran_through(deploy: Deploy) -> None:
     assert deploy.rejections == [], deploy.rejections
     assert deploy.code == 0, deploy.stderr[-3000:]
-    assert deploy.templates_syncs == [f"templates sync --dir chart-templates|project={PROJECT_ID}|emulator="]
+    assert deploy.templates_syncs == [
+        f"templates sync --dir chart-templates|project={PROJECT_ID}|emulator=|plan=BASIC"
+    ]
+
+
+def released_rules(deploy: Deploy) -> str:
+    """The rules file the project's cloud.firestore release holds."""
+    rules = deploy.state["rules"]
+    [released] = rules["rulesets"][rules["releases"][RELEASE]["rulesetName"]]["source"]["files"]
+    return str(released["content"])
+
+
+def mounted_secret(deploy: Deploy) -> str:
+    worker = next(c for c in deploy.find("run", "deploy") if c[2] == "worker-chart-export")
+    return next(a for a in worker if a.startswith("--set-secrets=")).removeprefix("--set-secrets=")
 
 
 def trigger_type(trigger: dict[str, Any]) -> str:
@@ -103,6 +119,33 @@ def test_the_secret_holds_the_accounts_file(first: tuple[Sandbox, Deploy]) -> No
     _, deploy = first
     [version] = deploy.state["secret_versions"]["chart-img-accounts"]
     assert json.loads(base64.b64decode(version)) == ACCOUNTS
+
+
+def test_the_worker_mounts_the_version_read_back_and_every_service_is_internal(
+    first: tuple[Sandbox, Deploy],
+) -> None:
+    _, deploy = first
+    assert mounted_secret(deploy) == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:1"  # not `latest`
+    read_back = deploy.find("secrets", "versions", "access")
+    assert [c[3] for c in read_back] == ["1"]
+    assert "secret chart-img-accounts: version 1 read back" in deploy.stdout
+    assert [c for c in deploy.find("run", "deploy") if "--ingress=internal" not in c] == []
+
+
+def test_first_deploy_releases_the_rules_that_close_firestore_to_clients(
+    first: tuple[Sandbox, Deploy],
+) -> None:
+    _, deploy = first
+    assert released_rules(deploy) == RULES.read_text()
+    assert [c["method"].rsplit(".", 2)[1:] for c in deploy.rules_calls] == [
+        ["releases", "get"],
+        ["rulesets", "create"],
+        ["releases", "create"],
+    ]
+    assert not any(c["token_on_command_line"] for c in deploy.rules_calls)  # on stdin only
+    # before any service that could write to Firestore exists
+    enable = next(i for i, c in enumerate(deploy.calls) if c[:2] == ["services", "enable"])
+    assert "firebaserules.googleapis.com" in deploy.calls[enable]
 
 
 def test_alert_policies_come_from_the_files_the_dead_letter_one_on_the_hold_subscription(
@@ -173,6 +216,12 @@ def test_a_redeploy_changes_nothing_that_is_right(first: tuple[Sandbox, Deploy],
     assert again.find("eventarc", "triggers", "update") == []
     assert again.find("pubsub", "subscriptions", "update") == []
     assert again.find("secrets", "versions", "add") == []  # the same accounts file: no new version
+    assert mounted_secret(again) == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:1"
+    # the release already holds the file: read, compared, left alone (no new ruleset)
+    assert [c["method"].rsplit(".", 2)[1:] for c in again.rules_calls] == [
+        ["releases", "get"],
+        ["rulesets", "get"],
+    ]
     assert len(again.find("alpha", "monitoring", "policies", "update")) == 3
     assert "trigger worker-chart-export-flow-runs: as wanted" in again.stdout
 
@@ -191,6 +240,17 @@ def older_deployment(state: dict[str, Any]) -> None:
     dashboard = state["resources"]["dashboard"][DASHBOARD]
     dashboard["displayName"] = "edited by hand"
     dashboard["mosaicLayout"]["tiles"].pop()
+    # test-mode rules, open to every client, released by someone else
+    open_rules = (
+        "rules_version = '2';\nservice cloud.firestore {\n"
+        "  match /{document=**} { allow read, write: if true; }\n}\n"
+    )
+    ruleset = f"projects/{PROJECT_ID}/rulesets/test-mode"
+    state["rules"]["rulesets"][ruleset] = {
+        "name": ruleset,
+        "source": {"files": [{"name": "firestore.rules", "content": open_rules}]},
+    }
+    state["rules"]["releases"][RELEASE]["rulesetName"] = ruleset
 
 
 def test_a_redeploy_over_an_older_deployment_brings_it_to_what_is_wanted(
@@ -222,6 +282,12 @@ def test_a_redeploy_over_an_older_deployment_brings_it_to_what_is_wanted(
     public = {role for role, member in again.bindings("bucket:acme-charts-public") if member == "allUsers"}
     assert public == {"roles/storage.legacyObjectReader"}
     assert len(again.state["secret_versions"]["chart-img-accounts"]) == 2  # rotated: a new version
+    assert mounted_secret(again) == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:2"  # the new one
+    assert released_rules(again) == RULES.read_text()  # closed again
+    assert [c["method"].rsplit(".", 2)[1:] for c in again.rules_calls][-2:] == [
+        ["rulesets", "create"],
+        ["releases", "patch"],
+    ]
     assert all(p["notificationChannels"] == [channels] for p in again.state["resources"]["policy"].values())
     dashboard = dict(again.resource("dashboard", DASHBOARD))
     dashboard.pop("etag")
@@ -255,9 +321,20 @@ def test_without_accounts_file_a_missing_secret_stops_before_any_change(
 ) -> None:
     deploy = Sandbox(tmp_path, judge.socket_path).deploy(ACCOUNTS_FILE="")
     assert deploy.code == 1 and deploy.rejections == []
-    assert "secret chart-img-accounts cannot be read" in deploy.stderr
-    assert "set ACCOUNTS_FILE" in deploy.stderr
-    assert [c[0] if c[0] != "alpha" else c[1] for c in deploy.calls] == ["version", "monitoring", "secrets"]
+    assert deploy.stderr.splitlines() == [
+        "deploy.sh: secret chart-img-accounts has no version latest to deploy: set ACCOUNTS_FILE to create "
+        "it (gcloud: NOT_FOUND: Resource 'chart-img-accounts' was not found)",
+        "deploy.sh: stopped before changing anything",
+    ]
+    # the preflight's look-ups only: tools, login, ADC, the project, the secret
+    assert [" ".join(c[:3]) for c in deploy.calls] == [
+        'version --format=value("Google Cloud SDK")',
+        "alpha monitoring policies",
+        "auth print-access-token",
+        "auth application-default print-access-token",
+        "projects describe acme-charts",
+        "secrets versions describe",
+    ]
     assert deploy.state["resources"] == {}
 
 

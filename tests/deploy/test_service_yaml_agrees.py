@@ -43,6 +43,7 @@ def render(config: dict[str, str]) -> dict[str, Any]:
     ],
 )
 def test_yaml_and_gcloud_run_deploy_agree(tmp_path: Path, knobs: dict[str, str]) -> None:
+    knobs = {**knobs, "SECRET_VERSION": "3"}  # the version to mount: the YAML names one, as deploy.sh does
     run = dry_run(tmp_path, **knobs)
     service = run.config["SERVICE"]
     deploy = run.one("gcloud", "run", "deploy", service)

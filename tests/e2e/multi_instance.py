@@ -66,9 +66,15 @@ class StandInProcess:
     """tests/harness/chart_img_server.py in a process of its own (serve_from_stdin mode)."""
 
     def __init__(
-        self, accounts: Sequence[StandInAccount], *, latency: float = 0.0, templates_dir: Path | None = None
+        self,
+        accounts: Sequence[StandInAccount],
+        *,
+        latency: float = 0.0,
+        templates_dir: Path | None = None,
+        script: Path = STAND_IN_SCRIPT,  # or a stand-in built on it (its first line: the URL)
+        extra_args: Sequence[str] = (),
     ) -> None:
-        command = [sys.executable, str(STAND_IN_SCRIPT), f"--latency={latency}"]
+        command = [sys.executable, str(script), f"--latency={latency}", *extra_args]
         command += [f"--account={account.spec()}" for account in accounts]
         if templates_dir is not None:
             command.append(f"--templates-dir={templates_dir}")

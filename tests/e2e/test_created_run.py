@@ -93,7 +93,13 @@ def test_a_created_run_reaches_succeeded_with_only_our_functions_writing(
     assert lines[0] == run_id and f"run {run_id}: SUCCEEDED" in lines
     for step_id in ("charts_a", "charts_b"):
         uri = f"gs://{stack.bucket}/charts/{run_id}/{step_id}/manifest.json"
-        assert f"{step_id}: {uri}" in lines and f"  view: worker-chart-export view {uri}" in lines
+        assert f"{step_id}: {uri}" in lines
+        # the hint names the program as it can be typed here (the script started, not on PATH)
+        [program] = [line.split()[1] for line in lines if line.endswith(f" view {uri}")]
+        assert lines.count(f"  view: {program} view {uri}") == 1
+        assert (
+            Path(program).resolve() == Path(sys.executable).parent.joinpath("worker-chart-export").resolve()
+        )
     assert done.stderr == ""  # the file already said PENDING: no note
 
     # advance_flow hears every write: its events are the document's history, write by write
@@ -164,6 +170,6 @@ def test_submit_creates_the_bundled_sample_under_a_new_id_once(stack: LocalStack
     again = submit(stack, "--flow-run-path", str(SAMPLE_FLOW_RUN), "--run-id", run_id)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.splitlines() == [
-        f"worker-chart-export: error: flow_runs/{run_id} already exists: "
+        f"worker-chart-export submit: error: flow_runs/{run_id} already exists: "
         "a run is created once; pick another --run-id"
     ]

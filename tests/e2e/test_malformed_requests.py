@@ -24,6 +24,7 @@ import pytest
 
 from e2e.stack import Worker, start_worker, worker_command
 from harness.firestore_emulator import FirestoreEmulator, free_port
+from harness.gcs_emulator import GcsEmulator, storage_client_for
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
 pytestmark = pytest.mark.emulators
@@ -121,10 +122,15 @@ CORPUS = [
 
 @contextmanager
 def serving(
-    target: str, emulator: FirestoreEmulator, logs: pytest.TempPathFactory, warm_up: Case
+    target: str,
+    emulator: FirestoreEmulator,
+    logs: pytest.TempPathFactory,
+    warm_up: Case,
+    storage: dict[str, str] | None = None,
 ) -> Iterator[Worker]:
     """`worker-chart-export serve --target <target>` in its own process, warmed by one
-    well-formed request (so its start-up lines are written before the corpus is sent)."""
+    well-formed request (so its start-up lines are written before the corpus is sent).
+    `storage`: the worker's bucket variables (it checks its bucket before serving)."""
     script = worker_command(0)[0]
     server = start_worker(
         free_port(),
@@ -133,6 +139,7 @@ def serving(
             "GOOGLE_CLOUD_PROJECT": emulator.project,
             "CHARTS_API_MODE": "mock",
             "APP_ENV": "e2e",
+            **(storage or {}),
         },
         logs.mktemp(target) / "function.log",
         command=[script, "serve", "--target", target],
@@ -142,7 +149,7 @@ def serving(
             pytest.fail(f"{target} did not answer the warm-up:\n{server.log_tail()}", pytrace=False)
         if target == "on_flow_run_updated":
             # the worker warms itself up in a background thread once serving (its line, "instance
-            # warmed up" or "... warm-up failed" without a bucket here, may come after that request)
+            # warmed up", may come after that request)
             _wait_for_line(server, '"message": "instance warm')
         yield server
     finally:
@@ -159,11 +166,14 @@ def _wait_for_line(server: Worker, text: str, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def served_worker(
-    firestore_emulator: FirestoreEmulator, tmp_path_factory: pytest.TempPathFactory
+    firestore_emulator: FirestoreEmulator, gcs_emulator: GcsEmulator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
     body = build_document_event_data(document_resource_name(PROJECT_ID, "flow_runs/RUN1"), {"steps": {}})
     warm_up = Case("warm-up", body.SerializeToString(), binary_headers(), (200,))  # a no-op event
-    with serving("on_flow_run_updated", firestore_emulator, tmp_path_factory, warm_up) as server:
+    bucket = f"malformed-{uuid.uuid4().hex[:12]}"
+    storage_client_for(gcs_emulator.url).create_bucket(bucket)
+    storage = {"STORAGE_EMULATOR_HOST": gcs_emulator.url, "CHARTS_BUCKET": bucket}
+    with serving("on_flow_run_updated", firestore_emulator, tmp_path_factory, warm_up, storage) as server:
         yield server
 
 

@@ -1,10 +1,13 @@
 """`worker-chart-export stack up` as a new user runs it: the console script in a subprocess,
 its output captured. It takes the bundled sample to a settled run, downloads the artifacts,
-and leaves no process behind, also when interrupted (SIGINT, as Ctrl-C sends) mid-run.
+prints hints that work as printed, and leaves no process behind, also when interrupted
+(SIGINT, as Ctrl-C sends) at several moments of start-up and mid-run. With --keep-running,
+the `submit` lines of docs/stack.md and the README run as written against it.
 
 "No process behind" is checked on /proc: the command prints the pid of every child it
 starts, each the leader of its own session; after the command exits, no process may be in
-any of those sessions or process groups, nor in the command's own.
+any of those sessions or process groups, nor in the command's own. Whether it was prompt is
+judged by that, not by a clock: the command reports the time itself.
 """
 
 from __future__ import annotations
@@ -22,10 +25,23 @@ from pathlib import Path
 
 import pytest
 
+from harness.builders import REPO
+from harness.doc_commands import commands_in
+
 pytestmark = pytest.mark.emulators
 
 RUN_ID = "run_20261122_btcusdt_0001"  # the bundled sample's
 STARTED = re.compile(r"^started (?P<name>\S+) pid=(?P<pid>\d+)", re.MULTILINE)
+STOPPED = re.compile(
+    r"^stack stopped \((?P<groups>\d+) process groups\) in \d+\.\ds(?P<after> after the interrupt)?$", re.M
+)
+STACK_PROCESSES = {
+    "firestore-emulator",
+    "fake-gcs-server",
+    "advance_flow",
+    "on_flow_run_updated",
+    "reap_expired_leases",
+}
 COMMAND_TIMEOUT_SECONDS = 120.0
 
 
@@ -87,15 +103,31 @@ def started_sessions(output: str) -> dict[str, int]:
     return {match["name"]: int(match["pid"]) for match in STARTED.finditer(output)}
 
 
-def wait_for_text(process: subprocess.Popen[bytes], output: Path, text: str, timeout: float) -> str:
+def wait_for_text(
+    process: subprocess.Popen[bytes], output: Path, text: str | re.Pattern[str], timeout: float
+) -> str:
     deadline = time.monotonic() + timeout
     while True:
         current = output.read_text(errors="replace")
-        if text in current:
+        if text.search(current) if isinstance(text, re.Pattern) else text in current:
             return current
         if process.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"{text!r} never appeared (exit {process.poll()}):\n{current[-4000:]}", pytrace=False)
-        time.sleep(0.1)
+        time.sleep(0.02)
+
+
+def run_as_printed(
+    line: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A command the stack printed (a hint), run by a shell exactly as printed."""
+    return subprocess.run(
+        ["bash", "-c", line],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or dict(os.environ),
+    )
 
 
 def test_stack_up_settles_the_bundled_sample_and_leaves_nothing_running(
@@ -115,35 +147,99 @@ def test_stack_up_settles_the_bundled_sample_and_leaves_nothing_running(
         assert all(a[1] == b[0] for a, b in itertools.pairwise(seen)), seen  # a chain
     assert "simulated stand-in" in text  # the LLM step is labelled as the stack's stand-in
     sessions = started_sessions(text)
-    assert set(sessions) == {
-        "firestore-emulator",
-        "fake-gcs-server",
-        "advance_flow",
-        "on_flow_run_updated",
-        "reap_expired_leases",
-    }
+    assert set(sessions) == STACK_PROCESSES
     assert survivors({*sessions.values(), process.pid}) == []
+    [stopped] = STOPPED.findall(text)
+    assert stopped == ("5", "")
+
+    # its logs are under the output folder, one per process, not in /tmp
+    assert "logs: out/stack/logs/" in text
+    assert {path.stem for path in (tmp_path / "out" / "stack" / "logs").glob("*.log")} == STACK_PROCESSES
 
     # the artifacts were downloaded into run-local's bucket mirror, where `view` reads them
     manifests = list((tmp_path / "out" / "stack" / "gcs").glob(f"*/charts/{RUN_ID}/charts_1h/manifest.json"))
     assert len(manifests) == 1, text[-2000:]
     assert len(list(manifests[0].parent.glob("*.png"))) == 3
-    assert f"worker-chart-export view {manifests[0].parent.relative_to(tmp_path)}" in text
+    # the hint works as printed, and only true hints are printed (the stack is gone)
+    [view] = re.findall(r"^  view: (.+)$", text, re.M)
+    assert view.endswith(f" view {manifests[0].parent.relative_to(tmp_path)}")
+    assert "while the stack runs" not in text and "keeps running" not in text
+    viewed = run_as_printed(view, tmp_path)
+    assert viewed.returncode == 0, viewed.stderr
+    page = tmp_path / "out" / "view" / f"chart-view-{RUN_ID}-charts_1h.html"
+    assert viewed.stdout == f"SUCCEEDED: page written to {page.as_uri()}\n"
+    # the live table folds the manifest's URI rather than cutting it: every character is there
+    uri = f"{manifests[0].relative_to(tmp_path / 'out' / 'stack' / 'gcs')}"
+    notes = "".join(re.findall(r"│ ([^│]*?) *│$", text, re.M))
+    assert f"gs://{uri}" in notes.replace(" ", "")
 
 
-def test_ctrl_c_mid_run_stops_everything_the_stack_started(
-    tmp_path: Path, launched: list[tuple[subprocess.Popen[bytes], Path]]
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "logs:",  # the start is about to begin
+        re.compile(r"^started ", re.M),  # the first child is starting
+        re.compile(r"(?:^started .*\n){3}", re.M),  # three of five, the JVM likely still booting
+        "stack ready",  # everything up, the run not yet created
+        "llm_report: PENDING -> READY",  # mid-run
+    ],
+    ids=["before-start", "first-child", "third-child", "ready", "mid-run"],
+)
+def test_ctrl_c_at_any_moment_stops_everything_the_stack_started(
+    tmp_path: Path, launched: list[tuple[subprocess.Popen[bytes], Path]], moment: str | re.Pattern[str]
 ) -> None:
     # without the stand-in for other steps the LLM step stays READY: the run never settles
     process, output = launch(launched, tmp_path, "--no-simulate-other-steps")
-    text = wait_for_text(process, output, "llm_report: PENDING -> READY", COMMAND_TIMEOUT_SECONDS)
-    sessions = started_sessions(text)
-    assert len(sessions) == 5 and survivors(set(sessions.values())), "the stack should be running now"
+    wait_for_text(process, output, moment, COMMAND_TIMEOUT_SECONDS)
 
     os.kill(process.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground command
-    code = process.wait(timeout=60)
+    code = process.wait(timeout=60)  # a guard against a hang only: the judge is below
     text = output.read_text(errors="replace")
 
     assert code == 130, text[-4000:]
     assert "interrupted: stopping the stack" in text and "settled" not in text
-    assert survivors({*sessions.values(), process.pid}) == []
+    assert "Traceback" not in text
+    sessions = started_sessions(text)
+    assert survivors({*sessions.values(), process.pid}) == [], text[-4000:]
+    # the report counts every group it stopped and times the stop from the Ctrl-C
+    [(groups, after)] = STOPPED.findall(text)
+    assert (int(groups), after) == (len(sessions), " after the interrupt"), text[-2000:]
+
+
+def test_submit_as_the_docs_write_it_settles_on_a_running_stack(
+    tmp_path: Path, launched: list[tuple[subprocess.Popen[bytes], Path]]
+) -> None:
+    process, output = launch(launched, tmp_path, "--keep-running")
+    text = wait_for_text(process, output, "Ctrl-C stops it", COMMAND_TIMEOUT_SECONDS)
+    [export] = re.findall(
+        r"^  (export FIRESTORE_EMULATOR_HOST=\S+ STORAGE_EMULATOR_HOST=\S+ \S+)$", text, re.M
+    )
+    assert "keeps running (--keep-running)" in text and "while the stack runs" in text
+    checkout = tmp_path / "checkout"  # the docs' commands run from a checkout's root
+    checkout.mkdir()
+    for name in (".venv", "fixtures"):
+        (checkout / name).symlink_to(REPO / name)
+
+    for doc, run_id in (("docs/stack.md", "my_run_1"), ("README.md", "my_first_run")):
+        lines = [command.text for command in commands_in(REPO / doc)]
+        submit = next(
+            i
+            for i, line in enumerate(lines)
+            if ".venv/bin/worker-chart-export submit" in line and "fixtures/flow_run.sample.json" in line
+        )
+        assert lines[submit - 1].startswith("export FIRESTORE_EMULATOR_HOST=")  # the line to paste
+        assert f"--run-id {run_id} --wait" in lines[submit]
+        done = run_as_printed(f"{export}\n{lines[submit]}", checkout)  # pasted, then as written
+        assert done.returncode == 0, (doc, done.stdout, done.stderr)
+        assert f"run {run_id}: SUCCEEDED" in done.stdout, done.stdout
+        # its hint, run as printed in the same shell, shows the charts from the bucket itself
+        [view] = re.findall(r"^  view: (.+)$", done.stdout, re.M)
+        viewed = run_as_printed(f"{export}\n{view}", checkout)
+        assert viewed.returncode == 0 and viewed.stdout.startswith("SUCCEEDED: page written to"), viewed
+
+    os.kill(process.pid, signal.SIGINT)
+    code = process.wait(timeout=60)
+    text = output.read_text(errors="replace")
+    assert code == 0, text[-3000:]  # the stack's own run SUCCEEDED; Ctrl-C was the way to stop it
+    assert re.search(r"completed by the stand-in", text)
+    assert survivors({*started_sessions(text).values(), process.pid}) == []

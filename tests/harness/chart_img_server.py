@@ -26,6 +26,9 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   a scripted status without a message gets the documented one; a message the docs do not
   show is refused unless `undocumented=True`; `empty_body=True` sends none at all, and
   `retry_after` a Retry-After header, which the docs never show), or a 200 that is not a PNG;
+- a careless provider: `echo_key=("url_quote", ...)` writes the request's own key into the
+  scripted error's body in each of those forms (`secret_scan.key_forms`' names), the first
+  in its message, every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
 - otherwise 200 with a small real PNG.
 
 When a request counts against the daily quota, and in which order CHART-IMG checks key,
@@ -108,6 +111,9 @@ class Script:
     # with latency: answer as soon as this many calls have been in flight at once (the
     # server's peak), or when latency passes: a capacity test need not wait on the clock
     hold_until_in_flight: int = 0
+    # with latency: answer as soon as the test sets this (or when latency passes): the test
+    # decides, by an event of its own, when the answer leaves
+    release: threading.Event | None = None
     hang: float = 0.0  # seconds to stall without answering (longer than the client timeout)
     fail_times: int = 0  # answer fail_status this many times, then behave normally
     fail_status: int = 500
@@ -118,6 +124,8 @@ class Script:
     undocumented: bool = False  # allow messages the docs do not show (an unknown answer)
     empty_body: bool = False  # the scripted error (status, or fail_status) with no body at all
     retry_after: str | None = None  # a Retry-After header on the scripted error (the docs show none)
+    # the request's key echoed in the scripted error's body in these forms (secret_scan.key_forms)
+    echo_key: tuple[str, ...] = ()
     failed: int = 0
 
     def __post_init__(self) -> None:
@@ -343,6 +351,12 @@ class ChartImgServer:
 
     def stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
+        with self._lock:
+            scripts = [*self._scripts_by_symbol.values(), *self._scripts_by_template.values()]
+            scripts += self._scripts_by_key.values()
+        for script in scripts:
+            if script.release is not None:
+                script.release.set()  # and those held for the test's word
         with self._in_flight_changed:
             self._in_flight_changed.notify_all()  # and those held for a peak
         self._httpd.shutdown()
@@ -472,14 +486,17 @@ class ChartImgServer:
             fail_now = script.failed < script.fail_times
             script.failed += fail_now
         if fail_now:
-            return _scripted_error(script, script.fail_status, script.fail_message or "")
+            return _scripted_error(script, script.fail_status, script.fail_message or "", key)
         if script.status is not None:
-            return _scripted_error(script, script.status, script.message or "")
+            return _scripted_error(script, script.status, script.message or "", key)
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")
 
     def _wait(self, script: Script) -> None:
+        if script.release is not None:
+            script.release.wait(script.latency)
+            return
         if not script.hold_until_in_flight:
             self._stopping.wait(script.latency)
             return
@@ -490,11 +507,32 @@ class ChartImgServer:
             )
 
 
-def _scripted_error(script: Script, status: int, message: str) -> _Reply:
-    reply = _Reply(status, b"") if script.empty_body else _json_reply(status, message)
+def _scripted_error(script: Script, status: int, message: str, key: str) -> _Reply:
+    if script.empty_body:
+        reply = _Reply(status, b"")
+    elif script.echo_key:
+        reply = _Reply(status, _echoing_body(message, key, script.echo_key))
+    else:
+        reply = _json_reply(status, message)
     if script.retry_after is not None:
         reply.headers["retry-after"] = script.retry_after
     return reply
+
+
+def _echoing_body(message: str, key: str, forms: tuple[str, ...]) -> bytes:
+    """`{"message": "<message> (<form>)", "errors": [{"param": "x-api-key", "msg": <form>}...]}`,
+    each form written into the JSON text as it is: a JSON-escaped form stays escaped in the
+    bytes (the parsed body then holds the key itself), any other is escaped only as JSON must."""
+    from harness.secret_scan import key_forms  # lazily: run as a script, only tests echo
+
+    written = key_forms(key)
+
+    def in_json(form: str) -> str:
+        return written[form] if form.startswith("json") else json.dumps(written[form])[1:-1]
+
+    entries = ", ".join(f'{{"param": "x-api-key", "msg": "{in_json(form)}"}}' for form in forms)
+    head = json.dumps(message)[1:-1]
+    return f'{{"message": "{head} ({in_json(forms[0])})", "errors": [{entries}]}}'.encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -604,9 +642,10 @@ def connections_all_free(api: Any) -> bool:
 
 
 def find_secrets(haystacks: Iterable[str], keys: Iterable[str]) -> list[str]:
-    """Which keys occur anywhere in the given texts (expected: none)."""
-    texts = list(haystacks)
-    return [key for key in keys if any(key in text for text in texts)]
+    """Which keys occur anywhere in the given texts, in any form (expected: none)."""
+    from harness.secret_scan import leaks
+
+    return leaks(haystacks, keys)
 
 
 class FakeClock(testing.FakeClock):

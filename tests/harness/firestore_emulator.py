@@ -131,11 +131,14 @@ def start_firestore_emulator(
     functions_emulator: str | None = None,
     project: str = PROJECT,
     timeout: float = START_TIMEOUT_SECONDS,
+    rules: Path | None = None,
 ) -> FirestoreEmulator:
     """Start the emulator and wait until `GET /` answers `Ok`.
 
     `functions_emulator` (host:port) is where the emulator POSTs the CloudEvents of
-    triggers registered with `register_update_trigger`.
+    triggers registered with `register_update_trigger`. `rules`: a security rules file the
+    emulator then applies to every client request (the server SDK's `Bearer owner` bypasses
+    them, as server credentials do in production); without it, clients are not checked.
     """
     jar = emulator_jar()
     java = shutil.which("java")
@@ -156,6 +159,8 @@ def start_firestore_emulator(
     ]
     if functions_emulator:
         command.append(f"--functions_emulator={functions_emulator}")
+    if rules is not None:
+        command.append(f"--rules={rules}")
     # a file, not a pipe: nobody drains a pipe and a full one would block the JVM
     log_fd, log_name = tempfile.mkstemp(prefix="firestore-emulator-", suffix=".log")
     log: IO[bytes] = os.fdopen(log_fd, "wb")

@@ -26,7 +26,7 @@ from worker_chart_export.adapters.gcs import (
     make_storage_client,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK
-from worker_chart_export.core.exceptions import ArtifactWriteError
+from worker_chart_export.core.exceptions import ArtifactWriteError, BucketUnusable
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -35,6 +35,7 @@ PNG_A = b"\x89PNG\r\n\x1a\n" + b"first" * 10
 PNG_B = b"\x89PNG\r\n\x1a\n" + b"second" * 10
 PNG_PATH = "charts/RUN1/charts_1/20260101T000000000Z_BINANCE-BTCUSDT_1h_price_v1.png"
 MANIFEST_PATH = "charts/RUN1/charts_1/manifest.json"
+META = {"requestDigest": "d" * 64, "claimToken": "token-1"}
 
 Bucket = tuple[storage.Client, str]
 ProxyFactory = Callable[..., FaultyGcsProxy]
@@ -82,7 +83,7 @@ def test_the_worker_s_client_looks_up_no_bucket_metadata_behind_its_back(
     monkeypatch.setattr(BucketMetadataCache, "get_or_queue_fetch", lambda _, name: lookups.append(name))
     _, bucket = gcs_bucket
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
-    store.create_png(PNG_PATH, PNG_A)
+    store.create_png(PNG_PATH, PNG_A, metadata=META)
     assert lookups == []
 
 
@@ -90,25 +91,27 @@ def test_create_png_writes_bytes_with_png_content_type(gcs_bucket: Bucket) -> No
     client, bucket = gcs_bucket
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
 
-    uri = store.create_png(PNG_PATH, PNG_A)
+    uri = store.create_png(PNG_PATH, PNG_A, metadata=META)
 
     assert uri == f"gs://{bucket}/{PNG_PATH}"
     assert store.bucket == bucket
     assert read_object(client, bucket, PNG_PATH) == (PNG_A, "image/png")
     assert list_objects(client, bucket) == [PNG_PATH]
+    assert object_metadata(client, bucket, PNG_PATH)["metadata"] == META  # as GCS custom metadata
 
 
 def test_create_png_twice_is_success_and_keeps_the_first_content(gcs_bucket: Bucket) -> None:
     client, bucket = gcs_bucket
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), bucket, clock=SYSTEM_CLOCK)
-    first = store.create_png(PNG_PATH, PNG_A)
+    first = store.create_png(PNG_PATH, PNG_A, metadata=META)
     generation = object_metadata(client, bucket, PNG_PATH)["generation"]
 
-    second = store.create_png(PNG_PATH, PNG_B)
+    second = store.create_png(PNG_PATH, PNG_B, metadata={"requestDigest": "e" * 64, "claimToken": "t2"})
 
     assert second == first
     assert read_object(client, bucket, PNG_PATH) == (PNG_A, "image/png")
     assert object_metadata(client, bucket, PNG_PATH)["generation"] == generation
+    assert object_metadata(client, bucket, PNG_PATH)["metadata"] == META  # the first write's
 
 
 def test_put_manifest_overwrites_with_json_and_no_cache(gcs_bucket: Bucket) -> None:
@@ -194,7 +197,7 @@ def test_transient_503_is_retried_then_succeeds(gcs_bucket: Bucket, faulty_gcs_p
     sleep = SleepRecorder()
     store = store_via(proxy, bucket, sleep, initial_wait=0.2, max_wait=2.0)
 
-    uri = store.create_png(PNG_PATH, PNG_A)
+    uri = store.create_png(PNG_PATH, PNG_A, metadata=META)
 
     assert uri == f"gs://{bucket}/{PNG_PATH}"
     assert proxy.upload_requests == 3
@@ -212,7 +215,7 @@ def test_lost_answer_retry_hits_412_and_counts_as_success(
     proxy = faulty_gcs_proxy(1, 503, forward_first=True)
     sleep = SleepRecorder()
 
-    uri = store_via(proxy, bucket, sleep).create_png(PNG_PATH, PNG_A)
+    uri = store_via(proxy, bucket, sleep).create_png(PNG_PATH, PNG_A, metadata=META)
 
     assert uri == f"gs://{bucket}/{PNG_PATH}"
     assert proxy.upload_requests == 2
@@ -239,7 +242,7 @@ def test_503_forever_fails_after_max_attempts(gcs_bucket: Bucket, faulty_gcs_pro
     store = store_via(proxy, bucket, sleep, max_attempts=3, initial_wait=0.1, max_wait=0.15)
 
     with pytest.raises(ArtifactWriteError) as err:
-        store.create_png(PNG_PATH, PNG_A)
+        store.create_png(PNG_PATH, PNG_A, metadata=META)
 
     message = str(err.value)
     assert proxy.upload_requests == 3
@@ -271,8 +274,10 @@ def test_missing_bucket_fails_at_once_naming_the_bucket(gcs_emulator: GcsEmulato
     sleep = SleepRecorder()
     store = GcsArtifactStore(make_storage_client(GCS_TEST_PROJECT), "no-such-bucket", clock=sleep)
 
-    with pytest.raises(ArtifactWriteError) as err:
-        store.create_png(PNG_PATH, PNG_A)
+    with pytest.raises(BucketUnusable) as err:  # not a write that failed: nothing can be written
+        store.create_png(PNG_PATH, PNG_A, metadata=META)
+    with pytest.raises(BucketUnusable, match="no-such-bucket"):
+        store.put_manifest(MANIFEST_PATH, b"{}", still_ours=lambda: True)
 
     message = str(err.value)
     assert "no-such-bucket" in message
@@ -296,7 +301,7 @@ def test_connection_refused_is_transient_and_bounded() -> None:
     )
 
     with pytest.raises(ArtifactWriteError) as err:
-        store.create_png(PNG_PATH, PNG_A)
+        store.create_png(PNG_PATH, PNG_A, metadata=META)
 
     assert len(sleep.calls) == 1
     assert "2 attempts" in str(err.value) and "ConnectionError" in str(err.value)
@@ -317,7 +322,7 @@ def test_error_message_never_carries_credentials(gcs_bucket: Bucket, faulty_gcs_
     store = GcsArtifactStore(client, bucket, clock=SleepRecorder())
 
     with pytest.raises(ArtifactWriteError) as err:
-        store.create_png(PNG_PATH, PNG_A)
+        store.create_png(PNG_PATH, PNG_A, metadata=META)
 
     message = str(err.value)
     assert f"Bearer {token}" in proxy.authorization_headers  # the token really was sent

@@ -9,7 +9,6 @@ out/test-artifacts/. scripts/install_test_tools.sh installs chromium; without it
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
@@ -23,7 +22,8 @@ from typing import Any
 import pytest
 
 from harness.builders import REPO, SAMPLE_FLOW_RUN
-from worker_chart_export.tools.view import EXIT_BAD_INPUT, EXIT_OK, add_view_arguments, run_view
+from worker_chart_export.cli.main import main
+from worker_chart_export.tools.view import EXIT_BAD_INPUT, EXIT_OK
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -93,9 +93,7 @@ def _run_local(
 
 
 def _view(*argv: str) -> None:
-    parser = argparse.ArgumentParser()
-    add_view_arguments(parser)
-    assert run_view(parser.parse_args(list(argv))) == EXIT_OK
+    assert main(["view", *argv]) == EXIT_OK
 
 
 def _open(driver: Any, page: Path, screenshot_name: str) -> dict[str, Any]:
@@ -145,12 +143,14 @@ def _assert_page(
     assert seen["fetched"] == [] and seen["console"] == []
 
 
-def test_sample_run_page_in_chromium(browser: Any, tmp_path: Path) -> None:
+def test_sample_run_page_in_chromium(browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     step_dir = _run_local(SAMPLE_FLOW_RUN, tmp_path)
     assert step_dir is not None
+    monkeypatch.chdir(tmp_path)
     _view(str(tmp_path))  # run-local's output folder, as a user would pass it
     manifest = json.loads((step_dir / "manifest.json").read_text())
-    seen = _open(browser, step_dir / f"chart-view-{RUN_ID}-{STEP_ID}.html", "view-sample.png")
+    page = tmp_path / "out" / "view" / f"chart-view-{RUN_ID}-{STEP_ID}.html"  # the default place
+    seen = _open(browser, page, "view-sample.png")
     assert len(seen["images"]) == 3 and seen["status"] == "SUCCEEDED" and seen["problems"] == []
     _assert_page(seen, manifest)
     assert (ARTIFACTS / "view-sample.png").stat().st_size > 10_000
@@ -187,7 +187,7 @@ def test_failures_and_a_missing_png_in_chromium(browser: Any, tmp_path: Path) ->
     (step_dir / lost["png_gcs_uri"].rsplit("/", 1)[1]).unlink()
     page = tmp_path / "page.html"
     state = tmp_path / "out" / "flow_runs" / f"{RUN_ID}.json"
-    _view(str(step_dir / "manifest.json"), "--out", str(page), "--flow-run-state", str(state))
+    _view(str(step_dir / "manifest.json"), "--output", str(page), "--flow-run-state", str(state))
     seen = _open(browser, page, "view-failures.png")
     assert {"CHART_API_MOCK_MISSING", "CHART_API_FAILED"} <= set(seen["codes"]) and seen["status"] == "FAILED"
     _assert_page(seen, manifest, frozenset({lost["chartTemplateId"]}))
@@ -202,7 +202,7 @@ def test_gs_manifest_through_fake_gcs_server_in_chromium(
     assert _run_local(SAMPLE_FLOW_RUN, tmp_path, f"--charts-bucket=gs://{bucket}") is None
     uri = f"gs://{bucket}/charts/{RUN_ID}/{STEP_ID}/manifest.json"
     page = tmp_path / "gs-page.html"
-    _view(uri, "--out", str(page))
+    _view(uri, "--output", str(page))
     client, _ = gcs_bucket
     manifest = json.loads(
         client.bucket(bucket).blob(f"charts/{RUN_ID}/{STEP_ID}/manifest.json").download_as_bytes()
@@ -228,15 +228,13 @@ def test_gs_prefix_default_page_missing_object_and_absent_manifest(
     monkeypatch.chdir(tmp_path)
     _view(f"gs://{bucket}/{prefix}")  # the step's prefix: manifest.json is implied
     out, err = capsys.readouterr()
-    page = tmp_path / f"chart-view-{RUN_ID}-{STEP_ID}.html"
+    page = tmp_path / "out" / "view" / f"chart-view-{RUN_ID}-{STEP_ID}.html"
     assert (
         page.as_uri() in out
         and f"problem: {manifest['items'][0]['chartTemplateId']}: {lost} does not exist" in err
     )
     assert page.read_text().count("<img ") == 2 and "Image unavailable" in page.read_text()
 
-    parser = argparse.ArgumentParser()
-    add_view_arguments(parser)
     absent = f"gs://{bucket}/charts/{RUN_ID}/no_such_step/manifest.json"
-    assert run_view(parser.parse_args([absent])) == EXIT_BAD_INPUT
-    assert capsys.readouterr().err == f"view: {absent} does not exist\n"
+    assert main(["view", absent]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == f"worker-chart-export view: error: {absent} does not exist\n"

@@ -134,7 +134,7 @@ def test_every_part_is_handed_the_runtimes_clock(unreachable_clouds: None) -> No
     assert step.clock is clock and reaper.clock is clock and reaper.max_attempts == 5
     # the adapters got it too: the GCS store's retries wait on it, not on the wall clock
     with pytest.raises(ArtifactWriteError):
-        step.ports.artifacts.create_png("charts/run1/step1/chart.png", b"\x89PNG")
+        step.ports.artifacts.create_png("charts/run1/step1/chart.png", b"\x89PNG", metadata={})
     assert len(clock.sleeps) == 2  # three attempts, two waits, none of them real
 
 

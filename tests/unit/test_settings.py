@@ -172,3 +172,23 @@ def test_the_reuse_window_is_read_bounded_and_reaches_the_step_limits(
         with pytest.raises(ConfigError) as caught:
             load_settings()
         assert caught.value.setting == "CHART_REUSE_MAX_AGE_SECONDS" and bad not in str(caught.value)
+
+
+def test_a_finalize_budget_not_below_the_request_timeout_is_refused_as_deploy_sh_refuses_it(
+    settings_environment: Environment,
+) -> None:
+    settings_environment(REQUEST_TIMEOUT_SECONDS="30", FINALIZE_BUDGET_SECONDS="29.5")
+    assert load_settings().finalize_budget_seconds == 29.5
+    for finalize, timeout in (("30", "30"), ("31", "30"), ("30", None)):  # None: the default, 300
+        settings_environment(FINALIZE_BUDGET_SECONDS=finalize, REQUEST_TIMEOUT_SECONDS=timeout or "")
+        if timeout is None:
+            assert load_settings().finalize_budget_seconds == 30.0
+            continue
+        with pytest.raises(ConfigError) as caught:
+            load_settings()
+        assert caught.value.setting == "FINALIZE_BUDGET_SECONDS"
+        assert f"must be below REQUEST_TIMEOUT_SECONDS ({timeout})" in str(caught.value)
+        assert len(str(caught.value).splitlines()) == 1
+    settings_environment(REQUEST_TIMEOUT_SECONDS="20")  # FINALIZE_BUDGET_SECONDS' default, 30
+    with pytest.raises(ConfigError, match=r"FINALIZE_BUDGET_SECONDS: .*below REQUEST_TIMEOUT_SECONDS \(20\)"):
+        load_settings()

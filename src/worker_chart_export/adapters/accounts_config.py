@@ -3,7 +3,10 @@
 `[{"id", "apiKey", "plan"?, "dailyLimit"?, "ratePerSecond"?, "burst"?}]` from CHART_IMG_ACCOUNTS_JSON
 (the CLI's --accounts-config-path lands there too), else from the Secret Manager version
 CHART_IMG_ACCOUNTS_SECRET. A key never appears in an error message, a repr or a log line: it
-is a SecretStr from parsing on.
+is a SecretStr from parsing on, and known to the process's redaction (known_keys) once parsed.
+A problem names an item and a field by position when the field is not one of ours (a key
+typed as a field name is never printed), and any string of the input that could be a key is
+redacted from the message (a duplicate id is named unless it is one).
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from worker_chart_export import known_keys
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.plans import AccountLimits, account_limits, plan_named
+from worker_chart_export.core.problem_words import plain_problem
+from worker_chart_export.core.redaction import MIN_RUN, Redaction
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 JSON_SOURCE = "CHART_IMG_ACCOUNTS_JSON"
@@ -58,6 +64,9 @@ class AccountConfig(BaseModel):
         return value
 
 
+FIELD_NAMES = tuple(field.alias or name for name, field in AccountConfig.model_fields.items())
+
+
 # --- parsing -------------------------------------------------------------------------------
 
 
@@ -86,14 +95,15 @@ def parse_accounts(
         try:
             accounts.append(AccountConfig.model_validate(item))
         except ValidationError as exc:
-            problems.extend(f"item {index}: {_describe(err)}" for err in exc.errors())
+            problems.extend(f"item {index}: {_describe(err, list(item))}" for err in exc.errors())
     seen: set[str] = set()
     for account in accounts:
         if account.id in seen:
             problems.append(f"duplicate account id '{account.id}'")
         seen.add(account.id)
     if problems:
-        raise problem(_redact("; ".join(problems), data))
+        raise problem(Redaction(_possible_keys(data)).text("; ".join(problems)))
+    known_keys.learn(account.api_key.get_secret_value() for account in accounts)
     return tuple(accounts)
 
 
@@ -102,38 +112,37 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "number")
 
 
-def _describe(err: Any) -> str:
-    """One pydantic error in our words; `err["input"]` (the raw value) is never used."""
+def _describe(err: Any, names: list[str]) -> str:
+    """One pydantic error in our words; `err["input"]` (the raw value) is never used, and a
+    field that is not ours is named by its position among the item's `names` (a key typed
+    as a field name must not be printed)."""
     loc = [str(part) for part in err.get("loc", ())]
     field = loc[0] if loc else "item"
     kind = err.get("type", "")
     if kind == "missing":
         return f"missing '{field}'"
-    if kind == "extra_forbidden":
-        return f"unknown field '{field[:64]}'"
+    if kind == "extra_forbidden" or field not in FIELD_NAMES:
+        position = names.index(field) + 1 if field in names else "?"
+        return f"field {position} is unknown (its name is not shown; known: {', '.join(FIELD_NAMES)})"
     if kind == "string_pattern_mismatch" and field == "id":
         return f"id must match {ACCOUNT_ID_PATTERN}"
-    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"'{field}' {message[0].lower() + message[1:] if message else 'is invalid'}"
+    return f"'{field}' {plain_problem(err)}"
 
 
-def _string_leaves(value: Any) -> Iterator[str]:
+def _possible_keys(value: Any, *, under: str | None = None) -> Iterator[str]:
+    """The strings of an accounts file that could be keys: every string and field name long
+    enough (MIN_RUN), but an `id`'s value (a name, shown in a problem) and our field names."""
     if isinstance(value, str):
-        yield value
+        if under != "id" and len(value) >= MIN_RUN:
+            yield value
     elif isinstance(value, dict):
-        for v in value.values():
-            yield from _string_leaves(v)
+        for name, inner in value.items():
+            if name not in FIELD_NAMES:
+                yield from _possible_keys(name)
+            yield from _possible_keys(inner, under=name)
     elif isinstance(value, list):
-        for v in value:
-            yield from _string_leaves(v)
-
-
-def _redact(message: str, data: Any) -> str:
-    """Belt and braces: no string of the input long enough to be a key survives in a message."""
-    for leaf in sorted(set(_string_leaves(data)), key=len, reverse=True):
-        if len(leaf) >= 8 and leaf in message:
-            message = message.replace(leaf, "<redacted>")
-    return message
+        for inner in value:
+            yield from _possible_keys(inner)
 
 
 # --- loading -------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
 """The charts bucket on Cloud Storage: the production ArtifactStore.
 
-PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`); the manifest
-path is fixed per step and is overwritten by the latest execution (contract §9; docs/design.md,
-"Charts, artifacts and the outcome"), never by an execution whose claim was taken back. A
-retried step lists its folder once, one page at most, for PNGs it may reuse (core/reuse.py).
+PNG names carry `generatedAt`, so PNGs are create-only (`ifGenerationMatch=0`), each with the
+digest of the request body it was rendered from and the claim token that wrote it as custom
+metadata; the manifest path is fixed per step and is overwritten by the latest execution
+(contract §9; docs/design.md, "Charts, artifacts and the outcome"), never by an execution whose
+claim was taken back. A retried step lists its folder once, one page at most, names with their
+content type and metadata, and reads the first bytes of a PNG it may reuse (core/reuse.py).
+Each step first checks the bucket with a listing of one name (`check_bucket`); `serve` and the
+warm-up write and delete an object of their own first (`probe_write`).
 Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
 switched off, since its default keeps retrying for up to 120 s on its own schedule.
 """
@@ -13,7 +17,8 @@ from __future__ import annotations
 import http.client
 import os
 import re
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,17 +31,19 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import (
     ArtifactListError,
+    ArtifactReadError,
     ArtifactWriteError,
+    BucketUnusable,
     ClaimSuperseded,
     StoreError,
 )
-from worker_chart_export.core.naming import gcs_uri
-from worker_chart_export.core.reuse import LIST_PAGE_SIZE
+from worker_chart_export.core.naming import CHARTS_PREFIX, gcs_uri
+from worker_chart_export.core.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
+from worker_chart_export.core.types import ListedObject
 
 if TYPE_CHECKING:
     from google.cloud.storage import Client as StorageClient
 
-PNG_CONTENT_TYPE = "image/png"
 MANIFEST_CONTENT_TYPE = "application/json"
 # The bucket is public-read (§13.6) and public objects default to a 1 h edge cache; the
 # manifest is overwritten on re-execution, so readers must always revalidate it.
@@ -72,6 +79,8 @@ _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _MAX_DETAIL_CHARS = 200
 MAX_FENCED_WRITES = 3
+# `probe_write`'s objects: created, then deleted at once (each name used once)
+WRITE_PROBE_PREFIX = "worker-chart-export/write-probe/"
 
 
 # google-cloud-storage 3.x fetches each bucket's metadata the first time it sees the bucket
@@ -176,11 +185,41 @@ class GcsArtifactStore:
             reraise=True,
         )
 
-    def create_png(self, object_path: str, data: bytes) -> str:
+    def check_bucket(self) -> None:
+        def one_name() -> None:
+            blobs = self._bucket.list_blobs(
+                prefix=f"{CHARTS_PREFIX}/",
+                max_results=1,
+                fields="items(name)",
+                retry=None,
+                timeout=self._timeout,
+            )
+            list(blobs)  # the request is sent when the page is read
+
+        self._retried(gcs_uri(self.bucket, ""), one_name, action="listing", failure=BucketUnusable)
+
+    def probe_write(self) -> None:
+        """What the worker does to its bucket, done once on a name of its own: a create-only
+        write (a PNG's), then a delete (overwriting the manifest needs it). Raises
+        BucketUnusable naming the bucket and what was refused."""
+        path = f"{WRITE_PROBE_PREFIX}{uuid.uuid4().hex}"
+        blob = self._bucket.blob(path)
+
+        def create() -> None:
+            blob.upload_from_string(b"", if_generation_match=0, retry=None, timeout=self._timeout)
+
+        def delete() -> None:
+            blob.delete(retry=None, timeout=self._timeout)
+
+        self._retried(gcs_uri(self.bucket, path), create, action="writing", failure=BucketUnusable)
+        self._retried(gcs_uri(self.bucket, path), delete, action="deleting", failure=BucketUnusable)
+
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         uri = gcs_uri(self.bucket, object_path)
 
         def upload() -> None:
             blob = self._bucket.blob(object_path)
+            blob.metadata = dict(metadata)
             try:
                 blob.upload_from_string(
                     data,
@@ -197,22 +236,36 @@ class GcsArtifactStore:
         self._write(uri, upload)
         return uri
 
-    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
-        names: list[str] = []
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[ListedObject]:
+        listed: list[ListedObject] = []
 
         def one_page() -> None:
             blobs = self._bucket.list_blobs(
                 prefix=prefix,
                 start_offset=start_offset or None,
                 max_results=LIST_PAGE_SIZE,  # one request: the iterator stops there
-                fields="items(name),nextPageToken",
+                fields="items(name,contentType,metadata),nextPageToken",
                 retry=None,
                 timeout=self._timeout,
             )
-            names[:] = [blob.name for blob in blobs]
+            listed[:] = [ListedObject(b.name, b.content_type, dict(b.metadata or {})) for b in blobs]
 
         self._retried(gcs_uri(self.bucket, prefix), one_page, action="listing", failure=ArtifactListError)
-        return names
+        return listed
+
+    def read_head(self, object_path: str, size: int) -> bytes:
+        head = b""
+
+        def ranged_read() -> None:
+            nonlocal head
+            # checksum=None: a range has no checksum of its own to check
+            head = self._bucket.blob(object_path).download_as_bytes(
+                start=0, end=size - 1, checksum=None, retry=None, timeout=self._timeout
+            )
+
+        uri = gcs_uri(self.bucket, object_path)
+        self._retried(uri, ranged_read, action="reading", failure=ArtifactReadError)
+        return head
 
     def put_manifest(
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None
@@ -281,16 +334,21 @@ class GcsArtifactStore:
             # copy(): a fresh controller per call, so concurrent calls share no state
             self._retrying.copy()(attempt)
         except Exception as exc:
-            raise failure(self._failure_message(action, uri, exc, attempts)) from exc
+            message = self._failure_message(action, uri, exc, attempts)
+            if isinstance(exc, api_exceptions.NotFound) and action in ("writing", "listing"):
+                raise BucketUnusable(message) from exc  # the bucket is gone, not one object
+            raise failure(message) from exc
 
     def _failure_message(self, action: str, uri: str, exc: BaseException, attempts: int) -> str:
         kind = "transient error, retries exhausted" if is_transient(exc) else "not retried"
         hint = ""
-        if isinstance(exc, api_exceptions.NotFound):
+        if isinstance(exc, api_exceptions.NotFound) and action in ("reading", "deleting"):
+            hint = f" (no such object, or bucket {self.bucket!r} not found)"
+        elif isinstance(exc, api_exceptions.NotFound):
             # neither an upload nor a listing 404s on an object: the bucket is what is missing
             hint = f" (bucket {self.bucket!r} not found)"
         elif isinstance(exc, api_exceptions.Forbidden):
-            access = {"writing": "write to", "listing": "list"}.get(action, "read")
+            access = {"writing": "write to", "listing": "list", "deleting": "delete in"}.get(action, "read")
             hint = f" (no permission to {access} bucket {self.bucket!r})"
         plural = "s" if attempts != 1 else ""
         return f"{action} {uri} failed after {attempts} attempt{plural} ({kind}): {describe_error(exc)}{hint}"

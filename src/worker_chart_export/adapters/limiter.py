@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from pydantic import SecretStr
 
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.accounts_config import AccountConfig
 from worker_chart_export.core.clock import Clock
@@ -78,6 +79,7 @@ class AccountLimiter:
         )
         self._store = store
         self._clock = clock
+        known_keys.learn(account.api_key.get_secret_value() for account in accounts)  # it sends them
         # One reservation per account at a time in this process: concurrent transactions
         # on one usage document would only contend (Firestore aborts and retries them).
         self._reserve_locks = {a.id: threading.Lock() for a in accounts}
@@ -242,7 +244,7 @@ class AccountLimiter:
             error={"code": "CHART_API_KEY_REFUSED"},
             answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
         )
-        reason = refused_reason(refusals)
+        reason = known_keys.redaction().text(refused_reason(refusals))
         self._best_effort(
             lambda: self._store.mark_disabled(account_id, reason=reason, now=self._clock.now()),
             "chart-img account disabling not persisted",
@@ -256,6 +258,7 @@ class AccountLimiter:
 
     def _persist_exhausted(self, account_id: str, reason: str) -> None:
         limit = self._views[account_id].daily_limit
+        reason = known_keys.redaction().text(reason)  # a usage document is an exit
         self._best_effort(
             lambda: self._store.mark_exhausted(
                 account_id, default_limit=limit, now=self._clock.now(), reason=reason

@@ -14,10 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.exceptions import ArtifactListError, ArtifactWriteError, ClaimSuperseded
+from worker_chart_export.core.exceptions import (
+    ArtifactListError,
+    ArtifactReadError,
+    ArtifactWriteError,
+    BucketUnusable,
+    ClaimSuperseded,
+)
 from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
-from worker_chart_export.core.reuse import LIST_PAGE_SIZE
+from worker_chart_export.core.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
 from worker_chart_export.core.step_rules import (
     RunVersion,
     apply_to_step,
@@ -27,7 +33,7 @@ from worker_chart_export.core.step_rules import (
     plan_finalize,
 )
 from worker_chart_export.core.template_check import StoredTemplate, TemplateCheck, template_problems
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
+from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, ListedObject, StepFinal
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -164,7 +170,9 @@ class LocalTemplateSource:
 
 
 class LocalArtifactStore:
-    """`<root>/<bucket>/<object path>`: the bucket's layout on disk; URIs stay gs://<bucket>/..."""
+    """`<root>/<bucket>/<object path>`: the bucket's layout on disk; URIs stay gs://<bucket>/...
+    An object's content type and metadata, which a file cannot hold, are kept beside it in
+    `.<name>.meta.json` (a dot name: never listed as an object, as a write's temporary files)."""
 
     def __init__(self, root: Path, bucket: str) -> None:
         self.root = root
@@ -176,7 +184,21 @@ class LocalArtifactStore:
             raise ArtifactWriteError(f"object path {object_path!r} escapes the bucket folder")
         return target
 
-    def create_png(self, object_path: str, data: bytes) -> str:
+    @staticmethod
+    def _meta_path(target: Path) -> Path:
+        return target.with_name(f".{target.name}.meta.json")
+
+    def check_bucket(self) -> None:
+        """The bucket folder, or the nearest folder it would be created in, takes our files;
+        nothing is created (a step refused before its claim writes nothing)."""
+        folder = (self.root / self.bucket).absolute()
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise BucketUnusable(f"bucket folder {folder} cannot be created: {existing} is not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise BucketUnusable(f"bucket folder {folder} cannot be written: {existing} is not writable")
+
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         target = self.local_path(object_path)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
@@ -185,25 +207,52 @@ class LocalArtifactStore:
             # create-only like ifGenerationMatch=0, and whole or absent like a GCS object: a
             # PNG a later execution lists (core/reuse.py) is never half written
             os.link(tmp, target)
+            # after the PNG: one listed before its metadata lands carries no digest, and is
+            # rendered anew rather than reused
+            description = {"contentType": PNG_CONTENT_TYPE, "metadata": dict(metadata)}
+            _atomic_write(self._meta_path(target), json.dumps(description).encode())
         except FileExistsError:
-            pass  # same deterministic name: an earlier write of ours
+            pass  # same deterministic name: an earlier write of ours, with its own metadata
         except OSError as exc:
             raise ArtifactWriteError(f"cannot write {target}: {exc.strerror}") from exc
         finally:
             tmp.unlink(missing_ok=True)
         return gcs_uri(self.bucket, object_path)
 
-    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[ListedObject]:
         """As GCS lists: every object under `prefix`, by name, from `start_offset` on, one
-        page at most; the write's temporary files (dot names) are no objects."""
+        page at most, each with the content type and metadata kept beside it (none for a
+        file put there by other means); dot names (temporary files, metadata) are no objects."""
         folder = self.local_path(prefix)
         bucket = (self.root / self.bucket).resolve()
         try:
             files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
         except OSError as exc:
             raise ArtifactListError(f"cannot list {folder}: {exc.strerror}") from exc
-        names = sorted(p.relative_to(bucket).as_posix() for p in files if not p.name.startswith("."))
-        return [n for n in names if n.startswith(prefix) and n >= start_offset][:LIST_PAGE_SIZE]
+        by_name = {p.relative_to(bucket).as_posix(): p for p in files if not p.name.startswith(".")}
+        names = sorted(n for n in by_name if n.startswith(prefix) and n >= start_offset)[:LIST_PAGE_SIZE]
+        return [self._listed(name, by_name[name]) for name in names]
+
+    def _listed(self, name: str, path: Path) -> ListedObject:
+        try:
+            description = json.loads(self._meta_path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ListedObject(name)
+        if not isinstance(description, dict):
+            return ListedObject(name)
+        content_type, metadata = description.get("contentType"), description.get("metadata")
+        return ListedObject(
+            name,
+            content_type if isinstance(content_type, str) else None,
+            {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
+        )
+
+    def read_head(self, object_path: str, size: int) -> bytes:
+        try:
+            with self.local_path(object_path).open("rb") as handle:
+                return handle.read(size)
+        except (OSError, ArtifactWriteError) as exc:
+            raise ArtifactReadError(f"cannot read {object_path}: {exc}") from exc
 
     def put_manifest(
         self, object_path: str, data: bytes, *, still_ours: Callable[[], bool] | None = None

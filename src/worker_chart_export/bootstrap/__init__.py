@@ -162,12 +162,14 @@ def cli_runtime(settings: Settings) -> Iterator[Runtime]:
 
 def warm_up() -> float:
     """What the first step would pay for, paid right after the instance starts: the heavy
-    imports, the step's parts (`runtime().step()`), their connections. Meant for a background
+    imports, the step's parts (`runtime().step()`), their connections, and the bucket's write
+    check (an ERROR line when it fails: every step would then answer 503). Meant for a background
     thread of the serving process; an event with work meanwhile waits for the step's lock
     rather than building a second one, and a no-op event does not wait at all. Returns the
     seconds it took; failures are logged and left for the first step to meet again."""
     import time
 
+    from worker_chart_export.core.exceptions import ConfigError
     from worker_chart_export.logs import get_logger
 
     began = time.monotonic()
@@ -175,6 +177,10 @@ def warm_up() -> float:
         import worker_chart_export.service.execute  # noqa: F401  (the handler's lazy import, paid now)
 
         runtime().step().connect()
+    except ConfigError as exc:
+        # the bucket cannot store anything: each step will answer 503 before its claim
+        get_logger().error("instance warm-up failed: configuration", setting=exc.setting, reason=str(exc))
+        return time.monotonic() - began
     except Exception as exc:
         get_logger().warning("instance warm-up failed", errorKind=type(exc).__name__, reason=str(exc)[:200])
         return time.monotonic() - began

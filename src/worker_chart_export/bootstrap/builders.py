@@ -6,7 +6,6 @@ for the adapters actually used.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,10 +36,10 @@ from worker_chart_export.settings import ChartsApiMode, Settings
 
 if TYPE_CHECKING:
     from google.cloud import firestore
-    from google.cloud.storage import Client as StorageClient
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
+    from worker_chart_export.adapters.gcs import GcsArtifactStore
 
 
 @dataclass(frozen=True)
@@ -174,17 +173,31 @@ def _limit_source(own_limit: int | None, plan: str | None) -> LimitSource:
 def check_configuration(settings: Settings) -> dict[str, object]:
     """What the first event with work would trip on, checked at start-up instead: a bad
     deployment then fails to start with a message naming the problem, rather than failing
-    every event. Returns a key-free summary for the start-up log line."""
+    every event. The bucket last: it is written to and deleted from once (`probe_write`), so a
+    missing or read-only bucket refuses to start rather than let each step pay for charts it
+    cannot store. Returns a key-free summary for the start-up log line."""
     summary: dict[str, object] = {
         "chartsApiMode": settings.charts_api_mode.value,
         "chartsBucket": settings.charts_bucket,
     }
     if calls_chart_img(settings):
         summary["chartImgAccounts"] = [account.id for account in _require_accounts(settings)]
+    check_bucket_writable(gcs_artifacts(settings, SYSTEM_CLOCK), settings.charts_bucket)
     return summary
 
 
-def gcs_artifacts_and_client(settings: Settings, clock: Clock) -> tuple[ArtifactStore, StorageClient]:
+def check_bucket_writable(artifacts: GcsArtifactStore, bucket: str) -> None:
+    """The bucket takes a create-only write and a delete (what PNGs and the manifest need);
+    else a ConfigError naming it, one line."""
+    from worker_chart_export.core.exceptions import BucketUnusable
+
+    try:
+        artifacts.probe_write()
+    except BucketUnusable as exc:
+        raise ConfigError(CHARTS_BUCKET, f"bucket {bucket!r} cannot store the charts: {exc}") from None
+
+
+def gcs_artifacts(settings: Settings, clock: Clock) -> GcsArtifactStore:
     from google.auth.exceptions import DefaultCredentialsError
 
     from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
@@ -201,7 +214,7 @@ def gcs_artifacts_and_client(settings: Settings, clock: Clock) -> tuple[Artifact
     # Bounded so that one object's retries stay well inside the step's budget.
     policy = WritePolicy(max_attempts=3, timeout=15.0)
     store = GcsArtifactStore(client, settings.charts_bucket, policy=policy, clock=clock)
-    return store, client
+    return store
 
 
 WARM_UP_DOCUMENT_ID = "warm-up-probe"
@@ -217,7 +230,7 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
         FirestoreUsageStore,
     )
 
-    artifacts, storage_client = gcs_artifacts_and_client(settings, clock)
+    artifacts = gcs_artifacts(settings, clock)
     usage = FirestoreUsageStore(client, clock=clock) if calls_chart_img(settings) else None
     ports = Ports(
         flow_runs=FirestoreFlowRunStore(client, clock=clock),
@@ -228,17 +241,14 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
 
     def connect() -> None:
         # One query opens the Firestore channel (and, in production, fetches the access
-        # token); a bucket lookup does the same for Cloud Storage's HTTP pool.
-        from google.api_core.exceptions import Forbidden
-
+        # token); the bucket's write check does the same for Cloud Storage's HTTP pool, and
+        # says at once (ConfigError) when the bucket cannot store what steps would pay for.
         if usage is not None:
             usage.prime()  # and saves each account's first read: its version is known
         else:
             # a document id nobody writes: one billed read per instance start
             client.collection(CHART_TEMPLATES_COLLECTION).document(WARM_UP_DOCUMENT_ID).get(timeout=10.0)
-        # a writer may not read bucket metadata: the connection is open all the same
-        with contextlib.suppress(Forbidden):
-            storage_client.bucket(settings.charts_bucket).exists(timeout=10.0)
+        check_bucket_writable(artifacts, settings.charts_bucket)
 
     return StepParts(ports, step_limits(settings), clock, connect)
 
@@ -290,7 +300,7 @@ def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> 
     clock = SYSTEM_CLOCK
     artifacts: ArtifactStore
     if settings.charts_bucket_configured:
-        artifacts = gcs_artifacts_and_client(settings, clock)[0]
+        artifacts = gcs_artifacts(settings, clock)
     else:
         artifacts = LocalArtifactStore(layout.bucket_root, settings.charts_bucket)
     usage: UsageStore | None = None

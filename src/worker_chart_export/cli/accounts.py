@@ -29,6 +29,7 @@ from typing import Any
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.accounts_config import parse_accounts
 from worker_chart_export.cli.accounts_table import render_table
+from worker_chart_export.cli.surface import EXIT_OK, USAGE_MEANING, add_command
 from worker_chart_export.core.account_status import quota_report, report_dict
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError, UsageError
@@ -37,34 +38,49 @@ from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.settings import Settings, load_settings
 
-EXIT_OK, EXIT_USAGE = 0, 2
 SETTING = "ACCOUNTS_FILE"
 _CONFIG_FLAG = "--accounts-config-path"
 
 
 def add_accounts_command(commands: Any) -> None:
-    accounts = commands.add_parser(
+    accounts = add_command(
+        commands,
         "accounts",
-        help="CHART-IMG accounts: what each has left today (Firestore or --local), or check an accounts file",
+        summary="what each CHART-IMG account has left today, or check an accounts file",
+        description=(
+            "One row per CHART-IMG account (its id, never its key): plan, daily limit, used and left\n"
+            "today, the next send slot, whether it is paced, cooling down, exhausted or disabled and why,\n"
+            "then the totals. The usage comes from Firestore chart_img_accounts_usage/ (the emulator's\n"
+            "with FIRESTORE_EMULATOR_HOST), or with --local from run-local's usage file. The accounts\n"
+            "come from where the worker takes them: --accounts-config-path, else CHART_IMG_ACCOUNTS_JSON,\n"
+            "else CHART_IMG_ACCOUNTS_SECRET; without any, the usage documents alone are shown.\n"
+            "--check-file FILE only checks an accounts file, as deploy.sh does before uploading it."
+        ),
+        exit_codes={0: "shown (or, with --check-file, the file is usable)", 2: USAGE_MEANING},
+        run=run_accounts,
     )
     accounts.add_argument(
         "--check-file",
         type=Path,
         metavar="FILE",
-        help="parse FILE as CHART_IMG_ACCOUNTS_JSON would be; print its account ids, exit 0, "
-        "or name the problem, exit 2 (takes no other flag)",
+        help="only check FILE, as CHART_IMG_ACCOUNTS_JSON would be parsed: its account ids, exit 0, "
+        "or the problem, exit 2 (takes no other flag; default: show the accounts)",
     )
-    accounts.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    accounts.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     accounts.add_argument(
         _CONFIG_FLAG,
         type=Path,
         metavar="FILE",
-        help="the accounts, as CHART_IMG_ACCOUNTS_JSON (over it and CHART_IMG_ACCOUNTS_SECRET)",
+        help="the accounts, as CHART_IMG_ACCOUNTS_JSON (over it and CHART_IMG_ACCOUNTS_SECRET; "
+        "default: neither set, the usage documents alone)",
     )
-    accounts.add_argument("--local", action="store_true", help="run-local's usage file instead of Firestore")
+    accounts.add_argument(
+        "--local", action="store_true", help="read run-local's usage file instead of Firestore"
+    )
     accounts.add_argument(
         "--output-dir",
         type=Path,
+        metavar="DIR",
         help="run-local's output folder (implies --local; over env CHARTS_LOCAL_OUTPUT_DIR; default ./out)",
     )
 
@@ -113,6 +129,8 @@ def _local_usage(settings: Settings) -> tuple[str, Mapping[str, Mapping[str, Any
     from worker_chart_export.adapters.usage_local import FileUsageStore
     from worker_chart_export.bootstrap import LocalLayout
 
+    if settings.local_output_dir.exists() and not settings.local_output_dir.is_dir():
+        raise UsageError(f"run-local's output folder {settings.local_output_dir} is not a folder")
     path = LocalLayout.usage_file_in(settings.local_output_dir)
     try:
         docs = FileUsageStore(path).read_all()
@@ -150,8 +168,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         ids = check_accounts_file(args.check_file)
     except ConfigError as exc:
-        print(f"worker-chart-export: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     print(f"{SETTING} {args.check_file}: {len(ids)} account(s): {', '.join(ids)}")
     return EXIT_OK
 

@@ -11,9 +11,8 @@ from worker_chart_export.core.naming import rfc3339_utc
 
 HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "NEXT SLOT", "STATE", "WHY")
 _RIGHT = {"LIMIT", "USED", "LEFT"}  # numbers, aligned right
-NO_CONFIGURATION = (
-    "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON or "
-    "CHART_IMG_ACCOUNTS_SECRET): every usage document found, plan and pacing unknown"
+NOT_CONFIGURED = (
+    "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON or CHART_IMG_ACCOUNTS_SECRET)"
 )
 
 
@@ -89,11 +88,13 @@ def _total_line(report: QuotaReport) -> str:
 def render_table(report: QuotaReport, source: str, *, configured: bool) -> str:
     now = report.now
     lines = [f"CHART-IMG accounts at {rfc3339_utc(now)}, usage from {source}"]
-    if not configured:
-        lines.append(NO_CONFIGURATION)
-    if not report.rows:
-        lines.append("no account: no usage document and none configured")
+    if not report.rows:  # rows come from the configuration, else from the usage documents
+        lines.append(f"{NOT_CONFIGURED} and no usage document there: nothing to show")
         return "\n".join(lines)
+    if not configured:
+        lines.append(
+            f"{NOT_CONFIGURED}: the accounts below are the usage documents', plan and pacing unknown"
+        )
     lines += _lines([HEADERS, *(_cells(row, now) for row in report.rows)])
     lines.append(_total_line(report))
     if report.unconfigured:

@@ -1,90 +1,130 @@
-"""`worker-chart-export`: run-local, serve, templates sync, view, advance, reap, submit, accounts,
-stack. Parses flags, wires adapters, calls the same execute_step as the CloudEvent function,
-prints summaries; every error is one line on stderr."""
+"""The `worker-chart-export` command: the parser of every subcommand and `main`, which runs
+the one chosen and turns a mistake into one stderr line, `worker-chart-export <command>:
+error: ...`, and exit 2. Each subcommand's module registers it (cli/surface.add_command).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.flow_run_file import read_flow_run
-from worker_chart_export.cli.accounts import add_accounts_command, read_accounts_file, run_accounts
-from worker_chart_export.cli.flow import add_flow_commands, run_advance, run_reap
-from worker_chart_export.cli.submit import run_submit
-from worker_chart_export.core.exceptions import ConfigError, RedeliverEvent, StepSelectionError, UsageError
-from worker_chart_export.core.selection import choose_step
-from worker_chart_export.environment import (
-    CHART_IMG_ACCOUNTS_JSON,
-    CHARTS_API_MODE,
-    CHARTS_BUCKET,
-    CHARTS_LOCAL_OUTPUT_DIR,
+from worker_chart_export.cli.accounts import add_accounts_command
+from worker_chart_export.cli.flow import add_flow_commands
+from worker_chart_export.cli.output import redacted_output
+from worker_chart_export.cli.run_local import add_run_local_command, flags_given
+from worker_chart_export.cli.surface import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    USAGE_MEANING,
+    CommandParser,
+    add_command,
+    add_group,
+    error_line,
+    port_number,
 )
+from worker_chart_export.core.exceptions import ConfigError, UsageError
 from worker_chart_export.functions.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import RunLocalSettings, load_settings
-from worker_chart_export.tools.devstack import add_stack_command, run_stack
-from worker_chart_export.tools.view import add_view_arguments, run_view
+from worker_chart_export.settings import load_settings
+from worker_chart_export.tools.devstack import add_stack_command
+from worker_chart_export.tools.view import add_view_command
 
-if TYPE_CHECKING:
-    from worker_chart_export.bootstrap import LocalLayout
-    from worker_chart_export.service.execute import StepReport
+DESCRIPTION = """\
+Renders the CHART_EXPORT steps of flow_runs into PNG charts through the CHART-IMG API, with a
+manifest, as the Cloud Run worker does; and everything around it, on this machine or against
+Firestore.
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+Start here:
+  stack up      the whole flow on this machine (emulators, triggers, the three functions),
+                live, with the bundled sample flow_run; nothing to configure
+  run-local     one CHART_EXPORT step of a flow_run JSON file, mock charts by default
+  view          one HTML page of a run's charts (a local folder or gs://)
+
+Each command's --help says what it does, its defaults and its exit status.
+"""
+EPILOG = """\
+exit status: 0 done (the step or run SUCCEEDED), 1 it ran and did not succeed, 2 a mistake in
+the command or the configuration (one line naming it), 130 interrupted."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="worker-chart-export", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run-local", help="run one CHART_EXPORT step of a local flow_run JSON file")
-    run.add_argument("--flow-run-path", required=True, type=Path, help="flow_run JSON (flow_run.schema.json)")
-    run.add_argument("--step-id", help="run this CHART_EXPORT step instead of the first READY one")
-    run.add_argument(
-        "--charts-api-mode", choices=["real", "mock", "record"], help="over env CHARTS_API_MODE; default mock"
+def build_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
-        "--charts-bucket",
-        help="gs://bucket (over env CHARTS_BUCKET); when set, "
-        "artifacts go to GCS instead of the local folder",
-    )
-    run.add_argument(
-        "--accounts-config-path",
-        type=Path,
-        help="CHART-IMG accounts JSON file, same format as CHART_IMG_ACCOUNTS_JSON",
-    )
-    run.add_argument("--output-summary", choices=["none", "text", "json"], default="text")
-    run.add_argument(
-        "--output-dir",
-        type=Path,
-        help="local output folder (over env CHARTS_LOCAL_OUTPUT_DIR; default ./out)",
-    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    add_stack_command(commands)
+    add_run_local_command(commands)
+    add_view_command(commands)
+    add_flow_commands(commands)  # advance, reap, submit
+    add_accounts_command(commands)
+    _add_templates_command(commands)
+    _add_serve_command(commands)
+    return parser
 
-    serve = commands.add_parser("serve", help="serve the CloudEvent function over HTTP")
-    serve.add_argument("--port", type=int, help="default $PORT or 8080")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument(
+
+def _add_serve_command(commands: Any) -> None:
+    parser = add_command(
+        commands,
+        "serve",
+        summary="serve one of the functions over HTTP, as Cloud Run does (the worker by default)",
+        description=(
+            "Serves a function of worker_chart_export.functions.main with functions-framework\n"
+            "(gunicorn), as the container image does: on_flow_run_updated (the worker, CloudEvents),\n"
+            "advance_flow (CloudEvents) or reap_expired_leases (HTTP POST). Runs until stopped.\n"
+            "The worker's configuration (accounts, bucket, mode) is checked before anything is served."
+        ),
+        exit_codes={0: "stopped (SIGTERM or Ctrl-C)", 2: USAGE_MEANING + " (a port in use included)"},
+        run=serve,
+    )
+    parser.add_argument(
+        "--port", type=port_number, help="the port to listen on (over env PORT; default 8080)"
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="the address to listen on (default 0.0.0.0)")
+    parser.add_argument(
         "--target",
         choices=sorted(SIGNATURES),
         default=os.environ.get("FUNCTION_TARGET") or FUNCTION_TARGET,
-        help="the function to serve (over env FUNCTION_TARGET; default the worker)",
+        help=f"the function to serve (over env FUNCTION_TARGET; default {FUNCTION_TARGET})",
     )
 
-    templates = commands.add_parser("templates", help="chart template commands")
-    template_commands = templates.add_subparsers(dest="templates_command", required=True)
-    sync = template_commands.add_parser(
-        "sync", help="validate chart-templates/*.json and upsert them into Firestore chart_templates/{id}"
+
+def _add_templates_command(commands: Any) -> None:
+    template_commands = add_group(
+        commands,
+        "templates",
+        summary="chart templates: templates sync checks them and loads them into Firestore",
+        description="Chart template commands.",
+    )
+    sync = add_command(
+        template_commands,
+        "sync",
+        summary="validate chart-templates/*.json and upsert them into Firestore chart_templates/{id}",
+        description=(
+            "Validates every template file (the schema, the CHART_IMG_PLAN rules, CHART-IMG's\n"
+            "documented lists), then writes the ones that differ into Firestore chart_templates/\n"
+            "(the emulator's with FIRESTORE_EMULATOR_HOST): all or nothing. --dry-run only validates."
+        ),
+        exit_codes={
+            0: "every template is valid (and, without --dry-run, stored)",
+            1: "some template is invalid: the report names file and field; nothing was written",
+            2: USAGE_MEANING + " (Firestore unreachable or no credentials included)",
+        },
+        run=templates_sync,
     )
     sync.add_argument(
         "--dir",
         type=Path,
-        help="templates folder (default: CHART_TEMPLATES_DIR, else the bundled chart-templates/)",
+        help="templates folder (over env CHART_TEMPLATES_DIR; default the bundled chart-templates/)",
     )
     sync.add_argument(
         "--dry-run",
@@ -92,170 +132,55 @@ def _parser() -> argparse.ArgumentParser:
         help="only validate, offline: no credentials needed, Firestore is not contacted",
     )
 
-    view = commands.add_parser("view", help="render a run's manifest as one HTML page")
-    add_view_arguments(view)
-    add_flow_commands(commands)
-    add_stack_command(commands)
-    add_accounts_command(commands)
-    return parser
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)  # exits 2 on bad flags
+    args = build_parser().parse_args(argv)  # a mistake: one line, exit 2
+    if args.command in _NOT_REDACTED:
+        return _run(args)
+    with redacted_output():  # what the command prints: no form of a key (cli/output.py)
+        return _run(args)
+
+
+# serve prints log lines only (logs.py redacts them) and stack a live view of statuses
+_NOT_REDACTED = frozenset({"serve", "stack"})
+
+
+def _run(args: argparse.Namespace) -> int:
+    where = str(args.where)
     try:
-        if args.command == "run-local":
-            return run_local(args)
-        if args.command == "serve":
-            return serve(args)
-        if args.command == "view":
-            return run_view(args)
-        if args.command == "advance":
-            return run_advance(args)
-        if args.command == "reap":
-            return run_reap(args)
-        if args.command == "submit":
-            return run_submit(args)
-        if args.command == "stack":
-            return run_stack(args)
-        if args.command == "accounts":
-            return run_accounts(args)
-        return templates_sync(args)
+        return int(args.run(args))
     except UsageError as exc:
-        print(f"worker-chart-export: error: {exc}", file=sys.stderr)
+        print(error_line(where, str(exc)), file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
         # name what the user actually set: the flag when one supplied the setting, else the variable
-        label = _flags_given(args).get(exc.setting)
-        print(f"worker-chart-export: error: {exc.render(label)}", file=sys.stderr)
+        label = flags_given(args).get(exc.setting) if args.command == "run-local" else None
+        print(error_line(where, exc.render(label)), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         # execute_step has already recorded the step FAILED if it had claimed one
-        print("worker-chart-export: interrupted", file=sys.stderr)
+        print(f"{where}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-def _flags_given(args: argparse.Namespace) -> dict[str, str]:
-    """The run-local flags given, by the environment variable they stand in for, as an
-    error message should name them."""
-    if args.command != "run-local":
-        return {}  # serve and templates take their settings from the environment only
-    labels: dict[str, str] = {}
-    if args.accounts_config_path is not None:
-        # the file's content stands in for the variable: name the file
-        labels[CHART_IMG_ACCOUNTS_JSON] = f"--accounts-config-path {args.accounts_config_path}"
-    for var, flag, value in (
-        (CHARTS_API_MODE, "--charts-api-mode", args.charts_api_mode),
-        (CHARTS_BUCKET, "--charts-bucket", args.charts_bucket),
-        (CHARTS_LOCAL_OUTPUT_DIR, "--output-dir", args.output_dir),
-    ):
-        if value is not None:
-            labels[var] = f"{flag} (over {var})"
-    return labels
-
-
-def run_local(args: argparse.Namespace) -> int:
-    from worker_chart_export.bootstrap import LocalLayout, local_step
-    from worker_chart_export.service.execute import StepReport, execute_step
-
-    settings = load_settings(
-        {
-            "charts_api_mode": args.charts_api_mode,
-            "charts_bucket": args.charts_bucket,
-            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
-            "local_output_dir": args.output_dir,
-        },
-        kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
-    )
-    # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
-    configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
-    log = get_logger()
-    run_id = read_flow_run(args.flow_run_path)["runId"]
-    layout = LocalLayout.under(settings.local_output_dir, run_id)
-    log.info(
-        "run-local started",
-        mode="local",
-        chartsApi={"mode": settings.charts_api_mode.value},
-        flowRunPath=str(args.flow_run_path),
-        stepId=args.step_id,
-    )
-    try:
-        layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
-    flow_runs, step = local_step(settings, args.flow_run_path, layout)
-    try:
-        flow_run = flow_runs.read()  # the state beside the sample once a run has written it
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
-        ) from None
-    log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
-    try:
-        step_id = choose_step(flow_run, args.step_id)
-    except StepSelectionError as exc:
-        raise UsageError(f"--step-id: {exc}") from None
-
-    if step_id is None:
-        log.info("no READY CHART_EXPORT step: no-op", runId=run_id, code="NO_READY_STEP")
-        report = StepReport(
-            run_id,
-            "",
-            "NOOP",
-            settings.charts_api_mode.value,
-            error_code="NO_READY_STEP",
-            message="no READY CHART_EXPORT step in the flow_run",
-        )
-    else:
-        try:
-            report = execute_step(run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock)
-        except RedeliverEvent as exc:
-            print(f"worker-chart-export: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    _print_summary(args.output_summary, report, layout, settings.charts_bucket_configured)
-    return EXIT_SUCCEEDED if report.outcome == "SUCCEEDED" else EXIT_FAILED
-
-
-def _print_summary(kind: str, report: StepReport, layout: LocalLayout, bucket_configured: bool) -> None:
-    local_copy = None if bucket_configured or not report.manifest_uri else str(layout.bucket_root)
-    if kind == "json":
-        summary = {
-            **report.to_summary(),
-            "localArtifactsDir": local_copy,
-            "flowRunStatePath": str(layout.flow_run_state),
-        }
-        print(json.dumps(summary))
-    elif kind == "text":
-        if report.outcome == "NOOP":
-            print(f"CHART_EXPORT NOOP: {report.message} ({report.error_code})")
-        else:
-            line = (
-                f"CHART_EXPORT {report.outcome}: manifest={report.manifest_uri or '-'}, "
-                f"items={report.items_count}, failures={report.failures_count}, "
-                f"minImages={'-' if report.min_images is None else report.min_images}"
-            )
-            if report.error_code:
-                line += f", error={report.error_code}: {report.message}"
-            print(line)
-        if local_copy:
-            print(f"artifacts written locally under {local_copy}/ (mirrors the bucket layout)")
-        if layout.flow_run_state.exists():
-            print(f"flow_run state: {layout.flow_run_state}")
 
 
 def serve(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import check_configuration
-    from worker_chart_export.functions.serve import run_server
+    from worker_chart_export.functions.serve import listen_problem, run_server
 
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env)
+    port = args.port if args.port is not None else settings.port
+    # the port first: a local check, before the bucket's round trips
+    problem = listen_problem(args.host, port)
+    if problem is not None:  # gunicorn would retry for 5 s, then exit 1 with ten lines
+        raise UsageError(problem)
     # a ConfigError stops here (exit 2, nothing served), naming the environment variable
     summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
-    port = args.port if args.port is not None else settings.port
     get_logger().info("serving the function", target=args.target, port=port, **summary)
     if args.target == FUNCTION_TARGET:
         _schedule_warm_up()
     run_server(port, host=args.host, target=args.target)
-    return EXIT_SUCCEEDED
+    return EXIT_OK
 
 
 def _schedule_warm_up() -> None:
@@ -293,8 +218,12 @@ def templates_sync(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
+    directory = args.dir or settings.chart_templates_dir
+    if not directory.is_dir():
+        given = "--dir" if args.dir else "CHART_TEMPLATES_DIR"
+        raise UsageError(f"{given} {directory}: not a folder (the chart templates' folder)")
     code, text = run_templates_sync(
-        args.dir or settings.chart_templates_dir,
+        directory,
         settings.google_cloud_project,
         args.dry_run,
         emulator_host=settings.firestore_emulator_host,

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.adapters.firestore.checked_client import cli_firestore
 from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
-from worker_chart_export.core.exceptions import UsageError
+from worker_chart_export.cli.surface import (
+    EXIT_FAILED,
+    EXIT_OK,
+    USAGE_MEANING,
+    add_command,
+    command_line,
+    positive_number,
+)
 from worker_chart_export.core.flow_rules import NEW_RUN_STATUS
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 from worker_chart_export.core.run_progress import chart_manifests, is_finished, status_changes
@@ -33,35 +40,54 @@ from worker_chart_export.settings import load_settings
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-EXIT_SUCCEEDED, EXIT_FAILED = 0, 1
 DEFAULT_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 0.5
 _RPC_SECONDS = 10.0
+DESCRIPTION = """\
+Creates flow_runs/<runId> in Firestore (the emulator's with FIRESTORE_EMULATOR_HOST, else
+GOOGLE_CLOUD_PROJECT's with its credentials) as a producer does. The file is checked against
+contracts/flow_run.schema.json; --run-id replaces its runId, so one file starts many runs. The
+run is created once (an existing runId is refused), with status PENDING: advance_flow hears the
+creation and starts it.
+
+Prints the runId; with --wait, one line per status change until the run is SUCCEEDED, FAILED
+or CANCELLED (or --timeout passes), then each chart step's manifest and the command that shows
+it as a page. Steps of other types (LLM_REPORT...) need their own workers; on a local stack
+(stack up --keep-running) a stand-in completes them."""
 
 
 def add_submit_command(commands: Any) -> None:
-    submit = commands.add_parser(
+    submit = add_command(
+        commands,
         "submit",
-        help="create a flow_run in Firestore (as a producer does) and optionally follow it to its end",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="create a flow_run in Firestore (as a producer does) and optionally follow it to its end",
+        description=DESCRIPTION,
+        exit_codes={
+            0: "the run SUCCEEDED (without --wait: it was created)",
+            1: "it ended FAILED or CANCELLED, or was still going at --timeout",
+            2: USAGE_MEANING + " (an existing runId, Firestore unreachable, no credentials)",
+        },
+        run=run_submit,
     )
     submit.add_argument(
-        "--flow-run-path", required=True, type=Path, help="flow_run JSON (flow_run.schema.json)"
+        "--flow-run-path",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="flow_run JSON (flow_run.schema.json)",
     )
-    submit.add_argument("--run-id", help="the new run's id, instead of the file's runId")
+    submit.add_argument("--run-id", metavar="ID", help="the new run's id (default: the file's runId)")
     submit.add_argument("--wait", action="store_true", help="print each status change until the run ends")
     submit.add_argument(
         "--timeout",
-        type=float,
+        type=positive_number,
         default=DEFAULT_TIMEOUT_SECONDS,
-        help=f"with --wait: seconds to follow the run (default {DEFAULT_TIMEOUT_SECONDS:.0f})",
+        metavar="SECONDS",
+        help=f"with --wait: how long to follow the run (default {DEFAULT_TIMEOUT_SECONDS:.0f})",
     )
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
     document = read_valid_flow_run(args.flow_run_path, run_id=args.run_id)
     run_id = str(document["runId"])
     settings = load_settings()
@@ -71,13 +97,13 @@ def run_submit(args: argparse.Namespace) -> int:
         create_flow_run(client, document)
         if document.get("status") != NEW_RUN_STATUS:
             print(
-                f"worker-chart-export: note: {args.flow_run_path} says status {document.get('status')}; "
+                f"{args.where}: note: {args.flow_run_path} says status {document.get('status')}; "
                 f"created {NEW_RUN_STATUS}, as every new run (advance_flow sets the run status)",
                 file=sys.stderr,
             )
         print(run_id, flush=True)
         if not args.wait:
-            return EXIT_SUCCEEDED
+            return EXIT_OK
         final = follow(client.collection(FLOW_RUNS_COLLECTION).document(run_id), args.timeout, _print_line)
     return _report(run_id, final, args.timeout)
 
@@ -117,8 +143,8 @@ def _report(run_id: str, final: dict[str, Any], timeout: float) -> int:
         print(f"run {run_id}: still {status} after {timeout:.0f} s (it goes on; --timeout to wait longer)")
     for step_id, uri in chart_manifests(final).items():
         print(f"{step_id}: {uri}")
-        print(f"  view: worker-chart-export view {uri}")
-    return EXIT_SUCCEEDED if status == "SUCCEEDED" else EXIT_FAILED
+        print(f"  view: {command_line('view', uri)}")
+    return EXIT_OK if status == "SUCCEEDED" else EXIT_FAILED
 
 
 def _print_line(text: str) -> None:

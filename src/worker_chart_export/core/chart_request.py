@@ -1,8 +1,11 @@
-"""From a template and a step to the CHART-IMG request body (contract §13.3, §14.2)."""
+"""From a template and a step to the CHART-IMG request body (contract §13.3, §14.2), and the
+digest that names one body (a PNG is reused only for the very body it was rendered from)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,3 +26,13 @@ def build_request_body(
     body["symbol"] = chart_img_symbol
     body["interval"] = interval
     return body
+
+
+def body_digest(body: Mapping[str, Any]) -> str:
+    """The SHA-256 (64 hex digits) of a request body as sent, in canonical JSON: keys sorted
+    at every depth, no spaces, ASCII only. Equal bodies give equal digests whatever their key
+    order; any other difference (symbol, interval, timezone, a study, a list's order) gives
+    another. The body is `build_request_body`'s, every default filled in; it never holds the
+    API key (that travels in a header only)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from worker_chart_export.core.redaction import Redaction
+
 
 class ErrorCode(StrEnum):
     # worker contract §8: written to steps[stepId].error.code and manifest failures[]
@@ -41,6 +43,14 @@ class StepError:
     code: ErrorCode
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+
+    def redacted(self, redaction: Redaction) -> StepError:
+        """The error as it may leave the process: no form of a key in its message or details
+        (an exception's text or a provider's words may carry one)."""
+        message, details = redaction.text(self.message), redaction.value(self.details)
+        if message is self.message and details == self.details:
+            return self
+        return StepError(self.code, message, details)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"code": self.code.value, "message": self.message}

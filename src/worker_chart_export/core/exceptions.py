@@ -13,8 +13,9 @@
     ├── StoreError ............. raised by adapters: a store could not do what a port asked
     │   ├── TransientStoreError  worth another try (an outage, contention given up on): the claim:
     │   │   │                    RedeliverEvent; templates: recorded on the step as
-    │   │   │                    FIRESTORE_UNAVAILABLE; the manifest: MANIFEST_WRITE_FAILED; the
-    │   │   │                    finalize: retried within its budget, then FinalizeFailed; a quota
+    │   │   │                    FIRESTORE_UNAVAILABLE (nothing paid yet); the manifest's fence:
+    │   │   │                    RedeliverEvent, never a FAILED step (the retry reuses the PNGs);
+    │   │   │                    the finalize: retried within its budget, then FinalizeFailed; a quota
     │   │   │                    reservation: the chart's CHART_API_FAILED; advance_flow: HTTP 500;
     │   │   │                    the reaper: HTTP 503; the CLI's Firestore commands: exit 2
     │   │   └── ClaimContended . the step stayed READY while every claim commit lost to other
@@ -24,13 +25,23 @@
     │   │                        MANIFEST_WRITE_FAILED
     │   ├── ArtifactListError .. the step's folder could not be listed (the reuse lookup): one
     │   │                        WARNING, every chart is rendered as usual
+    │   ├── ArtifactReadError .. an earlier PNG's first bytes could not be read (the reuse
+    │   │                        lookup): that chart is rendered anew, named in the WARNING
+    │   ├── BucketUnusable ..... the charts bucket is missing, refuses us or cannot be reached:
+    │   │                        `serve` exits 2 before serving (a ConfigError naming it); a step
+    │   │                        asks for a redelivery before its claim (StorageUnavailable), or,
+    │   │                        gone since, after it (RedeliverEvent: left to its lease)
     │   └── ClaimSuperseded .... the fence refused the manifest (our lease was taken back):
     │                            recorded on the step as STEP_LEASE_EXPIRED
     ├── InvalidManifestError ... the manifest breaks its schema, a defect: recorded on the step as
     │                            WORKER_INTERNAL_ERROR, then HTTP 500
     └── RedeliverEvent ......... the service's decision: HTTP 500 and one ERROR line, so Eventarc
-        │                        delivers the event again; run-local: exit 1
-        └── FinalizeFailed ..... the step's result could not be recorded within the finalize budget
+        │                        delivers the event again; run-local: exit 1. Also a claimed
+        │                        step whose manifest fence met a transient store error: it
+        │                        keeps its lease, and the reaper makes it READY again
+        ├── FinalizeFailed ..... the step's result could not be recorded within the finalize budget
+        └── StorageUnavailable . the bucket cannot store what the step would pay for: HTTP 503,
+                                 nothing claimed, no CHART-IMG call
 
 Anything else is a defect: HTTP 500 and one ERROR line with the traceback; a claimed step is
 first recorded FAILED with WORKER_INTERNAL_ERROR, so it never stays RUNNING by our fault.
@@ -39,7 +50,7 @@ again is the service's decision (service/execute.py, service/finalize.py), and i
 the function's (functions/main.py). The codes recorded on a step are core/error_codes.py's.
 
 Two tools keep their own exceptions, beside the code that raises and catches them:
-`StackError` (tools/devstack/processes.py; `stack up` exits 1) and `ViewInputError`
+`StackError` (tools/devstack/processes.py; `stack up` exits 2, one line) and `ViewInputError`
 (tools/view/model.py; `view` exits 2). Neither crosses into the service or the functions, and
 nothing the served function imports needs them.
 Nothing here imports anything: the functions' no-op path imports this module.
@@ -115,6 +126,14 @@ class ArtifactListError(StoreError):
     """Listing a folder of the bucket failed after the adapter's own bounded retries."""
 
 
+class ArtifactReadError(StoreError):
+    """Reading an object failed after the adapter's own bounded retries."""
+
+
+class BucketUnusable(StoreError):
+    """The charts bucket does not exist, refuses our requests, or could not be reached."""
+
+
 class ClaimSuperseded(StoreError):
     """Our claim was taken back (lease expired, reaped) before our result was written."""
 
@@ -129,3 +148,7 @@ class RedeliverEvent(WorkerError):
 
 class FinalizeFailed(RedeliverEvent):
     """The step's result could not be recorded within the finalize budget."""
+
+
+class StorageUnavailable(RedeliverEvent):
+    """The charts bucket cannot take the step's artifacts: nothing is claimed or paid for."""

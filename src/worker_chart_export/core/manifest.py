@@ -21,11 +21,13 @@ class ManifestItem:
     generated_at: datetime
     png_gcs_uri: str
     chart_img_symbol: str
+    # core.chart_request.body_digest of the body the PNG was rendered from (also its metadata)
+    request_digest: str
     # an earlier execution of the step wrote this PNG (core/reuse.py): listed, not rendered
     reused: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"chartImgSymbol": self.chart_img_symbol}
+        meta: dict[str, Any] = {"chartImgSymbol": self.chart_img_symbol, "requestDigest": self.request_digest}
         if self.reused:
             meta["reused"] = True
         return {

@@ -59,8 +59,25 @@ def _schema_problems(document: Any, ruled: set[Path]) -> list[TemplateProblem]:
         elif error.validator == "not" and any(len(r) > len(path) and r[: len(path)] == path for r in ruled):
             continue  # `request` sets symbol or interval: the rules name the field
         else:
-            problems.append(TemplateProblem(path, str(error.message)))
+            problems.append(TemplateProblem(path, schema_message(error)))
     return problems
+
+
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def schema_message(error: Any) -> str:
+    """A jsonschema error in words that never carry the instance (a file that is not a
+    template may hold a key: the message names the path and the rule, not the content)."""
+    instance, message = error.instance, str(error.message)
+    if error.validator == "type":
+        kind = _JSON_KINDS.get(type(instance), "a number")
+        return f"is {kind}, not of type {error.validator_value!r}"
+    shown = repr(instance)
+    rest = message.removeprefix(shown).strip() if message.startswith(shown) else ""
+    if rest and shown not in rest:
+        return rest
+    return f"does not satisfy the schema's {error.validator!r} rule"
 
 
 def _under(paths: set[Path], prefix: Path) -> bool:

@@ -40,6 +40,15 @@ class ChartCall:
 
 
 @dataclass(frozen=True)
+class ListedObject:
+    """One object of a bucket listing, with what the listing says of it (no content read)."""
+
+    name: str  # its path in the bucket
+    content_type: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)  # the object's custom metadata
+
+
+@dataclass(frozen=True)
 class ChartSuccess:
     png: bytes
     account_id: str | None = None  # None in mock mode

@@ -27,6 +27,7 @@ from worker_chart_export.core.exceptions import (
     DecoderDefect,
     PoisonEvent,
     RedeliverEvent,
+    StorageUnavailable,
     TransientStoreError,
 )
 from worker_chart_export.functions.decoding import events, versions
@@ -209,7 +210,7 @@ def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
 
 def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, identity: dict[str, Any]) -> None:
     import structlog
-    from werkzeug.exceptions import InternalServerError
+    from werkzeug.exceptions import InternalServerError, ServiceUnavailable
 
     from worker_chart_export.bootstrap import runtime
     from worker_chart_export.service.execute import execute_step
@@ -222,15 +223,20 @@ def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, ident
                 run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock, seen=seen
             )
     except RedeliverEvent as exc:
-        # Either the claim could not be made while the step is still READY, or a claimed
-        # step's result could not be recorded (FinalizeFailed): the reason says which.
+        # The claim could not be made while the step is still READY, the bucket cannot store
+        # anything (StorageUnavailable, found before the claim), or a claimed step's result
+        # could not be recorded or fenced (FinalizeFailed, a store blip): the reason says which.
         log.error(
             "failing the invocation so Eventarc redelivers the event",
             reason=str(exc),
             errorType=type(exc).__name__,
         )
-        # An HTTP 500 without a traceback: this is an expected, retryable condition.
-        raise InternalServerError(description=f"redelivery requested for step {step_id}") from exc
+        # Without a traceback: an expected, retryable condition; 503 when a store we depend
+        # on is unavailable and nothing was claimed, 500 otherwise.
+        description = f"redelivery requested for step {step_id}"
+        if isinstance(exc, StorageUnavailable):
+            raise ServiceUnavailable(description=description) from exc
+        raise InternalServerError(description=description) from exc
     except Exception as exc:
         log.error("event handling failed", exc_info=True)
         # logged here, with runId and stepId: the entry answers 500 without a second line

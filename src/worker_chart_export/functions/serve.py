@@ -156,3 +156,32 @@ def run_server(
     options: dict[str, Any] = {} if threads is None else {"threads": threads}
     server = create_server(create_function_app(target), debug=False, **options)  # type: ignore[no-untyped-call]
     server.run(host, port)
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port, with what to do, found by binding as
+    gunicorn will (SO_REUSEADDR: a port in TIME_WAIT is free); None when it can. Checked
+    before serving: a mistake is one line instead of gunicorn's five retries and traceback."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"--host {host!r} is not an address ({exc})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            where = f"{host}:{port}"
+            if exc.errno == errno.EADDRINUSE:
+                return f"{where} is in use: stop what listens there, or choose another port"
+            if exc.errno == errno.EACCES:
+                return f"{where}: permission denied (ports below 1024 need privileges): choose another port"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"--host {host!r} is not an address of this machine"
+            return f"cannot listen on {where}: {exc.strerror or exc}"
+    return None

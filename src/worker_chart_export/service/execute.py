@@ -2,10 +2,13 @@
 
 The CloudEvent function and `run-local` both call it; they differ only in the ports they
 pass. Guarantee: once the claim succeeded, the step is finalized SUCCEEDED or FAILED, or the
-invocation fails loudly (FinalizeFailed) — it is never left RUNNING silently by our fault.
+invocation fails loudly (a RedeliverEvent: the finalize or the manifest's fence met a store
+outage) and the step keeps its lease for the reaper — never left RUNNING silently by our
+fault, and never FAILED for a transient store error once charts are paid for.
 
-The story: claim -> read templates -> validate -> reuse what an earlier execution wrote ->
-render the rest concurrently -> write the manifest -> decide -> finalize (retried in its budget).
+The story: check the bucket -> claim -> read templates -> validate -> reuse what an earlier
+execution wrote -> render the rest concurrently -> write the manifest -> decide -> finalize
+(retried in its budget).
 """
 
 from __future__ import annotations
@@ -16,19 +19,23 @@ from typing import Any, NamedTuple
 import structlog
 from structlog.typing import FilteringBoundLogger
 
+from worker_chart_export import known_keys
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
+    BucketUnusable,
     ClaimContended,
     ClaimSuperseded,
     RedeliverEvent,
+    StorageUnavailable,
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.manifest import (
+    ManifestFailure,
     ManifestHeader,
     build_manifest,
     manifest_bytes,
@@ -91,6 +98,7 @@ def execute_step(
             Budget.starting_now(limits.step_budget_seconds, clock),
             log,
         )
+        _check_bucket(ctx)
         began = clock.monotonic()
         claim = _claim(ctx, seen)
         claim_ms = round((clock.monotonic() - began) * 1000, 1)
@@ -106,6 +114,19 @@ def execute_step(
         written = finalize(ctx, result.final)
         _log_completed(ctx, result, written)
         return step_report(ctx, result, finalized=written)
+
+
+def _check_bucket(ctx: StepContext) -> None:
+    """Before the claim, so a bucket that cannot store anything costs no claim, no quota and
+    no CHART-IMG call: the step stays READY and the redelivered event runs it once the bucket
+    is back (one listing of one name per event with work; docs/design.md, "Charts, artifacts
+    and the outcome")."""
+    try:
+        ctx.ports.artifacts.check_bucket()
+    except BucketUnusable as exc:
+        raise StorageUnavailable(
+            f"step {ctx.step_id} not claimed: the charts bucket cannot store it: {exc}"
+        ) from exc
 
 
 def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimOutcome:
@@ -147,6 +168,11 @@ def _run_claimed_or_record_crash(
 ) -> StepResult:
     try:
         return _run_claimed(ctx, flow_run, claim)
+    except RedeliverEvent:
+        # A store blip where a result would be recorded: nothing to record, the step is left
+        # to its lease (never a FAILED step for what a retry can finish).
+        ctx.budget.cancel()
+        raise
     except BaseException as exc:
         # A defect, an unexpected failure or an interrupt (Ctrl-C, shutdown): stop what is
         # still running, record it on the step, then let the caller see it.
@@ -173,9 +199,17 @@ def _run_claimed(ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())
         return ctx.failed(validated)
-    reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
-    rendered = render_charts(ctx, validated, reuse)
-    return _write_manifest_and_decide(ctx, validated, rendered, claim)
+    try:
+        reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
+        rendered = render_charts(ctx, validated, reuse)
+        return _write_manifest_and_decide(ctx, validated, rendered, claim)
+    except BucketUnusable as exc:
+        # Gone since the check before the claim: nothing written is lost, and a FAILED step
+        # would end what a retry can finish. The reaper gives it back after its lease; until
+        # the bucket is back, its events answer 503 before any claim.
+        raise RedeliverEvent(
+            f"step {ctx.step_id} left to its lease: the charts bucket is gone: {exc}"
+        ) from exc
 
 
 def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
@@ -198,7 +232,10 @@ def _write_manifest_and_decide(
         validated.requests,
         ctx.mode,
     )
-    manifest = build_manifest(header, rendered.items, rendered.failures, created_at=ctx.clock.now())
+    # the manifest is public-read: no form of a key in a failure (CHART-IMG's words, an exception's)
+    redaction = known_keys.redaction()
+    failures = [ManifestFailure(f.request, f.error.redacted(redaction)) for f in rendered.failures]
+    manifest = build_manifest(header, rendered.items, failures, created_at=ctx.clock.now())
     counts = _Counts(len(rendered.items), len(rendered.failures), validated.min_images)
     try:
         manifest_uri = ctx.ports.artifacts.put_manifest(
@@ -211,7 +248,16 @@ def _write_manifest_and_decide(
         # outputs. Nothing of ours is written over them; the finalize will be refused too.
         ctx.log.warning("manifest not written: claim superseded", reason=str(exc))
         return StepResult(ctx.failed(step_failures.claim_superseded()).final, *counts)
-    except (ArtifactWriteError, TransientStoreError) as exc:
+    except TransientStoreError as exc:
+        # The fence could not read the step (a Firestore blip): whether the claim still holds
+        # is unknown, so no manifest; and a FAILED step would throw away charts already paid
+        # for. The step keeps its lease: the reaper makes it READY again after it, and the
+        # next execution reuses these PNGs (service/reuse.py) at no further cost.
+        raise RedeliverEvent(
+            f"step {ctx.step_id} left to its lease: its claim could not be checked before the "
+            f"manifest was written ({counts.items_count} charts stored for the retry to reuse): {exc}"
+        ) from exc
+    except ArtifactWriteError as exc:
         write_error = step_failures.manifest_write_failed(exc, **counts._asdict())
         ctx.log.error("manifest write failed", error=write_error.to_dict())
         return StepResult(ctx.failed(write_error).final, *counts)

@@ -27,8 +27,11 @@ tests/unit/service/test_finalize_worst_case.py computes these from the constants
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
+from worker_chart_export import known_keys
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode
@@ -42,6 +45,7 @@ FINALIZE_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 def finalize(ctx: StepContext, final: StepFinal) -> bool:
     """Retries transient store errors within the finalize budget; raises FinalizeFailed after it."""
+    final = _without_keys(final)
     budget = Budget.starting_now(ctx.limits.finalize_budget_seconds, ctx.clock)
 
     def note_retry(state: RetryCallState) -> None:
@@ -81,6 +85,14 @@ def finalize(ctx: StepContext, final: StepFinal) -> bool:
     return outcome.written
 
 
+def _without_keys(final: StepFinal) -> StepFinal:
+    """The run document is an exit: no form of a key in the step's error (an exception's text
+    or CHART-IMG's words may carry one)."""
+    if final.error is None:
+        return final
+    return replace(final, error=final.error.redacted(known_keys.redaction()))
+
+
 def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exception) -> FinalizeOutcome:
     reason = step_failures.finalize_refusal_reason(cause)
     ctx.log.error(
@@ -88,7 +100,7 @@ def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exceptio
         error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason},
         intendedStatus=refused.status.value,
     )
-    bare = ctx.failed(step_failures.result_not_recordable(refused, reason)).final
+    bare = _without_keys(ctx.failed(step_failures.result_not_recordable(refused, reason)).final)
     try:
         return ctx.ports.flow_runs.finalize_step(ctx.run_id, ctx.step_id, token=ctx.token, final=bare)
     except Exception as exc:

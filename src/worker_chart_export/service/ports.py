@@ -16,6 +16,7 @@ from worker_chart_export.core.types import (
     ChartResult,
     ClaimOutcome,
     FinalizeOutcome,
+    ListedObject,
     Reservation,
     StepFinal,
 )
@@ -78,19 +79,38 @@ class ArtifactStore(Protocol):
 
     bucket: str
 
-    def create_png(self, object_path: str, data: bytes) -> str:
-        """Create-only write (ifGenerationMatch=0). Returns the gs:// URI.
+    def check_bucket(self) -> None:
+        """The bucket exists and answers us: one request (a listing of at most one name),
+        asked before a step is claimed, so nothing is paid for that could not be stored.
 
-        Raises ArtifactWriteError after bounded retries.
+        Raises BucketUnusable naming the bucket (missing, refused, or unreachable after
+        bounded retries).
         """
         ...
 
-    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
-        """The object paths under `prefix` (a folder, ending in `/`), in name order, from
-        `start_offset` on (names before it are skipped): at most one page, the adapter's
-        LIST_PAGE_SIZE, so never more than one round trip.
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
+        """Create-only write (ifGenerationMatch=0) of image/png, with `metadata` as the
+        object's own (core.reuse.png_metadata: the digest of the body it was rendered from,
+        the claim that wrote it). Returns the gs:// URI.
 
-        Raises ArtifactListError after bounded retries.
+        Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
+        """
+        ...
+
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[ListedObject]:
+        """The objects under `prefix` (a folder, ending in `/`), in name order, from
+        `start_offset` on (names before it are skipped), each with its content type and
+        metadata: at most one page, the adapter's LIST_PAGE_SIZE, so never more than one
+        round trip, and no object is read.
+
+        Raises ArtifactListError after bounded retries; BucketUnusable when the bucket is gone.
+        """
+        ...
+
+    def read_head(self, object_path: str, size: int) -> bytes:
+        """The object's first `size` bytes (all of them when it is shorter): one ranged read.
+
+        Raises ArtifactReadError after bounded retries (an object gone meanwhile too).
         """
         ...
 
@@ -102,7 +122,7 @@ class ArtifactStore(Protocol):
         With `still_ours`, the write happens only while it answers True, and never over a
         version written after it was asked (a reaped execution that finishes late must not
         replace the newer execution's manifest): raises ClaimSuperseded otherwise.
-        Raises ArtifactWriteError after bounded retries.
+        Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
         """
         ...
 

@@ -12,9 +12,11 @@ from typing import Any
 
 from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.exceptions import ArtifactWriteError
 from worker_chart_export.core.manifest import ManifestFailure, ManifestItem
 from worker_chart_export.core.naming import png_object_path
+from worker_chart_export.core.reuse import png_metadata
 from worker_chart_export.core.types import ChartCall, ChartFailure
 from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.ports import ChartSession
@@ -106,11 +108,12 @@ def _render_one(
     path = png_object_path(
         call.run_id, call.step_id, generated_at, call.chart_img_symbol, call.interval, call.chart_template_id
     )
+    digest = body_digest(call.body)  # of the body sent: a retry reuses this PNG for it alone
     try:
-        uri = ctx.ports.artifacts.create_png(path, result.png)
+        uri = ctx.ports.artifacts.create_png(path, result.png, metadata=png_metadata(digest, ctx.token))
     except ArtifactWriteError as exc:
         error = step_failures.png_write_failed(exc, path)
         log.error("png write failed", error=error.to_dict())
         return ManifestFailure(request, error)
     description = str(templates[call.chart_template_id]["description"])
-    return ManifestItem(call.chart_template_id, description, generated_at, uri, call.chart_img_symbol)
+    return ManifestItem(call.chart_template_id, description, generated_at, uri, call.chart_img_symbol, digest)

@@ -1,26 +1,34 @@
 """Before a step renders: the charts an earlier execution of it already wrote, listed again
-instead of paid for twice. One listing of the step's folder, only when one may find
-something; which PNGs qualify is core/reuse.py's rule."""
+instead of paid for twice, but only for the very request this execution would send. One
+listing of the step's folder, only when one may find something, then one ranged read of
+each PNG it would reuse; which PNGs qualify is core/reuse.py's rule."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from worker_chart_export.core.exceptions import ArtifactListError
+from worker_chart_export.core.chart_request import body_digest
+from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.manifest import ManifestItem
 from worker_chart_export.core.naming import gcs_uri, rfc3339_utc
 from worker_chart_export.core.reuse import (
-    ReusablePng,
-    choose_reusable,
+    PNG_SIGNATURE,
+    Candidate,
+    Refusal,
+    is_png,
     listing_prefix,
     listing_start,
+    reuse_candidates,
     should_look,
 )
 from worker_chart_export.core.types import ChartCall
 from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.step_context import StepContext
+
+# the skipped objects one WARNING names at most (a step has 100 charts at most)
+MAX_SKIPPED_NAMED = 20
 
 
 @dataclass(frozen=True)
@@ -29,17 +37,25 @@ class Reuse:
     to_render: list[ChartCall]  # the others, in the step's order
 
 
+@dataclass
+class _Found:
+    chosen: dict[str, Candidate] = field(default_factory=dict)  # by chartTemplateId
+    skipped: list[tuple[str, Candidate, Refusal]] = field(default_factory=list)
+
+
 def reuse_earlier_charts(
     ctx: StepContext, validated: ValidatedStep, attempt: int | None, step: Mapping[str, Any]
 ) -> Reuse:
     """`attempt`: the claim's; `step`: the step as the claim returned it. A reused chart
     keeps its own URI and generatedAt, costs no quota and no call, and is said once in the
-    log ("chart reused") and in its item (`meta.reused`)."""
+    log ("chart reused") and in its item (`meta.reused`). The PNGs of those charts that were
+    looked at and refused are named in one WARNING; those charts are rendered anew."""
     calls = validated.calls
     found = _look(ctx, calls, attempt, step)
+    _warn_skipped(ctx, found.skipped)
     items = []
     for call in calls:
-        png = found.get(call.chart_template_id)
+        png = found.chosen.get(call.chart_template_id)
         if png is None:
             continue
         uri = gcs_uri(ctx.ports.artifacts.bucket, png.object_path)
@@ -53,18 +69,24 @@ def reuse_earlier_charts(
         description = str(validated.templates[call.chart_template_id]["description"])
         items.append(
             ManifestItem(
-                call.chart_template_id, description, png.generated_at, uri, call.chart_img_symbol, reused=True
+                call.chart_template_id,
+                description,
+                png.generated_at,
+                uri,
+                call.chart_img_symbol,
+                request_digest=body_digest(call.body),
+                reused=True,
             )
         )
-    return Reuse(items, [c for c in calls if c.chart_template_id not in found])
+    return Reuse(items, [c for c in calls if c.chart_template_id not in found.chosen])
 
 
 def _look(
     ctx: StepContext, calls: Sequence[ChartCall], attempt: int | None, step: Mapping[str, Any]
-) -> dict[str, ReusablePng]:
+) -> _Found:
     max_age = ctx.limits.chart_reuse_max_age_seconds
     if not calls or not should_look(max_age, attempt, step):
-        return {}
+        return _Found()
     now = ctx.clock.now()
     try:
         listed = ctx.ports.artifacts.list_objects(
@@ -74,5 +96,38 @@ def _look(
     except ArtifactListError as exc:
         # only a saving missed: the charts are rendered as they would have been without it
         ctx.log.warning("earlier charts not listed: rendering every chart", error={"message": str(exc)})
-        return {}
-    return choose_reusable(listed, calls, now=now, max_age_seconds=max_age)
+        return _Found()
+    found = _Found()
+    for template_id, listed_pngs in reuse_candidates(listed, calls, now=now, max_age_seconds=max_age).items():
+        for candidate in listed_pngs:  # newest first: the first that passes is reused
+            refusal = candidate.refusal or _bytes_refusal(ctx, candidate.object_path)
+            if refusal is None:
+                found.chosen[template_id] = candidate
+                break
+            found.skipped.append((template_id, candidate, refusal))
+    return found
+
+
+def _bytes_refusal(ctx: StepContext, object_path: str) -> Refusal | None:
+    try:
+        head = ctx.ports.artifacts.read_head(object_path, len(PNG_SIGNATURE))
+    except ArtifactReadError:
+        return Refusal.UNREADABLE
+    return None if is_png(head) else Refusal.NOT_PNG_BYTES
+
+
+def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, Refusal]]) -> None:
+    if not skipped:
+        return
+    ctx.log.warning(
+        "earlier charts not reused: rendering them anew",
+        skipped=[
+            {
+                "chartTemplateId": template_id,
+                "gcsUri": gcs_uri(ctx.ports.artifacts.bucket, candidate.object_path),
+                "reason": refusal.value,
+            }
+            for template_id, candidate, refusal in skipped[:MAX_SKIPPED_NAMED]
+        ],
+        skippedCount=len(skipped),
+    )

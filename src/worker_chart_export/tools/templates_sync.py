@@ -3,7 +3,10 @@
 All or nothing: every file is validated (core.template_check.template_problems, the one rule
 set step validation applies too: contracts/chart_template.schema.json, CHART-IMG's rules under
 the configured plan and its documented lists; and the file name must be `<id>.json`) before
-anything is written; one bad file means no writes at all.
+anything is written; one bad file means no writes at all. A `*.json` that is no chart template
+(not a JSON object, or an object with none of a template's fields: an accounts file kept
+beside the templates, say) is skipped with one line naming it, never its content; a problem
+names the file and the JSON path, and a schema problem never quotes the value.
 Valid templates are compared with the stored documents and only the differing ones are
 written, as full overwrites, so a re-run is a no-op and the report says what changed.
 From the CLI, `--dry-run` only validates, offline; Firestore problems are one line (exit 2).
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
 from worker_chart_export.core.plans import DEFAULT_PLAN, PLANS, Plan
@@ -57,6 +60,7 @@ class SyncReport:
     actions: Mapping[str, SyncAction] = field(default_factory=dict)  # template id -> action
     not_in_directory: tuple[str, ...] = ()  # stored ids without a file: reported, never deleted
     plan: str = DEFAULT_PLAN  # the CHART-IMG plan whose limits the templates were checked against
+    skipped: tuple[str, ...] = ()  # `<file>: <why>` for each *.json that is no chart template
 
     @property
     def ok(self) -> bool:
@@ -74,7 +78,7 @@ class SyncReport:
                 f"(checked against the {self.plan} plan); nothing was written:"
             ]
             lines += [f"  {p}" for p in self.problems]
-            return "\n".join(lines)
+            return "\n".join(lines + skipped_lines(self.skipped))
         prefix = "would be " if self.dry_run else ""
         lines = [
             f"templates sync{' (dry run)' if self.dry_run else ''}: {self.directory} -> "
@@ -85,6 +89,7 @@ class SyncReport:
             lines.append(f"  {template_id}: {shown}")
         for template_id in self.not_in_directory:
             lines.append(f"  {template_id}: in Firestore only (left untouched)")
+        lines += skipped_lines(self.skipped)
         counts = {a: sum(1 for x in self.actions.values() if x is a) for a in SyncAction}
         lines.append(
             f"{len(self.actions)} template(s): {counts[SyncAction.CREATED]} {prefix}created, "
@@ -93,30 +98,59 @@ class SyncReport:
         return "\n".join(lines)
 
 
-def load_templates(
-    directory: Path, plan: Plan = PLANS[DEFAULT_PLAN]
-) -> tuple[dict[str, dict[str, Any]], list[SyncProblem]]:
-    """(valid templates by id, every problem found). Checks all files, stops at none."""
+def skipped_lines(skipped: tuple[str, ...]) -> list[str]:
+    return [f"  {line}" for line in skipped]
+
+
+# a template's own fields (contracts/chart_template.schema.json): a JSON object with none of
+# them is some other file kept in the folder
+_TEMPLATE_FIELDS = frozenset({"id", "description", "chartImgSymbolTemplate", "request"})
+
+
+class LoadedTemplates(NamedTuple):
+    templates: dict[str, dict[str, Any]]  # the valid ones, by id
+    problems: list[SyncProblem]
+    skipped: tuple[str, ...]  # `<file>: <why>`, for each *.json that is no chart template
+
+
+def not_a_template(document: Any) -> str | None:
+    """Why a JSON document is no chart template at all (then skipped), or None."""
+    if not isinstance(document, dict):
+        return f"skipped: not a chart template ({_json_kind(document)}, not an object)"
+    if not _TEMPLATE_FIELDS & document.keys():
+        return f"skipped: not a chart template (none of {', '.join(sorted(_TEMPLATE_FIELDS))})"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "a JSON array", str: "a JSON string", bool: "a JSON boolean", type(None): "JSON null"}
+    return kinds.get(type(value), "a JSON number")
+
+
+def load_templates(directory: Path, plan: Plan = PLANS[DEFAULT_PLAN]) -> LoadedTemplates:
+    """The valid templates by id, every problem found, the files skipped. Checks all files,
+    stops at none."""
     if not directory.is_dir():
-        return {}, [SyncProblem(str(directory), "$", "not a directory")]
+        return LoadedTemplates({}, [SyncProblem(str(directory), "$", "not a directory")], ())
     files = sorted(directory.glob("*.json"))
-    if not files:
-        return {}, [SyncProblem(str(directory), "$", "no *.json template files")]
     templates: dict[str, dict[str, Any]] = {}
     problems: list[SyncProblem] = []
+    skipped: list[str] = []
     for path in files:
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {exc}"))
+            problems.append(SyncProblem(path.name, "$", f"cannot be read as JSON: {_reason(exc)}"))
+            continue
+        why_not = not_a_template(document)
+        if why_not is not None:
+            skipped.append(f"{path.name}: {why_not}")
             continue
         found = sorted(
             (SyncProblem(path.name, f"${p.suffix}", p.message) for p in template_problems(document, plan)),
             key=lambda problem: problem.path,
         )
         problems += found
-        if not isinstance(document, dict):
-            continue  # the schema already said so
         template_id = document.get("id")
         if isinstance(template_id, str) and template_id != path.stem:
             problems.append(
@@ -124,7 +158,19 @@ def load_templates(
             )
         if not found and isinstance(template_id, str):
             templates[template_id] = document
-    return templates, problems
+    if not templates and not problems:
+        problems.append(SyncProblem(str(directory), "$", "no chart template among its *.json files"))
+    return LoadedTemplates(templates, problems, tuple(skipped))
+
+
+def _reason(exc: Exception) -> str:
+    """What is wrong with an unreadable file, without its content (a JSON error's position,
+    a decoding error's byte, an OS error's words)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    return str(getattr(exc, "strerror", None) or type(exc).__name__)
 
 
 def sync_templates(
@@ -142,9 +188,11 @@ def sync_templates(
     """
     from worker_chart_export.adapters.firestore import bounded_retry, translated
 
-    templates, problems = load_templates(directory, plan)
+    templates, problems, skipped = load_templates(directory, plan)
     if problems:
-        return SyncReport(directory, collection, dry_run, problems=tuple(problems), plan=plan.name)
+        return SyncReport(
+            directory, collection, dry_run, problems=tuple(problems), plan=plan.name, skipped=skipped
+        )
     ref_of = client.collection(collection)
     retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
     with translated(f"read of {collection}", contention=False):
@@ -171,6 +219,7 @@ def sync_templates(
         actions=actions,
         not_in_directory=tuple(sorted(stored_ids - templates.keys())),
         plan=plan.name,
+        skipped=skipped,
     )
     if dry_run:
         return report
@@ -198,22 +247,22 @@ def run_templates_sync(
     from worker_chart_export.adapters.firestore.checked_client import cli_firestore
 
     directory = Path(directory)
-    templates, problems = load_templates(directory, plan)
+    templates, problems, skipped = load_templates(directory, plan)
     if problems:
         return EXIT_INVALID, SyncReport(
-            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name
+            directory, CHART_TEMPLATES_COLLECTION, dry_run, tuple(problems), plan=plan.name, skipped=skipped
         ).to_text()
     if dry_run:
-        return EXIT_OK, _validated_text(directory, sorted(templates), plan)
+        return EXIT_OK, _validated_text(directory, sorted(templates), plan, skipped)
     with cli_firestore(project, emulator_host) as client:
         report = sync_templates(directory, client, plan=plan)
     return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()
 
 
-def _validated_text(directory: Path, template_ids: list[str], plan: Plan) -> str:
+def _validated_text(directory: Path, template_ids: list[str], plan: Plan, skipped: tuple[str, ...]) -> str:
     lines = [
         f"templates sync (dry run): {len(template_ids)} template(s) in {directory} are valid "
         f"(checked against the {plan.name} plan); Firestore was not contacted, nothing was written"
     ]
     lines += [f"  {template_id}: valid" for template_id in template_ids]
-    return "\n".join(lines)
+    return "\n".join(lines + skipped_lines(skipped))

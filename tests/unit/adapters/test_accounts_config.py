@@ -10,6 +10,8 @@ import pytest
 from pydantic import SecretStr
 
 from harness.chart_img_server import new_key
+from harness.secret_scan import leaks
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.accounts_config import (
     load_accounts,
     parse_accounts,
@@ -43,12 +45,12 @@ MALFORMED = [
     ([], "empty list"),
     ({"id": "acc1", "apiKey": KEY}, "expected a JSON array"),
     ([{"id": "bad id!", "apiKey": KEY}], "id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"),
-    ([{"id": "acc1", "apiKey": KEY, "apikey": KEY}], "item 1: unknown field 'apikey'"),
+    ([{"id": "acc1", "apiKey": KEY, "apikey": KEY}], "item 1: field 3 is unknown (its name is not shown"),
     ([{"id": "acc1", "apiKey": ""}], "item 1: 'apiKey' must be a non-empty string"),
     ([{"id": "acc1", "apiKey": KEY + " \n"}], "'apiKey' must be a non-empty string of printable"),
     ([{"id": "acc1", "apiKey": 12345678901234}], "item 1: 'apiKey'"),
-    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' input should be greater"),
-    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' input should be a valid integer"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' must be at least 1"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' must be a whole number"),
     ([{"id": "acc1", "apiKey": KEY, "ratePerSecond": -1}], "'ratePerSecond'"),
     (["acc1"], "item 1: expected an object, got string"),
 ]
@@ -63,6 +65,41 @@ def test_malformed_config_names_the_problem_never_the_key(config: Any, expected:
     assert expected in message
     assert KEY not in message
     assert text not in message
+
+
+def test_a_key_typed_as_a_field_name_is_named_by_its_position() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY}, {"id": "acc2", KEY: "x", "plan": "PRO"}]))
+    message = str(caught.value)
+    assert message == (
+        "CHART_IMG_ACCOUNTS_JSON: item 2: missing 'apiKey'; item 2: field 2 is unknown (its name is not "
+        "shown; known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
+    )
+    assert not leaks([message], [KEY])
+
+
+def test_a_duplicate_id_is_named_unless_it_is_a_key() -> None:
+    long_id = "account-number-one"
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": long_id, "apiKey": KEY}, {"id": long_id, "apiKey": KEY + "2"}]))
+    assert str(caught.value) == f"CHART_IMG_ACCOUNTS_JSON: duplicate account id '{long_id}'"
+    key_as_id = "abcdefgh0123456789"
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": key_as_id, "apiKey": key_as_id}] * 2))
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: duplicate account id '<redacted>'"
+
+
+def test_a_value_that_could_be_a_key_is_redacted_in_any_form() -> None:
+    with pytest.raises(ConfigError) as caught:  # the plan's message names the value it refuses
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY, "plan": KEY[:20]}]))
+    assert "unknown CHART-IMG plan '<redacted>'" in str(caught.value)
+    assert not leaks([str(caught.value)], [KEY])
+
+
+def test_parsed_keys_become_known_to_the_process() -> None:
+    assert KEY not in known_keys.redaction().keys
+    parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY}]))
+    assert known_keys.redaction().text(f"echo {KEY}") == "echo <redacted>"
 
 
 def test_a_key_that_lands_in_an_id_is_not_echoed() -> None:

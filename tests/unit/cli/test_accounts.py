@@ -58,7 +58,9 @@ def test_a_bad_file_is_one_error_line_naming_the_problem(
     code, out, err = check(tmp_path, capsys, content)
     assert (code, out) == (2, "")
     [line] = err.splitlines()
-    assert line.startswith(f"worker-chart-export: error: ACCOUNTS_FILE {tmp_path / 'accounts.json'}: ")
+    assert line.startswith(
+        f"worker-chart-export accounts: error: ACCOUNTS_FILE {tmp_path / 'accounts.json'}: "
+    )
     assert problem in line
 
 
@@ -67,5 +69,5 @@ def test_check_file_takes_no_other_flag(tmp_path: Path, capsys: pytest.CaptureFi
     out, err = capsys.readouterr()
     assert (out, err) == (
         "",
-        "worker-chart-export: error: --check-file takes no other flag (got --json, --local)\n",
+        "worker-chart-export accounts: error: --check-file takes no other flag (got --json, --local)\n",
     )

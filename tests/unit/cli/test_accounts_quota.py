@@ -15,7 +15,7 @@ import pytest
 
 from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.usage_local import FileUsageStore
-from worker_chart_export.cli.accounts_table import until
+from worker_chart_export.cli.accounts_table import NOT_CONFIGURED, until
 from worker_chart_export.cli.main import main
 from worker_chart_export.core.usage import Pacing
 
@@ -109,9 +109,23 @@ def test_without_accounts_every_usage_document_is_listed(
     write_usage(tmp_path / "out")
     code, out, _ = run(capsys, "--output-dir", str(tmp_path / "out"))
     assert code == 0
-    assert "no accounts configured" in out
+    assert out.splitlines()[1] == (
+        f"{NOT_CONFIGURED}: the accounts below are the usage documents', plan and pacing unknown"
+    )
     assert [line.split()[0] for line in out.splitlines()[3:6]] == ["acc1", "acc2", "retired"]
     assert "daily limits unknown" in out.splitlines()[-1]
+
+
+def test_without_accounts_or_usage_documents_it_says_one_thing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_accounts_env: None
+) -> None:
+    code, out, _ = run(capsys, "--output-dir", str(tmp_path / "never-ran"))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2, out
+    assert lines[1] == f"{NOT_CONFIGURED} and no usage document there: nothing to show"
+    assert NOT_CONFIGURED.startswith(
+        "no accounts configured (--accounts-config-path, CHART_IMG_ACCOUNTS_JSON"
+    )
 
 
 def test_a_usage_file_not_written_yet_is_a_whole_day_left_and_creates_nothing(
@@ -153,7 +167,7 @@ def test_each_problem_is_one_line(
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(
-        "worker-chart-export: error: " + expected.format(accounts=accounts, usage=usage)
+        "worker-chart-export accounts: error: " + expected.format(accounts=accounts, usage=usage)
     ), line
 
 
@@ -172,3 +186,29 @@ def test_moments_read_as_a_person_reads_them(seconds: float, text: str) -> None:
     now = datetime(2026, 11, 23, 12, tzinfo=UTC)
     assert until(datetime.fromtimestamp(now.timestamp() + seconds, UTC), now) == text
     assert until(None, now) == "unknown"
+
+
+def test_a_key_in_a_stored_reason_never_reaches_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_accounts_env: None
+) -> None:
+    """A usage file written by an older worker, whose reasons quote CHART-IMG echoing the key
+    in another form: neither the table nor --json prints any form of it."""
+    from harness.secret_scan import key_forms, leaks
+
+    key = 'aq/"key\\with+odd%chars=0123456789abcdef'
+    forms = key_forms(key)
+    store, now = FileUsageStore(tmp_path / USAGE_FILE), datetime.now(UTC)
+    store.reserve("acc1", default_limit=50, now=now)
+    store.mark_disabled("acc1", reason=f'CHART-IMG refused the key 401 "{forms["json_slash"]}"', now=now)
+    store.reserve("acc2", default_limit=50, now=now)
+    store.mark_exhausted(
+        "acc2", default_limit=50, now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}"
+    )
+    config = accounts_file(tmp_path, [{"id": "acc1", "apiKey": key}, {"id": "acc2", "apiKey": KEYS[0]}])
+    flags = ["--local", "--output-dir", str(tmp_path), "--accounts-config-path", str(config)]
+    code, out, err = run(capsys, *flags, "--json")
+    assert code == 0 and json.loads(out)["accounts"]
+    assert "<redacted>" in out
+    table_code, table, table_err = run(capsys, *flags)
+    assert table_code == 0 and "acc1" in table
+    assert leaks([out, err, table, table_err], [key]) == []

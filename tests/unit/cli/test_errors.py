@@ -1,10 +1,10 @@
 """One line for every CLI error: the commands that reach Firestore (advance, reap, templates
 sync, submit, accounts), run as a user runs them (the console script in a subprocess), without
 credentials and with an emulator that is not there. Each ends with exit 2 and one stderr
-line naming the problem and the fix. That it does so after one 5 s deadline, not the Firestore
-client's 60 s of retries, is judged by what the client sends, not by the clock (a busy machine
-starts five of these slowly): tests/unit/adapters/test_checked_client.py. `templates sync
---dry-run` needs neither."""
+line, `worker-chart-export <command>: error: ...`, naming the problem and the fix. That it
+does so after one 5 s read, not the Firestore client's 60 s of retries, is judged by what the
+client sends, not by the clock (a busy machine starts five of these slowly):
+tests/unit/adapters/test_checked_client.py. `templates sync --dry-run` needs neither."""
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def assert_one_line(results: dict[str, Finished], expected: str) -> None:
     for name, result in results.items():
         assert result.code == 2, (name, result)
         assert result.stdout == "", (name, result)
-        assert result.stderr_lines == [f"worker-chart-export: error: {expected}"], (name, result)
+        command = "templates sync" if name == "templates-sync" else name
+        assert result.stderr_lines == [f"worker-chart-export {command}: error: {expected}"], (name, result)
 
 
 def test_without_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
@@ -143,14 +144,21 @@ def test_templates_dry_run_creates_no_client(
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["advance", "--run-id", "a/b"], "--run-id 'a/b': document id contains '/'"),
-        (["advance", "--run-id", "__x__"], "--run-id '__x__': document id matches __.*__"),
+        (["advance", "--run-id", "a/b"], "advance: error: --run-id 'a/b': document id contains '/'"),
+        (["advance", "--run-id", "__x__"], "advance: error: --run-id '__x__': document id matches __.*__"),
         (
             ["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--run-id", "no spaces"],
-            f"--flow-run-path {SAMPLE_FLOW_RUN}: not a valid flow_run (flow_run.schema.json): $.runId:",
+            f"submit: error: --flow-run-path {SAMPLE_FLOW_RUN}: not a valid flow_run (flow_run.schema.json): "
+            "$.runId:",
         ),
-        (["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--timeout", "0"], "--timeout 0.0: must be"),
-        (["submit", "--flow-run-path", "/none.json"], "--flow-run-path /none.json: No such file"),
+        (
+            ["submit", "--flow-run-path", str(SAMPLE_FLOW_RUN), "--timeout", "0"],
+            "submit: error: argument --timeout: 0 must be a positive number of seconds",
+        ),
+        (
+            ["submit", "--flow-run-path", "/none.json"],
+            "submit: error: --flow-run-path /none.json: No such file",
+        ),
     ],
     ids=["slash", "reserved", "schema", "timeout", "no-file"],
 )
@@ -158,7 +166,11 @@ def test_bad_input_is_one_line_before_firestore_is_reached(
     argv: list[str], expected: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{closed_port()}")  # never reached
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own mistakes end the parse
+        code = int(exit.code or 0)
+    assert code == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
-    assert err.startswith(f"worker-chart-export: error: {expected}"), err
+    assert err.startswith(f"worker-chart-export {expected}"), err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,9 @@ from typing import Any
 import pytest
 
 from harness.builders import REPO, SAMPLE_FLOW_RUN, chart_step, flow_run
+from harness.firestore_emulator import free_port
 from worker_chart_export.cli.main import main
+from worker_chart_export.cli.surface import command_line
 
 SECRET_KEY = "test-key-5f0c2a9e8b7d4c1fa3e6b9d2c7f1e4a8"
 
@@ -237,7 +241,8 @@ def test_serve_refuses_to_start_on_bad_account_config(
     tmp_path: Path, accounts_json: str, message: str
 ) -> None:
     script = str(Path(sys.executable).parent / "worker-chart-export")
-    env = {**os.environ, "CHARTS_API_MODE": "real", "CHART_IMG_ACCOUNTS_JSON": accounts_json, "PORT": "0"}
+    port = str(free_port())  # never bound: the configuration is refused first
+    env = {**os.environ, "CHARTS_API_MODE": "real", "CHART_IMG_ACCOUNTS_JSON": accounts_json, "PORT": port}
     result = subprocess.run([script, "serve"], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
@@ -281,6 +286,54 @@ def test_noop_summary_does_not_claim_local_artifacts(tmp_path: Path, capsys: Any
     assert (
         code == 1 and out == "CHART_EXPORT NOOP: no READY CHART_EXPORT step in the flow_run (NO_READY_STEP)\n"
     )
+
+
+def test_a_second_run_says_how_to_run_the_step_again_and_that_works(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, Path("out")))[0] == 0
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, Path("out")))
+    state = Path("out") / "flow_runs" / "run_20261122_btcusdt_0001.json"
+    assert code == 1
+    assert out.splitlines()[0] == (
+        f"CHART_EXPORT NOOP: no READY CHART_EXPORT step in the flow_run state {state} (a step that ran is "
+        "not run again): to run it again, delete that file or give another --output-dir (NO_READY_STEP)"
+    )
+    state.unlink()  # as the line says
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, Path("out")))
+    assert code == 0 and out.startswith("CHART_EXPORT SUCCEEDED")
+
+
+def test_the_summary_says_how_to_look_at_the_charts_and_that_works(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, Path("out")))
+    assert code == 0
+    [hint] = [line.removeprefix("look at them: ") for line in out.splitlines() if line.startswith("look at")]
+    program, *argv = shlex.split(hint)
+    assert program == command_line()
+    assert argv == ["view", "out/gcs/worker-chart-export-local/charts/run_20261122_btcusdt_0001/charts_1h"]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and out.startswith("SUCCEEDED: page written to file://")
+    assert (tmp_path / "out" / "view" / "chart-view-run_20261122_btcusdt_0001-charts_1h.html").is_file()
+
+
+def test_a_file_of_pending_steps_names_the_advance_that_makes_them_ready(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_flow_run(tmp_path, flow_run({"charts": chart_step(status="PENDING")}))
+    code, out, _ = run_cli(capsys, *run_local_argv(path, Path("o")))
+    assert code == 1
+    [hint] = re.findall(r"advance_flow runs \((.+)\) \(NO_READY_STEP\)$", out.splitlines()[0])
+    program, *argv = shlex.split(hint)
+    assert program == command_line()  # the program as it can be typed here
+    assert argv == ["advance", "--flow-run-path", str(path), "--output-dir", "o"]
+    assert run_cli(capsys, *argv)[0] == 0  # the hint, as printed
+    code, out, _ = run_cli(capsys, *run_local_argv(path, Path("o")))
+    assert code == 0 and out.startswith("CHART_EXPORT SUCCEEDED"), out
 
 
 def test_interrupt_exits_130(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -332,17 +385,18 @@ def test_a_setting_from_a_flag_is_named_by_the_flag_and_its_problem_kept_whole(
     )
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1] == (
-        f"worker-chart-export: error: --accounts-config-path {accounts}: no CHART-IMG accounts configured: "
+        f"worker-chart-export run-local: error: --accounts-config-path {accounts}: "
+        "no CHART-IMG accounts configured: "
         "set CHART_IMG_ACCOUNTS_JSON, --accounts-config-path or CHART_IMG_ACCOUNTS_SECRET"
     )
     # the same bad bucket names the flag when a flag gave it, the variable when the environment did
     code, _, from_flag = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, charts_bucket="Bad_Bucket"))
     assert code == 2 and from_flag.startswith(
-        "worker-chart-export: error: --charts-bucket (over CHARTS_BUCKET): "
+        "worker-chart-export run-local: error: --charts-bucket (over CHARTS_BUCKET): "
     )
     monkeypatch.setenv("CHARTS_BUCKET", "Bad_Bucket")
     code, _, from_env = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN))
-    assert code == 2 and from_env.startswith("worker-chart-export: error: CHARTS_BUCKET: ")
+    assert code == 2 and from_env.startswith("worker-chart-export run-local: error: CHARTS_BUCKET: ")
 
 
 def test_serve_warms_up_once_in_the_forked_worker_not_in_the_arbiter(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,8 +28,12 @@ def build(**overrides: object) -> dict:
         min_images=2,
         requested=REQUESTED,
         items=[
-            ManifestItem("c_v1", "Kind C", NOW, "gs://bkt/charts/run1/charts/x_c_v1.png", "BINANCE:BTCUSDT"),
-            ManifestItem("a_v1", "Kind A", NOW, "gs://bkt/charts/run1/charts/x_a_v1.png", "BINANCE:BTCUSDT"),
+            ManifestItem(
+                "c_v1", "Kind C", NOW, "gs://bkt/charts/run1/charts/x_c_v1.png", "BINANCE:BTCUSDT", "c" * 64
+            ),
+            ManifestItem(
+                "a_v1", "Kind A", NOW, "gs://bkt/charts/run1/charts/x_a_v1.png", "BINANCE:BTCUSDT", "a" * 64
+            ),
         ],
         failures=[
             ManifestFailure({"chartTemplateId": "b_v1"}, StepError(ErrorCode.CHART_API_FAILED, "HTTP 422"))
@@ -57,7 +61,7 @@ def test_manifest_follows_contract_and_request_order() -> None:
         "kind": "Kind A",
         "generatedAt": "2026-11-22T04:00:00.000Z",
         "png_gcs_uri": "gs://bkt/charts/run1/charts/x_a_v1.png",
-        "meta": {"chartImgSymbol": "BINANCE:BTCUSDT"},
+        "meta": {"chartImgSymbol": "BINANCE:BTCUSDT", "requestDigest": "a" * 64},
     }
     assert manifest["failures"] == [
         {"request": {"chartTemplateId": "b_v1"}, "error": {"code": "CHART_API_FAILED", "message": "HTTP 422"}}
@@ -66,7 +70,7 @@ def test_manifest_follows_contract_and_request_order() -> None:
 
 
 def test_manifest_that_breaks_the_schema_is_refused() -> None:
-    bad_uri = [ManifestItem("a_v1", "Kind A", NOW, "https://example.com/a.png", "BINANCE:BTCUSDT")]
+    bad_uri = [ManifestItem("a_v1", "Kind A", NOW, "https://example.com/a.png", "BINANCE:BTCUSDT", "a" * 64)]
     with pytest.raises(InvalidManifestError, match="png_gcs_uri"):
         build(items=bad_uri, failures=[])
     manifest = build()

@@ -1,29 +1,42 @@
 """core/reuse.py: which PNGs an earlier execution of the step left that this one may list
-again instead of paying CHART-IMG for them twice."""
+again instead of paying CHART-IMG for them twice: only those rendered from the very body it
+would send now, stored as PNGs."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.naming import parse_png_object_path, png_object_path
 from worker_chart_export.core.reuse import (
-    choose_reusable,
+    PNG_SIGNATURE,
+    Refusal,
+    is_png,
     listing_prefix,
     listing_start,
+    png_metadata,
+    reuse_candidates,
     should_look,
 )
-from worker_chart_export.core.types import ChartCall
+from worker_chart_export.core.types import ChartCall, ListedObject
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 WINDOW = 900.0
 
 
+def request_body(symbol: str = "BINANCE:BTCUSDT", interval: str = "1h", **template: Any) -> dict[str, Any]:
+    return {"theme": "dark", **template, "timezone": "Etc/UTC", "symbol": symbol, "interval": interval}
+
+
 def call(template: str = "price_v1", *, symbol: str = "BINANCE:BTCUSDT", interval: str = "1h") -> ChartCall:
-    return ChartCall("run1", "charts", template, symbol, interval, {}, f"key-{template}")
+    return ChartCall(
+        "run1", "charts", template, symbol, interval, request_body(symbol, interval), f"key-{template}"
+    )
 
 
 def png(
@@ -38,9 +51,30 @@ def png(
     return png_object_path(run_id, step_id, NOW - timedelta(seconds=seconds_ago), symbol, interval, template)
 
 
-def chosen(paths: list[str], calls: list[ChartCall], window: float = WINDOW) -> dict[str, str]:
-    found = choose_reusable(paths, calls, now=NOW, max_age_seconds=window)
-    return {template: reusable.object_path for template, reusable in found.items()}
+def listed(
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    content_type: str | None = "image/png",
+    metadata: dict[str, str] | None = None,
+) -> ListedObject:
+    """An object as a listing shows it; by default a PNG written for `body` (the default call's)."""
+    stamped = png_metadata(body_digest(body or request_body()), "token-1") if metadata is None else metadata
+    return ListedObject(path, content_type, stamped)
+
+
+def chosen(
+    objects: list[ListedObject | str], calls: list[ChartCall], window: float = WINDOW
+) -> dict[str, str]:
+    """What would be reused if every PNG's bytes were a PNG's: the newest unrefused one."""
+    found = reuse_candidates(
+        [listed(o) if isinstance(o, str) else o for o in objects], calls, now=NOW, max_age_seconds=window
+    )
+    return {
+        template: next(c.object_path for c in listed_pngs if c.refusal is None)
+        for template, listed_pngs in found.items()
+        if any(c.refusal is None for c in listed_pngs)
+    }
 
 
 # --- whether to list at all ---------------------------------------------------------------
@@ -103,36 +137,97 @@ def test_a_png_of_the_same_chart_within_the_window_is_reused_the_edge_included()
     assert chosen([png(0)], [call()]) == {"price_v1": png(0)}
 
 
-def test_a_png_older_than_the_window_or_from_the_future_is_not_reused() -> None:
-    assert chosen([png(WINDOW + 0.001)], [call()]) == {}
-    assert chosen([png(-0.001)], [call()]) == {}
+def test_a_png_older_than_the_window_or_from_the_future_is_not_even_a_candidate() -> None:
+    for path in (png(WINDOW + 0.001), png(-0.001)):
+        assert reuse_candidates([listed(path)], [call()], now=NOW, max_age_seconds=WINDOW) == {}
 
 
 def test_the_newest_of_several_is_reused() -> None:
-    paths = [png(600), png(30), png(300)]
+    paths: list[ListedObject | str] = [png(600), png(30), png(300)]
     assert chosen(paths, [call()]) == {"price_v1": png(30)}
     assert chosen(list(reversed(paths)), [call()]) == {"price_v1": png(30)}
 
 
-def test_the_age_is_reported_as_seconds_since_generation() -> None:
-    found = choose_reusable([png(42.5)], [call()], now=NOW, max_age_seconds=WINDOW)
-    assert found["price_v1"].age_seconds == 42.5
-    assert found["price_v1"].generated_at == NOW - timedelta(seconds=42.5)
+def test_candidates_come_newest_first_with_their_age() -> None:
+    found = reuse_candidates([listed(png(42.5)), listed(png(7))], [call()], now=NOW, max_age_seconds=WINDOW)
+    assert [c.age_seconds for c in found["price_v1"]] == [7.0, 42.5]
+    assert found["price_v1"][1].generated_at == NOW - timedelta(seconds=42.5)
+    assert [c.refusal for c in found["price_v1"]] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("other", "body"),
+    [
+        (png(10, symbol="BINANCE:ETHUSDT"), request_body("BINANCE:ETHUSDT")),
+        (png(10, interval="4h"), request_body(interval="4h")),
+        (png(10), request_body(theme="light")),  # the template was edited meanwhile
+        (png(10), request_body(studies=[{"name": "Volume"}])),
+    ],
+    ids=["symbol", "timeframe", "template", "studies"],
+)
+def test_a_png_rendered_from_another_body_is_refused_whatever_its_name(
+    other: str, body: dict[str, Any]
+) -> None:
+    found = reuse_candidates([listed(other, body)], [call()], now=NOW, max_age_seconds=WINDOW)
+    assert [c.refusal for c in found["price_v1"]] == [Refusal.OTHER_REQUEST]
+    assert chosen([listed(other, body)], [call()]) == {}
+
+
+def test_symbols_whose_slugs_collide_never_stand_for_each_other() -> None:
+    ours, theirs = "BINANCE_US:BTCUSD", "BINANCE:US_BTCUSD"
+    their_png = png(10, symbol=theirs)
+    assert their_png == png(10, symbol=ours)  # one name for both: the name cannot tell them apart
+    found = reuse_candidates(
+        [listed(their_png, request_body(theirs))], [call(symbol=ours)], now=NOW, max_age_seconds=WINDOW
+    )
+    assert [c.refusal for c in found["price_v1"]] == [Refusal.OTHER_REQUEST]
+    mine = listed(png(20, symbol=ours), request_body(ours))
+    assert chosen([listed(their_png, request_body(theirs)), mine], [call(symbol=ours)]) == {
+        "price_v1": mine.name
+    }
+
+
+@pytest.mark.parametrize(
+    ("planted", "refusal"),
+    [
+        (listed(png(10), content_type="text/html"), Refusal.NOT_IMAGE_PNG),
+        (listed(png(10), content_type=None), Refusal.NOT_IMAGE_PNG),
+        (listed(png(10), metadata={}), Refusal.NO_DIGEST),
+        (listed(png(10), metadata={"claimToken": "t"}), Refusal.NO_DIGEST),
+        (listed(png(10), metadata={"requestDigest": ""}), Refusal.NO_DIGEST),
+        (listed(png(10), metadata={"requestDigest": "0" * 64}), Refusal.OTHER_REQUEST),
+        # a page planted under a PNG's name, carrying a copied digest: its type still says no
+        (
+            listed(
+                png(10), content_type="text/html", metadata=png_metadata(body_digest(request_body()), "x")
+            ),
+            Refusal.NOT_IMAGE_PNG,
+        ),
+    ],
+    ids=["html", "no-type", "no-metadata", "token-only", "empty-digest", "other-digest", "html-with-digest"],
+)
+def test_what_the_listing_shows_against_an_object_refuses_it(planted: ListedObject, refusal: Refusal) -> None:
+    found = reuse_candidates([planted], [call()], now=NOW, max_age_seconds=WINDOW)
+    assert [c.refusal for c in found["price_v1"]] == [refusal]
+
+
+def test_a_refused_newer_png_leaves_an_older_good_one_as_the_next_candidate() -> None:
+    newer = listed(png(5), request_body(theme="light"))
+    older = listed(png(50))
+    found = reuse_candidates([older, newer], [call()], now=NOW, max_age_seconds=WINDOW)
+    assert [(c.object_path, c.refusal) for c in found["price_v1"]] == [
+        (newer.name, Refusal.OTHER_REQUEST),
+        (older.name, None),
+    ]
 
 
 @pytest.mark.parametrize(
     "other",
-    [
-        png(10, "another_v1"),
-        png(10, symbol="BINANCE:ETHUSDT"),
-        png(10, interval="4h"),
-        png(10, step_id="other_step"),
-        png(10, run_id="run2"),
-    ],
-    ids=["template", "symbol", "timeframe", "step", "run"],
+    [png(10, "another_v1"), png(10, step_id="other_step"), png(10, run_id="run2")],
+    ids=["template", "step", "run"],
 )
-def test_a_png_of_another_chart_is_never_reused(other: str) -> None:
-    assert chosen([other], [call()]) == {}
+def test_a_png_of_another_chart_is_not_even_a_candidate(other: str) -> None:
+    assert reuse_candidates([listed(other)], [call()], now=NOW, max_age_seconds=WINDOW) == {}
 
 
 @pytest.mark.parametrize(
@@ -148,36 +243,45 @@ def test_a_png_of_another_chart_is_never_reused(other: str) -> None:
 )
 def test_names_that_are_not_our_pngs_are_ignored(name: str) -> None:
     assert chosen([name, png(5)], [call()]) == {"price_v1": png(5)}
-    assert chosen([name], [call()]) == {}
+    assert reuse_candidates([listed(name)], [call()], now=NOW, max_age_seconds=WINDOW) == {}
 
 
 def test_each_call_gets_its_own_chart_and_calls_without_one_are_rendered() -> None:
     calls = [call("a_v1"), call("b_v1"), call("c_v1")]
-    paths = [png(5, "a_v1"), png(8, "c_v1"), png(2000, "b_v1")]
+    paths: list[ListedObject | str] = [png(5, "a_v1"), png(8, "c_v1"), png(2000, "b_v1")]
     assert chosen(paths, calls) == {"a_v1": png(5, "a_v1"), "c_v1": png(8, "c_v1")}
 
 
-def test_a_symbol_that_needs_a_digest_in_its_slug_is_matched_by_that_slug() -> None:
-    formula = "(NASDAQ:MARA+NASDAQ:RIOT)/2"
-    assert chosen([png(5, symbol=formula)], [call(symbol=formula)]) == {"price_v1": png(5, symbol=formula)}
-    assert chosen([png(5, symbol="(NASDAQ:MARA-NASDAQ:RIOT)/2")], [call(symbol=formula)]) == {}
+def test_a_symbol_that_needs_a_digest_in_its_slug_is_matched_by_its_body() -> None:
+    formula, other = "(NASDAQ:MARA+NASDAQ:RIOT)/2", "(NASDAQ:MARA-NASDAQ:RIOT)/2"
+    mine = listed(png(5, symbol=formula), request_body(formula))
+    assert chosen([mine], [call(symbol=formula)]) == {"price_v1": mine.name}
+    assert chosen([listed(png(5, symbol=other), request_body(other))], [call(symbol=formula)]) == {}
+
+
+def test_a_png_is_recognised_by_its_first_eight_bytes() -> None:
+    assert bytes([137, 80, 78, 71, 13, 10, 26, 10]) == PNG_SIGNATURE
+    assert is_png(PNG_SIGNATURE) and is_png(PNG_SIGNATURE + b"IHDR...")
+    for head in (b"", b"\x89PNG", b"<html><body>", b"\x89PNG\r\n\x1a\x00", b"GIF89a\x00\x00"):
+        assert not is_png(head)
+
+
+def test_a_png_carries_the_digest_of_its_body_and_the_claim_that_wrote_it() -> None:
+    assert png_metadata("d" * 64, "token-1") == {"requestDigest": "d" * 64, "claimToken": "token-1"}
 
 
 @given(
     ages=st.lists(st.floats(min_value=-100, max_value=3000, allow_nan=False), min_size=0, max_size=8),
     window=st.floats(min_value=0, max_value=2000, allow_nan=False),
 )
-def test_the_chosen_png_is_the_newest_one_within_the_window(ages: list[float], window: float) -> None:
-    """The model: among the PNGs of the chart with 0 <= age <= window (ages as their names
-    keep them, to the millisecond), the youngest; none when there is none or reuse is off."""
+def test_the_candidates_are_the_pngs_within_the_window_newest_first(ages: list[float], window: float) -> None:
+    """The model: the PNGs of the chart with 0 <= age <= window (ages as their names keep
+    them, to the millisecond), youngest first; none when reuse is off."""
     paths = [png(age) for age in ages]
-    found = choose_reusable(paths, [call()], now=NOW, max_age_seconds=window)
+    found = reuse_candidates([listed(p) for p in paths], [call()], now=NOW, max_age_seconds=window)
     kept = [(NOW - parse_png_object_path(p).generated_at).total_seconds() for p in paths]
-    eligible = [age for age in kept if 0 <= age <= window] if window > 0 else []
-    if not eligible:
-        assert found == {}
-    else:
-        assert found["price_v1"].age_seconds == min(eligible)
+    eligible = sorted(age for age in kept if 0 <= age <= window) if window > 0 else []
+    assert [c.age_seconds for c in found.get("price_v1", [])] == eligible
 
 
 def test_a_window_under_a_second_still_reuses_what_is_younger() -> None:

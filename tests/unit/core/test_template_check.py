@@ -245,9 +245,9 @@ def test_what_only_the_schema_says_is_kept_and_named_by_its_field() -> None:
             "is not allowed here (allowed: id, description, chartImgSymbolTemplate, request, version, tags)",
         ),
         (".id", "is required"),
-        (".tags", "['a', 'a'] has non-unique elements"),
+        (".tags", "has non-unique elements"),
     ]
-    assert found([1]) == [("", "[1] is not of type 'object'")]
+    assert found([1]) == [("", "is an array, not of type 'object'")]
 
 
 def test_values_json_cannot_carry_are_refused() -> None:
@@ -273,7 +273,7 @@ def test_templates_sync_and_step_validation_use_the_same_rule_set(tmp_path: Path
     ]
     for template in bad:
         (tmp_path / f"{template['id']}.json").write_text(json.dumps(template))
-    _, sync_problems = sync_load(tmp_path, BASIC)
+    sync_problems = sync_load(tmp_path, BASIC).problems
     stored = LocalTemplateSource(tmp_path).get_templates([t["id"] for t in bad])
     step_problems = sorted(
         (f"{i}.json", f"${p.suffix}", p.message) for i, s in stored.items() for p in s.problems(BASIC)
@@ -363,7 +363,7 @@ def test_a_market_field_set_by_a_template_is_named_once_by_the_rules_beside_the_
     assert paths_and_words(template) == [
         (("request", "symbol"), "must not be set by a template (the worker sets it)"),
         (("id",), "is required"),
-        (("version",), "'x' is not of type 'integer'"),
+        (("version",), "is a string, not of type 'integer'"),
     ]
 
 
@@ -382,7 +382,7 @@ def test_every_schema_problem_is_kept_beside_those_the_rules_name() -> None:
 def test_an_object_where_a_string_belongs_is_named_by_its_type_not_by_its_keys() -> None:
     template = with_request()
     template["tags"] = {"trend": "yes"}
-    assert found(template) == [(".tags", "{'trend': 'yes'} is not of type 'array'")]
+    assert found(template) == [(".tags", "is an object, not of type 'array'")]
 
 
 def test_an_id_with_two_dots_is_refused_by_the_schema_whatever_the_rules_name() -> None:

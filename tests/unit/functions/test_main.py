@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from harness.builders import REPO
 from harness.logs import LogCapture
-from worker_chart_export.core.exceptions import FinalizeFailed, RedeliverEvent
+from worker_chart_export.core.exceptions import FinalizeFailed, RedeliverEvent, StorageUnavailable
 from worker_chart_export.functions.serve import create_function_app
 from worker_chart_export.testing import build_document_event_data, document_resource_name
 
@@ -272,6 +272,17 @@ def test_a_result_that_could_not_be_recorded_fails_the_invocation_and_says_so(
     error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
     assert error["errorType"] == "FinalizeFailed" and "could not be finalized" in error["reason"]
     assert "still READY" not in error["message"]
+
+
+def test_a_bucket_that_cannot_store_the_step_answers_503_with_one_error_line(
+    client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution
+) -> None:
+    fake_execution.raises = StorageUnavailable("step s not claimed: bucket 'bkt' not found")
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 503
+    error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
+    assert error["errorType"] == "StorageUnavailable" and "bucket 'bkt' not found" in error["reason"]
+    assert "Traceback" not in log_capture.text
 
 
 def test_an_unexpected_crash_is_logged_with_its_traceback_and_gives_500(

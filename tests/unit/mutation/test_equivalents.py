@@ -17,7 +17,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from itertools import combinations, product
 from typing import Any
@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from harness.builders import chart_step, flow_run, load_templates
-from harness.chart_img_server import chart_call
 from unit.mutation.mutants import (
     CHECKS,
     ENTRIES,
@@ -49,7 +48,6 @@ from worker_chart_export.core import (
     manifest,
     naming,
     outcome,
-    reuse,
     step_rules,
     symbols,
     template_check,
@@ -241,44 +239,6 @@ def test_the_failure_of_too_few_images_is_the_same_for_any_failures(
     entry: Equivalent, codes: list[ErrorCode], items: int
 ) -> None:
     assert_same(entry, late(outcome, "insufficient_images_error", items, 5, items + len(codes), codes))
-
-
-PNG_FIELDS = {
-    "run": ["run1", "run2"],
-    "template": ["tpl_a", "tpl_b"],
-    "symbol": ["BINANCE:BTCUSDT", "CME_MINI:ES1!"],
-    "age": [0, 60, 899, 900, 901, 5000],
-}
-
-
-@st.composite
-def listings(draw: st.DrawFn) -> list[str]:
-    """A bucket listing: each name once, in any order, a stray name or two among them."""
-    names = [
-        naming.png_object_path(run, "charts", NOW - timedelta(seconds=age), symbol, "1h", template)
-        for run, template, symbol, age in product(*PNG_FIELDS.values())
-    ]
-    names += ["charts/run1/charts/manifest.json", "charts/run1/charts/not_a_png_name.png"]
-    return draw(st.lists(st.sampled_from(names), unique=True, max_size=12))
-
-
-@checks
-@MANY
-@given(
-    listing=listings(),
-    max_age=st.sampled_from([0, 60, 900, 10**6]),
-    chart_symbols=st.lists(st.sampled_from(PNG_FIELDS["symbol"]), min_size=2, max_size=2),
-)
-def test_the_reused_pngs_are_the_same_for_any_listing(
-    entry: Equivalent, listing: list[str], max_age: int, chart_symbols: list[str]
-) -> None:
-    """A step's calls: one per template (validation keeps a template once), on any symbol."""
-    templates = PNG_FIELDS["template"]
-    calls = [
-        chart_call(t, symbol=s, run_id="run1", step_id="charts")
-        for t, s in zip(templates, chart_symbols, strict=True)
-    ]
-    assert_same(entry, late(reuse, "choose_reusable", listing, calls, now=NOW, max_age_seconds=max_age))
 
 
 @checks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import (
     ArtifactWriteError,
     ClaimContended,
@@ -27,7 +28,7 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
-from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -153,10 +154,13 @@ class FailingArtifacts:
     def __init__(self, inner: LocalArtifactStore, *, png: bool = False, manifest: bool = False) -> None:
         self.inner, self.png, self.manifest_fails, self.bucket = inner, png, manifest, inner.bucket
 
-    def create_png(self, object_path: str, data: bytes) -> str:
+    def check_bucket(self) -> None:
+        self.inner.check_bucket()
+
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         if self.png:
             raise ArtifactWriteError(f"gs://bkt/{object_path}: HTTP 503 after 4 attempts")
-        return self.inner.create_png(object_path, data)
+        return self.inner.create_png(object_path, data, metadata=metadata)
 
     def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
         if self.manifest_fails:
@@ -528,3 +532,50 @@ def test_charts_leave_time_for_the_manifest(tmp_path: Path) -> None:
     limits = StepLimits.within_request(request_timeout_seconds=300, finalize_budget_seconds=30)
     execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
     assert api.remaining == [250.0, 250.0, 250.0]  # 300 - 30 finalize reserve - 20 manifest reserve
+
+
+# --- the run document and the manifest are exits: no form of a key leaves through them
+
+ECHOED_KEY = 'ex/"key\\with+odd%chars=0123456789abcdef'
+
+
+class KeyEchoingChartApi(ChartApiDouble):
+    """Fails each chart with words that hold a key (as a careless provider, or an exception
+    that slipped past the chart API's own redaction, would)."""
+
+    def render(self, call: ChartCall) -> ChartResult:
+        from harness.secret_scan import key_forms
+
+        forms = list(key_forms(ECHOED_KEY).values())
+        error = StepError(ErrorCode.CHART_API_FAILED, f"refused {forms[0]}", {"message": forms[3], "n": 1})
+        return ChartFailure(error)
+
+
+class KeyCrashingChartApi(ChartApiDouble):
+    def render(self, call: ChartCall) -> ChartResult:
+        raise RuntimeError(f"the provider said {ECHOED_KEY[:12]}")
+
+
+def test_a_key_in_a_failure_or_a_crash_never_reaches_the_run_or_the_manifest(tmp_path: Path) -> None:
+    from harness.secret_scan import leaks
+    from worker_chart_export import known_keys
+
+    known_keys.learn([ECHOED_KEY])
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=KeyEchoingChartApi())
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
+    assert report.outcome == "FAILED" and report.failures_count == 3
+    failures = world.manifest()["failures"]
+    assert {f["error"]["message"] for f in failures} == {"refused <redacted>"}
+    assert {f["error"]["details"]["n"] for f in failures} == {1}
+    (tmp_path / "crash").mkdir()
+    crashed = make_world(
+        tmp_path / "crash", flow_run({"charts": chart_step()}), chart_api=KeyCrashingChartApi()
+    )
+    with pytest.raises(RuntimeError):
+        execute_step("run1", "charts", ports=crashed.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
+    assert (
+        crashed.step()["error"]["message"]
+        == "the worker failed unexpectedly: RuntimeError: the provider said <redacted>"
+    )
+    written = [p.read_text() for p in tmp_path.rglob("*.json") if p.name != "flow_run.json"]
+    assert len(written) >= 3 and leaks(written, [ECHOED_KEY]) == []

@@ -1,12 +1,13 @@
 """A retried step lists what an earlier execution of it wrote and pays CHART-IMG only for
 the rest (service/reuse.py), on the local adapters: one listing, n - k calls, the manifest
-listing the reused PNGs with their own URI and generatedAt."""
+listing the reused PNGs with their own URI and generatedAt; and only for the very request:
+a PNG rendered from another body, or not a PNG at all, is named once and rendered anew."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -17,20 +18,30 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.exceptions import ArtifactListError
+from worker_chart_export.core.chart_request import body_digest, build_request_body
+from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.types import ChartCall, ChartResult, ListedObject
 from worker_chart_export.service.execute import StepReport, execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
 
 LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=2)
 TEMPLATES = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]  # three
+PNG = b"\x89PNG\r\n\x1a\n earlier"
+
+
+def sent_body(template: str, **changes: Any) -> dict[str, Any]:
+    """The body this step sends for `template` (BINANCE:BTCUSDT, 1h), with `changes`."""
+    stored = json.loads((REPO / "chart-templates" / f"{template}.json").read_text())
+    return build_request_body({**stored["request"], **changes}, "BINANCE:BTCUSDT", "1h", "Etc/UTC")
 
 
 class CountingChartApi:
-    """The mock CHART-IMG, counting the calls and the chart sessions opened."""
+    """The mock CHART-IMG, counting the calls and the chart sessions opened (`rendered` in
+    the order the charts' threads reached it: compare it sorted)."""
 
     mode = "mock"
 
@@ -50,20 +61,31 @@ class CountingChartApi:
 
 
 class ListingArtifacts:
-    """The local bucket, counting listings (or refusing them)."""
+    """The local bucket, counting listings and reads (or refusing them)."""
 
     def __init__(self, inner: LocalArtifactStore, *, refuse: bool = False) -> None:
         self.inner, self.refuse, self.bucket = inner, refuse, inner.bucket
         self.listings: list[tuple[str, str]] = []
+        self.reads: list[str] = []
+        self.unreadable: set[str] = set()
 
-    def create_png(self, object_path: str, data: bytes) -> str:
-        return self.inner.create_png(object_path, data)
+    def check_bucket(self) -> None:
+        self.inner.check_bucket()
 
-    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[str]:
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
+        return self.inner.create_png(object_path, data, metadata=metadata)
+
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> list[ListedObject]:
         self.listings.append((prefix, start_offset))
         if self.refuse:
             raise ArtifactListError(f"listing gs://bkt/{prefix} failed after 4 attempts: HTTP 503")
         return self.inner.list_objects(prefix, start_offset=start_offset)
+
+    def read_head(self, object_path: str, size: int) -> bytes:
+        self.reads.append(object_path)
+        if object_path in self.unreadable:
+            raise ArtifactReadError(f"reading gs://bkt/{object_path} failed after 3 attempts: HTTP 503")
+        return self.inner.read_head(object_path, size)
 
     def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
         return self.inner.put_manifest(object_path, data, **fence)
@@ -78,11 +100,15 @@ class Retry:
     charts: CountingChartApi
     clock: FakeClock
 
-    def earlier_png(self, template: str, seconds_ago: float) -> str:
-        """A PNG the dead execution wrote, as it named it."""
+    def earlier_png(
+        self, template: str, seconds_ago: float, *, body: dict[str, Any] | None = None, data: bytes = PNG
+    ) -> str:
+        """A PNG the dead execution wrote, as it named and stamped it: rendered from `body`
+        (by default the one this step sends for `template`)."""
         moment = self.clock.now() - timedelta(seconds=seconds_ago)
         path = png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", template)
-        return self.local.create_png(path, b"\x89PNG\r\n\x1a\n earlier")
+        digest = body_digest(body if body is not None else sent_body(template))
+        return self.local.create_png(path, data, metadata=png_metadata(digest, "dead-token"))
 
     def run(self, limits: StepLimits = LIMITS) -> StepReport:
         ports = Ports(self.store, LocalTemplateSource(REPO / "chart-templates"), self.artifacts, self.charts)
@@ -171,3 +197,86 @@ def test_a_listing_that_fails_costs_only_the_saving(tmp_path: Path, log_capture:
     assert report.outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(TEMPLATES)
     (warning,) = log_capture.events("earlier charts not listed: rendering every chart")
     assert "HTTP 503" in warning["error"]["message"] and warning["severity"] == "WARNING"
+
+
+def test_a_png_of_an_edited_template_is_named_once_and_rendered_anew(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    retry = retry_of(tmp_path)
+    stale = retry.earlier_png(TEMPLATES[0], 60, body=sent_body(TEMPLATES[0], theme="light", width=640))
+    kept = retry.earlier_png(TEMPLATES[1], 60)
+
+    report = retry.run()
+
+    assert report.outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(
+        [TEMPLATES[0], TEMPLATES[2]]
+    )
+    items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
+    assert items[TEMPLATES[1]]["png_gcs_uri"] == kept and items[TEMPLATES[1]]["meta"]["reused"] is True
+    assert items[TEMPLATES[0]]["png_gcs_uri"] != stale and "reused" not in items[TEMPLATES[0]]["meta"]
+    (warning,) = log_capture.events("earlier charts not reused: rendering them anew")
+    assert warning["severity"] == "WARNING" and warning["skippedCount"] == 1
+    assert warning["skipped"] == [
+        {
+            "chartTemplateId": TEMPLATES[0],
+            "gcsUri": stale,
+            "reason": "it was rendered from another request body",
+        }
+    ]
+    assert retry.artifacts.reads == [kept.removeprefix("gs://bkt/")]  # only what would be reused is read
+
+
+def test_bytes_that_are_not_a_png_are_never_reused_an_older_good_png_is(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    retry = retry_of(tmp_path)
+    good = retry.earlier_png(TEMPLATES[0], 300)
+    planted = retry.earlier_png(TEMPLATES[0], 10, data=b"<html><body>not a chart</body></html>")
+
+    assert retry.run().outcome == "SUCCEEDED"
+
+    assert sorted(retry.charts.rendered) == sorted(TEMPLATES[1:])
+    items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
+    assert items[TEMPLATES[0]]["png_gcs_uri"] == good
+    (warning,) = log_capture.events("earlier charts not reused: rendering them anew")
+    assert warning["skipped"] == [
+        {
+            "chartTemplateId": TEMPLATES[0],
+            "gcsUri": planted,
+            "reason": "its bytes do not begin with the PNG signature",
+        }
+    ]
+
+
+def test_a_png_whose_bytes_cannot_be_read_is_rendered_anew(tmp_path: Path, log_capture: LogCapture) -> None:
+    retry = retry_of(tmp_path)
+    unreadable = retry.earlier_png(TEMPLATES[0], 10)
+    retry.artifacts.unreadable.add(unreadable.removeprefix("gs://bkt/"))
+    assert retry.run().outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(TEMPLATES)
+    (warning,) = log_capture.events("earlier charts not reused: rendering them anew")
+    assert warning["skipped"][0]["reason"] == "its first bytes could not be read"
+
+
+def test_a_file_put_in_the_bucket_folder_by_other_means_is_never_reused(tmp_path: Path) -> None:
+    retry = retry_of(tmp_path)
+    moment = retry.clock.now() - timedelta(seconds=10)
+    path = png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", TEMPLATES[0])
+    planted = retry.local.local_path(path)
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(PNG)  # a real PNG's bytes, but no content type and no digest beside it
+    assert retry.run().outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(TEMPLATES)
+
+
+def test_every_png_written_carries_the_digest_of_its_body_and_the_claim_that_wrote_it(tmp_path: Path) -> None:
+    retry = retry_of(tmp_path, attempt=0)
+    assert retry.run().outcome == "SUCCEEDED"
+    token = retry.store.read()["steps"]["charts"]["claimToken"]
+    listed = retry.local.list_objects("charts/run1/charts/")
+    pngs = {o.name: o for o in listed if o.name.endswith(".png")}
+    assert len(pngs) == 3
+    for item in retry.manifest()["items"]:
+        stored = pngs[item["png_gcs_uri"].removeprefix("gs://bkt/")]
+        digest = body_digest(sent_body(item["chartTemplateId"]))
+        assert stored.content_type == "image/png"
+        assert stored.metadata == {"requestDigest": digest, "claimToken": token}
+        assert item["meta"]["requestDigest"] == digest

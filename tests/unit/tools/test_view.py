@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 from html.parser import HTMLParser
@@ -12,15 +11,14 @@ from typing import Any
 import pytest
 
 from harness.builders import REPO
+from worker_chart_export.cli.main import main
 from worker_chart_export.tools.view import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     ChartImage,
     StepState,
     ViewInputError,
-    add_view_arguments,
     render_page,
-    run_view,
     view_manifest,
 )
 from worker_chart_export.tools.view.command import default_page_path
@@ -313,49 +311,55 @@ def test_several_manifests_below_a_folder_must_be_named(tmp_path: Path) -> None:
         load_local(tmp_path)
 
 
-def test_gs_input_writes_its_page_in_the_current_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("local", [True, False], ids=["local", "gs"])
+def test_the_page_goes_under_out_view_whatever_the_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    run = LoadedRun(_manifest([], [_failure("x_v1")]), {}, "gs://b/m.json", None)
-    assert default_page_path(run) == tmp_path / "chart-view-run1-charts_1h.html"
+    where = tmp_path / "mirror" if local else None  # never beside a manifest read from disk
+    run = LoadedRun(_manifest([], [_failure("x_v1")]), {}, "gs://b/m.json", where)
+    assert default_page_path(run) == Path("out/view/chart-view-run1-charts_1h.html")
 
 
-# --- the CLI pieces
+# --- the CLI: `worker-chart-export view`
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    add_view_arguments(parser)
-    return run_view(parser.parse_args(argv))
+    return main(["view", *argv])
 
 
-def test_run_view_writes_beside_the_manifest_and_reports_problems(
+def test_run_view_writes_under_out_view_and_reports_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    step_dir = _mirror(tmp_path / "out" / "demo", _manifest([_item("a_v1")], [], min_images=1), None)
+    before = sorted(step_dir.iterdir())
+    assert _run(["out/demo"]) == EXIT_OK  # as the README writes it, relative to the current folder
+    out, err = capsys.readouterr()
+    page = tmp_path / "out" / "view" / "chart-view-run1-charts_1h.html"
+    assert page.is_file() and page.as_uri() in out and out.startswith("SUCCEEDED")
+    assert "worker-chart-export view: problem: a_v1: PNG missing: not found at" in err  # PNG missing
+    assert "Image unavailable" in page.read_text()
+    assert sorted(step_dir.iterdir()) == before  # nothing written into the bucket mirror
+
+
+def test_run_view_honours_output_and_the_state_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    step_dir = _mirror(tmp_path, _manifest([_item("a_v1")], [], min_images=1), None)  # PNG missing
-    assert _run([str(tmp_path)]) == EXIT_OK
-    out, err = capsys.readouterr()
-    page = step_dir / "chart-view-run1-charts_1h.html"
-    assert page.is_file() and page.as_uri() in out and out.startswith("SUCCEEDED")
-    assert "problem: a_v1: PNG missing: not found at" in err
-    assert "Image unavailable" in page.read_text()
-
-
-def test_run_view_honours_out_and_the_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     step_dir = _mirror(tmp_path, _manifest([_item("a_v1")], []), FIXTURE_PNG.read_bytes())
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"runId": "run1", "steps": {"charts_1h": {"status": "RUNNING"}}}))
     out_page = tmp_path / "pages" / "p.html"
-    assert _run([str(step_dir), "--out", str(out_page), "--flow-run-state", str(state)]) == EXIT_OK
+    assert _run([str(step_dir), "--output", str(out_page), "--flow-run-state", str(state)]) == EXIT_OK
     assert 'id="step-status">RUNNING<' in out_page.read_text()
     assert "RUNNING: page written to" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case", ["missing", "invalid", "bad-state"])
 def test_run_view_exits_2_with_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     manifest = _manifest([], [_failure("x_v1")])
     if case == "invalid":
         manifest["timeframe"] = "7h"
@@ -372,7 +376,8 @@ def test_run_view_exits_2_with_a_message(
         "invalid": "$.timeframe",
         "bad-state": "absent.json",
     }[case]
-    assert err.startswith("view: ") and expected in err
+    [line] = err.splitlines()
+    assert line.startswith("worker-chart-export view: error: ") and expected in line
     assert not list(tmp_path.rglob("*.html"))
 
 
@@ -383,3 +388,32 @@ def test_view_manifest_returns_what_it_wrote(tmp_path: Path) -> None:
     result = view_manifest(step_dir / "manifest.json", out=tmp_path / "v.html")
     assert result.page_path == tmp_path / "v.html" and result.status == "FAILED" and result.problems == ()
     assert result.source == str(step_dir / "manifest.json")
+
+
+# --- no key on the page
+
+
+def test_the_page_and_the_command_carry_no_form_of_a_configured_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written by an older worker (or a state file) that holds a key: `view`, with
+    the key configured, shows none of its forms on the page or in what it prints."""
+    from harness.secret_scan import key_forms, leaks
+    from worker_chart_export.cli.main import main
+
+    key = 'vw/"key\\with+odd%chars=0123456789abcdef'
+    forms = list(key_forms(key).values())
+    failures = [_failure(f"t{i}_v1", message=f"CHART-IMG said {form}") for i, form in enumerate(forms)]
+    failures[0]["error"]["details"] = {"message": forms[1], forms[2]: forms[3]}
+    step_dir = _mirror(tmp_path, _manifest([_item("a_v1")], failures), FIXTURE_PNG.read_bytes())
+    state = tmp_path / "state.json"
+    step = {"status": "FAILED", "error": {"code": "CHART_API_FAILED", "message": forms[4]}}
+    state.write_text(json.dumps({"runId": "run1", "steps": {"charts_1h": step}}))
+    monkeypatch.setenv("CHART_IMG_ACCOUNTS_JSON", json.dumps([{"id": "acc1", "apiKey": key}]))
+    page = tmp_path / "page.html"
+    assert main(["view", str(step_dir), "--out", str(page), "--flow-run-state", str(state)]) == EXIT_OK
+    out, err = capsys.readouterr()
+    html = page.read_text()
+    assert html.count("&lt;redacted&gt;") >= len(forms)
+    assert "CHART-IMG said" in html and 'id="step-status">FAILED<' in html
+    assert leaks([html, out, err], [key]) == []

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying
 
+from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
 from worker_chart_export.adapters.chart_img.outcomes import Outcome, cannot_start
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
@@ -225,7 +226,7 @@ class RealChartApi:
             self._log_request(log, started, None, error)
             return Outcome(Disposition.RETRY, ChartFailure(error))
         if answer.status != 200:
-            answer = answer.without(lease.api_key)
+            answer = answer.redacted(known_keys.redaction())
         disposition = classify(answer.status, None if answer.status == 200 else answer.body)
         if disposition is Disposition.SUCCESS:
             self.limiter.succeeded(lease.account_id)  # the key works: its 429 streak, refusals end

@@ -1,6 +1,8 @@
 """The HTTP exchange with CHART-IMG: one POST, held to a deadline, its answer kept as bytes.
 
-The key goes into the `x-api-key` header and nowhere else.
+The key goes into the `x-api-key` header and nowhere else; an answer that is not a chart is
+redacted (`HttpAnswer.redacted`) before anything reads it, so CHART-IMG's words carry no form
+of any key the process holds into a log line, a step error, a usage reason or a manifest.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic import SecretStr
 
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.redaction import Redaction
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
 
@@ -29,12 +32,10 @@ class HttpAnswer:
     content_type: str
     retry_after: float | None = None  # seconds, from a Retry-After header
 
-    def without(self, api_key: SecretStr) -> HttpAnswer:
-        """Defensive: an error page that echoed the key must not carry it any further."""
-        key = api_key.get_secret_value().encode("utf-8")
-        if not key or key not in self.content:
-            return self
-        return replace(self, content=self.content.replace(key, b"<redacted>"))
+    def redacted(self, redaction: Redaction) -> HttpAnswer:
+        """Defensive: an error page that echoed a key, in any form, must not carry it further."""
+        content = redaction.content(self.content)
+        return self if content is self.content else replace(self, content=content)
 
     @property
     def body(self) -> Any:

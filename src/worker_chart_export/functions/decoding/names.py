@@ -4,6 +4,7 @@ can hold (a forged id is poison)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 from urllib.parse import unquote
 
@@ -45,13 +46,25 @@ def _named_run_id(cloud_event: CloudEventLike, document_name: str) -> str:
         if payload_run_id is None:
             raise PoisonEvent("event names no document (no subject, document attribute or name)")
         return payload_run_id
-    if payload_run_id is None or payload_run_id == attribute_run_id:
-        return attribute_run_id
-    if unquote(payload_run_id) == unquote(attribute_run_id):
-        return payload_run_id  # same id, encoded differently: the payload has the real one
+    if payload_run_id is None:
+        return unquote(attribute_run_id)  # decoded once, as the binding encodes it
+    if payload_run_id in attribute_readings(attribute_run_id):
+        return payload_run_id  # the payload's name is the id itself, never decoded
     raise PoisonEvent(
         f"{attribute_source} names flow_runs/{attribute_run_id} but the payload is {payload_path}"
     )
+
+
+def attribute_readings(value: str) -> set[str]:
+    """The ids an attribute's value may stand for, each decoded at most once: as received
+    (the emulator sends ids as they are), percent-decoded once (the CloudEvents HTTP binding
+    percent-encodes a header's `%`, space, `"` and every character outside printable ASCII),
+    and a header's UTF-8 bytes that the server read as Latin-1 (WSGI's rule) read as UTF-8.
+    Never decoded twice: `run%2541` stands for `run%41`, not `runA`."""
+    readings = {value, unquote(value)}
+    with contextlib.suppress(UnicodeError):  # not Latin-1 text, or not UTF-8 bytes: no such reading
+        readings.add(value.encode("latin-1").decode("utf-8"))
+    return readings
 
 
 def _event_document_path(cloud_event: CloudEventLike) -> tuple[str | None, str]:

@@ -1,9 +1,10 @@
 """`worker-chart-export stack up`: start the local stack, run one flow_run through it while
 showing each step's status live, print where the artifacts are, stop everything.
 
-Exit status: 0 the run SUCCEEDED, 1 it did not (FAILED, CANCELLED, not settled in --timeout,
-or the stack could not start), 2 unusable --flow-run, 130 interrupted (Ctrl-C / SIGTERM).
-Whatever happens, every process the stack started is stopped by its process group.
+Whatever happens, every process the stack started is stopped by its process group: at the
+end of the run, on a failure to start, and on Ctrl-C or SIGTERM at any moment, start-up
+included (the first signal stops the stack; later ones are ignored until it is stopped).
+Its logs go to <output-dir>/logs/, one file per process, replaced by the next `stack up`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
 from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
+from worker_chart_export.cli.surface import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED_MEANING,
+    USAGE_MEANING,
+    add_command,
+    add_group,
+    command_line,
+    error_line,
+    positive_number,
+)
 from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
@@ -30,43 +45,85 @@ if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
     from worker_chart_export.tools.devstack.stack import LocalStack
     from worker_chart_export.tools.devstack.watch import RunWatch
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 POLL_SECONDS = 0.25
 SAMPLE_NAME = "flow_run.sample.json"
+DEFAULT_OUTPUT_DIR = Path("out") / "stack"
+DESCRIPTION = """\
+Starts the Firestore emulator with real triggers, fake-gcs-server, the worker, advance_flow
+and the reaper (each served in its own process, as on Cloud Run), creates the flow_run as a
+producer does, shows each step's status live until the run settles, downloads the charts to
+<output-dir>/gcs/, then stops everything. Needs Java and the Google Cloud CLI component
+cloud-firestore-emulator; nothing to configure. Details: docs/stack.md.
+
+Every process the stack starts is stopped by its process group at the end, on a failure,
+and on Ctrl-C or SIGTERM at any moment (start-up included). Logs: <output-dir>/logs/."""
 
 
 def add_stack_command(commands: Any) -> None:
-    stack = commands.add_parser("stack", help="a local stack you can watch (emulators, triggers, functions)")
-    stack_commands = stack.add_subparsers(dest="stack_command", required=True)
-    up = stack_commands.add_parser(
-        "up",
-        help="start the stack, run a flow_run through it live, then stop everything",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    stack_commands = add_group(
+        commands,
+        "stack",
+        summary="the whole flow on this machine, live: emulators, triggers, the three functions",
+        description="The local stack: `stack up` starts it and runs a flow_run through it.",
     )
-    up.add_argument("--flow-run", type=Path, help=f"flow_run JSON (default: the bundled {SAMPLE_NAME})")
+    up = add_command(
+        stack_commands,
+        "up",
+        summary="start the stack, run a flow_run through it live, then stop everything",
+        description=DESCRIPTION,
+        exit_codes={
+            EXIT_OK: "the run SUCCEEDED",
+            EXIT_FAILED: "it FAILED or was CANCELLED, or did not settle within --timeout",
+            EXIT_USAGE: USAGE_MEANING + " (an unusable --flow-run; the stack could not start)",
+            EXIT_INTERRUPTED: INTERRUPTED_MEANING + ": the stack is stopped first",
+        },
+        run=run_stack,
+    )
+    up.add_argument(
+        "--flow-run",
+        type=Path,
+        metavar="FILE",
+        help=f"flow_run JSON to run (default: the bundled {SAMPLE_NAME})",
+    )
     up.add_argument(
         "--charts-api-mode",
         choices=["mock", "real"],
         default="mock",
-        help="mock: recorded answers (default); real: a local CHART-IMG stand-in (source checkout only)",
+        help="mock: recorded answers; real: a local CHART-IMG stand-in, from a source checkout "
+        "only (default mock)",
     )
     up.add_argument(
         "--simulate-other-steps",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="complete READY steps no worker here handles (OHLCV_EXPORT, LLM_REPORT...) with a "
-        "labelled stand-in so the run can settle (default: on)",
+        "labelled stand-in so runs can settle (default: on)",
     )
     up.add_argument(
-        "--keep-running", action="store_true", help="after the run settles, keep serving until Ctrl-C"
-    )
-    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run to settle")
-    up.add_argument(
-        "--output-dir", type=Path, default=Path("out/stack"), help="where artifacts are downloaded"
+        "--keep-running",
+        action="store_true",
+        help="after the run settles, keep serving (for submit, view gs://...) until Ctrl-C",
     )
     up.add_argument(
-        "--lease-seconds", type=float, default=20.0, help="the worker's request timeout = step lease"
+        "--timeout",
+        type=positive_number,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for the run to settle (default 300)",
+    )
+    up.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        metavar="DIR",
+        help=f"where the charts are downloaded and the logs written (default {DEFAULT_OUTPUT_DIR})",
+    )
+    up.add_argument(
+        "--lease-seconds",
+        type=positive_number,
+        default=20.0,
+        metavar="SECONDS",
+        help="the worker's request timeout, which is a step's lease (default 20)",
     )
 
 
@@ -74,48 +131,53 @@ def run_stack(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
     except ImportError:
-        print(
-            "worker-chart-export stack: needs the development extras "
-            "(`bash scripts/bootstrap.sh`, or pip install 'worker-chart-export[dev]')",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        from worker_chart_export.tools.devstack.services import DEV_EXTRAS_HINT
+
+        raise UsageError(f"needs the development extras: {DEV_EXTRAS_HINT}") from None
 
     from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
-    console = Console(highlight=False, soft_wrap=True)  # long paths stay on one line
-    try:
-        document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
-    except UsageError as exc:
-        print(f"worker-chart-export stack: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
+    log_dir = _fresh_log_dir(args.output_dir / "logs")
     options = StackOptions(
         charts_api_mode=args.charts_api_mode,
         request_timeout_seconds=args.lease_seconds,
         finalize_budget_seconds=min(5.0, args.lease_seconds / 4),
+        log_dir=log_dir,
     )
-    stack = LocalStack(options)
-    stack.supervisor.on_start = lambda child: _announce(console, child)
-    with _signals_raise_interrupt():
+    console = Console(highlight=False, soft_wrap=True)  # long paths stay on one line
+    with _first_signal_interrupts() as interrupted:
+        stack = LocalStack(options)
+        stack.supervisor.on_start = lambda child: _announce(console, child)
         try:
-            console.print(f"logs: {stack.log_dir}")
+            console.print(f"logs: {log_dir}/")
             began = time.monotonic()
             stack.start()
             _print_endpoints(console, stack)
             console.print(f"stack ready in {time.monotonic() - began:.1f}s", style="dim")
             return _run(console, stack, document, args)
         except StackError as exc:
-            console.print(f"[bold red]stack could not start:[/] {exc}")
-            return EXIT_FAILED
+            print(error_line(args.where, f"the stack could not start: {exc}"), file=sys.stderr)
+            return EXIT_USAGE
         except KeyboardInterrupt:
             console.print("interrupted: stopping the stack")
             return EXIT_INTERRUPTED
         finally:
-            with _signals_ignored():  # a second Ctrl-C must not leave half the stack running
-                began = time.monotonic()
-                groups = len(stack.supervisor.children)
-                stack.stop()
-                console.print(f"stack stopped ({groups} process groups) in {time.monotonic() - began:.1f}s")
+            interrupted.stopping = True  # from here on a signal only notes its moment
+            stopping = time.monotonic()
+            groups = stack.stop()
+            console.print(f"stack stopped ({groups} process groups) in {interrupted.took(stopping)}")
+
+
+def _fresh_log_dir(path: Path) -> Path:
+    """The logs folder, emptied of the previous stack's logs."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for old in path.glob("*.log"):
+            old.unlink()
+    except OSError as exc:
+        raise UsageError(f"--output-dir: {path} cannot be used ({exc.strerror or exc})") from None
+    return path
 
 
 def _run(console: Console, stack: LocalStack, document: dict[str, Any], args: argparse.Namespace) -> int:
@@ -142,13 +204,42 @@ def _run(console: Console, stack: LocalStack, document: dict[str, Any], args: ar
         )
     else:
         console.print(f"run {run_id} settled: {status}")
-    _print_artifacts(console, stack, watch, args.output_dir)
+    _print_artifacts(console, stack, watch, args)
     if args.keep_running:
-        console.print("the stack keeps running (--keep-running): Ctrl-C stops it")
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(1)
-    return EXIT_SUCCEEDED if status == "SUCCEEDED" else EXIT_FAILED
+        _keep_running(console, stack, simulate=args.simulate_other_steps)
+    return EXIT_OK if status == "SUCCEEDED" else EXIT_FAILED
+
+
+def _keep_running(console: Console, stack: LocalStack, *, simulate: bool) -> None:
+    """Serve until Ctrl-C; the stand-in completes other steps of every run meanwhile."""
+    from worker_chart_export.tools.devstack.watch import complete_other_step
+
+    console.print("the stack keeps running (--keep-running): Ctrl-C stops it. In another shell:")
+    console.print(
+        f"  export FIRESTORE_EMULATOR_HOST={stack.emulator_host} STORAGE_EMULATOR_HOST={stack.gcs_url} "
+        f"GOOGLE_CLOUD_PROJECT={stack.project}"
+    )
+    sample = bundled.fixtures_dir() / SAMPLE_NAME
+    console.print(
+        f"  {command_line('submit', '--flow-run-path', _shown(sample), '--run-id', 'my_run_1', '--wait')}"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            if simulate:
+                for snapshot in stack.db.collection("flow_runs").stream():
+                    step_id = complete_other_step(snapshot)
+                    if step_id is not None:
+                        console.print(
+                            f"{snapshot.id}: {step_id} completed by the stand-in (--simulate-other-steps)"
+                        )
+            time.sleep(POLL_SECONDS)
+
+
+def _shown(path: Path) -> str:
+    """A path as short as it can be typed from here."""
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    return str(path)
 
 
 def _announce(console: Console, child: Child) -> None:
@@ -164,7 +255,8 @@ def _print_endpoints(console: Console, stack: LocalStack) -> None:
     )
 
 
-def _print_artifacts(console: Console, stack: LocalStack, watch: RunWatch, output_dir: Path) -> None:
+def _print_artifacts(console: Console, stack: LocalStack, watch: RunWatch, args: argparse.Namespace) -> None:
+    output_dir: Path = args.output_dir
     for step_id, uri in chart_manifests(watch.document).items():
         if not uri.startswith(f"gs://{stack.bucket}/"):
             continue
@@ -178,32 +270,41 @@ def _print_artifacts(console: Console, stack: LocalStack, watch: RunWatch, outpu
         pngs = sum(1 for path in files if path.suffix == ".png")
         console.print(f"[bold]{step_id}[/]: {uri} ({pngs} PNGs)")
         console.print(f"  downloaded to {local}")
-        console.print(f"  view: worker-chart-export view {local}")
-        console.print(
-            f"  or, while the stack runs (--keep-running): STORAGE_EMULATOR_HOST={stack.gcs_url} "
-            f"worker-chart-export view {uri}"
-        )
+        console.print(f"  view: {command_line('view', str(local))}")
+        if args.keep_running:
+            view_uri = command_line("view", uri)
+            console.print(f"  or, while the stack runs: STORAGE_EMULATOR_HOST={stack.gcs_url} {view_uri}")
+
+
+@dataclass
+class Interrupted:
+    moment: float | None = None  # time.monotonic() of the first SIGINT or SIGTERM
+    stopping: bool = False  # the stack is being stopped: no signal interrupts that
+
+    def took(self, stopping: float) -> str:
+        """How long the stop took, from the signal when there was one (start-up it cut
+        short included), else from `stopping`."""
+        if self.moment is not None:
+            return f"{time.monotonic() - self.moment:.1f}s after the interrupt"
+        return f"{time.monotonic() - stopping:.1f}s"
 
 
 @contextlib.contextmanager
-def _signals_raise_interrupt() -> Iterator[None]:
-    """SIGTERM stops the stack as Ctrl-C does."""
+def _first_signal_interrupts() -> Iterator[Interrupted]:
+    """The first SIGINT or SIGTERM raises KeyboardInterrupt (SIGTERM stops the stack as
+    Ctrl-C does) and records when it came; later ones, and any once the stop has begun, are
+    ignored: a second Ctrl-C can never cut the stop short and leave half the stack running."""
+    interrupted = Interrupted()
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        if interrupted.moment is None:
+            interrupted.moment = time.monotonic()
+            if not interrupted.stopping:
+                raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
+        yield interrupted
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

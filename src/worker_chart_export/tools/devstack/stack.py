@@ -16,9 +16,9 @@ import os
 import secrets
 import tempfile
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -112,9 +112,28 @@ class LocalStack:
     # --- lifecycle
 
     def start(self) -> LocalStack:
-        """Start everything; on any failure, stop what was started and raise StackError."""
+        """Start everything; on any failure, stop what was started and raise StackError.
+
+        The start runs in a thread of its own while the calling thread waits: a Ctrl-C
+        (KeyboardInterrupt in the waiting thread) stops the stack at once, whatever is
+        starting; the starting thread then meets a stopped supervisor and ends by itself.
+        """
+        failures: list[BaseException] = []
+        started = threading.Event()
+
+        def start_all() -> None:
+            try:
+                self._start()
+            except BaseException as exc:  # handed to the waiting thread
+                failures.append(exc)
+            finally:
+                started.set()
+
         try:
-            self._start()
+            threading.Thread(target=start_all, name="stack-start", daemon=True).start()
+            started.wait()  # a signal interrupts this wait (POSIX)
+            if failures:
+                raise failures[0]
         except BaseException:
             self.stop()
             raise
@@ -127,22 +146,14 @@ class LocalStack:
         self.gcs_url = f"http://127.0.0.1:{gcs_port}"
         self._function_env = self._build_function_env()
         # The JVM, the Go server and three Python processes start side by side: the functions
-        # connect to the emulators lazily, so their ports are all they need up front.
-        with ThreadPoolExecutor(max_workers=5) as pool:
-            starting: list[Future[Any]] = [
-                pool.submit(_warm_imports),
-                pool.submit(
-                    services.start_firestore_emulator, self.supervisor, firestore_port, self._router_host
-                ),
-                pool.submit(services.start_fake_gcs, self.supervisor, gcs_port),
-                *(
-                    pool.submit(self.start_function, target)
-                    for target in (ADVANCE_TARGET, WORKER_TARGET, REAPER_TARGET)
-                ),
-            ]
-            for future in starting:
-                future.result()
-        services.create_bucket(self.gcs_url, self.bucket, self.project)
+        # connect to the emulators lazily, so their ports are all they need up front; only
+        # the worker waits for its bucket, which `serve` checks before it serves.
+        _side_by_side(
+            _warm_imports,
+            lambda: services.start_firestore_emulator(self.supervisor, firestore_port, self._router_host),
+            partial(self._start_storage_then_worker, gcs_port),
+            *(partial(self.start_function, target) for target in (ADVANCE_TARGET, REAPER_TARGET)),
+        )
         self._sync_templates()  # before any event: the worker caches a missing template for minutes
         for trigger, (target, event_type) in TRIGGERS.items():
             self.router.route(trigger, f"127.0.0.1:{self.functions[target].port}")
@@ -156,17 +167,19 @@ class LocalStack:
     def _router_host(self) -> str:
         return f"127.0.0.1:{self.router.port}"
 
-    def stop(self) -> None:
-        """Stop everything started, newest first; safe to call twice."""
+    def stop(self) -> int:
+        """Stop everything started, the processes first, all at once; safe to call twice.
+        Returns the number of process groups it stopped."""
         self._stop_reaper.set()
+        groups = self.supervisor.stop_all()
         if self._reaper_thread is not None:
             self._reaper_thread.join(timeout=10)
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()  # type: ignore[no-untyped-call]
             self._client = None
-        self.supervisor.stop_all()
         self.router.stop()
+        return groups
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -199,6 +212,11 @@ class LocalStack:
             env[CHART_IMG_ACCOUNTS_JSON] = json.dumps([{"id": "stack", "apiKey": key}])
         env.update(self.options.extra_env)
         return env
+
+    def _start_storage_then_worker(self, gcs_port: int) -> None:
+        services.start_fake_gcs(self.supervisor, gcs_port)
+        services.create_bucket(self.gcs_url, self.bucket, self.project)
+        self.start_function(WORKER_TARGET)
 
     def start_function(self, target: str) -> Function:
         """Serve `target` in its own process; a restart keeps the port, so routes hold."""
@@ -281,6 +299,32 @@ class LocalStack:
             path.write_bytes(self.read_object(name))
             written.append(path)
         return written
+
+
+def _side_by_side(*calls: Callable[[], object]) -> None:
+    """Each call in a daemon thread of its own; returns when all are done, or raises the
+    first failure at once (the caller stops the stack, which ends the others' waits).
+    Daemon threads: a process that stops meanwhile does not wait for them."""
+    failures: list[BaseException] = []
+    remaining = [len(calls)]
+    lock, finished = threading.Lock(), threading.Event()
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            failures.append(exc)
+            finished.set()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                finished.set()
+
+    for call in calls:
+        threading.Thread(target=run, args=(call,), daemon=True).start()
+    finished.wait()
+    if failures:
+        raise failures[0]
 
 
 def _warm_imports() -> None:

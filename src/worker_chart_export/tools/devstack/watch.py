@@ -3,8 +3,9 @@ steps no worker here handles, and the compact table the live view shows.
 
 `--simulate-other-steps` (on by default in the stack): a READY step whose type has no worker
 in this stack (OHLCV_EXPORT, LLM_REPORT...) is taken READY -> RUNNING -> SUCCEEDED by the
-stack itself, its outputs saying so (`simulatedBy`), so the run can settle. Both writes are
-conditional on the version they were read from, like any worker's would be.
+stack itself, its outputs saying so (`simulatedBy`), so the run can settle; with
+--keep-running, in every run of the stack's Firestore (`submit` to a running stack too).
+Both writes are conditional on the version they were read from, like any worker's would be.
 """
 
 from __future__ import annotations
@@ -76,17 +77,11 @@ class RunWatch:
         before, self.document = self.document, snapshot.to_dict() or {}
         seconds = time.monotonic() - self.started
         changes = [Change(seconds, change) for change in status_changes(before, self.document)]
-        if self.simulate_other_steps and not self.settled:
-            self._simulate(snapshot)
+        if self.simulate_other_steps:
+            simulated = complete_other_step(snapshot)
+            if simulated is not None:
+                self.simulated.add(simulated)
         return changes
-
-    def _simulate(self, snapshot: Any) -> None:
-        for step_id, step in sorted(self.steps().items()):
-            if step.get("stepType") in HANDLED_STEP_TYPES or step.get("status") != "READY":
-                continue
-            if _complete_step(self.reference, step_id, step, snapshot.update_time):
-                self.simulated.add(step_id)
-            return  # one write per read: the next poll sees the new version
 
     def table(self) -> Table:
         elapsed = time.monotonic() - self.started
@@ -95,8 +90,11 @@ class RunWatch:
         title.append(self.run_status or "-", style=_STYLES.get(self.run_status or "", ""))
         title.append(f"  {elapsed:.1f}s", style="dim")
         table = Table(title=title, title_justify="left", expand=False)
-        for column in ("step", "type", "status", "attempt", "note"):
-            table.add_column(column)
+        for column in ("step", "type", "status", "attempt"):
+            table.add_column(column, no_wrap=True)
+        # a narrow terminal folds the note onto more lines rather than cut it: a gs:// URI
+        # stays whole (to copy it, join the lines; the final lines print it on one)
+        table.add_column("note", overflow="fold")
         for step_id, step in sorted(self.steps().items(), key=lambda item: _order(item[1])):
             status = str(step.get("status", "-"))
             table.add_row(
@@ -124,6 +122,21 @@ def _note(step_id: str, step: Mapping[str, Any], simulated: set[str]) -> str:
     if isinstance(outputs, Mapping) and outputs.get("outputsManifestGcsUri"):
         return str(outputs["outputsManifestGcsUri"])
     return ""
+
+
+def complete_other_step(snapshot: Any) -> str | None:
+    """The stand-in's one write per read: the first READY step of a type no worker here
+    handles, taken READY -> RUNNING -> SUCCEEDED on this version of its run (a Firestore
+    DocumentSnapshot). Its id; None when there is none, the run is finished, or the
+    document moved on first (the next read looks again)."""
+    document = snapshot.to_dict() or {}
+    if not snapshot.exists or is_finished(document):
+        return None
+    for step_id, step in sorted(steps_of(document).items()):
+        if step.get("stepType") in HANDLED_STEP_TYPES or step.get("status") != "READY":
+            continue
+        return step_id if _complete_step(snapshot.reference, step_id, step, snapshot.update_time) else None
+    return None
 
 
 def _complete_step(

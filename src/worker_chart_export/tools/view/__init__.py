@@ -4,11 +4,12 @@
 `command` holds the plain API and the CLI pieces.
 """
 
+from worker_chart_export.cli.surface import EXIT_OK
 from worker_chart_export.tools.view.command import (
     EXIT_BAD_INPUT,
-    EXIT_OK,
     ViewResult,
     add_view_arguments,
+    add_view_command,
     load_run,
     run_view,
     view_manifest,
@@ -25,6 +26,7 @@ __all__ = [
     "ViewInputError",
     "ViewResult",
     "add_view_arguments",
+    "add_view_command",
     "load_run",
     "render_page",
     "run_view",

@@ -5,7 +5,9 @@ page. The functions here turn the manifest into plain values; `page.html.j2` (pa
 lays them out, with jinja2's autoescape on: everything taken from the manifest, the state file
 or a reader's problem text is untrusted and is escaped there. The page is self-contained: CSS
 inline, PNGs embedded as data: URIs, and a Content-Security-Policy that forbids any fetch, so it
-works offline and cannot call out even if a value slipped through.
+works offline and cannot call out even if a value slipped through. Every text taken from the
+inputs is redacted first (`redaction`: the keys the process holds, in every form), before it is
+escaped: a manifest written by an older worker, or a state file, may hold a key.
 
 jinja2 is imported when a page is rendered, not when the view is imported: the CLI that serves
 the function imports this package, and its start-up should not pay for a template.
@@ -16,12 +18,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.outcome import step_status
+from worker_chart_export.core.redaction import NO_SECRETS, Redaction
 from worker_chart_export.tools.view.model import ChartImage, StepState
 from worker_chart_export.tools.view.style import CSS
 
@@ -182,15 +185,29 @@ def _failures(failures: Sequence[Mapping[str, Any]]) -> list[_Failure]:
     ]
 
 
+def _texts_redacted(value: Any, redaction: Redaction) -> Any:
+    """A ChartImage or StepState with each of its text fields redacted (bytes kept)."""
+    changes = {
+        f.name: redaction.text(v) for f in fields(value) if isinstance(v := getattr(value, f.name), str)
+    }
+    return replace(value, **changes)
+
+
 def render_page(
     manifest: Mapping[str, Any],
     images: Mapping[str, ChartImage],
     *,
     source: str,
     state: StepState | None = None,
+    redaction: Redaction = NO_SECRETS,
 ) -> Page:
     """The page for a schema-valid manifest; `images` is keyed by `png_gcs_uri`."""
     from markupsafe import Markup  # comes with jinja2
+
+    if redaction:
+        manifest, source = redaction.value(manifest), redaction.text(source)
+        images = {redaction.text(uri): _texts_redacted(image, redaction) for uri, image in images.items()}
+        state = None if state is None else _texts_redacted(state, redaction)
 
     problems = page_problems(manifest, images)
     html = _template().render(

@@ -19,6 +19,7 @@ from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.core.exceptions import PoisonEvent
 from worker_chart_export.core.selection import ready_chart_export_step_ids
 from worker_chart_export.functions.decoding.events import decode_event
+from worker_chart_export.functions.decoding.names import resolve_run_id
 from worker_chart_export.functions.decoding.values import (
     document_to_python,
     firestore_value_to_python,
@@ -160,6 +161,51 @@ def test_unsafe_run_id_is_still_decoded() -> None:
         )
     )
     assert (decoded.run_id, decoded.chosen_step_id) == ("run with space", "s")
+
+
+def named_event(run_id: str, subject_id: str, **attributes: str) -> CloudEvent:
+    """A READY step's event whose payload names flow_runs/<run_id> and whose subject carries
+    `subject_id` as the header arrived."""
+    payload = protobuf_payload(
+        flow_run_fields({"s": step()}), name=document_resource_name("p", f"flow_runs/{run_id}")
+    )
+    return cloud_event(payload, subject=f"documents/flow_runs/{subject_id}", **attributes)
+
+
+@pytest.mark.parametrize(
+    ("run_id", "subject_id"),
+    [
+        ("run%41x", "run%41x"),  # as the emulator sends it: unencoded
+        ("run%41x", "run%2541x"),  # as the CloudEvents HTTP binding encodes it: decoded once
+        ("a%b", "a%b"),
+        ("a%b", "a%25b"),
+        ("run 1", "run%201"),
+        ("run%2Fx", "run%252Fx"),  # a %2F in an id is three characters, never a slash
+        ("runé", "runÃ©"),  # its UTF-8 bytes read as Latin-1, as WSGI reads a header
+        ("runé", "run%C3%A9"),
+        ("runAx", "run%41x"),  # an encoded A, decoded once, is an A
+    ],
+)
+def test_the_run_id_is_the_payloads_whatever_the_subjects_encoding(run_id: str, subject_id: str) -> None:
+    decoded = decode_event(named_event(run_id, subject_id))
+    assert (decoded.run_id, decoded.chosen_step_id) == (run_id, "s")
+    assert decode_document_version(named_event(run_id, subject_id)).run_id == run_id
+
+
+@pytest.mark.parametrize(
+    ("run_id", "subject_id"),
+    [("run%41x", "run%252541x"), ("runAx", "run%2541x"), ("run%41x", "runAx"), ("a", "b")],
+    ids=["decoded-twice", "decoded-twice-to-A", "payload-decoded", "another-run"],
+)
+def test_a_subject_that_decoded_once_is_another_id_is_poison(run_id: str, subject_id: str) -> None:
+    with pytest.raises(PoisonEvent, match=f"subject names flow_runs/{subject_id} but the payload is"):
+        decode_event(named_event(run_id, subject_id))
+
+
+def test_a_subject_alone_is_decoded_once() -> None:
+    # decode_event always has the payload's name; the rule holds for any caller without one
+    event = cloud_event(b"", subject="documents/flow_runs/run%2541x")
+    assert resolve_run_id(event, "") == "run%41x"
 
 
 # --- step choice ------------------------------------------------------------------------

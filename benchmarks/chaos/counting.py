@@ -1,0 +1,203 @@
+"""What a user counts at the end of a chaos run, read from where a user would read it: the
+usage documents (units), the stand-in's own log (calls), the flow_runs (steps), the manifests
+and their PNGs in the bucket (charts, and whether each is the right one), Eventarc's record
+(5xx answered, dead letters); and, while the run lasts, which keys are set aside and how long
+(`KeyWatch`, sampling the usage documents).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from chaos.conductor import Applied
+from chaos.eventarc import RESET
+from chaos.fleet import ChaosStack, Incarnation
+from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read_from
+from chaos.schedule import Kind, PlannedRun
+from harness.png_digest import digest_in_png
+from worker_chart_export.core.account_status import moment_of
+from worker_chart_export.core.plans import plan_named
+from worker_chart_export.core.usage import COOL_UNTIL, DISABLED, EXHAUSTED_UNTIL, window_start
+
+USAGE = "chart_img_accounts_usage"
+STEP = "charts"
+UNFINISHED = ("PENDING", "READY", "RUNNING")
+KILL_SLACK_SECONDS = 3.0  # a kill is recorded once its process group is gone
+
+
+@dataclass
+class Step:
+    run: PlannedRun
+    run_id: str
+    created: datetime
+    status: str = "MISSING"
+    error: dict[str, Any] = field(default_factory=dict)
+    started: datetime | None = None  # the last claim
+    finished: datetime | None = None
+    manifest: dict[str, Any] | None = None
+
+
+def key_state(doc: dict[str, Any], limit: int, now: datetime) -> tuple[str, datetime | None] | None:
+    """Why the worker would not use the key now, and until when (None: it would)."""
+    today = doc.get("windowStart") == window_start(now)
+    if today and doc.get(DISABLED) is True:
+        return "disabled", None
+    exhausted = moment_of(doc.get(EXHAUSTED_UNTIL))
+    if exhausted is not None and exhausted > now:
+        return "exhausted", exhausted
+    if today and int(doc.get("usageToday", 0)) >= int(doc.get("dailyLimit") or limit):
+        return "full", None
+    cooling = moment_of(doc.get(COOL_UNTIL))
+    if cooling is not None and cooling > now:
+        return "cooling", cooling
+    return None
+
+
+class KeyWatch:
+    """Samples every usage document each `interval` seconds: seconds spent set aside, per key
+    and reason (disabled, exhausted, full, cooling)."""
+
+    def __init__(self, stack: ChaosStack, interval: float = 2.0) -> None:
+        self.stack = stack
+        self.interval = interval
+        self.limits = {a.account_id: plan_named(a.config["plan"]).daily_limit for a in stack.accounts}
+        self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="key-watch", daemon=True)
+
+    def start(self) -> KeyWatch:
+        self._thread.start()
+        return self
+
+    def states(self, now: datetime) -> dict[str, tuple[str, datetime | None]]:
+        docs = {s.id: s.to_dict() or {} for s in self.stack.db.collection(USAGE).stream(timeout=5)}
+        states = {}
+        for account_id, limit in self.limits.items():
+            state = key_state(docs.get(account_id, {}), limit, now)
+            if state is not None:
+                states[account_id] = state
+        return states
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            with contextlib.suppress(Exception):  # a paused emulator: this sample is skipped
+                for account_id, (reason, _) in self.states(datetime.now(UTC)).items():
+                    self.seconds[account_id][reason] += self.interval
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+
+def read_steps(stack: ChaosStack, created: dict[str, tuple[PlannedRun, datetime]]) -> list[Step]:
+    steps = []
+    references = [stack.flow_run_ref(run_id) for run_id in created]
+    for snapshot in stack.db.get_all(references):
+        run, at = created[snapshot.id]
+        step = Step(run, snapshot.id, at)
+        fields = ((snapshot.to_dict() or {}).get("steps") or {}).get(STEP) or {}
+        step.status = str(fields.get("status", "MISSING"))
+        step.error = fields.get("error") or {}
+        step.started, step.finished = moment_of(fields.get("startedAt")), moment_of(fields.get("finishedAt"))
+        with contextlib.suppress(Exception):  # no manifest (validation, or never finished)
+            step.manifest = json.loads(stack.read_object(f"charts/{snapshot.id}/{STEP}/manifest.json"))
+        steps.append(step)
+    return steps
+
+
+def units_by_key(stack: ChaosStack) -> dict[str, int]:
+    today = window_start(datetime.now(UTC))
+    units = {a.account_id: 0 for a in stack.accounts}
+    for snapshot in stack.db.collection(USAGE).stream(timeout=30):
+        doc = snapshot.to_dict() or {}
+        if doc.get("windowStart") == today:
+            units[snapshot.id] = int(doc.get("usageToday", 0))
+    return units
+
+
+def manifest_writers(incarnations: list[Incarnation]) -> dict[str, Incarnation]:
+    """run id -> the incarnation whose "manifest written" line for it is the latest."""
+    latest: dict[str, tuple[str, Incarnation]] = {}
+    for incarnation in incarnations:
+        for line in incarnation.log_lines():
+            run_id, moment = line.get("runId"), str(line.get("time"))
+            written = line.get("message") == "manifest written"
+            if written and isinstance(run_id, str) and (run_id not in latest or moment > latest[run_id][0]):
+                latest[run_id] = (moment, incarnation)
+    return {run_id: incarnation for run_id, (_, incarnation) in latest.items()}
+
+
+def judge_manifest(stack: ChaosStack, step: Step, writer: Incarnation | None) -> list[tuple[str, Verdict]]:
+    """Each item of the step's manifest: (template id, verdict)."""
+    assert step.manifest is not None
+    versions: dict[str, list[Version]] = defaultdict(list)
+    for version in stack.template_versions:
+        versions[version.template_id].append(Version(version.since, version.request))
+    written = moment_of(step.manifest.get("createdAt")) or datetime.now(UTC)
+    earliest = read_from(step.started or step.created, writer.started if writer else None)
+    verdicts = []
+    for item in step.manifest.get("items", []):
+        name = str(item["png_gcs_uri"]).split("/", 3)[3]
+        digest = digest_in_png(stack.read_object(name))
+        template = str(item["chartTemplateId"])
+        chart = Rendered(
+            digest,
+            versions[template],
+            item["meta"]["chartImgSymbol"],
+            step.manifest["timeframe"],
+            earliest,
+            written,
+        )
+        verdicts.append((template, judge(chart)))
+    return verdicts
+
+
+def spans_of(applied: dict[str, Applied]) -> list[Span]:
+    lasting = (Kind.KEY_EXHAUSTED, Kind.TEMPLATE_401)
+    spans = []
+    for record in applied.values():
+        when = record.span()
+        if when is not None:
+            end = None if record.window.kind in lasting else when[1]
+            window = record.window
+            spans.append(Span(window.name, window.kind.value, when[0], end, window.target))
+    return spans
+
+
+def killed_holding(stack: ChaosStack, spans: list[Span]) -> dict[str, set[str]]:
+    """run id -> the kills whose instance was handling one of its events when it died (the
+    delivery's attempt on that instance got no answer, within KILL_SLACK of the kill)."""
+    assert stack.eventarc is not None
+    kills = [s for s in spans if s.kind == Kind.INSTANCE_KILL.value]
+    found: dict[str, set[str]] = defaultdict(set)
+    for delivery in stack.eventarc.deliveries:
+        for attempt in delivery.attempts:
+            ended = datetime.fromtimestamp(attempt.ended, UTC)
+            for kill in kills:
+                near = abs((ended - kill.start).total_seconds()) <= KILL_SLACK_SECONDS
+                if attempt.failure == RESET and attempt.instance == kill.target and near:
+                    found[delivery.run_id].add(kill.name)
+    return found
+
+
+def explanations(
+    steps: list[Step], calls: list[dict[str, Any]], spans: list[Span], killed: dict[str, set[str]]
+) -> dict[str, list[str]]:
+    """run id -> the windows that explain its FAILED step (empty: unexplained)."""
+    tagged: dict[str, set[str]] = defaultdict(set)
+    for call in calls:
+        if call.get("chaos") and call.get("symbol"):
+            base = str(call["symbol"]).split(":", 1)[-1].removesuffix(".P")
+            tagged[base].add(str(call["chaos"]))
+    found = {}
+    for step in steps:
+        if step.status == "FAILED":
+            life = (step.created, step.finished or datetime.now(UTC))
+            found[step.run_id] = explain(life, tagged[step.run.symbol], killed.get(step.run_id, ()), spans)
+    return found

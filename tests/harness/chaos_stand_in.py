@@ -1,0 +1,343 @@
+"""The CHART-IMG stand-in with the bad luck of issue 27 switched on and off while it serves.
+
+`ChaosChartImgServer` is `ChartImgServer` (tests/harness/chart_img_server.py: keys, pacing,
+quota, the documented answers) plus, each a small control:
+
+- `refuse(window)` / `accept()`: the listening socket is closed, so a connection is refused
+  (ECONNREFUSED: the call provably never left), and idle keep-alive connections are closed so
+  a client's pool cannot slip past; `accept()` listens again on the same port;
+- `throttle(window)`: every request hears 429 "Too Many Requests" before it is admitted (the
+  gateway throttling the whole service: no key is to blame, no unit is spent);
+- `fault(status, window, delay)`: every admitted request (a unit spent) answered 500
+  "Something Went Wrong" or, after `delay`, 504 "External Request Timeout" (as CHART-IMG's
+  gateway may, the 504 counts a unit); `fault(None, window)` ends that burst;
+- `exhaust(account, window)`: another client spends the key's day: "Limit Exceeded" from now;
+- `refuse_template(template, window)`: that template's requests draw 401 "Invalid Request";
+- `register_template(id, request)`: an edited template's request recognised as its id.
+
+Every 200 carries a PNG whose tEXt chunk `request-sha256` is the digest of the body as
+received (`body_digest`), so a manifest's PNG can be checked against the template body that
+was current when it was rendered. Every request is logged with its wall-clock arrival, that
+digest, and the window whose answer it got (`chaos`: None when the stand-in answered as
+CHART-IMG would on a good day), never the key.
+
+Run as a process (`serve_chaos_from_stdin`, started by benchmarks/chaos/stand_in.py), it
+prints the chart URL, then the admin URL (a second port, still answering while the chart port
+refuses): `POST /admin/chaos` with {"action": ..., ...}, `GET /admin/requests`,
+`GET /admin/accounts`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from harness.chart_img_server import (
+    ChartImgServer,
+    RecordedRequest,
+    _Account,
+    _Handler,
+    _json_reply,
+    _Reply,
+    _Server,
+    documented_message,
+    parse_account_spec,
+    register_templates_from,
+)
+from harness.png_digest import body_digest, png_with_digest
+
+THROTTLED = "Too Many Requests"
+
+
+class _Connections:
+    """The chart port's open connections, and which are between requests (idle). A request
+    whose bytes arrive on an idle connection in the instant it is shut is lost unanswered
+    (the client sees the connection closed, not refused): the one race of a refusal window."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[socket.socket, bool] = {}
+
+    def mark(self, connection: socket.socket, idle: bool) -> None:
+        with self._lock:
+            self._idle[connection] = idle
+
+    def forget(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._idle.pop(connection, None)
+
+    def close_idle(self) -> None:
+        """Shut the idle ones: a client's pool sees them closed and must connect anew."""
+        with self._lock:
+            idle = [c for c, is_idle in self._idle.items() if is_idle]
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class _ChaosHandler(_Handler):
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections.mark(self.connection, True)  # type: ignore[attr-defined]
+
+    def do_POST(self) -> None:
+        connections: _Connections = self.server.connections  # type: ignore[attr-defined]
+        connections.mark(self.connection, False)
+        try:
+            super().do_POST()
+        finally:
+            connections.mark(self.connection, True)
+            if self.server.owner.refusing:  # type: ignore[attr-defined]
+                self.close_connection = True  # answered; the next request must connect again
+
+    def finish(self) -> None:
+        self.server.connections.forget(self.connection)  # type: ignore[attr-defined]
+        super().finish()
+
+
+@dataclasses.dataclass
+class ChaosState:
+    """Which windows are open; each value is the window's name, tagged on what it answers."""
+
+    refusing: str | None = None
+    throttle: str | None = None
+    faults: dict[str, tuple[int, float]] = dataclasses.field(
+        default_factory=dict
+    )  # window -> (status, delay)
+    exhausted: dict[str, str] = dataclasses.field(default_factory=dict)  # account id -> window
+    refused_templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template -> window
+
+
+class ChaosChartImgServer(ChartImgServer):
+    def __init__(self, port: int = 0) -> None:
+        super().__init__()
+        self._httpd.server_close()  # the plain server never served: ours tracks connections
+        self.connections = _Connections()
+        self.chaos = ChaosState()
+        self._extras: dict[int, dict[str, Any]] = {}  # id(record) -> wall, digest, chaos
+        self._current = threading.local()
+        self._listen(port)
+
+    def _listen(self, port: int) -> None:
+        self._httpd = _Server(("127.0.0.1", port), _ChaosHandler)
+        self._httpd.daemon_threads = True
+        self._httpd.owner = self  # type: ignore[attr-defined]
+        self._httpd.connections = self.connections  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def refusing(self) -> bool:
+        return self.chaos.refusing is not None
+
+    # --- the controls ---
+
+    def refuse(self, window: str) -> None:
+        with self._lock:
+            if self.chaos.refusing is not None:
+                return
+            self.chaos.refusing = window
+        self._httpd.shutdown()
+        self._httpd.server_close()  # from here a connect is refused
+        self._thread.join(timeout=5)
+        self.connections.close_idle()
+
+    def accept(self) -> None:
+        with self._lock:
+            if self.chaos.refusing is None:
+                return
+        self._listen(int(self._httpd.server_address[1]))
+        self._thread.start()
+        with self._lock:
+            self.chaos.refusing = None
+
+    def throttle(self, window: str | None) -> None:
+        with self._lock:
+            self.chaos.throttle = window
+
+    def fault(self, status: int | None, window: str, delay: float = 0.0) -> None:
+        """Open a burst of `status` answers (the newest open burst answers), or close it (None)."""
+        with self._lock:
+            if status is None:
+                self.chaos.faults.pop(window, None)
+            else:
+                self.chaos.faults[window] = (status, delay)
+
+    def exhaust(self, account_id: str, window: str) -> None:
+        """Another client spends the key's day: its quota is used up from now."""
+        with self._lock:
+            for account in self._accounts_by_key.values():
+                if account.account_id == account_id:
+                    if account.daily_quota is None:
+                        account.daily_quota = account.used
+                    account.used = max(account.used, account.daily_quota)
+            self.chaos.exhausted[account_id] = window
+
+    def refuse_template(self, template_id: str, window: str) -> None:
+        with self._lock:
+            self.chaos.refused_templates[template_id] = window
+
+    # --- what happened ---
+
+    def request_log(self) -> list[dict[str, Any]]:
+        with self._lock:
+            records = list(self._requests)
+            return [dataclasses.asdict(r) | self._extras[id(r)] for r in records]
+
+    def account_usage(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                {"account_id": a.account_id, "used": a.used, "quota": a.daily_quota}
+                for a in self._accounts_by_key.values()
+            ]
+
+    def stop(self) -> None:
+        self.accept()  # serving again, so the plain stop finds a running server to shut
+        super().stop()
+
+    # --- answering (the base's order, with the windows put in) ---
+
+    def _record(
+        self,
+        account: _Account | None,
+        arrived: float,
+        body: Mapping[str, Any] | None,
+        defaulted: tuple[str, ...],
+    ) -> RecordedRequest:
+        record = super()._record(account, arrived, body, defaulted)
+        digest = body_digest(body) if body is not None else None
+        self._extras[id(record)] = {"wall": time.time(), "digest": digest, "chaos": None}
+        self._current.record = record
+        return record
+
+    def _tag(self, window: str) -> None:
+        """Under the lock: the current request was answered by `window`."""
+        self._extras[id(self._current.record)]["chaos"] = window
+
+    def _admit(self, account: _Account | None, now: float) -> _Reply | None:
+        if account is not None and self.chaos.throttle is not None:
+            self._tag(self.chaos.throttle)
+            return _json_reply(429, THROTTLED)
+        refusal = super()._admit(account, now)
+        window = self.chaos.exhausted.get(account.account_id) if account is not None else None
+        if window is not None and refusal is not None and b"Limit Exceeded" in refusal.body:
+            self._tag(window)
+        return refusal
+
+    def _answer(self, record: RecordedRequest, key: str, body: Mapping[str, Any]) -> _Reply:
+        with self._lock:
+            refused_by = self.chaos.refused_templates.get(record.template or "")
+            fault = next(reversed(self.chaos.faults.items()), None)
+            if refused_by is not None:
+                self._tag(refused_by)
+            elif fault is not None:
+                self._tag(fault[0])
+        if refused_by is not None:
+            return _json_reply(401, documented_message(401, "Invalid Request"))
+        if fault is not None:
+            status, delay = fault[1]
+            self._stopping.wait(delay)
+            return _json_reply(status, documented_message(status, _FAULT_WORDS.get(status)))
+        reply = super()._answer(record, key, body)
+        if reply.status == 200 and reply.content_type == "image/png":
+            with self._lock:
+                digest = self._extras[id(record)]["digest"]
+            return _Reply(200, png_with_digest(digest), "image/png")
+        return reply
+
+
+_FAULT_WORDS = {500: "Something Went Wrong", 504: "External Request Timeout"}
+
+
+def apply_control(server: ChaosChartImgServer, command: Mapping[str, Any]) -> None:
+    """One `POST /admin/chaos` body, e.g. {"action": "fault", "status": 504, "window": "fault_504#1"}."""
+    action, window = command.get("action"), str(command.get("window", ""))
+    if action == "refuse":
+        server.refuse(window)
+    elif action == "accept":
+        server.accept()
+    elif action == "throttle":
+        server.throttle(command.get("window"))
+    elif action == "fault":
+        server.fault(command.get("status"), window, float(command.get("delay", 0.0)))
+    elif action == "exhaust":
+        server.exhaust(str(command["account"]), window)
+    elif action == "refuse_template":
+        server.refuse_template(str(command["template"]), window)
+    elif action == "register_template":
+        server.register_template(str(command["template"]), command["request"])
+    else:
+        raise ValueError(f"unknown chaos action {action!r}")
+
+
+def _admin_handler(server: ChaosChartImgServer) -> type[BaseHTTPRequestHandler]:
+    class Admin(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            views = {"/admin/requests": server.request_log, "/admin/accounts": server.account_usage}
+            view = views.get(self.path)
+            self._send(200, view()) if view else self._send(404, {"message": "Not Found"})
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            try:
+                apply_control(server, json.loads(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                self._send(400, {"message": str(exc)})
+                return
+            self._send(200, {"ok": True})
+
+        def _send(self, status: int, value: Any) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Admin
+
+
+def serve_chaos_from_stdin(argv: list[str] | None = None) -> None:
+    """`python tests/harness/chaos_stand_in.py --latency 0.2 --account ID=KEY[:RATE:BURST[:QUOTA]]
+    ... [--templates-dir DIR] [--admin-port PORT]`: prints the chart URL and the admin URL,
+    serves until stdin closes. The latency applies to every key's 200s."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=serve_chaos_from_stdin.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--account", action="append", default=[])
+    parser.add_argument("--templates-dir", action="append", default=[])
+    parser.add_argument("--admin-port", type=int, default=0, help="the admin port (0: any free one)")
+    args = parser.parse_args(argv)
+    server = ChaosChartImgServer()
+    for spec in args.account:
+        account_id, key, rate, burst, quota = parse_account_spec(spec)
+        server.add_account(account_id, key=key, rate=rate, burst=burst, daily_quota=quota)
+        if args.latency:
+            server.script(key=key, latency=args.latency)
+    for folder in args.templates_dir:
+        register_templates_from(server, Path(folder))
+    server.start()
+    admin = ThreadingHTTPServer(("127.0.0.1", args.admin_port), _admin_handler(server))
+    admin.daemon_threads = True
+    threading.Thread(target=admin.serve_forever, args=(0.05,), daemon=True).start()
+    print(server.base_url, flush=True)
+    print(f"http://127.0.0.1:{admin.server_address[1]}", flush=True)
+    sys.stdin.read()
+    admin.shutdown()
+    server.stop()
+
+
+if __name__ == "__main__":
+    serve_chaos_from_stdin()

@@ -1,0 +1,117 @@
+"""benchmarks/chaos/judging.py and targets.py: a chart is judged by the digest its PNG carries
+against the template versions its execution may have read; a FAILED step is explained only
+by a window that met it; the targets hold the figures to issue 27's numbers."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from harness.builders import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
+from chaos.targets import Figures, checks, really_exhausted
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+OLD = Version(T0, {"width": 800, "theme": "dark"})
+NEW = Version(T0 + timedelta(seconds=60), {"width": 792, "theme": "light"})
+SYMBOL, INTERVAL = "BINANCE:C0001USDT", "1h"
+
+
+def rendered(version: Version | None, *, read_from: datetime, written: datetime) -> Rendered:
+    digest = None if version is None else digest_of(version, SYMBOL, INTERVAL)
+    return Rendered(digest, [OLD, NEW], SYMBOL, INTERVAL, read_from, written)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_the_version_current_when_written_is_right() -> None:
+    assert judge(rendered(NEW, read_from=at(70), written=at(80))) is Verdict.RIGHT
+    assert judge(rendered(OLD, read_from=at(10), written=at(20))) is Verdict.RIGHT
+
+
+def test_an_older_version_the_execution_may_have_cached_is_stale_not_wrong() -> None:
+    assert judge(rendered(OLD, read_from=at(10), written=at(80))) is Verdict.STALE
+
+
+def test_an_older_version_no_read_of_the_execution_could_return_is_wrong() -> None:
+    """The issue-25 case: the retry's instance started after the edit, yet the old PNG came back."""
+    assert judge(rendered(OLD, read_from=at(65), written=at(80))) is Verdict.WRONG
+
+
+def test_another_symbol_or_no_digest_at_all_is_wrong() -> None:
+    other = Rendered(
+        digest_of(NEW, "BINANCE:C0002USDT", INTERVAL), [OLD, NEW], SYMBOL, INTERVAL, at(70), at(80)
+    )
+    assert judge(other) is Verdict.WRONG
+    assert judge(rendered(None, read_from=at(70), written=at(80))) is Verdict.WRONG
+
+
+def test_what_an_execution_may_have_read_starts_at_the_cache_or_the_instance() -> None:
+    claimed = at(400)
+    assert read_from(claimed, None) == at(100)
+    assert read_from(claimed, at(50)) == at(100)
+    assert read_from(claimed, at(350)) == at(350)
+
+
+def test_a_failed_step_is_explained_only_by_what_met_it() -> None:
+    refuse = Span("refuse#1", "refuse", at(10), at(20))
+    pause = Span("firestore_pause#1", "firestore_pause", at(30), at(35))
+    throttle = Span("throttle#1", "throttle", at(10), at(90))  # only through the calls it answered
+    spans = [refuse, pause, throttle]
+    assert explain((at(0), at(5)), [], [], spans) == []
+    assert explain((at(15), at(32)), [], [], spans) == ["firestore_pause#1", "refuse#1"]
+    assert explain((at(40), at(50)), ["throttle#1"], ["instance_kill#2"], spans) == [
+        "instance_kill#2",
+        "throttle#1",
+    ]
+
+
+def figures(**values: object) -> Figures:
+    made = Figures(seed=1, profile="short", delivered=9, units={"a": 5, "b": 4}, calls={"a": 5, "b": 4})
+    for name, value in values.items():
+        setattr(made, name, value)
+    return made
+
+
+def failed_targets(made: Figures) -> list[str]:
+    return [
+        check.target.split(" ")[0] + " " + check.target.split(" ")[1]
+        for check in checks(made)
+        if not check.ok
+    ]
+
+
+def test_a_clean_run_meets_every_target() -> None:
+    assert [
+        check for check in checks(figures(calls_by_window=Counter({"throttle": 1}))) if not check.ok
+    ] == []
+
+
+def test_each_target_can_be_missed() -> None:
+    assert failed_targets(figures(units={"a": 6, "b": 4})) == ["units =="]
+    assert failed_targets(figures(units={"a": 50, "b": 4}, really_exhausted=["a"])) == []
+    assert failed_targets(figures(delivered=6)) == ["calls /"]
+    assert failed_targets(figures(wrong=["run/t"])) == ["0 wrong"]
+    assert failed_targets(figures(stuck=["run READY"])) == ["0 steps"]
+    assert failed_targets(figures(set_aside_end={"b": "exhausted until 00:00:00"})) == ["no key"]
+    assert failed_targets(figures(set_aside_end={"a": "full"}, really_exhausted=["a"])) == []
+    assert failed_targets(figures(set_aside_end={"b": "cooling until 12:00:03"})) == []
+    assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", [])})) == ["every FAILED"]
+    assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", ["refuse#1"])})) == []
+
+
+def test_a_key_is_really_exhausted_by_the_stand_ins_count_or_by_our_calls() -> None:
+    usage = [
+        {"account_id": "spent", "used": 50, "quota": 50},  # another client, or our admitted calls
+        {"account_id": "called", "used": 44, "quota": 50},  # 50 calls, 6 of them throttled
+        {"account_id": "left", "used": 44, "quota": 50},
+        {"account_id": "unlimited", "used": 900, "quota": None},
+    ]
+    calls = {"spent": 12, "called": 50, "left": 49, "unlimited": 900}
+    assert really_exhausted(usage, calls) == ["called", "spent"]

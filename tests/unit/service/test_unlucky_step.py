@@ -1,0 +1,256 @@
+"""Issue 25, items 4 and 5, on the in-memory flow_runs (claim, lease, reaper) and the local
+bucket: a store blip at the manifest's fence never ends a paid step (the reaper gives it back,
+the retry reuses what was paid for), and a bucket that cannot store anything is found before
+the claim, so nothing is claimed or paid for."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.builders import REPO, chart_step, flow_run
+from harness.logs import LogCapture
+from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
+from worker_chart_export.adapters.local import LocalArtifactStore, LocalTemplateSource
+from worker_chart_export.adapters.memory import InMemoryFlowRuns
+from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.exceptions import (
+    BucketUnusable,
+    RedeliverEvent,
+    StorageUnavailable,
+    TransientStoreError,
+)
+from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.service.execute import execute_step
+from worker_chart_export.service.ports import Ports
+from worker_chart_export.service.reaper import reap_once
+from worker_chart_export.testing import FakeClock
+
+# REQUEST_TIMEOUT_SECONDS <= 30: the lease is never "surely held", so the fence reads the store
+LIMITS = StepLimits.within_request(request_timeout_seconds=30.0, finalize_budget_seconds=5)
+
+
+class CountingChartApi:
+    """The mock CHART-IMG, counting the charts rendered."""
+
+    mode = "mock"
+
+    def __init__(self) -> None:
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+        self.rendered: list[str] = []
+
+    @contextmanager
+    def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[Any]:
+        yield self
+
+    def render(self, call: ChartCall) -> ChartResult:
+        self.rendered.append(call.chart_template_id)
+        return self.inner.render(call)
+
+
+@dataclass
+class BlippingRuns:
+    """The in-memory flow_runs whose fence read fails `blips` times (a Firestore pause)."""
+
+    inner: InMemoryFlowRuns
+    blips: int = 0
+    superseded: bool = False  # the fence's answer: the claim was taken back
+    finalizes: list[str] = field(default_factory=list)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        if self.blips:
+            self.blips -= 1
+            raise TransientStoreError(
+                "check of the claim on step charts in flow_runs/run1: Firestore unavailable"
+            )
+        return not self.superseded and self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, final: Any, **kwargs: Any) -> Any:
+        self.finalizes.append(final.status.value)
+        return self.inner.finalize_step(*args, final=final, **kwargs)
+
+
+@dataclass
+class CheckedBucket:
+    """The local bucket, counting its checks (or failing them: the bucket is gone)."""
+
+    inner: LocalArtifactStore
+    gone: bool = False
+    vanishes_after_check: bool = False  # deleted between the check and the writes
+    checks: int = 0
+
+    @property
+    def bucket(self) -> str:
+        return self.inner.bucket
+
+    def check_bucket(self) -> None:
+        self.checks += 1
+        if self.gone:
+            raise BucketUnusable(
+                f"listing gs://{self.bucket}/ failed after 1 attempt: (bucket 'bkt' not found)"
+            )
+        self.inner.check_bucket()
+
+    def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
+        assert not self.gone, "nothing may be written to a bucket found missing"
+        if self.vanishes_after_check:
+            raise BucketUnusable(
+                f"writing gs://bkt/{object_path} failed after 1 attempt: (bucket 'bkt' not found)"
+            )
+        return self.inner.create_png(object_path, data, metadata=metadata)
+
+    def list_objects(self, prefix: str, *, start_offset: str = "") -> Any:
+        return self.inner.list_objects(prefix, start_offset=start_offset)
+
+    def read_head(self, object_path: str, size: int) -> bytes:
+        return self.inner.read_head(object_path, size)
+
+    def put_manifest(self, object_path: str, data: bytes, **fence: Any) -> str:
+        return self.inner.put_manifest(object_path, data, **fence)
+
+
+@dataclass
+class Step:
+    runs: BlippingRuns
+    bucket: CheckedBucket
+    charts: CountingChartApi
+    clock: FakeClock
+    tmp: Path
+
+    def execute(self) -> Any:
+        ports = Ports(self.runs, LocalTemplateSource(REPO / "chart-templates"), self.bucket, self.charts)
+        return execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=self.clock)
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.runs.inner.runs["run1"]["steps"]["charts"]
+        return state
+
+    def objects(self) -> list[str]:
+        return [o.name for o in self.bucket.inner.list_objects("charts/")]
+
+
+@pytest.fixture
+def step(tmp_path: Path) -> Step:
+    runs = InMemoryFlowRuns({"run1": flow_run({"charts": chart_step()})})
+    bucket = CheckedBucket(LocalArtifactStore(tmp_path / "gcs", "bkt"))
+    return Step(BlippingRuns(runs), bucket, CountingChartApi(), FakeClock(), tmp_path)
+
+
+# --- item 5: a transient store error at the fence ------------------------------------------
+
+
+def test_a_blip_at_the_manifest_fence_asks_for_redelivery_and_records_nothing(
+    step: Step, log_capture: LogCapture
+) -> None:
+    step.runs.blips = 1
+
+    with pytest.raises(RedeliverEvent, match="left to its lease") as redelivery:
+        step.execute()
+
+    assert "3 charts stored for the retry to reuse" in str(redelivery.value)
+    assert step.runs.finalizes == []  # neither FAILED nor anything else: nothing is decided
+    state = step.state()
+    assert state["status"] == "RUNNING" and "error" not in state and state["leaseExpiresAt"]
+    assert step.runs.inner.lease_of("run1", "charts") is not None  # for the reaper
+    assert len([o for o in step.objects() if o.endswith(".png")]) == 3
+    assert not [o for o in step.objects() if o.endswith("manifest.json")]  # never unfenced
+    assert log_capture.events("step crashed") == [] and log_capture.events("manifest write failed") == []
+
+
+def test_the_reaper_gives_the_step_back_and_the_retry_finishes_it_from_the_paid_pngs(step: Step) -> None:
+    step.runs.blips = 1
+    with pytest.raises(RedeliverEvent):
+        step.execute()
+    assert step.charts.rendered and len(step.charts.rendered) == 3
+    rendered_before = list(step.charts.rendered)
+
+    step.clock.advance(LIMITS.lease_seconds + 1)  # the lease runs out; the scheduler's pass comes
+    report = reap_once(step.runs.inner, clock=step.clock)
+    assert report.to_summary()["retried"] == ["run1/charts"] and step.state()["status"] == "READY"
+    retry = step.execute()
+
+    assert retry.outcome == "SUCCEEDED" and retry.items_count == 3
+    assert step.charts.rendered == rendered_before  # 0 more charts paid for
+    assert step.state()["attempt"] == 2 and step.runs.finalizes == ["SUCCEEDED"]
+    manifest = json.loads(
+        (step.tmp / "gcs" / "bkt" / "charts" / "run1" / "charts" / "manifest.json").read_text()
+    )
+    assert all(item["meta"]["reused"] is True for item in manifest["items"])
+
+
+def test_only_a_superseded_claim_ends_an_execution_at_the_fence(step: Step) -> None:
+    """The fence answering "no longer ours" is the one verdict that ends the execution."""
+    step.runs.superseded = True
+    report = step.execute()
+    assert report.outcome == "FAILED" and report.error_code == "STEP_LEASE_EXPIRED"
+    assert not [o for o in step.objects() if o.endswith("manifest.json")]
+
+
+def test_a_crash_is_still_recorded_while_a_redelivery_is_not(step: Step, log_capture: LogCapture) -> None:
+    """A defect still ends FAILED WORKER_INTERNAL_ERROR: only RedeliverEvents pass unrecorded."""
+
+    def crash(call: ChartCall) -> ChartResult:
+        raise RuntimeError("a defect")
+
+    step.charts.render = crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        step.execute()
+    assert step.state()["status"] == "FAILED" and step.state()["error"]["code"] == "WORKER_INTERNAL_ERROR"
+
+
+# --- item 4: a bucket that cannot store anything --------------------------------------------
+
+
+def test_a_bucket_found_missing_before_the_claim_claims_nothing_and_pays_nothing(
+    step: Step, log_capture: LogCapture
+) -> None:
+    step.bucket.gone = True
+
+    with pytest.raises(StorageUnavailable, match="bucket 'bkt' not found"):
+        step.execute()
+
+    assert step.bucket.checks == 1 and step.charts.rendered == []
+    assert step.state() == chart_step()  # still READY, untouched: the redelivery claims it
+    assert step.runs.inner.leases == {}
+    assert log_capture.events("claim succeeded") == []
+
+
+def test_once_the_bucket_is_back_the_redelivered_event_runs_the_step(step: Step) -> None:
+    step.bucket.gone = True
+    with pytest.raises(StorageUnavailable):
+        step.execute()
+    step.bucket.gone = False
+
+    report = step.execute()
+
+    assert report.outcome == "SUCCEEDED" and step.state()["attempt"] == 1
+    assert step.bucket.checks == 2 and len(step.charts.rendered) == 3
+
+
+def test_every_step_checks_its_bucket_once_before_its_claim(step: Step) -> None:
+    step.execute()
+    again = step.execute()  # a copy of the event: the step is no longer READY
+    assert again.outcome == "NOOP" and step.bucket.checks == 2
+
+
+def test_a_bucket_gone_between_its_check_and_the_writes_leaves_the_step_to_its_lease(
+    step: Step, log_capture: LogCapture
+) -> None:
+    step.bucket.vanishes_after_check = True
+
+    with pytest.raises(RedeliverEvent, match="the charts bucket is gone") as redelivery:
+        step.execute()
+
+    assert not isinstance(redelivery.value, StorageUnavailable)  # claimed: a 500, not a 503
+    assert step.runs.finalizes == [] and step.state()["status"] == "RUNNING"  # never FAILED
+    assert log_capture.events("step crashed") == []
