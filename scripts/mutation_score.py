@@ -3,14 +3,8 @@ scripts/mutation.sh, from the repository's root).
 
 A mutant is killed when a unit test failed (or timed out) with it; one that survived, or that
 no unit test reaches, counts against its module unless scripts/mutation_equivalents.txt lists
-it as equivalent: the same behaviour, so no test can tell. That file names a mutant by what
-stays true across runs (its module, function and changed lines), not by mutmut's numbers,
-which shift whenever a function changes:
-
-    worker_chart_export.core.usage.window_start
-      - return now.astimezone(UTC).strftime("%Y-%m-%dT00:00:00Z")
-      + return now.astimezone(None).strftime("%Y-%m-%dT00:00:00Z")
-      why: <one line>
+it as equivalent: the same behaviour, so no test can tell, shown by the check the entry names
+(scripts/mutation_equivalents.py describes the format; the checks run with the unit tests).
 
 Exit 1 when a mutant is neither killed nor listed (each is printed with its diff, ready to be
 killed by a test or, if truly equivalent, listed), or when the score is under the target.
@@ -25,13 +19,13 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
+from mutation_equivalents import EQUIVALENTS, read_equivalents
 from mutmut.mutation.data import SourceFileMutationData
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.stats import status_by_exit_code
 from mutmut.utils.file_utils import walk_mutatable_files
 from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
-EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 # caught: a test failed, ran out of time, or its process died (a mutant looping while it
 # appends is ended by the kernel, which mutmut reports as "segfault"): the suite saw it
 CAUGHT = {"killed", "timeout", "segfault"}
@@ -74,26 +68,6 @@ def all_mutants() -> list[Mutant]:
     return mutants
 
 
-def read_equivalents(path: Path) -> dict[tuple[str, tuple[str, ...]], str]:
-    """{(function, changed lines): why}; a malformed entry stops the script, naming its line."""
-    entries: dict[tuple[str, tuple[str, ...]], str] = {}
-    function, lines = "", list[str]()
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        text = raw.strip()
-        if not text or text.startswith("#"):
-            continue
-        if not raw.startswith(" "):
-            function, lines = text, []
-        elif text.startswith(("- ", "+ ", "-", "+")) and function:
-            lines.append(f"{text[0]} {text[1:].strip()}")
-        elif text.startswith("why:") and function and lines and text[4:].strip():
-            entries[(function, tuple(lines))] = text[4:].strip()
-            function, lines = "", []
-        else:
-            sys.exit(f"{path}:{number}: expected a function name, '- '/'+ ' lines, then 'why: ...'")
-    return entries
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("patterns", nargs="*", help="only these mutants (mutmut name globs)")
@@ -101,7 +75,7 @@ def main() -> int:
     mutants = [
         m for m in all_mutants() if not args.patterns or any(fnmatch(m.name, p) for p in args.patterns)
     ]
-    equivalents = read_equivalents(EQUIVALENTS)
+    equivalents = {entry.key: entry.why for entry in read_equivalents(EQUIVALENTS)}
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     unexplained: list[Mutant] = []
     used: set[tuple[str, tuple[str, ...]]] = set()

@@ -99,6 +99,25 @@ def versions(stack: LocalStack, run_id: str) -> list[tuple[datetime, dict[str, A
     return sorted(seen.items())
 
 
+def settled(stack: LocalStack, run_id: str) -> bool:
+    """Nothing more will happen to the run: its document is at the version the last events
+    carried, answered by advance_flow (every write) and the worker (every update). Our
+    functions write before they answer, and the router records an event once answered, so a
+    write still to come (a loop: a function answering its own write) would leave the document
+    newer than every answered event. Judged by events, however long anything takes."""
+    snapshot = stack.flow_run_ref(run_id).get()
+    current = snapshot.update_time
+    triggers = [ADVANCE_TRIGGER] if snapshot.create_time == current else [ADVANCE_TRIGGER, WORKER_TRIGGER]
+    for trigger in triggers:
+        answered = [
+            decode_document_version(DeliveredEvent(d))
+            for d in stack.router.delivered(trigger, subject(run_id))
+        ]
+        if current not in {version.update_time for version in answered}:
+            return False
+    return True
+
+
 def history(stack: LocalStack, run_id: str, step_id: str | None) -> list[str]:
     """A step's (or, for None, the run's) statuses across the versions, repeats collapsed."""
     statuses: list[str] = []

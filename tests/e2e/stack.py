@@ -43,7 +43,7 @@ from harness.processes import stop_process_group
 if TYPE_CHECKING:
     from google.cloud import firestore, storage
 
-WORKER_START_TIMEOUT_SECONDS = 30.0
+WORKER_START_TIMEOUT_SECONDS = 60.0
 # env the worker must not inherit from the test process: the stack sets its own
 _STACK_ENV = (
     "FIRESTORE_EMULATOR_HOST",

@@ -89,7 +89,6 @@ def settled(stack: LocalStack, run_id: str, final: str) -> None:
     """The version that ended the step has reached advance_flow's recorded deliveries."""
     wait_until(
         lambda: history(stack, run_id, STEP)[-1:] == [final],
-        timeout=30,
         what=f"{run_id}'s {final} version delivered to advance_flow",
     )
 
@@ -106,13 +105,12 @@ def test_a_crashed_execution_is_reaped_after_its_lease_and_the_retry_succeeds(
     stack.start_function(WORKER_TARGET)  # a new instance, as Cloud Run would start
     wait_until(
         lambda: step_status(stack, run_id, STEP) in ("SUCCEEDED", "FAILED"),
-        timeout=60,
         what=f"{run_id} retried; logs:\n{log_tails(stack)}",
     )
 
     step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
     assert (step["status"], step["attempt"]) == ("SUCCEEDED", 2), (step.get("error"), log_tails(stack))
-    wait_until(lambda: run_status(stack, run_id) == "SUCCEEDED", timeout=30, what=f"{run_id} run SUCCEEDED")
+    wait_until(lambda: run_status(stack, run_id) == "SUCCEEDED", what=f"{run_id} run SUCCEEDED")
     manifest = json.loads(stack.read_object(f"charts/{run_id}/{STEP}/manifest.json"))
     assert len(manifest["items"]) == 3 and manifest["failures"] == []
     # the reaper took the step back once, keeping its attempt; the retry claimed it again
@@ -131,10 +129,9 @@ def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(cras
 
     wait_until(
         lambda: step_status(stack, run_id, STEP) == "FAILED",
-        timeout=60,
         what=f"{run_id} FAILED; logs:\n{log_tails(stack)}",
     )
-    wait_until(lambda: run_status(stack, run_id) == "FAILED", timeout=30, what=f"{run_id} run FAILED")
+    wait_until(lambda: run_status(stack, run_id) == "FAILED", what=f"{run_id} run FAILED")
     step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
     assert step["attempt"] == 3 and step["error"]["code"] == "STEP_LEASE_EXPIRED"
     settled(stack, run_id, "FAILED")
@@ -168,7 +165,6 @@ def test_the_retry_of_a_crashed_step_calls_chart_img_only_for_the_charts_not_yet
     stack.start_function(WORKER_TARGET)
     wait_until(
         lambda: step_status(stack, run_id, STEP) in ("SUCCEEDED", "FAILED"),
-        timeout=60,
         what=f"{run_id} retried; logs:\n{log_tails(stack)}",
     )
 

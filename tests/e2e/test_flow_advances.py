@@ -5,7 +5,6 @@ worker every update."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -24,6 +23,7 @@ from e2e.flow_stack import (
     log_tails,
     new_run_id,
     running_stack,
+    settled,
     subject,
     wait_until,
 )
@@ -95,10 +95,8 @@ def test_a_chain_advances_on_its_own_and_every_write_is_one_event(stack: LocalSt
     # READY, llm READY, run SUCCEEDED). advance_flow's own writes come back as events that
     # plan to nothing and write nothing, so the chain stops: exactly 8 invocations of
     # advance_flow and 7 of the worker, however long we wait.
-    expected = {ADVANCE_TRIGGER: 8, WORKER_TRIGGER: 7}
-    wait_until(lambda: stack.router.counts(subject(run_id)) == expected, timeout=30, what="8 + 7 invocations")
-    time.sleep(1.0)  # a loop would show up as more events within milliseconds
-    assert stack.router.counts(subject(run_id)) == expected
+    wait_until(lambda: settled(stack, run_id), what=f"{run_id} settled")
+    assert stack.router.counts(subject(run_id)) == {ADVANCE_TRIGGER: 8, WORKER_TRIGGER: 7}
     assert {d.status for d in stack.router.deliveries if d.subject == subject(run_id)} == {200}
 
     # the history the events carried, version by version
@@ -142,16 +140,13 @@ def test_duplicate_and_reordered_events_never_double_advance_or_regress(
     v1 = reference.get()
     # exactly one write happened: the emulator sent one event per write (the creation and
     # that one), and no other came
-    wait_until(
-        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 2, timeout=30, what="2 events"
-    )
+    wait_until(lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 2, what="2 events")
 
     complete(stack, run_id, "b")  # -> its event -> advance_flow: run SUCCEEDED
     wait_until(lambda: document(stack, run_id)["status"] == "SUCCEEDED", what=f"{run_id} SUCCEEDED")
-    wait_until(
-        lambda: stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 4, timeout=30, what="4 events"
-    )
-    settled = reference.get()
+    wait_until(lambda: settled(stack, run_id), what=f"{run_id} settled")
+    assert stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 4
+    before = reference.get()
 
     # now the old versions arrive late, newest first, and once more each event the trigger
     # delivered, the creation included: none may write anything
@@ -162,10 +157,10 @@ def test_duplicate_and_reordered_events_never_double_advance_or_regress(
         *map(as_delivered, reversed(stack.router.delivered(ADVANCE_TRIGGER, subject(run_id)))),
     ]
     assert [post(advance_url, event) for event in late] == [200] * 7
-    time.sleep(0.5)  # a write would come back as an event within milliseconds
+    # each answered after any write it made: none made one, so no event can follow
     after = reference.get()
-    assert after.update_time == settled.update_time  # not even a same-value rewrite
-    assert after.to_dict() == settled.to_dict()
+    assert after.update_time == before.update_time  # not even a same-value rewrite
+    assert after.to_dict() == before.to_dict()
     assert (after.to_dict()["steps"]["b"]["status"], after.to_dict()["status"]) == ("SUCCEEDED", "SUCCEEDED")
     assert stack.router.counts(subject(run_id))[ADVANCE_TRIGGER] == 4
     assert history(stack, run_id, "b") == ["PENDING", "READY", "SUCCEEDED"]

@@ -116,7 +116,7 @@ def test_an_update_runs_the_step_once_and_our_own_writes_are_noops(e2e_stack: E2
     worker = e2e_stack.worker
     wait_until(
         lambda: len(worker.lines_for(run_id, NO_READY_STEP)) >= 2,
-        timeout=30,
+        timeout=STEP_TIMEOUT_SECONDS,
         what=f"two no-op events for {run_id}; log:\n{worker.log_tail()}",
     )
     assert len(worker.lines_for(run_id, CLAIM_SUCCEEDED)) == 1
@@ -160,7 +160,7 @@ def test_a_step_that_is_not_ready_is_never_touched(e2e_stack: E2EStack, status: 
     worker = e2e_stack.worker
     wait_until(
         lambda: worker.lines_for(run_id, NO_READY_STEP),
-        timeout=30,
+        timeout=STEP_TIMEOUT_SECONDS,
         what=f"the no-op event for {run_id}; log:\n{worker.log_tail()}",
     )
 

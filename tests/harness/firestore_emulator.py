@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.broken_firestore import BrokenFirestore, broken_firestore
 from harness.processes import stop_process_group
 from harness.secret_scan import scan_text
 
@@ -271,12 +272,21 @@ def dump_documents(client: firestore.Client) -> str:
 
 
 @pytest.fixture
-def unreachable_firestore_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[firestore.Client]:
-    """A client whose emulator host is a closed port: every RPC fails with UNAVAILABLE."""
+def unavailable_firestore() -> Iterator[BrokenFirestore]:
+    """A Firestore that answers every call UNAVAILABLE, recording each call's deadline."""
+    with broken_firestore("unavailable") as server:
+        yield server
+
+
+@pytest.fixture
+def unreachable_firestore_client(
+    monkeypatch: pytest.MonkeyPatch, unavailable_firestore: BrokenFirestore
+) -> Iterator[firestore.Client]:
+    """A client of `unavailable_firestore`: every RPC fails with UNAVAILABLE."""
     from google.cloud import firestore
 
     # The library reads FIRESTORE_EMULATOR_HOST when the client is built (anonymous, no TLS).
-    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", unavailable_firestore.host)
     client = firestore.Client(project=PROJECT)
     yield client
     client.close()

@@ -114,6 +114,15 @@ def test_the_last_attempt_fails_with_step_lease_expired(firestore_client: firest
     assert step["finishedAt"] == "2026-11-22T04:05:01.000Z"
 
 
+def test_the_attempts_a_step_may_have_are_the_callers(firestore_client: firestore.Client) -> None:
+    """REAPER_MAX_ATTEMPTS at 4 (not the default 3): attempt 3 of 4 is READY again."""
+    ref = put_run(firestore_client, {STEP: chart_step(attempt=2)})
+    claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-3")
+    report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1), max_attempts=4)
+    assert report.count(ReapOutcome.RETRIED) == 1
+    assert (step_of(ref)["status"], step_of(ref)["attempt"]) == ("READY", 3)
+
+
 def test_a_step_claimed_again_or_finished_is_never_touched(firestore_client: firestore.Client) -> None:
     ref = put_run(firestore_client, {STEP: chart_step(), "done": chart_step()})
     store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)

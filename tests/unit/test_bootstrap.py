@@ -136,3 +136,53 @@ def test_every_part_is_handed_the_runtimes_clock(unreachable_clouds: None) -> No
     with pytest.raises(ArtifactWriteError):
         step.ports.artifacts.create_png("charts/run1/step1/chart.png", b"\x89PNG", metadata={})
     assert len(clock.sleeps) == 2  # three attempts, two waits, none of them real
+
+
+# Every setting the step and the CHART-IMG client are built from, each away from its default
+# (a part that dropped one and used the default instead would still look right with it).
+NOT_THE_DEFAULTS = {
+    "REQUEST_TIMEOUT_SECONDS": "120",
+    "FINALIZE_BUDGET_SECONDS": "7",
+    "CHART_CONCURRENCY": "5",
+    "CHARTS_DEFAULT_TIMEZONE": "America/New_York",
+    "CHART_IMG_PLAN": "PRO",
+    "CHART_REUSE_MAX_AGE_SECONDS": "60",
+    "THREADS": "3",
+    "CHART_IMG_BASE_URL": "https://chart-img.test/",
+    "CHART_IMG_REQUEST_TIMEOUT_SECONDS": "12",
+    "CHART_IMG_MAX_ATTEMPTS": "4",
+    "CHART_IMG_DAILY_LIMIT": "30",
+    "CHART_IMG_RATE_PER_SECOND": "2.5",
+    "CHART_IMG_BURST": "6",
+}
+
+
+def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
+    settings_environment: Callable[..., None],
+) -> None:
+    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.bootstrap import chart_img_options, step_limits
+
+    settings_environment(**NOT_THE_DEFAULTS)
+    settings = load_settings()
+    limits = step_limits(settings)
+    assert (limits.step_budget_seconds, limits.finalize_budget_seconds, limits.lease_seconds) == (
+        113.0,
+        7.0,
+        120.0,
+    )
+    assert (limits.chart_concurrency, limits.default_timezone, limits.plan.name) == (
+        5,
+        "America/New_York",
+        "PRO",
+    )
+    assert limits.chart_reuse_max_age_seconds == 60.0
+    assert chart_img_options(settings) == ChartImgOptions(
+        base_url="https://chart-img.test",
+        request_timeout_seconds=12.0,
+        max_attempts=4,
+        max_connections=15,  # THREADS x CHART_CONCURRENCY
+        daily_limit=30,
+        rate_per_second=2.5,
+        burst=6,
+    )

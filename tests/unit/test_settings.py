@@ -4,6 +4,8 @@ and never echo the value."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.settings import ChartsApiMode, RunLocalSettings, Settings, load_settings
 
+README = Path(__file__).parents[2] / "README.md"
 Environment = Callable[..., None]
 
 
@@ -28,11 +31,96 @@ def test_each_field_is_read_from_its_variable_spelled_exactly(settings_environme
     assert (lower.env, lower.chart_img_daily_limit, lower.charts_bucket_configured) == ("local", 44, False)
 
 
-def test_an_empty_variable_is_unset(settings_environment: Environment) -> None:
+def test_an_empty_variable_is_unset(
+    settings_environment: Environment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # THREADS' default: 4 per CPU
     settings_environment(CHARTS_BUCKET="", CHART_IMG_PLAN="", THREADS="")
     settings = load_settings()
     assert settings.charts_bucket == "worker-chart-export-local" and not settings.charts_bucket_configured
-    assert settings.chart_img_plan == "BASIC" and settings.threads == Settings().threads
+    assert settings.chart_img_plan == "BASIC" and settings.threads == 12
+
+
+# Every setting's default, written out (the README's configuration table says the same).
+DEFAULTS = {
+    "env": "local",
+    "charts_api_mode": ChartsApiMode.REAL,
+    "charts_bucket": "worker-chart-export-local",
+    "charts_default_timezone": "Etc/UTC",
+    "chart_img_base_url": "https://api.chart-img.com",
+    "chart_img_accounts_json": None,
+    "chart_img_accounts_secret": None,
+    "chart_img_daily_limit": 44,
+    "chart_img_plan": "BASIC",
+    "chart_img_rate_per_second": 1.0,
+    "chart_img_burst": 3,
+    "chart_img_request_timeout_seconds": 45.0,
+    "chart_img_max_attempts": 3,
+    "chart_concurrency": 8,
+    "chart_reuse_max_age_seconds": 900.0,
+    "threads": 12,  # 4 per CPU, with 3 CPUs
+    "request_timeout_seconds": 300.0,
+    "finalize_budget_seconds": 30.0,
+    "google_cloud_project": None,
+    "firestore_emulator_host": None,
+    "local_output_dir": Path("out"),
+    "port": 8080,
+    "reaper_max_attempts": 3,
+}
+
+
+def test_every_default_is_the_documented_value(
+    settings_environment: Environment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    settings_environment()
+    settings = load_settings()
+    from worker_chart_export import bundled
+
+    folders = {"charts_fixtures_dir", "chart_templates_dir"}
+    assert set(Settings.model_fields) == set(DEFAULTS) | folders, (
+        "a setting was added: write its default here"
+    )
+    assert {name: getattr(settings, name) for name in DEFAULTS} == DEFAULTS
+    assert settings.charts_fixtures_dir == bundled.fixtures_dir() / "chart-api"
+    assert settings.chart_templates_dir == bundled.chart_templates_dir()
+    assert load_settings(kind=RunLocalSettings).charts_api_mode is ChartsApiMode.MOCK
+
+
+def readme_defaults() -> dict[str, str]:
+    """The README's "Configuration (environment)" table: {variable: default column}."""
+    table: dict[str, str] = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            for variable in re.findall(r"`([A-Z_]+)`", cells[0]):
+                table[variable] = cells[2]
+    return table
+
+
+@pytest.mark.parametrize(
+    ("variable", "shown"),
+    [
+        ("CHARTS_API_MODE", "`real` (service), `mock` (run-local)"),
+        ("CHARTS_BUCKET", "`worker-chart-export-local`"),
+        ("CHART_IMG_BASE_URL", "`https://api.chart-img.com`"),
+        ("CHART_IMG_DAILY_LIMIT", "`44`"),
+        ("CHART_IMG_PLAN", "`BASIC`"),
+        ("CHART_IMG_RATE_PER_SECOND", "`1`, `3`"),  # with CHART_IMG_BURST
+        ("CHART_IMG_REQUEST_TIMEOUT_SECONDS", "`45`"),
+        ("CHART_IMG_MAX_ATTEMPTS", "`3`"),
+        ("CHART_CONCURRENCY", "`8`"),
+        ("CHART_REUSE_MAX_AGE_SECONDS", "`900`"),
+        ("THREADS", "4 per CPU"),
+        ("REQUEST_TIMEOUT_SECONDS", "`300`"),
+        ("FINALIZE_BUDGET_SECONDS", "`30`"),
+        ("CHARTS_DEFAULT_TIMEZONE", "`Etc/UTC`"),
+        ("REAPER_MAX_ATTEMPTS", "`3`"),
+        ("APP_ENV", "`local`"),
+    ],
+)
+def test_the_readme_shows_the_same_defaults(variable: str, shown: str) -> None:
+    assert readme_defaults()[variable] == shown
 
 
 def test_flags_over_env_over_the_callers_defaults_over_the_settings_own(

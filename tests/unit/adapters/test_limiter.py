@@ -3,7 +3,7 @@ exhaustion, pacing, waves, refused keys."""
 
 from __future__ import annotations
 
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -464,15 +464,20 @@ def test_a_key_disabled_by_another_instance_is_skipped_until_midnight() -> None:
 
 
 def test_concurrent_callers_spread_over_the_accounts() -> None:
-    """Nobody has read anything; in-flight picks still count, so nobody piles on acc a."""
-    clock = FakeClock(NOON)
+    """Nobody has read anything; in-flight picks still count, so nobody piles on acc a.
 
-    class SlowStore(InMemoryUsageStore):
+    Each reservation waits in the store until three are in it at once, so the picks are
+    made while the others are still reserving, however the threads are scheduled (a
+    reservation holds its account's lock: three at once means three accounts)."""
+    clock = FakeClock(NOON)
+    three_at_once = threading.Barrier(3, timeout=30)  # only broken when the picks pile up
+
+    class OverlappingStore(InMemoryUsageStore):
         def reserve(self, account_id: str, **kwargs: Any) -> Any:
-            time.sleep(0.02)  # a transaction takes a while
+            three_at_once.wait()
             return super().reserve(account_id, **kwargs)
 
-    store = SlowStore()
+    store = OverlappingStore()
     chosen = limiter(store, accounts("a", "b", "c"), clock)
     with ThreadPoolExecutor(max_workers=6) as pool:
         picks = list(pool.map(lambda _: lease_id(chosen.acquire(max_wait=1)), range(6)))

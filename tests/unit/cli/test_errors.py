@@ -1,9 +1,10 @@
 """One line for every CLI error: the commands that reach Firestore (advance, reap, templates
 sync, submit, accounts), run as a user runs them (the console script in a subprocess), without
 credentials and with an emulator that is not there. Each ends with exit 2 and one stderr
-line, `worker-chart-export <command>: error: ...`, naming the problem and the fix (the
-Firestore client alone would retry an unreachable host for 60 s; the checked client gives up
-after one 5 s read). `templates sync --dry-run` needs neither."""
+line, `worker-chart-export <command>: error: ...`, naming the problem and the fix. That it
+does so after one 5 s read, not the Firestore client's 60 s of retries, is judged by what the
+client sends, not by the clock (a busy machine starts five of these slowly):
+tests/unit/adapters/test_checked_client.py. `templates sync --dry-run` needs neither."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -72,12 +73,31 @@ def test_any_symbol_gives_a_safe_fixture_file_name(symbol: str) -> None:
     assert key == f"{symbol_part}__1h__{'t' * 128}"
 
 
+NAMING_CONTRACT = Path(__file__).parents[3] / "contracts" / "charts_images_naming.md"
+
+
+def contract_rows(columns: int) -> list[list[str]]:
+    """The rows of the naming contract's tables with `columns` columns, backquotes dropped."""
+    rows = []
+    for line in NAMING_CONTRACT.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == columns:
+            rows.append([cell.strip("`") for cell in cells])
+    return rows
+
+
 def test_the_naming_contract_examples() -> None:
-    """contracts/charts_images_naming.md shows these; the two must say the same."""
-    assert naming.symbol_slug("CME_MINI:ES1!") == "CME-MINI-ES1-02D0314AED"
-    assert naming.symbol_slug("BMV:CEMEX/CPO") == "BMV-CEMEX-CPO-EAC042739E"
-    assert naming.symbol_slug(FORMULA) == "NASDAQ-MARA-NASDAQ-RIOT-NASDAQ-WULF-NASD-5FC9975345"
-    assert naming.fixture_key("CME_MINI:ES1!", "1h", "t") == "CME_MINI_ES1-02d0314aed__1h__t"
+    """contracts/charts_images_naming.md's tables are the oracle: every row, as it is written."""
+    slugs, keys = contract_rows(2), contract_rows(4)
+    assert len(slugs) == 6 and len(keys) == 6  # the tables were read
+    for symbol, slug in slugs:
+        assert naming.symbol_slug(symbol) == slug, symbol
+    for symbol, timeframe, template, key in keys:
+        assert naming.fixture_key(symbol, timeframe, template) == key, symbol
+    # the README's formula: its runs joined by `_`, then the cut (a `_` before the cut moves it)
+    assert (
+        naming.fixture_key(FORMULA, "1h", "t") == "NASDAQ_MARA_NASDAQ_RIOT_NASDAQ_WULF_NASD-5fc9975345__1h__t"
+    )
 
 
 def test_unusual_symbols_are_named_by_a_digest_so_none_share_a_name() -> None:

@@ -71,6 +71,7 @@ def test_a_scope_symbol_may_leave_the_exchange_to_the_template(symbol: str) -> N
         (":BTCUSDT", "':' at 1 has no exchange before it"),
         ("BINANCE:BINANCE:BTCUSDT", "':' at 16 is out of place"),
         ("CME_MINI:ES1!!", "'!' at 14 is out of place"),
+        ("CME_MINI:ES1!X", "'X' at 14 follows an operand without an operator"),  # a word after the '!'
         ("BINANCE:BTC\nUSDT", "character U+000A at 12 is not allowed (no spaces or control characters)"),
         ("BINANCE:BTC\x00", "character U+0000 at 12 is not allowed"),
         ("BINANCE:BTC\u202eUSDT", "character U+202E at 12 is not allowed"),

@@ -456,3 +456,16 @@ def test_an_object_where_a_string_belongs_is_named_by_its_type_not_by_its_keys()
     template = with_request()
     template["tags"] = {"trend": "yes"}
     assert found(template) == [(".tags", "is an object, not of type 'array'")]
+
+
+def test_an_id_with_two_dots_is_refused_by_the_schema_whatever_the_rules_name() -> None:
+    """safeId's own "not" (never `..`): kept beside a problem the rules name under request."""
+    dots = "should not be valid under {'pattern': '\\\\.\\\\.'}"
+    template = with_request()
+    template["id"] = "price..v1"
+    assert paths_and_words(template) == [(("id",), dots)]
+    template["request"]["symbol"] = "BINANCE:ETHUSDT"
+    assert paths_and_words(template) == [
+        (("request", "symbol"), "must not be set by a template (the worker sets it)"),
+        (("id",), dots),
+    ]

@@ -18,13 +18,14 @@ from flask.testing import FlaskClient
 from harness.logs import LogCapture
 from harness.secret_scan import key_forms, leaks
 from worker_chart_export import known_keys
-from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.bootstrap import ReaperParts
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.flow_rules import AdvancePlan
 from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
 from worker_chart_export.core.redaction import REDACTED
 from worker_chart_export.functions.serve import create_function_app
-from worker_chart_export.testing import build_document_event_data, document_resource_name
+from worker_chart_export.service.reaper import DEFAULT_BATCH
+from worker_chart_export.testing import FakeClock, build_document_event_data, document_resource_name
 
 RUN_ID = "RUN1"
 PROJECT = "demo-project"
@@ -240,19 +241,31 @@ def test_a_get_is_a_405_with_one_line(advance: FlaskClient, log_capture: LogCapt
 
 @dataclass
 class FakeLeaseReaper:
+    """The lease store; it records what it is asked, so a value dropped on the way shows."""
+
     leases: list[ExpiredLease] = field(default_factory=list)
     fails: bool = False
-    passes: int = 0
     failure: str = "query of expired step_leases: Firestore unavailable (503)"
+    listings: list[tuple[datetime, int]] = field(default_factory=list)  # (now, limit)
+    reaps: list[tuple[ExpiredLease, datetime, int]] = field(default_factory=list)  # max_attempts last
+
+    @property
+    def passes(self) -> int:
+        return len(self.listings)
 
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:
-        self.passes += 1
+        self.listings.append((now, limit))
         if self.fails:
             raise TransientStoreError(self.failure)
         return list(self.leases)
 
     def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+        self.reaps.append((lease, now, max_attempts))
         return ReapOutcome.RETRIED
+
+
+REAPER_CLOCK = FakeClock(datetime(2026, 11, 22, 5, 30, tzinfo=UTC))
+REAPER_MAX_ATTEMPTS = 7  # not the default (3): a pass that drops the setting reaps with 3
 
 
 @pytest.fixture
@@ -260,7 +273,7 @@ def lease_reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLeaseReaper]:
     import worker_chart_export.bootstrap as bootstrap_module
 
     fake = FakeLeaseReaper()
-    reaper = SimpleNamespace(leases=fake, clock=SYSTEM_CLOCK, max_attempts=3)
+    reaper = ReaperParts(fake, REAPER_CLOCK, REAPER_MAX_ATTEMPTS)
     monkeypatch.setattr(bootstrap_module, "runtime", lambda: SimpleNamespace(reaper=lambda: reaper))
     yield fake
 
@@ -317,6 +330,22 @@ def test_a_path_functions_framework_reserves_is_a_404_with_one_line(
     assert reaper.post("/robots.txt").status_code == 404
     assert lease_reaper.passes == 0
     assert only(log_capture.lines())["httpStatus"] == 404
+
+
+def test_a_pass_reaps_with_the_attempts_and_the_clock_of_its_runtime(
+    reaper: FlaskClient, lease_reaper: FakeLeaseReaper, log_capture: LogCapture
+) -> None:
+    """REAPER_MAX_ATTEMPTS reaches every reap of the HTTP pass (the runtime's ReaperParts)."""
+    leases = [
+        ExpiredLease(f"doc{i}", f"run{i}", "charts", f"tok{i}", "2026-11-22T05:00:00.000Z") for i in (1, 2)
+    ]
+    lease_reaper.leases = leases
+    response = reaper.post("/")
+    assert response.status_code == 200
+    now = REAPER_CLOCK.now()
+    assert lease_reaper.listings == [(now, DEFAULT_BATCH)]
+    assert lease_reaper.reaps == [(lease, now, REAPER_MAX_ATTEMPTS) for lease in leases]
+    assert json.loads(response.data)["counts"] == {"retried": 2}
 
 
 def test_a_store_outage_is_a_503_with_one_line_and_no_traceback(

@@ -10,6 +10,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
 from urllib import request
@@ -50,8 +51,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass
+class Served:
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stopped_log(self) -> str:
+        """Its whole log, once it has stopped: every line written, none still on its way."""
+        self.process.terminate()  # gunicorn's arbiter stops its worker on SIGTERM
+        self.process.wait(timeout=60)
+        return self.log_path.read_text()
+
+
 @pytest.fixture
-def slow_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+def slow_server(tmp_path: Path) -> Iterator[Served]:
     port, log_path = free_port(), tmp_path / "server.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(
@@ -61,7 +75,7 @@ def slow_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a hang guard: a start takes a second or two
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -70,10 +84,11 @@ def slow_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
                 assert server.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, "server did not start"
                 time.sleep(0.05)
-        yield port, log_path
+        yield Served(port, server, log_path)
     finally:
-        server.terminate()  # gunicorn's arbiter stops its worker on SIGTERM
-        server.wait(timeout=30)
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=60)
 
 
 def post_noop_event(port: int, event_id: str) -> int:
@@ -94,13 +109,13 @@ def post_noop_event(port: int, event_id: str) -> int:
         return int(reply.status)
 
 
-def test_events_are_handled_concurrently(slow_server: tuple[int, Path]) -> None:
-    port, log_path = slow_server
+def test_events_are_handled_concurrently(slow_server: Served) -> None:
     with ThreadPoolExecutor(max_workers=CONCURRENT_EVENTS) as pool:
-        statuses = list(pool.map(lambda i: post_noop_event(port, f"evt-{i}"), range(CONCURRENT_EVENTS)))
+        statuses = list(
+            pool.map(lambda i: post_noop_event(slow_server.port, f"evt-{i}"), range(CONCURRENT_EVENTS))
+        )
     assert statuses == [200] * CONCURRENT_EVENTS
-    time.sleep(0.2)  # the last lines may still be on their way to the file
-    text = log_path.read_text()
+    text = slow_server.stopped_log()
     # serialized handling would have broken the barrier: "the decoder failed" lines instead
     assert text.count('"message": "event received: no READY CHART_EXPORT step"') == CONCURRENT_EVENTS, text
 

@@ -183,8 +183,9 @@ def test_a_lease_renewed_in_the_run_is_not_expired_and_nothing_is_written() -> N
 
 def test_a_lease_that_cannot_be_reaped_is_counted_and_the_pass_goes_on(log_capture: LogCapture) -> None:
     store = store_with("run_a", "run_b")
-    claim(store, "tok-a", "run_a")
+    claim(store, "tok-a", "run_a", lease=LEASE - timedelta(minutes=1))  # expired first: listed first
     claim(store, "tok-b", "run_b")
+    assert [lease.run_id for lease in store.expired_leases(EXPIRED, 10)] == ["run_a", "run_b"]
 
     report = reap_at(UnavailableFor(store, {"run_a"}), EXPIRED)
 

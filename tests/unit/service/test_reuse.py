@@ -47,7 +47,7 @@ class CountingChartApi:
 
     def __init__(self) -> None:
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
-        self.rendered: list[str] = []
+        self.rendered: list[str] = []  # in the order the step's threads got to them
         self.sessions = 0
 
     @contextmanager

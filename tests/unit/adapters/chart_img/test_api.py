@@ -224,6 +224,18 @@ def test_max_attempts_comes_from_settings(rig: Callable[..., Rig]) -> None:
     assert len(r.transport.seen) == 2
 
 
+def test_the_pacing_comes_from_the_rate_and_burst_settings(rig: Callable[..., Rig]) -> None:
+    """By hand: 2.5/s paced at 0.9 (README) is one call every 0.444 s; a burst of 6 banks
+    5 x 0.444 s less the 0.3 s kept for late arrivals = 1.922 s. So eight calls in a row: five
+    at once, the sixth 0.3 s later, then one every 0.444 s (the default 1/s, burst 3 would
+    wait after the second, then 1.111 s each)."""
+    r = rig([png()], chart_img_rate_per_second=2.5, chart_img_burst=6)
+    with r.session() as session:
+        results = [r.render(session=session, template=f"tpl_{i}") for i in range(8)]
+    assert all(isinstance(result, ChartSuccess) for result in results)
+    assert r.clock.sleeps == pytest.approx([0.3, 0.444, 0.444], abs=1e-3)
+
+
 def test_retries_prefer_an_untried_account(rig: Callable[..., Rig]) -> None:
     r = rig([answer(500, "Something Went Wrong"), png()], accounts=("acc1", "acc2"))
     result = r.render()

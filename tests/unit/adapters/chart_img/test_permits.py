@@ -70,11 +70,21 @@ def test_the_pool_holds_every_chart_the_instance_runs_at_once(
     assert chart_img_options(settings, steps_at_once=1).max_connections == 8
 
 
-def test_threads_default_to_functions_frameworks_own(settings_environment: Callable[..., None]) -> None:
+def test_threads_default_to_functions_frameworks_own(
+    settings_environment: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oracle is functions-framework itself: the gunicorn it builds with THREADS unset."""
     import os
 
+    from flask import Flask
+    from functions_framework._http import create_server
+
     settings_environment()
-    assert load_settings().threads == 4 * (os.cpu_count() or 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # not this machine's count: the rule shows
+    server = create_server(Flask("probe"), debug=False)
+    gunicorn = server.server_class(server.app, "127.0.0.1", 0, False, **server.options)
+    assert gunicorn.cfg.threads == 12
+    assert load_settings().threads == 12
 
 
 def test_a_bad_threads_value_names_the_variable(settings_environment: Callable[..., None]) -> None:
@@ -99,6 +109,11 @@ def test_run_local_runs_one_step_so_its_pool_is_one_steps_charts(tmp_path: Path)
 # --- a chart waits for its connection before it reserves ------------------------------------
 
 
+# How long a wait for something that happens at once may last before the test fails: only a
+# hang ever reaches it, so it is generous for a busy machine.
+HANG_GUARD = 60.0
+
+
 class HeldAnswers:
     """Answers a PNG once the test releases the request; counts who is inside."""
 
@@ -108,12 +123,12 @@ class HeldAnswers:
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.arrived.release()
-        assert self.release.wait(10), "the test never released the answer"
+        assert self.release.wait(HANG_GUARD), "the test never released the answer"
         return httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
 
 
 def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_GUARD
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(0.005)
@@ -169,12 +184,12 @@ def test_a_chart_waiting_for_a_connection_holds_no_reservation(rig: Callable[...
     r = rig(connections=1)
     with r.api.for_step([], Budget.starting_now(30.0, SYSTEM_CLOCK)) as step:
         first = r.render(step, chart_call("tpl_a"))
-        assert r.answers.arrived.acquire(timeout=10)  # the first chart is on the wire
+        assert r.answers.arrived.acquire(timeout=HANG_GUARD)  # the first chart is on the wire
         second = r.render(step, chart_call("tpl_b"))
         until(lambda: r.permits.waiting == 1, "the second chart waiting for the connection")
         assert r.units() == 1  # the waiting chart has reserved nothing yet
         r.answers.release.set()
-        assert [first.result(10), second.result(10)] == [ChartSuccess(PNG, "acc0")] * 2
+        assert [first.result(HANG_GUARD), second.result(HANG_GUARD)] == [ChartSuccess(PNG, "acc0")] * 2
     assert r.units() == 2 and connections_all_free(r.api)
 
 
@@ -183,7 +198,7 @@ def test_a_first_wave_reserves_only_what_has_a_connection(rig: Callable[..., Rig
     budget = Budget.starting_now(30.0, SYSTEM_CLOCK)
     with r.api.for_step([], budget) as other:
         other_step = r.render(other, chart_call("tpl_x", run_id="run-other"))
-        assert r.answers.arrived.acquire(timeout=10)  # one connection busy with another step
+        assert r.answers.arrived.acquire(timeout=HANG_GUARD)  # one connection busy with another step
         calls = [chart_call(f"tpl_{i}") for i in range(3)]
         with r.api.for_step(calls, budget) as step:
             assert r.units() == 1 + 1  # the other step's unit, and one prepaid: one free connection
@@ -191,8 +206,8 @@ def test_a_first_wave_reserves_only_what_has_a_connection(rig: Callable[..., Rig
             until(lambda: r.permits.waiting == 2, "the wave's other charts waiting for a connection")
             assert r.units() == 2
             r.answers.release.set()
-            results = [f.result(10) for f in renders]
-        assert all(isinstance(result, ChartSuccess) for result in [*results, other_step.result(10)])
+            results = [f.result(HANG_GUARD) for f in renders]
+        assert all(isinstance(result, ChartSuccess) for result in [*results, other_step.result(HANG_GUARD)])
     assert r.units() == 4 and connections_all_free(r.api)
 
 

@@ -1,0 +1,543 @@
+"""Every mutant scripts/mutation_equivalents.txt lists as equivalent, shown to be: each entry
+names one check below (`check: test_...`), which applies the entry's changed lines to the
+function (mutants.py) and compares the mutant with the code over the inputs that matter,
+exhaustively where the domain is small, else with hypothesis. A listed mutant that behaves
+otherwise fails its check; an entry without a check, or whose lines are no longer in the
+code, fails the first tests here.
+
+(Not run by mutmut, which rewrites the modules these checks read: pyproject's
+[tool.mutmut] leaves this folder out.)
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from functools import partial
+from itertools import combinations, product
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import SecretStr
+
+from harness.builders import chart_step, flow_run, load_templates
+from unit.mutation.mutants import (
+    CHECKS,
+    ENTRIES,
+    Equivalent,
+    applied,
+    assert_same,
+    build_mutant,
+    checks,
+    late,
+)
+from worker_chart_export.adapters import account_views
+from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.bundled import chart_img_docs as docs
+from worker_chart_export.bundled.chart_img_docs import Parameter
+from worker_chart_export.core import (
+    account_status,
+    clock,
+    documented_rules,
+    manifest,
+    naming,
+    outcome,
+    set_aside,
+    step_rules,
+    symbols,
+    template_check,
+    template_rules,
+    usage,
+    validation,
+)
+from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.error_codes import ErrorCode
+from worker_chart_export.core.plans import PLANS, AccountLimits, AccountPlans
+from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.usage import Pacing
+from worker_chart_export.testing import FakeClock
+
+BASIC = PLANS["BASIC"]
+NOW = datetime(2026, 11, 23, 18, 30, tzinfo=UTC)
+TODAY, YESTERDAY = "2026-11-23T00:00:00Z", "2026-11-22T00:00:00Z"
+MANY = settings(max_examples=300, deadline=None)
+# every kind of value a document field may hold, and the integers around the edges
+ANY_VALUES = [None, True, False, -2, -1, 0, 1, 2, 3, 44, 10**20, -0.0, 0.0, 1.0, 2.5, "1", "", [], {}]
+# symbol-like text: the grammar's characters, and its pieces (words of one or more characters,
+# names with '/', '.', '!', exchanges, numbers, operators, parentheses) in any order
+SYMBOL_WORDS = ["A", "B", "1", "AB", "B1", "_", "2.5", "NASDAQ:", "MARA"]
+SYMBOL_PIECES = [*SYMBOL_WORDS, ":", ".", "!", "/", "+", "-", "*", "(", ")"]
+SYMBOL_TEXT = st.text(alphabet="AB1_.!:/+-*()", max_size=16) | st.lists(
+    st.sampled_from(SYMBOL_PIECES), max_size=10
+).map("".join)
+JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and the infinities too: JSON has neither
+    | st.text(st.characters(exclude_categories=()))  # any code point, lone surrogates too
+)
+JSON = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+# --- the list ---------------------------------------------------------------------------------
+
+
+def test_every_entry_names_a_check_and_every_check_has_an_entry() -> None:
+    assert len(ENTRIES) >= 30  # the file was read
+    assert [str(e) for e in ENTRIES if e.check not in CHECKS] == []
+    assert [name for name in CHECKS if not any(e.check == name for e in ENTRIES)] == []
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=str)
+def test_every_entry_still_applies_to_its_function(entry: Equivalent) -> None:
+    assert build_mutant(entry) is not None  # its lines are in the function, once each
+
+
+def test_a_mutant_that_behaves_otherwise_fails_its_check() -> None:
+    """The machinery can fail: the same line with `>= 2` changes what attempt 1 gives."""
+    line = "return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= {} else 0"  # noqa: E501
+    wrong = Equivalent(
+        "worker_chart_export.core.step_rules.attempt_of",
+        (f"- {line.format(0)}", f"+ {line.format(2)}"),
+        "not equivalent",
+        "none",
+        0,
+    )
+    assert_same(wrong, late(step_rules, "attempt_of", {"attempt": 0}))  # same for 0
+    with pytest.raises(AssertionError, match="changes what"):
+        assert_same(wrong, late(step_rules, "attempt_of", {"attempt": 1}))
+    assert step_rules.attempt_of({"attempt": 1}) == 1  # the original is back
+
+
+# --- small domains, exhaustively --------------------------------------------------------------
+
+
+@checks
+def test_attempt_of_is_the_same_for_every_kind_of_value(entry: Equivalent) -> None:
+    assert_same(entry, late(step_rules, "attempt_of", {}))
+    for value in ANY_VALUES:
+        assert_same(entry, late(step_rules, "attempt_of", {"attempt": value}))
+
+
+@checks
+def test_the_limit_of_an_account_is_the_same_for_every_document_limit(entry: Equivalent) -> None:
+    account = ConfiguredAccount("acc1", "BASIC", AccountLimits(50, 1.0, 3), LimitSource.PLAN, None)
+    for limit, configured in product(ANY_VALUES, [account, None]):
+        doc = {"usageToday": 3, "windowStart": TODAY, "dailyLimit": limit}
+        assert_same(entry, late(account_status, "_limit", doc, configured))
+        assert_same(entry, late(account_status, "_limit", {}, configured))
+
+
+@checks
+def test_the_real_clock_sleeps_alike_but_for_a_call_to_sleep_0(
+    entry: Equivalent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant calls time.sleep(0) where the code does not call it: that is all it does
+    differently, and time.sleep(0) only gives the processor away."""
+    assert time.sleep(0) is None
+    calls: list[float] = []
+    monkeypatch.setattr(clock.time, "sleep", calls.append)
+    for seconds in (-1.0, -0.0, 0, 0.0, 1e-9, 0.5, 3):
+        del calls[:]
+        assert clock.SystemClock().sleep(seconds) is None
+        by_code = list(calls)
+        del calls[:]
+        with applied(entry):
+            assert clock.SystemClock().sleep(seconds) is None
+        assert [s for s in calls if s != 0] == by_code and set(calls) - set(by_code) <= {0}
+
+
+@checks
+def test_validation_is_the_same_for_every_kind_of_symbol_timeframe_and_min_images(entry: Equivalent) -> None:
+    """The assert narrows types once no problem was found: every kind of each input."""
+    templates = {t: StoredTemplate(t, d) for t, d in load_templates().items()}
+    for symbol, timeframe, min_images in product(
+        ["BTCUSDT", None, 5, "bad symbol"], ["1h", None, 3, "7x"], [2, 0, None, True, "1", -1, 99]
+    ):
+        step = chart_step(timeframe=timeframe)
+        step["inputs"]["minImages"] = min_images
+        doc = flow_run({"charts": step}, symbol=symbol)
+        call = late(validation, "validate_step", doc, "run1", "charts", templates, default_timezone="Etc/UTC")
+        assert_same(entry, call)
+
+
+@checks
+def test_the_views_catch_up_alike_whatever_falsy_value_marks_them_current(entry: Equivalent) -> None:
+    """Every read of `_behind` is `not self._behind`, where None is False; and over any
+    sequence of falling behind and catching up the views answer the same."""
+    tree = ast.parse(inspect.getsource(account_views))
+    reads = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "_behind" and isinstance(node.ctx, ast.Load)
+    ]
+    negated = [
+        node.operand
+        for node in ast.walk(tree)
+        if isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.Not)
+        and isinstance(node.operand, ast.Attribute)
+    ]
+    assert reads and all(read in negated for read in reads)
+    for steps in product(["behind", "catch_up"], repeat=4):
+        assert_same(entry, partial(catch_up_answers, steps))
+
+
+def catch_up_answers(steps: tuple[str, ...]) -> list[list[str] | None]:
+    configs = [AccountConfig(id=a, apiKey=SecretStr(f"test-key-{a}" + "0" * 24)) for a in ("a", "b")]
+    views = account_views.AccountViews(configs, defaults=AccountLimits(44, 1.0, 3), clock=FakeClock(NOW))
+    answers: list[list[str] | None] = [views.catch_up_ids()]
+    for step in steps:
+        if step == "behind":
+            views.fell_behind()
+        else:
+            answers.append(views.catch_up_ids())
+    return answers
+
+
+# --- wider domains, with hypothesis -----------------------------------------------------------
+
+
+@checks
+@MANY
+@given(text=st.text(st.characters(exclude_categories=())) | SYMBOL_TEXT)
+@example(text="\ud800")  # a lone surrogate: surrogatepass
+def test_names_are_the_same_for_any_text(entry: Equivalent, text: str) -> None:
+    assert_same(entry, late(naming, "symbol_slug", "CME_MINI:ES1!"))  # one that is digested
+    assert_same(entry, late(naming, "symbol_slug", text), reaches=False)
+    assert_same(entry, late(naming, "fixture_key", text, "1h", "t"), reaches=False)
+
+
+@checks
+@MANY
+@given(symbol=st.from_regex(naming._PLAIN_SYMBOL, fullmatch=True) | st.text())
+def test_the_slug_of_a_plain_symbol_is_the_same(entry: Equivalent, symbol: str) -> None:
+    assert_same(entry, late(naming, "symbol_slug", symbol))
+
+
+@checks
+@MANY
+@given(codes=st.lists(st.sampled_from(list(ErrorCode)), max_size=8), items=st.integers(0, 9))
+def test_the_failure_of_too_few_images_is_the_same_for_any_failures(
+    entry: Equivalent, codes: list[ErrorCode], items: int
+) -> None:
+    assert_same(entry, late(outcome, "insufficient_images_error", items, 5, items + len(codes), codes))
+
+
+@checks
+@MANY
+@given(document=st.dictionaries(st.text(max_size=5), JSON, max_size=4))
+@example(document={"kind": "ü €", "n": float("nan")})
+def test_the_manifest_bytes_are_the_same_for_any_document(
+    entry: Equivalent, document: dict[str, Any]
+) -> None:
+    assert_same(entry, late(manifest, "manifest_bytes", document))
+
+
+@checks
+@MANY
+@given(value=JSON | st.binary() | st.sets(st.integers(), max_size=2))
+@example(value=[float("inf")])
+def test_plain_json_is_told_apart_alike_for_any_value(entry: Equivalent, value: Any) -> None:
+    module = validation if entry.function.startswith(validation.__name__) else template_check
+    assert_same(entry, late(module, "_is_plain_json", value))
+
+
+@checks
+@settings(max_examples=1000, deadline=None)
+@given(text=SYMBOL_TEXT | st.sampled_from(["BTCUSDT", "CME_MINI:ES1!", "(NASDAQ:MARA+NASDAQ:RIOT)/2"]))
+@example(text="(NASDAQ:MARA+RIOT)/2")
+@example(text="ES1!X")
+def test_the_symbol_grammar_says_the_same_of_any_text(entry: Equivalent, text: str) -> None:
+    """Accepted or refused, and the words of the refusal, with and without an exchange; as
+    scope.symbol, and in a template around {symbol}."""
+    template = {**load_templates()["price_psar_adi_v1"], "chartImgSymbolTemplate": f"{text}{{symbol}}"}
+    calls = [late(symbols, "symbol_problem", text, require_exchange=need) for need in (False, True)]
+    calls += [partial(scope_symbol, text), late(template_rules, "rule_problems", template, BASIC)]
+    template = {**template, "chartImgSymbolTemplate": f"{{symbol}}{text}"}
+    calls += [late(template_rules, "rule_problems", template, BASIC)]
+    for call in calls:
+        assert_same(entry, call, reaches=False)  # a text refused early never reaches some
+    formula = "(NASDAQ:MARA+RIOT)/2"  # one that reaches each: scanned, parsed, in a scope and a template
+    assert_same(entry, partial(every, [partial(scope_symbol, formula), *calls_on(formula)]))
+
+
+def every(calls: list[Callable[[], Any]]) -> list[Any]:
+    return [call() for call in calls]
+
+
+def calls_on(symbol: str) -> list[Callable[[], Any]]:
+    template = {**load_templates()["price_psar_adi_v1"], "chartImgSymbolTemplate": "{symbol}"}
+    return [
+        late(symbols, "symbol_problem", symbol, require_exchange=True),
+        late(template_rules, "rule_problems", template, BASIC),
+    ]
+
+
+def scope_symbol(symbol: Any) -> tuple[str | None, list[str]]:
+    problems: list[str] = []
+    return validation._symbol({"scope": {"symbol": symbol}}, problems), problems
+
+
+DOCUMENTED_TYPES = sorted(
+    {
+        p.type
+        for items in (docs.studies(), docs.drawings())
+        for item in items.values()
+        for p in (*item.input.values(), *item.override.values())
+    }
+    | set(documented_rules._TYPE_WORDS)
+)
+
+
+@checks
+@MANY
+@given(
+    value=JSON | st.datetimes().map(lambda d: d.isoformat() + "Z"),
+    documented_type=st.sampled_from(DOCUMENTED_TYPES) | st.text(max_size=8),
+)
+def test_a_values_problem_is_the_same_for_any_value_and_documented_type(
+    entry: Equivalent, value: Any, documented_type: str
+) -> None:
+    spec = docs.Parameter("p", documented_type, minimum=0, maximum=10)
+    assert_same(entry, late(documented_rules, "value_problem", value, spec))
+
+
+@checks
+@MANY
+@given(
+    given_text=st.text(alphabet="abcE/_ ", max_size=8) | st.integers(),
+    known=st.lists(st.text(alphabet="abcE/_ ", max_size=8), max_size=6),
+)
+@example(given_text="Europe/Londn", known=sorted(docs.timezones()))
+@example(given_text="aab", known=["aaa", "aab", "abb"])
+def test_the_suggestion_is_the_same_for_any_text_and_list(
+    entry: Equivalent, given_text: Any, known: list[str]
+) -> None:
+    assert_same(entry, late(documented_rules, "_did_you_mean", given_text, known))
+    assert_same(entry, late(documented_rules, "_did_you_mean", given_text, dict.fromkeys(known)))
+
+
+@checks
+@MANY
+@given(
+    moment=st.datetimes(timezones=st.timezones()) | st.datetimes(),
+    form=st.sampled_from(["iso", "z", "text", "epoch", "datetime"]),
+    text=st.text(max_size=30),
+)
+def test_a_moment_reads_the_same_from_any_form(
+    entry: Equivalent, moment: datetime, form: str, text: str
+) -> None:
+    value: Any = {
+        "iso": moment.isoformat(),
+        "z": moment.replace(tzinfo=None).isoformat() + "Z",
+        "text": text,
+        "epoch": moment.timestamp() if moment.tzinfo else 1e12,
+        "datetime": moment,
+    }[form]
+    module = set_aside if entry.function.startswith(set_aside.__name__) else account_status
+    assert_same(entry, late(module, "moment_of", value))
+
+
+@checks
+@MANY
+@given(
+    used=st.sampled_from([0, 1, 49, 50, 51, None, -1]),
+    window=st.sampled_from([TODAY, YESTERDAY]),
+    doc_limit=st.sampled_from([None, 0, 1, 50, 100, -1]),
+    exhausted=st.sampled_from([None, "2026-11-24T00:00:00Z", "2026-11-23T00:00:00Z"]),
+    configured_limit=st.sampled_from([None, 0, 1, 50]),
+)
+def test_an_accounts_row_is_the_same_for_any_usage_and_limit(
+    entry: Equivalent, used: Any, window: str, doc_limit: Any, exhausted: Any, configured_limit: int | None
+) -> None:
+    doc = {"usageToday": used, "windowStart": window, "dailyLimit": doc_limit, "exhaustedUntil": exhausted}
+    account = None
+    if configured_limit is not None:
+        limits = AccountLimits(configured_limit, 1.0, 3)
+        account = ConfiguredAccount("acc1", "BASIC", limits, LimitSource.ACCOUNT, Pacing(0.9, 3, 0.3))
+    assert_same(entry, late(account_status, "account_row", "acc1", doc, account, NOW))
+
+
+@checks
+@MANY
+@given(
+    known=st.none() | st.sampled_from([1000.0, 1000.5, 2000.0]),
+    fresh=st.none() | st.sampled_from([999.0, 1000.0, 1000.5, 2000.0]) | st.booleans(),
+)
+def test_catching_up_leaves_the_same_pacing_state(entry: Equivalent, known: float | None, fresh: Any) -> None:
+    assert_same(entry, partial(caught_up_tat, known, fresh))
+
+
+def caught_up_tat(known: float | None, fresh: Any) -> float | None:
+    config = AccountConfig(id="a", apiKey=SecretStr("test-key-a" + "0" * 24))
+    views = account_views.AccountViews([config], defaults=AccountLimits(44, 1.0, 3), clock=FakeClock(NOW))
+    views["a"].tat = known
+    views.caught_up({"a": {"usageToday": 1, "windowStart": TODAY, "tat": fresh}})
+    tat: float | None = views["a"].tat
+    return tat
+
+
+# --- templates: every combination of problems ------------------------------------------------
+
+
+def _put(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(template: dict[str, Any]) -> None:
+        target: Any = template
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier edit replaced what this one changes
+
+    return edit
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda template: template.pop(key, None) and None
+
+
+DRAWING = json.loads(json.dumps(docs.drawings()["Horizontal Line"].example, default=dict))
+# Each a change that gives a template one problem: an extra key in every object of the schema
+# that forbids them (root, request, a study, a drawing), the market set in request (its "not"),
+# an id with '..' (safeId's "not"), a field missing, of the wrong type or out of bounds, and what
+# only the rules see.
+TEMPLATE_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "extra-root": _put(("colour",), "red"),
+    "extra-request": _put(("request", "colour"), "red"),
+    "extra-study": _put(("request", "studies", 0, "colour"), 1),
+    "extra-drawing": _put(("request", "drawings"), [{**DRAWING, "colour": 1}]),
+    "request-symbol": _put(("request", "symbol"), "BINANCE:ETHUSDT"),
+    "request-interval": _put(("request", "interval"), "1h"),
+    "id-dots": _put(("id",), "price..v1"),
+    "id-missing": _drop("id"),
+    "id-number": _put(("id",), 5),
+    "description-empty": _put(("description",), ""),
+    "symbol-no-placeholder": _put(("chartImgSymbolTemplate",), "BINANCE:BTC"),
+    "symbol-grammar": _put(("chartImgSymbolTemplate",), "BINANCE::{symbol}"),
+    "request-list": _put(("request",), [1]),
+    "width": _put(("request", "width"), 5000),
+    "study-unknown": _put(("request", "studies", 1, "name"), "Moving Averages"),
+    "study-nameless": _put(("request", "studies", 0), {"input": {}}),
+    "drawing-inputless": _put(("request", "drawings"), [{"name": "Horizontal Line"}]),
+    "tags": _put(("tags",), ["a", "a"]),
+    "version": _put(("version",), "x"),
+    "range": _put(("request", "range"), 5),
+}
+
+
+def templates_with_edits() -> Iterator[dict[str, Any]]:
+    base = load_templates()["price_psar_adi_v1"]
+    for size in (0, 1, 2, 3):
+        for names in combinations(TEMPLATE_EDITS, size):
+            template = copy.deepcopy(base)
+            for name in names:
+                TEMPLATE_EDITS[name](template)
+            yield template
+
+
+@checks
+def test_a_templates_problems_are_the_same_for_every_combination_of_three_problems(entry: Equivalent) -> None:
+    """Against the bundled schema: every object that forbids extra keys defines its keys (so
+    the `properties` default is never read), and its "not"s are request's and safeId's."""
+    from worker_chart_export.bundled.contracts import CHART_TEMPLATE, validator
+
+    schema = validator(CHART_TEMPLATE).schema
+    closed = [s for s in walk(schema) if s.get("additionalProperties") is False]
+    assert len(closed) == 4 and all("properties" in s for s in closed)
+    assert sum("not" in s for s in walk(schema)) == 2
+    for template in templates_with_edits():
+        assert_same(entry, late(template_check, "template_problems", template, BASIC))
+
+
+def walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk(value)
+
+
+def test_the_template_edits_each_give_a_problem() -> None:
+    """Else the combinations above would compare clean templates."""
+    base = load_templates()["price_psar_adi_v1"]
+    assert template_check.template_problems(base, BASIC) == []
+    for name, edit in TEMPLATE_EDITS.items():
+        template = copy.deepcopy(base)
+        edit(template)
+        assert template_check.template_problems(template, BASIC), name
+
+
+# --- helper H2's entries (issue 26, issue 25 item 2) ------------------------------------------
+
+
+@checks
+def test_a_stored_count_reads_the_same_for_every_kind_of_value(entry: Equivalent) -> None:
+    for value in ANY_VALUES:
+        assert_same(entry, late(usage, "_count", value))
+
+
+@checks
+def test_a_base_symbol_is_judged_the_same_for_any_text(entry: Equivalent) -> None:
+    texts = ["BTCUSDT", "BTC/USDT", "BINANCE:BTCUSDT", "ES1!", "(A+B)/2", "", " ", None, 5, "a b"]
+    for text in texts:
+        assert_same(entry, late(symbols, "base_symbol_problem", text))
+
+
+@checks
+@MANY
+@given(value=st.text(alphabet="abcdelmnorstu_", max_size=12) | st.sampled_from(["column", "columns", "Line"]))
+def test_the_hint_of_a_choice_is_the_same_for_any_value(entry: Equivalent, value: str) -> None:
+    """Over every documented parameter with a list of choices, its documented default too."""
+    specs = [
+        spec
+        for item in [*docs.studies().values(), *docs.drawings().values()]
+        for spec in [*item.input.values(), *item.override.values()]
+        if spec.choices
+    ]
+    assert specs
+    assert_same(entry, late(documented_rules, "_choice_hint", value, specs[0]))
+    for spec in specs:
+        for given_value in (value, spec.default, 7):
+            assert_same(entry, late(documented_rules, "_choice_hint", given_value, spec), reaches=False)
+    close = Parameter(name="p", type="String", default="column", choices=("columns", "colums", "column_s"))
+    assert_same(entry, late(documented_rules, "_choice_hint", "column", close))
+
+
+@checks
+def test_a_template_no_configured_plan_allows_is_described_the_same(entry: Equivalent) -> None:
+    """Every bundled template at sizes and parameter counts each plan's limits fall between,
+    under every plan configured alone and with a second one: wherever the best configured
+    plan has problems (the only case _unservable is called)."""
+    sizes = [(800, 600), (1000, 600), (1920, 1080), (1920, 1600), (2048, 1920), (3000, 600)]
+    counts = [1, 4, 6, 11, 26, 51]
+    configured = [AccountPlans(plan) for plan in PLANS.values()] + [
+        AccountPlans.of(PLANS["BASIC"], [("a", "BASIC"), ("b", plan)]) for plan in PLANS
+    ]
+    reached = 0
+    for name, document in load_templates().items():
+        for (width, height), count in product(sizes, counts):
+            changed = copy.deepcopy(document)
+            changed["request"].update(width=width, height=height)
+            changed["request"]["studies"] = [{"name": "Volume"}] * count
+            template = StoredTemplate(name, changed)
+            for plans in configured:
+                if template.problems(plans.best):
+                    reached += 1
+                    assert_same(entry, late(validation, "_unservable", "charts", template, plans))
+    assert reached
