@@ -171,7 +171,7 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         7.0,
         120.0,
     )
-    assert (limits.chart_concurrency, limits.default_timezone, limits.plan.name) == (
+    assert (limits.chart_concurrency, limits.default_timezone, limits.plans.default.name) == (
         5,
         "America/New_York",
         "PRO",
@@ -185,4 +185,5 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         daily_limit=30,
         rate_per_second=2.5,
         burst=6,
+        default_plan="PRO",
     )
