@@ -28,7 +28,7 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimOutcome, ClaimStatus
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -91,15 +91,68 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
     ):
         assert expected in messages
     assert all(line["runId"] == "run1" and line["stepId"] == "charts" for line in log_capture.lines())
+    # what an operator reads of the step in the logs, field by field
+    [claimed] = log_capture.events("claim succeeded")
+    assert picked(claimed, "attempt", "flowKey", "durationMs") == {
+        "attempt": 1,
+        "flowKey": "test_flow",
+        "durationMs": 0.0,
+    }
+    uri = "gs://bkt/charts/run1/charts/manifest.json"
+    [written] = log_capture.events("manifest written")
+    assert picked(written, "gcsUri", "itemsCount", "failuresCount", "minImages") == {
+        "gcsUri": uri,
+        "itemsCount": 3,
+        "failuresCount": 0,
+        "minImages": 2,
+    }
+    [completed] = log_capture.events("step completed")
+    counts = ("itemsCount", "failuresCount", "minImages")
+    assert picked(completed, "status", "error", *counts, "outputsManifestGcsUri", "finalized") == {
+        "status": "SUCCEEDED",
+        "error": None,
+        "itemsCount": 3,
+        "failuresCount": 0,
+        "minImages": 2,
+        "outputsManifestGcsUri": uri,
+        "finalized": True,
+    }
+    assert (report.manifest_uri, report.min_images, report.finalized) == (uri, 2, True)
 
 
-def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
+def picked(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """These fields of a log line; a field missing from it fails the test."""
+    return {key: line[key] for key in keys}
+
+
+def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path, log_capture: Any) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}))
     execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     before = world.store.read()
     report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
     assert world.store.read() == before
+    reason = "step charts is SUCCEEDED, not READY"
+    said = (report.run_id, report.step_id, report.charts_api_mode, report.message)
+    assert said == ("run1", "charts", "mock", reason)
+    [noop] = log_capture.events("claim not taken: no-op")
+    assert picked(noop, "code", "reason") == {"code": "STEP_CLAIM_CONFLICT", "reason": reason}
+
+
+def test_a_run_that_is_gone_is_a_flow_run_not_found_noop(tmp_path: Path, log_capture: Any) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=GoneRunStore())
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert (report.outcome, report.error_code) == ("NOOP", "FLOW_RUN_NOT_FOUND")
+    assert report.message == "flow_run run1 does not exist"
+    [noop] = log_capture.events("claim not taken: no-op")
+    assert picked(noop, "code", "reason") == {"code": "FLOW_RUN_NOT_FOUND", "reason": report.message}
+
+
+class GoneRunStore:
+    """A run deleted before its claim: every claim finds no document."""
+
+    def claim_step(self, run_id: str, step_id: str, **_: Any) -> ClaimOutcome:
+        return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
 
 
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
@@ -120,6 +173,12 @@ def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
     step = world.step()
     assert step["status"] == "FAILED"
     assert step["error"]["code"] == "CHART_API_MOCK_MISSING"  # 2 missing beat 1 CHART_API_FAILED
+    assert step["error"]["details"] == {
+        "itemsCount": 0,
+        "minImages": 2,
+        "requestedCount": 3,
+        "failureCodes": {"CHART_API_FAILED": 1, "CHART_API_MOCK_MISSING": 2},
+    }
     assert step["outputs"]["outputsManifestGcsUri"].endswith("/manifest.json")  # kept for diagnostics
     codes = [f["error"]["code"] for f in world.manifest()["failures"]]
     assert codes == ["CHART_API_FAILED", "CHART_API_MOCK_MISSING", "CHART_API_MOCK_MISSING"]
@@ -178,7 +237,7 @@ def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
     assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
 
 
-def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path) -> None:
+def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path, log_capture: Any) -> None:
     base = make_world(tmp_path, flow_run({"charts": chart_step()}))
     world = make_world(
         tmp_path,
@@ -189,7 +248,16 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "outputs" not in step
-    assert step["error"]["details"]["itemsCount"] == 3
+    cause = "gs://bkt/charts/run1/charts/manifest.json: HTTP 503 after 4 attempts"
+    error = {
+        "code": "MANIFEST_WRITE_FAILED",
+        "message": f"manifest could not be written: {cause}",
+        "details": {"itemsCount": 3, "failuresCount": 0, "minImages": 2},
+    }
+    assert step["error"] == error
+    assert (report.items_count, report.failures_count, report.min_images) == (3, 0, 2)
+    [line] = log_capture.events("manifest write failed")
+    assert (line["severity"], line["error"]) == ("ERROR", error)
 
 
 class ChartApiDouble:
