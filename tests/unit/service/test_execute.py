@@ -118,6 +118,7 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
         "finalized": True,
     }
     assert (report.manifest_uri, report.min_images, report.finalized) == (uri, 2, True)
+    assert (report.run_id, report.message, report.error_code) == ("run1", "", None)
 
 
 def picked(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
@@ -164,7 +165,7 @@ def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
     assert not (tmp_path / "gcs").exists()
 
 
-def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
+def test_partial_failures_and_min_images_decide(tmp_path: Path, log_capture: Any) -> None:
     # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
     doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
     world = make_world(tmp_path, doc)
@@ -182,6 +183,22 @@ def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
     assert step["outputs"]["outputsManifestGcsUri"].endswith("/manifest.json")  # kept for diagnostics
     codes = [f["error"]["code"] for f in world.manifest()["failures"]]
     assert codes == ["CHART_API_FAILED", "CHART_API_MOCK_MISSING", "CHART_API_MOCK_MISSING"]
+    # what `run-local` prints and the log says of the failed step
+    assert report.to_summary() == {
+        "status": "FAILED",
+        "runId": "run1",
+        "stepId": "charts",
+        "outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json",
+        "itemsCount": 0,
+        "failuresCount": 3,
+        "minImages": 2,
+        "chartsApiMode": "mock",
+        "errorCode": "CHART_API_MOCK_MISSING",
+        "message": step["error"]["message"],
+    }
+    assert step["error"]["message"].startswith("0 of 3 charts rendered, fewer than minImages=2")
+    [completed] = log_capture.events("step completed")
+    assert completed["error"] == {"code": "CHART_API_MOCK_MISSING", "message": step["error"]["message"]}
 
 
 def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
@@ -525,7 +542,10 @@ def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Pat
         "(SUCCEEDED) could not be recorded: ValueError: 400 maximum entity size" in step["error"]["message"]
     )
     assert [f.status.value for f in refusing.finals] == ["SUCCEEDED", "FAILED"]
-    assert log_capture.events("finalize refused: recording a bare failure instead")[0]["severity"] == "ERROR"
+    [refused] = log_capture.events("finalize refused: recording a bare failure instead")
+    reason = "ValueError: 400 maximum entity size is 1048576 bytes"
+    assert (refused["severity"], refused["intendedStatus"]) == ("ERROR", "SUCCEEDED")
+    assert refused["error"] == {"code": "FIRESTORE_FINALIZE_FAILED", "message": reason}
 
 
 def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_capture: Any) -> None:
@@ -534,7 +554,10 @@ def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_c
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
         execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
-    assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
+    [failed] = log_capture.events("finalize failed")
+    reason = "ValueError: 400 maximum entity size is 1048576 bytes"
+    assert failed["severity"] == "ERROR"
+    assert failed["error"] == {"code": "FIRESTORE_FINALIZE_FAILED", "message": reason}
 
 
 def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
