@@ -75,7 +75,7 @@ def binary_headers(
 
 
 @pytest.fixture(scope="module")
-def client() -> FlaskClient:
+def client(served_main: None) -> FlaskClient:
     return create_function_app().test_client()
 
 
