@@ -40,6 +40,8 @@ from unit.mutation.mutants import (
 )
 from worker_chart_export.adapters import account_views
 from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.firestore import run_documents
+from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
 from worker_chart_export.core import (
@@ -541,3 +543,26 @@ def test_a_template_no_configured_plan_allows_is_described_the_same(entry: Equiv
                     reached += 1
                     assert_same(entry, late(validation, "_unservable", "charts", template, plans))
     assert reached
+
+
+@checks
+def test_the_versions_remembered_are_the_same_for_any_writes(entry: Equivalent) -> None:
+    """Every sequence of four remembers and forgets over three runs, at capacities 1 to 3:
+    what is recalled of each run after each of them."""
+    writes = [("remember", "a"), ("remember", "b"), ("remember", "c"), ("forget", "a")]
+    for capacity in (1, 2, 3):
+        for ops in product(writes, repeat=4):
+            assert_same(entry, partial(recalled_after, capacity, ops), reaches=False)
+    assert_same(entry, partial(recalled_after, 1, (("remember", "a"), ("remember", "b"))))  # one drops out
+
+
+def recalled_after(capacity: int, ops: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+    written = run_documents.WrittenVersions(capacity)
+    seen = []
+    for n, (op, run_id) in enumerate(ops):
+        if op == "remember":
+            written.remember(run_id, Version({"n": n}, n))
+        else:
+            written.forget(run_id)
+        seen.append([written.recall(r) for r in ("a", "b", "c")])
+    return seen

@@ -177,6 +177,8 @@ def test_a_claim_request_settles_on_a_version_read_after_its_commit() -> None:
     theirs = request.settled(_document("RUNNING", claimToken="other", attempt=3))
     assert theirs is not None and theirs.status is ClaimStatus.CONFLICT
     assert request.settled(_document("READY")) is None  # still READY: try again
+    gone = ClaimOutcome(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist (lost the claim race)")
+    assert request.settled(None) == gone
 
 
 def test_a_claim_request_names_its_step_and_run_in_errors() -> None:
