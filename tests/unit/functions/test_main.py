@@ -74,6 +74,22 @@ def binary_headers(
     }
 
 
+def received(body: bytes, path: str = f"flow_runs/{RUN_ID}") -> dict[str, Any]:
+    """Contract §10's "received event" fields of a line, for binary_headers()' event carrying `body`."""
+    return {
+        "eventType": "google.cloud.firestore.document.v1.updated",
+        "eventSource": "//firestore.googleapis.com/projects/demo-project/databases/(default)",
+        "eventSubject": f"documents/{path}",
+        "eventTime": "2026-11-22T04:12:03.123Z",
+        "payloadSize": len(body),
+    }
+
+
+def picked(line: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """These fields of a log line; a field missing from it fails the test."""
+    return {key: line[key] for key in keys}
+
+
 @pytest.fixture(scope="module")
 def client(served_main: None) -> FlaskClient:
     return create_function_app().test_client()
@@ -139,6 +155,8 @@ def test_no_ready_step_is_a_200_with_an_info_line(
     assert noop["eventSubject"] == f"documents/flow_runs/{RUN_ID}"
     assert (noop["severity"], noop["runId"], noop["code"]) == ("INFO", RUN_ID, "NO_READY_STEP")
     assert noop["service"] == "worker-chart-export"
+    assert picked(noop, received(body)) == received(body)
+    assert noop["flowKey"] == "daily"
     assert fake_execution.calls == []
 
 
@@ -177,7 +195,8 @@ def test_poison_events_are_acknowledged_with_a_warning_naming_the_reason(
     warning = only([line for line in log_capture.lines() if line["severity"] == "WARNING"])
     assert reason in warning["reason"]
     assert warning["code"] == "FLOW_RUN_INVALID"
-    assert warning["eventType"] == "google.cloud.firestore.document.v1.updated"  # the received event
+    assert warning["message"] == "event ignored: not a decodable flow_run event"
+    assert picked(warning, received(body, path)) == received(body, path)  # the received event
     assert fake_execution.calls == []
 
 
@@ -188,6 +207,8 @@ def test_deleted_flow_run_is_a_noop(
     assert response.status_code == 200
     deleted = only(log_capture.events("event received: flow_run deleted, nothing to do"))
     assert deleted["code"] == "FLOW_RUN_NOT_FOUND"
+    body = protobuf_body(None)
+    assert (deleted["runId"], picked(deleted, received(body))) == (RUN_ID, received(body))
     assert fake_execution.calls == []
 
 
@@ -213,8 +234,16 @@ def test_the_smallest_ready_chart_export_step_is_executed(
     parsed = only(log_capture.events("parsed event"))
     assert parsed["readyChartExportSteps"] == ["charts_1h", "charts_4h"]
     assert parsed["flowKey"] == "daily"
+    formats = {"protobuf": "protobuf", "base64": "base64-protobuf", "json": "json"}
+    assert parsed["payloadFormat"] == formats[shape]
+    first = only(log_capture.events("event received"))
+    # a JSON body reaches the function parsed: its size is not known there
+    attributes = {**received(body), "payloadSize": None if shape == "json" else len(body)}
+    assert picked(first, attributes) == attributes and first["eventId"] == "evt-1"
     handled = only(log_capture.events("event handled"))
     assert (handled["outcome"], handled["stepId"]) == ("SUCCEEDED", "charts_1h")
+    assert (handled["errorCode"], handled["runId"]) == (None, RUN_ID)
+    assert handled["outputsManifestGcsUri"] == f"gs://b/charts/{RUN_ID}/charts_1h/manifest.json"
 
 
 def test_the_events_version_is_handed_to_the_claim(
@@ -397,6 +426,8 @@ def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(
     assert error["severity"] == "ERROR"
     assert error["reason"] == "RuntimeError: decoder bug"
     assert "RuntimeError: decoder bug" in error["exception"]
+    body = protobuf_body({"s": chart_step()})
+    assert (error["code"], picked(error, received(body))) == ("FLOW_RUN_INVALID", received(body))
     assert fake_execution.calls == []
 
 
