@@ -566,3 +566,21 @@ def recalled_after(capacity: int, ops: tuple[tuple[str, str], ...]) -> list[list
             written.forget(run_id)
         seen.append([written.recall(r) for r in ("a", "b", "c")])
     return seen
+
+
+@checks
+def test_a_step_reads_the_same_from_a_raw_or_a_wrapped_document(entry: Equivalent) -> None:
+    """Reading through proto-plus's wrappers is slower, not different: for raw and wrapped
+    documents, with steps of every kind of value, a missing step and no steps at all."""
+    from google.events.cloud.firestore import Document
+
+    from worker_chart_export.functions.decoding import values
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    step = {"status": "READY", "n": 3, "x": 2.5, "ok": True, "none": None, "list": [1, "a"], "map": {}}
+    for fields in ({"steps": {"s": step, "t": {}}}, {"steps": {}}, {"other": 1}):
+        raw = build_document_event_data(name, fields).value
+        for document in (raw, Document.wrap(raw)):
+            for step_id in ("s", "t", "missing"):
+                assert_same(entry, late(values, "step_to_python", document, step_id))
