@@ -257,6 +257,7 @@ def test_transport_errors_are_retried_then_fail(rig: Callable[..., Rig], exc: Ex
     error = failure(r.render())
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["errorKind"] == kind
+    assert error["details"]["exception"] == type(exc).__name__
     assert error["details"]["attempts"] == 3
     assert len(r.transport.seen) == 3
     assert all(e["httpStatus"] is None for e in r.logs.events("chartsApi.request"))
@@ -412,8 +413,13 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
     r = rig([png()], store=Down())
     error = failure(r.render())
     assert error["code"] == "CHART_API_FAILED"
-    assert error["details"]["errorKind"] == "usage_store"
+    assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
+    # retried (no call was made: no attempt counted), as the store may come back
+    assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
     assert r.transport.seen == []
+    lines = r.logs.events("chart-img usage store unavailable")
+    assert len(lines) == 3 and lines[0]["errorKind"] == "TransientStoreError"
+    assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
 
 
 # --- wiring --------------------------------------------------------------------------------
