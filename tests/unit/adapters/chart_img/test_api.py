@@ -375,6 +375,7 @@ def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callabl
     assert event["severity"] == "ERROR"
     assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
     assert event["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert event["chartsApi"] == {"mode": "real"}
     assert (event["runId"], event["stepId"], event["service"], event["env"]) == (
         "run-1",
         "step-1",
