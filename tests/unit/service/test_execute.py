@@ -345,7 +345,9 @@ class SlowChartApi(ChartApiDouble):
         return self.inner.render(call)
 
 
-def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
+def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
+    tmp_path: Path, log_capture: Any
+) -> None:
     api = SlowChartApi("momentum_rsi_macd_v1")
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
     # charts get 4 s (5.3 - 0.3 finalize - 1.0 manifest): the two fast ones need a fraction of
@@ -357,7 +359,16 @@ def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: 
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
     [failure] = world.manifest()["failures"]
-    assert failure["error"]["details"]["reason"] == "STEP_BUDGET_EXHAUSTED"
+    assert failure["error"] == {
+        "code": "CHART_API_FAILED",
+        "message": "the step's time budget (5s) ran out before momentum_rsi_macd_v1 was rendered",
+        "details": {
+            "reason": "STEP_BUDGET_EXHAUSTED",
+            "fixtureKey": "BINANCE_BTCUSDT__1h__momentum_rsi_macd_v1",
+        },
+    }
+    [abandoned] = log_capture.events("chart abandoned: step budget exhausted")
+    assert (abandoned["severity"], abandoned["chartTemplateId"]) == ("WARNING", "momentum_rsi_macd_v1")
 
 
 @dataclass
