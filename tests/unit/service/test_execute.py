@@ -6,10 +6,11 @@ import dataclasses
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -681,3 +682,42 @@ def test_a_key_in_a_failure_or_a_crash_never_reaches_the_run_or_the_manifest(tmp
     )
     written = [p.read_text() for p in tmp_path.rglob("*.json") if p.name != "flow_run.json"]
     assert len(written) >= 3 and leaks(written, [ECHOED_KEY]) == []
+
+
+class RecordingPool(ThreadPoolExecutor):
+    """The render pool, recording how it was sized, named and shut down."""
+
+    made: ClassVar[list[RecordingPool]] = []
+
+    def __init__(self, max_workers: int | None = None, thread_name_prefix: str = "", **options: Any) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix, **options)
+        self.asked = {"max_workers": max_workers, "thread_name_prefix": thread_name_prefix, **options}
+        self.shutdowns: list[dict[str, Any]] = []
+        RecordingPool.made.append(self)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.shutdowns.append({"wait": wait, "cancel_futures": cancel_futures})
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+@pytest.mark.parametrize(("concurrency", "requests", "workers"), [(2, 3, 2), (8, 3, 3), (1, 1, 1)])
+def test_a_step_renders_on_at_most_chart_concurrency_threads_and_leaves_late_charts_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int, requests: int, workers: int
+) -> None:
+    """CHART_CONCURRENCY bounds one step's renders (no more threads than charts); the pool's
+    threads are named for a traceback, and it is shut down without waiting for late charts,
+    cancelling those that never started."""
+    import worker_chart_export.service.render as render_module
+
+    monkeypatch.setattr(render_module, "ThreadPoolExecutor", RecordingPool)
+    monkeypatch.setattr(RecordingPool, "made", [])
+    step = chart_step()
+    step["inputs"]["requests"] = step["inputs"]["requests"][:requests]
+    step["inputs"]["minImages"] = 1
+    world = make_world(tmp_path, flow_run({"charts": step}))
+    limits = dataclasses.replace(LIMITS, chart_concurrency=concurrency)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
+    assert report.outcome == "SUCCEEDED" and report.items_count == requests
+    [pool] = RecordingPool.made
+    assert pool.asked == {"max_workers": workers, "thread_name_prefix": "chart"}
+    assert pool.shutdowns == [{"wait": False, "cancel_futures": True}]
