@@ -4,6 +4,7 @@ socket that keeps what it is sent. (The integration tests serve the real thing.)
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from gunicorn import util
 
 from worker_chart_export import known_keys
 from worker_chart_export.functions import serve
-from worker_chart_export.functions.serve import run_server
+from worker_chart_export.functions.serve import listen_problem, run_server
 
 KEY = "sk_serve_test_0123456789abcdefXYZ"  # a key the process holds
 
@@ -116,3 +117,32 @@ def test_without_gunicorn_nothing_is_wrapped(
     )
     serve._redact_server_errors()
     assert util.write_error is original
+
+
+# --- listen_problem: a mistake in --host/--port is one line, found by binding as gunicorn will
+
+
+def test_a_free_port_has_no_problem() -> None:
+    with socket.socket() as holder:  # a port the system just handed out, then let go
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+    assert listen_problem("127.0.0.1", port) is None
+
+
+def test_a_port_something_listens_on_is_in_use() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        problem = listen_problem("127.0.0.1", port)
+    assert problem == f"127.0.0.1:{port} is in use: stop what listens there, or choose another port"
+
+
+def test_an_address_of_another_machine_is_named() -> None:
+    assert listen_problem("192.0.2.1", 8080) == "--host '192.0.2.1' is not an address of this machine"
+
+
+def test_a_host_that_is_no_address_is_named() -> None:
+    host = "a" * 64 + ".x"  # a label longer than DNS allows: refused before any lookup
+    problem = listen_problem(host, 8080)
+    assert problem is not None and problem.startswith(f"--host {host!r} is not an address (")

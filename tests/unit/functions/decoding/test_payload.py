@@ -4,6 +4,8 @@ what is not an event the exact reason the poison WARNING line gives."""
 from __future__ import annotations
 
 import ast
+import inspect
+import sys
 from typing import Any
 
 import pytest
@@ -73,3 +75,18 @@ def test_an_excerpt_shows_80_characters_then_says_how_long_the_text_was(text: st
 def test_an_excerpt_takes_its_own_limit() -> None:
     assert excerpt("abcdef", 3) == "'abc'... (6 chars)"
     assert excerpt("abc", 3) == "'abc'"
+
+
+def test_json_deeper_than_the_stack_allows_is_poison_not_a_crash() -> None:
+    """A thread with little stack left (a deep caller, a small recursion limit) meets Python's
+    recursion limit before protobuf's own depth limit: still poison, saying why."""
+    deep: dict[str, Any] = {"stringValue": "x"}
+    for _ in range(90):
+        deep = {"mapValue": {"fields": {"a": deep}}}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 150)
+    try:
+        reason = poison_reason({"value": {"name": NAME, "fields": {"a": deep}}})
+    finally:
+        sys.setrecursionlimit(limit)
+    assert reason == "JSON payload is nested too deeply to be a DocumentEventData"
