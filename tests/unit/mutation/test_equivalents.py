@@ -584,3 +584,67 @@ def test_a_step_reads_the_same_from_a_raw_or_a_wrapped_document(entry: Equivalen
         for document in (raw, Document.wrap(raw)):
             for step_id in ("s", "t", "missing"):
                 assert_same(entry, late(values, "step_to_python", document, step_id))
+
+
+@checks
+def test_the_server_error_page_is_wrapped_alike_whatever_falsy_default_is_read(entry: Equivalent) -> None:
+    """`redacted` is read for its truth: a plain write_error (no attribute) is wrapped once,
+    however often the server starts."""
+    from gunicorn import util
+
+    from worker_chart_export.functions import serve
+
+    def starts(times: int) -> tuple[bool, ...]:
+        original = util.write_error
+        try:
+            seen = []
+            for _ in range(times):
+                serve._redact_server_errors()
+                seen.append(util.write_error is original)
+            wrapped = util.write_error
+            return (*seen, getattr(wrapped, "redacted", False))
+        finally:
+            util.write_error = original
+
+    for times in (1, 2, 3):
+        assert_same(entry, partial(starts, times))
+
+
+@checks
+def test_a_payload_starting_with_a_brace_splits_alike(entry: Equivalent) -> None:
+    """JSON text that starts with `{` parses to an object or not at all: the "not an object"
+    branch never runs, whatever its words."""
+    from worker_chart_export.functions.decoding import payload
+
+    samples = ["{", "{}", '{"value": {"name": "n"}}', '{"a": [1, 2]}', "{[1]}", '{"a": 1} trailing', " {} "]
+    for text in samples:
+        assert_same(entry, late(payload, "split_event_payload", text), reaches=text.strip().startswith("{"))
+        assert_same(entry, late(payload, "split_event_payload", text.encode()), reaches=False)
+    check_any_brace_text(entry)
+
+
+@given(st.text(max_size=40).map(lambda rest: "{" + rest))
+@MANY
+def check_any_brace_text(entry: Equivalent, text: str) -> None:
+    from worker_chart_export.functions.decoding import payload
+
+    assert_same(entry, late(payload, "split_event_payload", text))
+
+
+@checks
+def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
+    """SO_REUSEADDR is on for any non-zero value, and protocol 0 is TCP for a stream socket:
+    the same verdict on a free port, a port in use and another machine's address."""
+    import socket as sockets
+
+    from worker_chart_export.functions import serve
+
+    with sockets.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        with sockets.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            free = holder.getsockname()[1]
+        for host, port in (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy)):
+            assert_same(entry, late(serve, "listen_problem", host, port))
