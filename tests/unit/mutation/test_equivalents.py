@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from itertools import combinations, product
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -648,3 +649,66 @@ def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
             free = holder.getsockname()[1]
         for host, port in (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy)):
             assert_same(entry, late(serve, "listen_problem", host, port))
+
+
+@checks
+def test_a_status_line_gives_the_same_code(entry: Equivalent) -> None:
+    """PEP 3333's status is a three-digit code, one space, a reason phrase: the code is what
+    precedes the first space however the line is split; a line without a code is a 500."""
+    check_any_status_line(entry)
+    for line in ("200 OK", "503 SERVICE UNAVAILABLE", "404 Not\\tFound here", "abc", "20 x", "204 "):
+        assert_same(entry, partial(logged_status, line), reaches=False)
+
+
+@given(st.integers(100, 599), st.text(max_size=20).filter(lambda reason: reason.strip() == reason))
+@MANY
+def check_any_status_line(entry: Equivalent, code: int, reason: str) -> None:
+    assert_same(entry, partial(logged_status, f"{code} {reason}" if reason else f"{code} OK"))
+
+
+def logged_status(status_line: str) -> tuple[str, int]:
+    from worker_chart_export.functions import serve
+
+    lines: list[tuple[str, int]] = []
+
+    class Recorder:
+        def __getattr__(self, method: str) -> Callable[..., None]:
+            return lambda message, httpStatus, **_: lines.append((method, httpStatus))
+
+    original = serve._logger
+    serve._logger = Recorder  # type: ignore[assignment]
+    try:
+        serve._log_answer({}, status_line)
+    finally:
+        serve._logger = original  # type: ignore[assignment]
+    return lines[0]
+
+
+@checks
+def test_each_served_function_answers_alike_whatever_signature_create_function_app_names(
+    entry: Equivalent,
+) -> None:
+    """main.py's decorators register each function's signature with functions-framework,
+    which reads it when none is named: every target answers a GET, a garbage POST and an empty
+    POST the same."""
+    from functions_framework import _function_registry
+
+    from worker_chart_export.functions import main, serve
+
+    def answers(target: str) -> list[int]:
+        app = serve.create_function_app(target)
+        client = app.test_client()
+        return [
+            client.get("/").status_code,
+            client.post("/", data=b"\xff\x00", headers={"content-type": "application/json"}).status_code,
+            client.put("/").status_code,
+        ]
+
+    loaded = _function_registry.load_function_module
+    served = SimpleNamespace(loader=SimpleNamespace(exec_module=lambda module: None))
+    _function_registry.load_function_module = lambda source: (main, served)  # the imported module
+    try:
+        for target in serve.SIGNATURES:
+            assert_same(entry, partial(answers, target))
+    finally:
+        _function_registry.load_function_module = loaded
