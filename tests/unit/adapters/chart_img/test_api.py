@@ -5,6 +5,7 @@ FakeClock (scripted.py); and build_chart_api's choice of adapter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.chart_img_server import PNG, FakeClock
+from harness.chart_img_server import PNG, FakeClock, chart_call
 from unit.adapters.chart_img.scripted import KEYS, Rig, answer, failure, png
 from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img import RealChartApi, Seams
@@ -23,7 +24,7 @@ from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
-from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartSuccess
 from worker_chart_export.settings import Settings
 
 # --- the happy path ------------------------------------------------------------------------
@@ -458,3 +459,30 @@ def test_build_real_failure_codes_are_error_codes(rig: Callable[..., Rig]) -> No
     r = rig([answer(422, "Invalid Symbol")])
     assert isinstance(r.api, RealChartApi) and r.api.mode == "real"
     assert failure(r.render())["code"] == ErrorCode.CHART_API_FAILED.value
+
+
+# --- each account's plan -------------------------------------------------------------------
+
+
+def pro_only(template: str = "tpl_pro") -> ChartCall:
+    """A call only a PRO account may serve (its template asks for more than BASIC allows)."""
+    return dataclasses.replace(chart_call(template), serving_plans=frozenset({"PRO"}))
+
+
+def test_a_call_goes_only_to_an_account_whose_plan_serves_it(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], accounts=("acc1", "acc2"), plans={"acc1": "BASIC", "acc2": "PRO"})
+    for _ in range(3):  # whatever the order the accounts would otherwise be picked in
+        with r.session() as step:
+            assert step.render(pro_only()) == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc2", "acc2", "acc2"]
+
+
+def test_a_request_every_account_of_its_plan_refused_fails_alone(rig: Callable[..., Rig]) -> None:
+    """The BASIC account could not have served it: once the only PRO account refused this very
+    request, the request is what is refused, and no key is set aside."""
+    r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"), plans={"acc1": "PRO", "acc2": "BASIC"})
+    with r.session() as step:
+        error = failure(step.render(pro_only()))
+    assert error["details"]["errorKind"] == "request_refused" and error["details"]["refusedBy"] == ["acc1"]
+    assert r.transport.accounts == ["acc1"]
+    assert list(r.api.limiter.usable_accounts()) == ["acc1", "acc2"]  # both keys stay in service
