@@ -15,11 +15,13 @@ import ast
 import copy
 import inspect
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from itertools import combinations, product
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -712,3 +714,43 @@ def test_each_served_function_answers_alike_whatever_signature_create_function_a
             assert_same(entry, partial(answers, target))
     finally:
         _function_registry.load_function_module = loaded
+
+
+@checks
+def test_recording_an_answer_is_the_same_for_any_answer(entry: Equivalent, tmp_path: Path) -> None:
+    """A 200's body is read by nothing but `classify`, which calls any 200 a success; a
+    fixture's reason is upper-cased into its name: what is recorded and returned is the same
+    for a chart, answers about the request with and without words, and transient ones."""
+    from harness.chart_img_server import PNG, chart_call
+    from worker_chart_export.adapters.chart_img.http import HttpAnswer
+    from worker_chart_export.adapters.chart_img.record import RecordSession
+    from worker_chart_export.adapters.chart_img.session import Rendered
+    from worker_chart_export.adapters.fixtures import FixtureLibrary
+    from worker_chart_export.core.error_codes import StepError
+    from worker_chart_export.core.types import ChartFailure, ChartSuccess
+
+    answers = [
+        HttpAnswer(200, PNG, "image/png"),
+        HttpAnswer(422, b"{}", "application/json"),
+        HttpAnswer(422, b'{"message": "Invalid Symbol"}', "application/json"),
+        HttpAnswer(400, b"bad request", "text/plain"),
+        HttpAnswer(429, b'{"message": "Limit Exceeded"}', "application/json"),
+        HttpAnswer(503, b"", "text/plain"),
+    ]
+
+    class Real:
+        def __init__(self, answer: HttpAnswer) -> None:
+            self.answer = answer
+
+        def render_with_answer(self, call: Any) -> Rendered:
+            if self.answer.status == 200:
+                return Rendered(ChartSuccess(self.answer.content, "acc1"), self.answer)
+            return Rendered(ChartFailure(StepError(ErrorCode.CHART_API_FAILED, "refused")), self.answer)
+
+    def record(answer: HttpAnswer) -> tuple[Any, list[str]]:
+        folder = Path(tempfile.mkdtemp(dir=tmp_path))  # a library of its own each time
+        result = RecordSession(FixtureLibrary(folder), Real(answer)).render(chart_call("tpl"))  # type: ignore[arg-type]
+        return result, sorted(p.name for p in folder.rglob("*") if p.is_file())
+
+    for answer in answers:
+        assert_same(entry, partial(record, answer))

@@ -330,6 +330,8 @@ def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
     assert r.api.limiter.exhausted_accounts() == ()
     (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
     assert (cooling["accountId"], cooling["cooldownSeconds"]) == ("acc1", 1.0)
+    # no Retry-After came; acc2 has not heard a 429: CHART-IMG is not throttling everyone
+    assert (cooling["retryAfterSeconds"], cooling["chartImgThrottling"]) == (None, False)
     r.clock.advance(1.0)  # the first cooldown is over: acc1 (less used) is picked again
     assert r.render(template="tpl_b") == ChartSuccess(PNG, "acc1")
 
@@ -348,6 +350,9 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.render() == ChartSuccess(PNG, "acc1")
     assert [s for s in r.clock.sleeps if s] == [pytest.approx(2.0)]  # the cooldown, then the same key
     assert r.transport.accounts == ["acc1", "acc1"]
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["cooldownSeconds"], cooling["retryAfterSeconds"]) == (2.0, 2.0)
+    assert cooling["chartImgThrottling"] is True  # every usable key (the only one) heard 429
     assert r.api.limiter.exhausted_accounts() == ()
 
 
