@@ -754,3 +754,38 @@ def test_recording_an_answer_is_the_same_for_any_answer(entry: Equivalent, tmp_p
 
     for answer in answers:
         assert_same(entry, partial(record, answer))
+
+
+@checks
+def test_a_redacted_answer_is_the_same_whether_or_not_it_is_copied(entry: Equivalent) -> None:
+    """An answer with nothing to redact, copied or not, is equal field for field (it is
+    frozen: nothing can tell the copy apart but `is`); one with a key is redacted alike."""
+    from worker_chart_export.adapters.chart_img.http import HttpAnswer
+    from worker_chart_export.core.redaction import Redaction
+
+    key = "sk_check_redaction_0123456789abcdef"
+    for content in (b"", b'{"message": "Forbidden"}', f'{{"message": "bad key {key}"}}'.encode(), b"\x89PNG"):
+        for keys in (frozenset(), frozenset({key})):
+            answer = HttpAnswer(403, content, "application/json", retry_after=1.5)
+            assert_same(entry, late(answer, "redacted", Redaction(keys)))
+
+
+@checks
+def test_a_first_wave_is_prepaid_alike_however_its_leases_are_zipped(
+    entry: Equivalent, tmp_path: Path
+) -> None:
+    """acquire_many answers one lease (or None) per call of the wave, aligned with it: zipping
+    strictly or not pairs the same calls with the same leases, for waves of 1 to 4 calls on
+    one or two accounts, with some days' quota left or none."""
+    from harness.chart_img_server import chart_call
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig, png
+
+    def prepaid(accounts: tuple[str, ...], size: int, daily_limit: int) -> list[tuple[str, str]]:
+        r = make_rig([png()], LogCapture(), tmp_path, accounts=accounts, chart_img_daily_limit=daily_limit)
+        wave = [chart_call(f"tpl_{i}") for i in range(size)]
+        with r.api.for_step(wave, r.budget()) as step:
+            return sorted((key[2], lease.account_id) for key, lease in step.prepaid.items())
+
+    for accounts, size, limit in product((("acc1",), ("acc1", "acc2")), (1, 2, 4), (1, 3, 50)):
+        assert_same(entry, partial(prepaid, accounts, size, limit))
