@@ -18,7 +18,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from itertools import combinations, product
 from pathlib import Path
@@ -789,3 +789,47 @@ def test_a_first_wave_is_prepaid_alike_however_its_leases_are_zipped(
 
     for accounts, size, limit in product((("acc1",), ("acc1", "acc2")), (1, 2, 4), (1, 3, 50)):
         assert_same(entry, partial(prepaid, accounts, size, limit))
+
+
+@checks
+def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Path) -> None:
+    """httpx upper-cases a method and matches header names in any case; a timeout's own words
+    and request are read by nobody (a failure names the exception's type): every kind of
+    exchange ends the same, as the chart API reports it, with the same requests sent and
+    waits made."""
+    from email.utils import format_datetime
+
+    import httpx
+
+    from harness.chart_img_server import PNG
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    PNG_TYPE, TOO_MANY = {"content-type": "image/png"}, {"message": "Too Many Requests"}
+    ACCOUNTS = ("acc1", "acc2")
+
+    def trickle(clock: Any, seconds: float) -> Iterator[bytes]:
+        for part in (PNG[:5], PNG[5:]):
+            clock.advance(seconds)
+            yield part
+
+    def exchange(kind: str) -> tuple[Any, ...]:
+        r = make_rig([], LogCapture(), tmp_path, accounts=ACCOUNTS, chart_img_request_timeout_seconds=4.0)
+        later = format_datetime(r.clock.now() + timedelta(seconds=3), usegmt=True)
+        answers = {
+            "png": [httpx.Response(200, content=PNG, headers=PNG_TYPE)],
+            "chunks": [httpx.Response(200, content=iter([PNG[:5], PNG[5:]]), headers=PNG_TYPE)],
+            "edge": [httpx.Response(200, content=trickle(r.clock, 2.0))],
+            "trickle": [httpx.Response(200, content=trickle(r.clock, 2.5))],
+            "untyped": [httpx.Response(200, content=b"<html/>")],
+            "refused": [httpx.Response(422, json={"message": "Invalid Symbol"})],
+            "dated": [httpx.Response(429, json=TOO_MANY, headers={"Retry-After": later})],
+            "seconds": [httpx.Response(429, json=TOO_MANY, headers={"retry-after": "2"})],
+        }[kind]
+        r.transport.answers = [*answers, httpx.Response(200, content=PNG, headers=PNG_TYPE)]
+        result = r.render()
+        sent = [(q.method, q.headers.get("x-api-key") is not None, q.url.path) for q in r.transport.seen]
+        return result, sent, [s for s in r.clock.sleeps if s]
+
+    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds"):
+        assert_same(entry, partial(exchange, kind))
