@@ -55,6 +55,34 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
     assert expected.items() <= done.items()
     assert isinstance(done["durationMs"], int)
     assert "x-api-key" not in r.logs.text.lower()
+    assert started["timeoutSeconds"] == 10.0  # CHART_IMG_REQUEST_TIMEOUT_SECONDS, within the budget
+
+
+def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: Callable[..., Rig]) -> None:
+    html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
+    r = rig([answer(500, "Something Went Wrong"), html], accounts=("acc1", "acc2"), latency=1.25)
+    error = failure(r.render(budget_seconds=7.12345))
+    assert error["details"]["bytes"] == len(b"<html>oops</html>")
+    started = [line["timeoutSeconds"] for line in r.logs.events("chart api attempt started")]
+    assert started == [7.123, pytest.approx(7.12345 - 1.25 - 0.75, abs=0.001)]  # what the budget left
+    first, second = r.logs.events("chartsApi.request")
+    said = ("status", "httpStatus", "errorCode", "errorKind", "apiMessage")
+    assert {k: first[k] for k in (*said, "durationMs")} == {
+        "status": "failed",
+        "httpStatus": 500,
+        "errorCode": "CHART_API_FAILED",
+        "errorKind": "http",
+        "apiMessage": "Something Went Wrong",
+        "durationMs": 1250,
+    }
+    assert {k: second[k] for k in (*said, "severity")} == {
+        "status": "failed",
+        "httpStatus": 200,
+        "errorCode": "CHART_API_FAILED",
+        "errorKind": "http",
+        "apiMessage": None,
+        "severity": "WARNING",
+    }
 
 
 # --- classification ------------------------------------------------------------------------
