@@ -833,3 +833,28 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
 
     for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds"):
         assert_same(entry, partial(exchange, kind))
+
+
+@checks
+def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
+    """A string falls through to `getattr(raw, kind)` when not checked first; the CHART_EXPORT
+    filter before the summaries only spares work (the summaries are judged again); an update
+    always carries its document's bytes: every kind of value, and events with every mix of
+    steps, decode the same."""
+    from google.protobuf import json_format
+
+    from unit.functions.decoding.test_events import cloud_event, flow_run_fields, protobuf_payload, step
+    from worker_chart_export.functions.decoding import events, values
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    fields = {"s": "text", "n": 3, "x": 2.5, "ok": True, "none": None, "list": [1, "a"], "map": {"k": "v"}}
+    raw = build_document_event_data(name, fields).value
+    assert_same(entry, late(values, "document_to_python", raw), reaches=False)
+    kinds = [step(), step(status="PENDING"), step("LLM_REPORT"), {"note": "READY CHART_EXPORT"}, "READY"]
+    for mix in product(kinds, repeat=2):
+        steps = {f"s{i}": value for i, value in enumerate(mix)}
+        for data in (protobuf_payload(flow_run_fields(steps)), json_format.MessageToDict(
+            build_document_event_data(name, flow_run_fields(steps))
+        )):
+            assert_same(entry, late(events, "decode_event", cloud_event(data)), reaches=False)
