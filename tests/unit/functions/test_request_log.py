@@ -117,7 +117,8 @@ def test_the_line_of_a_request_rejected_before_the_function_carries_its_trace(
     assert line["logging.googleapis.com/trace"] == f"projects/demo-project/traces/{TRACE_ID}"
 
 
-def test_a_long_value_of_the_request_is_cut(log_capture: LogCapture) -> None:
-    serve(answering("415 UNSUPPORTED MEDIA TYPE"), CONTENT_TYPE="x" * 301)
+def test_a_long_value_of_the_request_is_cut_after_300_characters(log_capture: LogCapture) -> None:
+    serve(answering("415 UNSUPPORTED MEDIA TYPE"), CONTENT_TYPE="x" * 301, HTTP_CE_TYPE="t" * 300)
     [line] = log_capture.lines()
     assert line["contentType"] == "x" * 300 + "... (301 chars)"
+    assert line["eventType"] == "t" * 300  # up to 300: whole
