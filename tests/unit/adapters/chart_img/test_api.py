@@ -519,3 +519,19 @@ def test_a_request_every_account_of_its_plan_refused_fails_alone(rig: Callable[.
     assert error["details"]["errorKind"] == "request_refused" and error["details"]["refusedBy"] == ["acc1"]
     assert r.transport.accounts == ["acc1"]
     assert list(r.api.limiter.usable_accounts()) == ["acc1", "acc2"]  # both keys stay in service
+
+
+def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[..., Rig]) -> None:
+    """Disabled for refusing two requests, the key is probed once its hold passes; refused on
+    that probe, it is disabled again at once, and the ERROR line says it was the probe."""
+    r = rig([answer(403, "Forbidden")], chart_img_max_attempts=1)
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request refused too: the key is disabled
+    assert [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")] == [
+        "key refused for two requests"
+    ]
+    r.clock.advance(16 * 60)  # past the hold: the next call is the key's probe
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
+    assert rules == ["key refused for two requests", "key refused on its probe"]
+    assert len(r.transport.seen) == 3
