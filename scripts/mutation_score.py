@@ -29,7 +29,30 @@ from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 # caught: a test failed, ran out of time, or its process died (a mutant looping while it
 # appends is ended by the kernel, which mutmut reports as "segfault"): the suite saw it
 CAUGHT = {"killed", "timeout", "segfault"}
-TARGET = 95.0
+TARGET = 98.0
+
+# Of the Firestore adapters only the pure parts are judged here: how a core plan becomes the
+# field paths of one write, the versions remembered from a claim to its finalize, a claim's
+# plan. The rest of those modules is I/O, which the integration tests run on the emulator
+# (the usage store's plans are closures inside its transactions: their rules are core.usage's,
+# judged with core/). Module -> the functions judged (mutmut's keys, fnmatch globs).
+PURE_ONLY = {
+    "worker_chart_export.adapters.firestore.run_documents": (
+        "x_step_field",
+        "x_claim_update",
+        "x_finalize_update",
+        "x_advance_update",
+        "xǁWrittenVersionsǁ*",
+    ),
+    "worker_chart_export.adapters.firestore.leases": ("x_reap_update",),
+    "worker_chart_export.adapters.firestore.step_claim": ("xǁClaimRequestǁ*", "x__still_ready"),
+}
+
+
+def judged(name: str) -> bool:
+    """Whether a mutant (mutmut's name) counts: PURE_ONLY's functions in its modules, all else."""
+    module, _, key = name.partition("__mutmut_")[0].rpartition(".")
+    return module not in PURE_ONLY or any(fnmatch(key, pattern) for pattern in PURE_ONLY[module])
 
 
 @dataclass(frozen=True)
@@ -73,7 +96,9 @@ def main() -> int:
     parser.add_argument("patterns", nargs="*", help="only these mutants (mutmut name globs)")
     args = parser.parse_args()
     mutants = [
-        m for m in all_mutants() if not args.patterns or any(fnmatch(m.name, p) for p in args.patterns)
+        m
+        for m in all_mutants()
+        if judged(m.name) and (not args.patterns or any(fnmatch(m.name, p) for p in args.patterns))
     ]
     equivalents = {entry.key: entry.why for entry in read_equivalents(EQUIVALENTS)}
     by_module: dict[str, Counter[str]] = defaultdict(Counter)

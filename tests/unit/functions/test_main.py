@@ -74,8 +74,24 @@ def binary_headers(
     }
 
 
+def received(body: bytes, path: str = f"flow_runs/{RUN_ID}") -> dict[str, Any]:
+    """Contract §10's "received event" fields of a line, for binary_headers()' event carrying `body`."""
+    return {
+        "eventType": "google.cloud.firestore.document.v1.updated",
+        "eventSource": "//firestore.googleapis.com/projects/demo-project/databases/(default)",
+        "eventSubject": f"documents/{path}",
+        "eventTime": "2026-11-22T04:12:03.123Z",
+        "payloadSize": len(body),
+    }
+
+
+def picked(line: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """These fields of a log line; a field missing from it fails the test."""
+    return {key: line[key] for key in keys}
+
+
 @pytest.fixture(scope="module")
-def client() -> FlaskClient:
+def client(served_main: None) -> FlaskClient:
     return create_function_app().test_client()
 
 
@@ -85,6 +101,7 @@ class FakeExecution:
 
     calls: list[tuple[str, str]]
     outcome: str = "SUCCEEDED"
+    error_code: str | None = None
     raises: BaseException | None = None
     seen: list[Any] = field(default_factory=list)  # the version each claim is to be planned from
 
@@ -98,7 +115,7 @@ class FakeExecution:
             raise self.raises
         return SimpleNamespace(
             outcome=self.outcome,
-            error_code=None,
+            error_code=self.error_code,
             manifest_uri=f"gs://b/charts/{run_id}/{step_id}/manifest.json",
         )
 
@@ -139,6 +156,8 @@ def test_no_ready_step_is_a_200_with_an_info_line(
     assert noop["eventSubject"] == f"documents/flow_runs/{RUN_ID}"
     assert (noop["severity"], noop["runId"], noop["code"]) == ("INFO", RUN_ID, "NO_READY_STEP")
     assert noop["service"] == "worker-chart-export"
+    assert picked(noop, received(body)) == received(body)
+    assert noop["flowKey"] == "daily"
     assert fake_execution.calls == []
 
 
@@ -177,7 +196,8 @@ def test_poison_events_are_acknowledged_with_a_warning_naming_the_reason(
     warning = only([line for line in log_capture.lines() if line["severity"] == "WARNING"])
     assert reason in warning["reason"]
     assert warning["code"] == "FLOW_RUN_INVALID"
-    assert warning["eventType"] == "google.cloud.firestore.document.v1.updated"  # the received event
+    assert warning["message"] == "event ignored: not a decodable flow_run event"
+    assert picked(warning, received(body, path)) == received(body, path)  # the received event
     assert fake_execution.calls == []
 
 
@@ -188,6 +208,8 @@ def test_deleted_flow_run_is_a_noop(
     assert response.status_code == 200
     deleted = only(log_capture.events("event received: flow_run deleted, nothing to do"))
     assert deleted["code"] == "FLOW_RUN_NOT_FOUND"
+    body = protobuf_body(None)
+    assert (deleted["runId"], picked(deleted, received(body))) == (RUN_ID, received(body))
     assert fake_execution.calls == []
 
 
@@ -198,6 +220,7 @@ def test_deleted_flow_run_is_a_noop(
 def test_the_smallest_ready_chart_export_step_is_executed(
     client: FlaskClient, log_capture: LogCapture, fake_execution: FakeExecution, shape: str
 ) -> None:
+    fake_execution.outcome, fake_execution.error_code = "FAILED", "CHART_API_MOCK_MISSING"
     steps = {"charts_4h": chart_step(), "charts_1h": chart_step(), "a_done": chart_step("SUCCEEDED")}
     raw = protobuf_body(steps)
     if shape == "protobuf":
@@ -213,8 +236,16 @@ def test_the_smallest_ready_chart_export_step_is_executed(
     parsed = only(log_capture.events("parsed event"))
     assert parsed["readyChartExportSteps"] == ["charts_1h", "charts_4h"]
     assert parsed["flowKey"] == "daily"
+    formats = {"protobuf": "protobuf", "base64": "base64-protobuf", "json": "json"}
+    assert parsed["payloadFormat"] == formats[shape]
+    first = only(log_capture.events("event received"))
+    # a JSON body reaches the function parsed: its size is not known there
+    attributes = {**received(body), "payloadSize": None if shape == "json" else len(body)}
+    assert picked(first, attributes) == attributes and first["eventId"] == "evt-1"
     handled = only(log_capture.events("event handled"))
-    assert (handled["outcome"], handled["stepId"]) == ("SUCCEEDED", "charts_1h")
+    assert (handled["outcome"], handled["stepId"]) == ("FAILED", "charts_1h")
+    assert (handled["errorCode"], handled["runId"]) == ("CHART_API_MOCK_MISSING", RUN_ID)
+    assert handled["outputsManifestGcsUri"] == f"gs://b/charts/{RUN_ID}/charts_1h/manifest.json"
 
 
 def test_the_events_version_is_handed_to_the_claim(
@@ -240,7 +271,17 @@ def test_a_version_that_does_not_decode_whole_is_claimed_from_a_fresh_read(
     assert response.status_code == 200
     assert fake_execution.calls == [(RUN_ID, "s")]
     assert fake_execution.seen == [None]
-    assert only(log_capture.events("event document not decodable whole: the claim reads it first"))
+    warning = only(log_capture.events("event document not decodable whole: the claim reads it first"))
+    assert warning["reason"].startswith("the document holds a timestamp Firestore never writes: ")
+
+
+def test_a_version_without_an_update_time_is_claimed_from_a_fresh_read(
+    client: FlaskClient, fake_execution: FakeExecution
+) -> None:
+    """Firestore always sends one; without it there is no version to plan the claim from."""
+    response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
+    assert response.status_code == 200
+    assert fake_execution.seen == [None]
 
 
 def test_an_unsafe_run_id_is_still_delegated(client: FlaskClient, fake_execution: FakeExecution) -> None:
@@ -258,9 +299,10 @@ def test_claim_contention_fails_the_invocation_so_eventarc_redelivers(
     response = client.post("/", data=protobuf_body({"s": chart_step()}), headers=binary_headers())
     assert response.status_code == 500
     error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
-    assert "Eventarc redelivers" in error["message"]
+    assert error["message"] == "failing the invocation so Eventarc redelivers the event"
     assert error["reason"] == "claim gave up after contention; step still READY"
-    assert (error["runId"], error["stepId"]) == (RUN_ID, "s")
+    assert (error["runId"], error["stepId"], error["errorType"]) == (RUN_ID, "s", "RedeliverEvent")
+    assert "redelivery requested for step s" in response.text
 
 
 def test_a_result_that_could_not_be_recorded_fails_the_invocation_and_says_so(
@@ -283,6 +325,7 @@ def test_a_bucket_that_cannot_store_the_step_answers_503_with_one_error_line(
     error = only([line for line in log_capture.lines() if line["severity"] == "ERROR"])
     assert error["errorType"] == "StorageUnavailable" and "bucket 'bkt' not found" in error["reason"]
     assert "Traceback" not in log_capture.text
+    assert "redelivery requested for step s" in response.text
 
 
 def test_an_unexpected_crash_is_logged_with_its_traceback_and_gives_500(
@@ -294,6 +337,8 @@ def test_an_unexpected_crash_is_logged_with_its_traceback_and_gives_500(
     error = only(log_capture.events("event handling failed"))
     assert error["severity"] == "ERROR"
     assert "KeyError: 'boom'" in error["exception"]
+    assert (error["runId"], error["stepId"]) == (RUN_ID, "s")  # logged where the step is known
+    assert response.text == "500 Internal Server Error: event handling failed"  # the cause stays in the log
 
 
 def test_log_lines_carry_service_and_env_from_a_fresh_request_thread(
@@ -397,6 +442,8 @@ def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(
     assert error["severity"] == "ERROR"
     assert error["reason"] == "RuntimeError: decoder bug"
     assert "RuntimeError: decoder bug" in error["exception"]
+    body = protobuf_body({"s": chart_step()})
+    assert (error["code"], picked(error, received(body))) == ("FLOW_RUN_INVALID", received(body))
     assert fake_execution.calls == []
 
 

@@ -94,7 +94,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAdvanceStore]:
 
 
 @pytest.fixture(scope="module")
-def advance() -> FlaskClient:
+def advance(served_main: None) -> FlaskClient:
     return create_function_app("advance_flow").test_client()
 
 
@@ -279,7 +279,7 @@ def lease_reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLeaseReaper]:
 
 
 @pytest.fixture(scope="module")
-def reaper() -> FlaskClient:
+def reaper(served_main: None) -> FlaskClient:
     return create_function_app("reap_expired_leases").test_client()
 
 

@@ -179,7 +179,9 @@ def test_an_http_entry_that_raises_is_a_500_with_one_error_line(log_capture: Log
     install_request_logging(app)  # idempotent: one middleware, one line per request
     client = app.test_client()
     assert client.post("/").status_code == 200
-    assert client.post("/?fail=1").status_code == 500
+    response = client.post("/?fail=1")
+    assert response.status_code == 500
+    assert "<p>event handling failed</p>" in response.text and "store unavailable" not in response.text
     answered, failed = log_capture.lines()
     assert (answered["severity"], answered["message"], answered["httpStatus"]) == (
         "INFO",
@@ -188,3 +190,5 @@ def test_an_http_entry_that_raises_is_a_500_with_one_error_line(log_capture: Log
     )
     assert (failed["severity"], failed["message"]) == ("ERROR", "event handling failed")
     assert "RuntimeError: store unavailable" in failed["exception"]
+    assert (failed["reason"], failed["httpStatus"]) == ("RuntimeError: store unavailable", 500)
+    assert (failed["httpMethod"], failed["httpPath"]) == ("POST", "/")  # what identifies the request

@@ -15,11 +15,14 @@ import ast
 import copy
 import inspect
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from itertools import combinations, product
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -40,6 +43,8 @@ from unit.mutation.mutants import (
 )
 from worker_chart_export.adapters import account_views
 from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.firestore import run_documents
+from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
 from worker_chart_export.core import (
@@ -541,3 +546,315 @@ def test_a_template_no_configured_plan_allows_is_described_the_same(entry: Equiv
                     reached += 1
                     assert_same(entry, late(validation, "_unservable", "charts", template, plans))
     assert reached
+
+
+@checks
+def test_the_versions_remembered_are_the_same_for_any_writes(entry: Equivalent) -> None:
+    """Every sequence of four remembers and forgets over three runs, at capacities 1 to 3:
+    what is recalled of each run after each of them."""
+    writes = [("remember", "a"), ("remember", "b"), ("remember", "c"), ("forget", "a")]
+    for capacity in (1, 2, 3):
+        for ops in product(writes, repeat=4):
+            assert_same(entry, partial(recalled_after, capacity, ops), reaches=False)
+    assert_same(entry, partial(recalled_after, 1, (("remember", "a"), ("remember", "b"))))  # one drops out
+
+
+def recalled_after(capacity: int, ops: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+    written = run_documents.WrittenVersions(capacity)
+    seen = []
+    for n, (op, run_id) in enumerate(ops):
+        if op == "remember":
+            written.remember(run_id, Version({"n": n}, n))
+        else:
+            written.forget(run_id)
+        seen.append([written.recall(r) for r in ("a", "b", "c")])
+    return seen
+
+
+@checks
+def test_a_step_reads_the_same_from_a_raw_or_a_wrapped_document(entry: Equivalent) -> None:
+    """Reading through proto-plus's wrappers is slower, not different: for raw and wrapped
+    documents, with steps of every kind of value, a missing step and no steps at all."""
+    from google.events.cloud.firestore import Document
+
+    from worker_chart_export.functions.decoding import values
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    step = {"status": "READY", "n": 3, "x": 2.5, "ok": True, "none": None, "list": [1, "a"], "map": {}}
+    for fields in ({"steps": {"s": step, "t": {}}}, {"steps": {}}, {"other": 1}):
+        raw = build_document_event_data(name, fields).value
+        for document in (raw, Document.wrap(raw)):
+            for step_id in ("s", "t", "missing"):
+                assert_same(entry, late(values, "step_to_python", document, step_id))
+
+
+@checks
+def test_the_server_error_page_is_wrapped_alike_whatever_falsy_default_is_read(entry: Equivalent) -> None:
+    """`redacted` is read for its truth: a plain write_error (no attribute) is wrapped once,
+    however often the server starts."""
+    from gunicorn import util
+
+    from worker_chart_export.functions import serve
+
+    def starts(times: int) -> tuple[bool, ...]:
+        original = util.write_error
+        try:
+            seen = []
+            for _ in range(times):
+                serve._redact_server_errors()
+                seen.append(util.write_error is original)
+            wrapped = util.write_error
+            return (*seen, getattr(wrapped, "redacted", False))
+        finally:
+            util.write_error = original
+
+    for times in (1, 2, 3):
+        assert_same(entry, partial(starts, times))
+
+
+@checks
+def test_a_payload_starting_with_a_brace_splits_alike(entry: Equivalent) -> None:
+    """JSON text that starts with `{` parses to an object or not at all: the "not an object"
+    branch never runs, whatever its words."""
+    from worker_chart_export.functions.decoding import payload
+
+    samples = ["{", "{}", '{"value": {"name": "n"}}', '{"a": [1, 2]}', "{[1]}", '{"a": 1} trailing', " {} "]
+    for text in samples:
+        assert_same(entry, late(payload, "split_event_payload", text), reaches=text.strip().startswith("{"))
+        assert_same(entry, late(payload, "split_event_payload", text.encode()), reaches=False)
+    check_any_brace_text(entry)
+
+
+@given(st.text(max_size=40).map(lambda rest: "{" + rest))
+@MANY
+def check_any_brace_text(entry: Equivalent, text: str) -> None:
+    from worker_chart_export.functions.decoding import payload
+
+    assert_same(entry, late(payload, "split_event_payload", text))
+
+
+@checks
+def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
+    """SO_REUSEADDR is on for any non-zero value, and protocol 0 is TCP for a stream socket:
+    the same verdict on a free port, a port in use and another machine's address."""
+    import socket as sockets
+
+    from worker_chart_export.functions import serve
+
+    with sockets.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        with sockets.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            free = holder.getsockname()[1]
+        for host, port in (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy)):
+            assert_same(entry, late(serve, "listen_problem", host, port))
+
+
+@checks
+def test_a_status_line_gives_the_same_code(entry: Equivalent) -> None:
+    """PEP 3333's status is a three-digit code, one space, a reason phrase: the code is what
+    precedes the first space however the line is split; a line without a code is a 500."""
+    check_any_status_line(entry)
+    for line in ("200 OK", "503 SERVICE UNAVAILABLE", "404 Not\\tFound here", "abc", "20 x", "204 "):
+        assert_same(entry, partial(logged_status, line), reaches=False)
+
+
+@given(st.integers(100, 599), st.text(max_size=20).filter(lambda reason: reason.strip() == reason))
+@MANY
+def check_any_status_line(entry: Equivalent, code: int, reason: str) -> None:
+    assert_same(entry, partial(logged_status, f"{code} {reason}" if reason else f"{code} OK"))
+
+
+def logged_status(status_line: str) -> tuple[str, int]:
+    from worker_chart_export.functions import serve
+
+    lines: list[tuple[str, int]] = []
+
+    class Recorder:
+        def __getattr__(self, method: str) -> Callable[..., None]:
+            return lambda message, httpStatus, **_: lines.append((method, httpStatus))
+
+    original = serve._logger
+    serve._logger = Recorder  # type: ignore[assignment]
+    try:
+        serve._log_answer({}, status_line)
+    finally:
+        serve._logger = original  # type: ignore[assignment]
+    return lines[0]
+
+
+@checks
+def test_each_served_function_answers_alike_whatever_signature_create_function_app_names(
+    entry: Equivalent,
+) -> None:
+    """main.py's decorators register each function's signature with functions-framework,
+    which reads it when none is named: every target answers a GET, a garbage POST and an empty
+    POST the same."""
+    from functions_framework import _function_registry
+
+    from worker_chart_export.functions import main, serve
+
+    def answers(target: str) -> list[int]:
+        app = serve.create_function_app(target)
+        client = app.test_client()
+        return [
+            client.get("/").status_code,
+            client.post("/", data=b"\xff\x00", headers={"content-type": "application/json"}).status_code,
+            client.put("/").status_code,
+        ]
+
+    loaded = _function_registry.load_function_module
+    served = SimpleNamespace(loader=SimpleNamespace(exec_module=lambda module: None))
+    _function_registry.load_function_module = lambda source: (main, served)  # the imported module
+    try:
+        for target in serve.SIGNATURES:
+            assert_same(entry, partial(answers, target))
+    finally:
+        _function_registry.load_function_module = loaded
+
+
+@checks
+def test_recording_an_answer_is_the_same_for_any_answer(entry: Equivalent, tmp_path: Path) -> None:
+    """A 200's body is read by nothing but `classify`, which calls any 200 a success; a
+    fixture's reason is upper-cased into its name: what is recorded and returned is the same
+    for a chart, answers about the request with and without words, and transient ones."""
+    from harness.chart_img_server import PNG, chart_call
+    from worker_chart_export.adapters.chart_img.http import HttpAnswer
+    from worker_chart_export.adapters.chart_img.record import RecordSession
+    from worker_chart_export.adapters.chart_img.session import Rendered
+    from worker_chart_export.adapters.fixtures import FixtureLibrary
+    from worker_chart_export.core.error_codes import StepError
+    from worker_chart_export.core.types import ChartFailure, ChartSuccess
+
+    answers = [
+        HttpAnswer(200, PNG, "image/png"),
+        HttpAnswer(422, b"{}", "application/json"),
+        HttpAnswer(422, b'{"message": "Invalid Symbol"}', "application/json"),
+        HttpAnswer(400, b"bad request", "text/plain"),
+        HttpAnswer(429, b'{"message": "Limit Exceeded"}', "application/json"),
+        HttpAnswer(503, b"", "text/plain"),
+    ]
+
+    class Real:
+        def __init__(self, answer: HttpAnswer) -> None:
+            self.answer = answer
+
+        def render_with_answer(self, call: Any) -> Rendered:
+            if self.answer.status == 200:
+                return Rendered(ChartSuccess(self.answer.content, "acc1"), self.answer)
+            return Rendered(ChartFailure(StepError(ErrorCode.CHART_API_FAILED, "refused")), self.answer)
+
+    def record(answer: HttpAnswer) -> tuple[Any, list[str]]:
+        folder = Path(tempfile.mkdtemp(dir=tmp_path))  # a library of its own each time
+        result = RecordSession(FixtureLibrary(folder), Real(answer)).render(chart_call("tpl"))  # type: ignore[arg-type]
+        return result, sorted(p.name for p in folder.rglob("*") if p.is_file())
+
+    for answer in answers:
+        assert_same(entry, partial(record, answer))
+
+
+@checks
+def test_a_redacted_answer_is_the_same_whether_or_not_it_is_copied(entry: Equivalent) -> None:
+    """An answer with nothing to redact, copied or not, is equal field for field (it is
+    frozen: nothing can tell the copy apart but `is`); one with a key is redacted alike."""
+    from worker_chart_export.adapters.chart_img.http import HttpAnswer
+    from worker_chart_export.core.redaction import Redaction
+
+    key = "sk_check_redaction_0123456789abcdef"
+    for content in (b"", b'{"message": "Forbidden"}', f'{{"message": "bad key {key}"}}'.encode(), b"\x89PNG"):
+        for keys in (frozenset(), frozenset({key})):
+            answer = HttpAnswer(403, content, "application/json", retry_after=1.5)
+            assert_same(entry, late(answer, "redacted", Redaction(keys)))
+
+
+@checks
+def test_a_first_wave_is_prepaid_alike_however_its_leases_are_zipped(
+    entry: Equivalent, tmp_path: Path
+) -> None:
+    """acquire_many answers one lease (or None) per call of the wave, aligned with it: zipping
+    strictly or not pairs the same calls with the same leases, for waves of 1 to 4 calls on
+    one or two accounts, with some days' quota left or none."""
+    from harness.chart_img_server import chart_call
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig, png
+
+    def prepaid(accounts: tuple[str, ...], size: int, daily_limit: int) -> list[tuple[str, str]]:
+        r = make_rig([png()], LogCapture(), tmp_path, accounts=accounts, chart_img_daily_limit=daily_limit)
+        wave = [chart_call(f"tpl_{i}") for i in range(size)]
+        with r.api.for_step(wave, r.budget()) as step:
+            return sorted((key[2], lease.account_id) for key, lease in step.prepaid.items())
+
+    for accounts, size, limit in product((("acc1",), ("acc1", "acc2")), (1, 2, 4), (1, 3, 50)):
+        assert_same(entry, partial(prepaid, accounts, size, limit))
+
+
+@checks
+def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Path) -> None:
+    """httpx upper-cases a method and matches header names in any case; a timeout's own words
+    and request are read by nobody (a failure names the exception's type): every kind of
+    exchange ends the same, as the chart API reports it, with the same requests sent and
+    waits made."""
+    from email.utils import format_datetime
+
+    import httpx
+
+    from harness.chart_img_server import PNG
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    PNG_TYPE, TOO_MANY = {"content-type": "image/png"}, {"message": "Too Many Requests"}
+    ACCOUNTS = ("acc1", "acc2")
+
+    def trickle(clock: Any, seconds: float) -> Iterator[bytes]:
+        for part in (PNG[:5], PNG[5:]):
+            clock.advance(seconds)
+            yield part
+
+    def exchange(kind: str) -> tuple[Any, ...]:
+        r = make_rig([], LogCapture(), tmp_path, accounts=ACCOUNTS, chart_img_request_timeout_seconds=4.0)
+        later = format_datetime(r.clock.now() + timedelta(seconds=3), usegmt=True)
+        answers = {
+            "png": [httpx.Response(200, content=PNG, headers=PNG_TYPE)],
+            "chunks": [httpx.Response(200, content=iter([PNG[:5], PNG[5:]]), headers=PNG_TYPE)],
+            "edge": [httpx.Response(200, content=trickle(r.clock, 2.0))],
+            "trickle": [httpx.Response(200, content=trickle(r.clock, 2.5))],
+            "untyped": [httpx.Response(200, content=b"<html/>")],
+            "refused": [httpx.Response(422, json={"message": "Invalid Symbol"})],
+            "dated": [httpx.Response(429, json=TOO_MANY, headers={"Retry-After": later})],
+            "seconds": [httpx.Response(429, json=TOO_MANY, headers={"retry-after": "2"})],
+        }[kind]
+        r.transport.answers = [*answers, httpx.Response(200, content=PNG, headers=PNG_TYPE)]
+        result = r.render()
+        sent = [(q.method, q.headers.get("x-api-key") is not None, q.url.path) for q in r.transport.seen]
+        return result, sent, [s for s in r.clock.sleeps if s]
+
+    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds"):
+        assert_same(entry, partial(exchange, kind))
+
+
+@checks
+def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
+    """A string falls through to `getattr(raw, kind)` when not checked first; the CHART_EXPORT
+    filter before the summaries only spares work (the summaries are judged again); an update
+    always carries its document's bytes: every kind of value, and events with every mix of
+    steps, decode the same."""
+    from google.protobuf import json_format
+
+    from unit.functions.decoding.test_events import cloud_event, flow_run_fields, protobuf_payload, step
+    from worker_chart_export.functions.decoding import events, values
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    fields = {"s": "text", "n": 3, "x": 2.5, "ok": True, "none": None, "list": [1, "a"], "map": {"k": "v"}}
+    raw = build_document_event_data(name, fields).value
+    assert_same(entry, late(values, "document_to_python", raw), reaches=False)
+    kinds = [step(), step(status="PENDING"), step("LLM_REPORT"), {"note": "READY CHART_EXPORT"}, "READY"]
+    for mix in product(kinds, repeat=2):
+        steps = {f"s{i}": value for i, value in enumerate(mix)}
+        for data in (protobuf_payload(flow_run_fields(steps)), json_format.MessageToDict(
+            build_document_event_data(name, flow_run_fields(steps))
+        )):
+            assert_same(entry, late(events, "decode_event", cloud_event(data)), reaches=False)

@@ -6,10 +6,11 @@ import dataclasses
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -28,7 +29,7 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimOutcome, ClaimStatus
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -91,15 +92,69 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
     ):
         assert expected in messages
     assert all(line["runId"] == "run1" and line["stepId"] == "charts" for line in log_capture.lines())
+    # what an operator reads of the step in the logs, field by field
+    [claimed] = log_capture.events("claim succeeded")
+    assert picked(claimed, "attempt", "flowKey", "durationMs") == {
+        "attempt": 1,
+        "flowKey": "test_flow",
+        "durationMs": 0.0,
+    }
+    uri = "gs://bkt/charts/run1/charts/manifest.json"
+    [written] = log_capture.events("manifest written")
+    assert picked(written, "gcsUri", "itemsCount", "failuresCount", "minImages") == {
+        "gcsUri": uri,
+        "itemsCount": 3,
+        "failuresCount": 0,
+        "minImages": 2,
+    }
+    [completed] = log_capture.events("step completed")
+    counts = ("itemsCount", "failuresCount", "minImages")
+    assert picked(completed, "status", "error", *counts, "outputsManifestGcsUri", "finalized") == {
+        "status": "SUCCEEDED",
+        "error": None,
+        "itemsCount": 3,
+        "failuresCount": 0,
+        "minImages": 2,
+        "outputsManifestGcsUri": uri,
+        "finalized": True,
+    }
+    assert (report.manifest_uri, report.min_images, report.finalized) == (uri, 2, True)
+    assert (report.run_id, report.message, report.error_code) == ("run1", "", None)
 
 
-def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path) -> None:
+def picked(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """These fields of a log line; a field missing from it fails the test."""
+    return {key: line[key] for key in keys}
+
+
+def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path, log_capture: Any) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}))
     execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     before = world.store.read()
     report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "NOOP" and report.error_code == "STEP_CLAIM_CONFLICT"
     assert world.store.read() == before
+    reason = "step charts is SUCCEEDED, not READY"
+    said = (report.run_id, report.step_id, report.charts_api_mode, report.message)
+    assert said == ("run1", "charts", "mock", reason)
+    [noop] = log_capture.events("claim not taken: no-op")
+    assert picked(noop, "code", "reason") == {"code": "STEP_CLAIM_CONFLICT", "reason": reason}
+
+
+def test_a_run_that_is_gone_is_a_flow_run_not_found_noop(tmp_path: Path, log_capture: Any) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=GoneRunStore())
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert (report.outcome, report.error_code) == ("NOOP", "FLOW_RUN_NOT_FOUND")
+    assert report.message == "flow_run run1 does not exist"
+    [noop] = log_capture.events("claim not taken: no-op")
+    assert picked(noop, "code", "reason") == {"code": "FLOW_RUN_NOT_FOUND", "reason": report.message}
+
+
+class GoneRunStore:
+    """A run deleted before its claim: every claim finds no document."""
+
+    def claim_step(self, run_id: str, step_id: str, **_: Any) -> ClaimOutcome:
+        return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
 
 
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])
@@ -111,7 +166,7 @@ def test_step_not_ready_is_never_touched(tmp_path: Path, status: str) -> None:
     assert not (tmp_path / "gcs").exists()
 
 
-def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
+def test_partial_failures_and_min_images_decide(tmp_path: Path, log_capture: Any) -> None:
     # BROKENUSDT has an error fixture only for price_psar_adi_v1; the other two have no fixture at all.
     doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")
     world = make_world(tmp_path, doc)
@@ -120,9 +175,31 @@ def test_partial_failures_and_min_images_decide(tmp_path: Path) -> None:
     step = world.step()
     assert step["status"] == "FAILED"
     assert step["error"]["code"] == "CHART_API_MOCK_MISSING"  # 2 missing beat 1 CHART_API_FAILED
+    assert step["error"]["details"] == {
+        "itemsCount": 0,
+        "minImages": 2,
+        "requestedCount": 3,
+        "failureCodes": {"CHART_API_FAILED": 1, "CHART_API_MOCK_MISSING": 2},
+    }
     assert step["outputs"]["outputsManifestGcsUri"].endswith("/manifest.json")  # kept for diagnostics
     codes = [f["error"]["code"] for f in world.manifest()["failures"]]
     assert codes == ["CHART_API_FAILED", "CHART_API_MOCK_MISSING", "CHART_API_MOCK_MISSING"]
+    # what `run-local` prints and the log says of the failed step
+    assert report.to_summary() == {
+        "status": "FAILED",
+        "runId": "run1",
+        "stepId": "charts",
+        "outputsManifestGcsUri": "gs://bkt/charts/run1/charts/manifest.json",
+        "itemsCount": 0,
+        "failuresCount": 3,
+        "minImages": 2,
+        "chartsApiMode": "mock",
+        "errorCode": "CHART_API_MOCK_MISSING",
+        "message": step["error"]["message"],
+    }
+    assert step["error"]["message"].startswith("0 of 3 charts rendered, fewer than minImages=2")
+    [completed] = log_capture.events("step completed")
+    assert completed["error"] == {"code": "CHART_API_MOCK_MISSING", "message": step["error"]["message"]}
 
 
 def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
@@ -178,7 +255,7 @@ def test_png_write_failures_are_gcs_write_failed(tmp_path: Path) -> None:
     assert {f["error"]["code"] for f in world.manifest()["failures"]} == {"GCS_WRITE_FAILED"}
 
 
-def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path) -> None:
+def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Path, log_capture: Any) -> None:
     base = make_world(tmp_path, flow_run({"charts": chart_step()}))
     world = make_world(
         tmp_path,
@@ -189,7 +266,16 @@ def test_manifest_write_failure_fails_the_step_without_manifest_uri(tmp_path: Pa
     assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "outputs" not in step
-    assert step["error"]["details"]["itemsCount"] == 3
+    cause = "gs://bkt/charts/run1/charts/manifest.json: HTTP 503 after 4 attempts"
+    error = {
+        "code": "MANIFEST_WRITE_FAILED",
+        "message": f"manifest could not be written: {cause}",
+        "details": {"itemsCount": 3, "failuresCount": 0, "minImages": 2},
+    }
+    assert step["error"] == error
+    assert (report.items_count, report.failures_count, report.min_images) == (3, 0, 2)
+    [line] = log_capture.events("manifest write failed")
+    assert (line["severity"], line["error"]) == ("ERROR", error)
 
 
 class ChartApiDouble:
@@ -260,7 +346,9 @@ class SlowChartApi(ChartApiDouble):
         return self.inner.render(call)
 
 
-def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: Path) -> None:
+def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
+    tmp_path: Path, log_capture: Any
+) -> None:
     api = SlowChartApi("momentum_rsi_macd_v1")
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
     # charts get 4 s (5.3 - 0.3 finalize - 1.0 manifest): the two fast ones need a fraction of
@@ -272,7 +360,16 @@ def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(tmp_path: 
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
     [failure] = world.manifest()["failures"]
-    assert failure["error"]["details"]["reason"] == "STEP_BUDGET_EXHAUSTED"
+    assert failure["error"] == {
+        "code": "CHART_API_FAILED",
+        "message": "the step's time budget (5s) ran out before momentum_rsi_macd_v1 was rendered",
+        "details": {
+            "reason": "STEP_BUDGET_EXHAUSTED",
+            "fixtureKey": "BINANCE_BTCUSDT__1h__momentum_rsi_macd_v1",
+        },
+    }
+    [abandoned] = log_capture.events("chart abandoned: step budget exhausted")
+    assert (abandoned["severity"], abandoned["chartTemplateId"]) == ("WARNING", "momentum_rsi_macd_v1")
 
 
 @dataclass
@@ -457,7 +554,10 @@ def test_result_refused_by_the_store_is_replaced_by_a_bare_failure(tmp_path: Pat
         "(SUCCEEDED) could not be recorded: ValueError: 400 maximum entity size" in step["error"]["message"]
     )
     assert [f.status.value for f in refusing.finals] == ["SUCCEEDED", "FAILED"]
-    assert log_capture.events("finalize refused: recording a bare failure instead")[0]["severity"] == "ERROR"
+    [refused] = log_capture.events("finalize refused: recording a bare failure instead")
+    reason = "ValueError: 400 maximum entity size is 1048576 bytes"
+    assert (refused["severity"], refused["intendedStatus"]) == ("ERROR", "SUCCEEDED")
+    assert refused["error"] == {"code": "FIRESTORE_FINALIZE_FAILED", "message": reason}
 
 
 def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_capture: Any) -> None:
@@ -466,7 +566,10 @@ def test_store_refusing_even_the_bare_failure_fails_loudly(tmp_path: Path, log_c
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=refusing)
     with pytest.raises(FinalizeFailed, match="could not be finalized"):
         execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
-    assert log_capture.events("finalize failed")[0]["severity"] == "ERROR"
+    [failed] = log_capture.events("finalize failed")
+    reason = "ValueError: 400 maximum entity size is 1048576 bytes"
+    assert failed["severity"] == "ERROR"
+    assert failed["error"] == {"code": "FIRESTORE_FINALIZE_FAILED", "message": reason}
 
 
 def test_outputs_of_the_wrong_shape_do_not_strand_the_step(tmp_path: Path) -> None:
@@ -579,3 +682,42 @@ def test_a_key_in_a_failure_or_a_crash_never_reaches_the_run_or_the_manifest(tmp
     )
     written = [p.read_text() for p in tmp_path.rglob("*.json") if p.name != "flow_run.json"]
     assert len(written) >= 3 and leaks(written, [ECHOED_KEY]) == []
+
+
+class RecordingPool(ThreadPoolExecutor):
+    """The render pool, recording how it was sized, named and shut down."""
+
+    made: ClassVar[list[RecordingPool]] = []
+
+    def __init__(self, max_workers: int | None = None, thread_name_prefix: str = "", **options: Any) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix, **options)
+        self.asked = {"max_workers": max_workers, "thread_name_prefix": thread_name_prefix, **options}
+        self.shutdowns: list[dict[str, Any]] = []
+        RecordingPool.made.append(self)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.shutdowns.append({"wait": wait, "cancel_futures": cancel_futures})
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+@pytest.mark.parametrize(("concurrency", "requests", "workers"), [(2, 3, 2), (8, 3, 3), (1, 1, 1)])
+def test_a_step_renders_on_at_most_chart_concurrency_threads_and_leaves_late_charts_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int, requests: int, workers: int
+) -> None:
+    """CHART_CONCURRENCY bounds one step's renders (no more threads than charts); the pool's
+    threads are named for a traceback, and it is shut down without waiting for late charts,
+    cancelling those that never started."""
+    import worker_chart_export.service.render as render_module
+
+    monkeypatch.setattr(render_module, "ThreadPoolExecutor", RecordingPool)
+    monkeypatch.setattr(RecordingPool, "made", [])
+    step = chart_step()
+    step["inputs"]["requests"] = step["inputs"]["requests"][:requests]
+    step["inputs"]["minImages"] = 1
+    world = make_world(tmp_path, flow_run({"charts": step}))
+    limits = dataclasses.replace(LIMITS, chart_concurrency=concurrency)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
+    assert report.outcome == "SUCCEEDED" and report.items_count == requests
+    [pool] = RecordingPool.made
+    assert pool.asked == {"max_workers": workers, "thread_name_prefix": "chart"}
+    assert pool.shutdowns == [{"wait": False, "cancel_futures": True}]

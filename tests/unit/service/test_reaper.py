@@ -96,6 +96,7 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(log_captur
     assert store.leases == {}
     [line] = log_capture.events("step lease expired: READY again")
     assert (line["runId"], line["stepId"], line["severity"]) == (RUN, STEP, "WARNING")
+    assert line["leaseExpiresAt"] == "2026-11-22T04:05:00.000Z"  # when the dead execution's lease ended
     # the dead execution's late finalize is refused
     late = store.finalize_step(RUN, STEP, token="tok-dead", final=StepFinal(StepStatus.SUCCEEDED, EXPIRED))
     assert not late.written and step_of(store)["status"] == "READY"
@@ -119,6 +120,8 @@ def test_the_last_attempt_fails_with_step_lease_expired(log_capture: LogCapture)
     }
     assert store.leases == {}
     [line] = log_capture.events("step lease expired: FAILED")
+    assert (line["runId"], line["stepId"], line["leaseExpiresAt"]) == (RUN, STEP, "2026-11-22T04:05:00.000Z")
+    assert line["severity"] == "ERROR"
     assert line["error"] == {"code": "STEP_LEASE_EXPIRED"} and line["maxAttempts"] == 3
 
 
@@ -130,7 +133,7 @@ def test_max_attempts_is_the_reapers_to_choose(attempt: int, max_attempts: int, 
     assert step_of(store)["status"] == status and step_of(store)["attempt"] == attempt
 
 
-def test_a_step_finished_meanwhile_is_left_finished() -> None:
+def test_a_step_finished_meanwhile_is_left_finished(log_capture: LogCapture) -> None:
     store = store_with(RUN)
     claim(store, "tok-late")
     final = StepFinal(StepStatus.SUCCEEDED, NOW + LEASE, outputs={"o": 1})
@@ -142,6 +145,9 @@ def test_a_step_finished_meanwhile_is_left_finished() -> None:
     assert report.outcomes == {ReapOutcome.SUPERSEDED: [f"{RUN}/{STEP}"]}
     step = step_of(store)
     assert step["status"] == "SUCCEEDED" and step["outputs"] == {"o": 1} and "error" not in step
+    [line] = log_capture.events("lease left alone")
+    assert (line["runId"], line["stepId"], line["outcome"]) == (RUN, STEP, "SUPERSEDED")
+    assert (line["severity"], line["leaseExpiresAt"]) == ("INFO", "2026-11-22T04:05:00.000Z")
 
 
 def test_a_step_claimed_again_meanwhile_keeps_its_new_claim_and_lease() -> None:
@@ -195,7 +201,8 @@ def test_a_lease_that_cannot_be_reaped_is_counted_and_the_pass_goes_on(log_captu
     assert step_of(store, "run_a")["status"] == "RUNNING" and store.lease_of("run_a", STEP) is not None
     assert step_of(store, "run_b")["status"] == "READY"
     [failed] = log_capture.events("reap failed")
-    assert (failed["runId"], failed["severity"]) == ("run_a", "WARNING")
+    assert (failed["runId"], failed["stepId"], failed["severity"]) == ("run_a", STEP, "WARNING")
+    assert failed["reason"] == f"reap of step {STEP}: 503 Service Unavailable"
     [finished] = log_capture.events("reaper pass finished")
     assert finished["errors"] == report.errors and finished["counts"] == {"retried": 1}
 

@@ -67,6 +67,7 @@ class ListingArtifacts:
         self.inner, self.refuse, self.bucket = inner, refuse, inner.bucket
         self.listings: list[tuple[str, str]] = []
         self.reads: list[str] = []
+        self.read_sizes: list[int] = []
         self.unreadable: set[str] = set()
 
     def check_bucket(self) -> None:
@@ -83,6 +84,7 @@ class ListingArtifacts:
 
     def read_head(self, object_path: str, size: int) -> bytes:
         self.reads.append(object_path)
+        self.read_sizes.append(size)
         if object_path in self.unreadable:
             raise ArtifactReadError(f"reading gs://bkt/{object_path} failed after 3 attempts: HTTP 503")
         return self.inner.read_head(object_path, size)
@@ -147,6 +149,7 @@ def test_a_retry_renders_only_the_charts_the_dead_execution_did_not_write(
     assert report.outcome == "SUCCEEDED" and report.items_count == 3
     assert sorted(retry.charts.rendered) == sorted(TEMPLATES[2:])  # n - k calls
     assert len(retry.artifacts.listings) == 1  # one listing of the step's folder
+    assert retry.artifacts.read_sizes == [8, 8]  # of each PNG reused, its 8-byte signature only
     items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
     for template, uri in earlier.items():
         assert items[template]["png_gcs_uri"] == uri and items[template]["meta"]["reused"] is True

@@ -215,12 +215,17 @@ def test_the_reaper_gives_the_step_back_and_the_retry_finishes_it_from_the_paid_
     assert all(item["meta"]["reused"] is True for item in manifest["items"])
 
 
-def test_only_a_superseded_claim_ends_an_execution_at_the_fence(step: Step) -> None:
+def test_only_a_superseded_claim_ends_an_execution_at_the_fence(step: Step, log_capture: LogCapture) -> None:
     """The fence answering "no longer ours" is the one verdict that ends the execution."""
     step.runs.superseded = True
     report = step.execute()
     assert report.outcome == "FAILED" and report.error_code == "STEP_LEASE_EXPIRED"
     assert not [o for o in step.objects() if o.endswith("manifest.json")]
+    # the charts it did render are still counted in what it reports
+    assert (report.items_count, report.failures_count, report.min_images) == (3, 0, 2)
+    [line] = log_capture.events("manifest not written: claim superseded")
+    reason = "charts/run1/charts/manifest.json: the claim was taken back before the manifest was written"
+    assert (line["severity"], line["reason"]) == ("WARNING", reason)
 
 
 def test_a_crash_is_still_recorded_while_a_redelivery_is_not(step: Step, log_capture: LogCapture) -> None:

@@ -105,12 +105,14 @@ def make_rig(
     mode: str = "real",
     latency: float = 0.0,
     store: InMemoryUsageStore | None = None,
+    plans: dict[str, str] | None = None,  # account -> its declared plan (else CHART_IMG_PLAN's)
     **settings: Any,
 ) -> Rig:
+    plans = plans or {}
     clock = FakeClock()
     transport = Scripted(clock, answers, latency)
     store = store or InMemoryUsageStore()
-    config = [{"id": a, "apiKey": KEYS[a]} for a in accounts]
+    config = [{"id": a, "apiKey": KEYS[a], **({"plan": plans[a]} if a in plans else {})} for a in accounts]
     values: dict[str, Any] = {
         "charts_api_mode": mode,
         "chart_img_base_url": "https://chart-img.test",

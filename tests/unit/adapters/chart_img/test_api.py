@@ -5,6 +5,7 @@ FakeClock (scripted.py); and build_chart_api's choice of adapter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.chart_img_server import PNG, FakeClock
+from harness.chart_img_server import PNG, FakeClock, chart_call
 from unit.adapters.chart_img.scripted import KEYS, Rig, answer, failure, png
 from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img import RealChartApi, Seams
@@ -23,7 +24,7 @@ from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
-from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartSuccess
 from worker_chart_export.settings import Settings
 
 # --- the happy path ------------------------------------------------------------------------
@@ -54,6 +55,34 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
     assert expected.items() <= done.items()
     assert isinstance(done["durationMs"], int)
     assert "x-api-key" not in r.logs.text.lower()
+    assert started["timeoutSeconds"] == 10.0  # CHART_IMG_REQUEST_TIMEOUT_SECONDS, within the budget
+
+
+def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: Callable[..., Rig]) -> None:
+    html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
+    r = rig([answer(500, "Something Went Wrong"), html], accounts=("acc1", "acc2"), latency=1.25)
+    error = failure(r.render(budget_seconds=7.12345))
+    assert error["details"]["bytes"] == len(b"<html>oops</html>")
+    started = [line["timeoutSeconds"] for line in r.logs.events("chart api attempt started")]
+    assert started == [7.123, pytest.approx(7.12345 - 1.25 - 0.75, abs=0.001)]  # what the budget left
+    first, second = r.logs.events("chartsApi.request")
+    said = ("status", "httpStatus", "errorCode", "errorKind", "apiMessage")
+    assert {k: first[k] for k in (*said, "durationMs")} == {
+        "status": "failed",
+        "httpStatus": 500,
+        "errorCode": "CHART_API_FAILED",
+        "errorKind": "http",
+        "apiMessage": "Something Went Wrong",
+        "durationMs": 1250,
+    }
+    assert {k: second[k] for k in (*said, "severity")} == {
+        "status": "failed",
+        "httpStatus": 200,
+        "errorCode": "CHART_API_FAILED",
+        "errorKind": "http",
+        "apiMessage": None,
+        "severity": "WARNING",
+    }
 
 
 # --- classification ------------------------------------------------------------------------
@@ -257,6 +286,7 @@ def test_transport_errors_are_retried_then_fail(rig: Callable[..., Rig], exc: Ex
     error = failure(r.render())
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["errorKind"] == kind
+    assert error["details"]["exception"] == type(exc).__name__
     assert error["details"]["attempts"] == 3
     assert len(r.transport.seen) == 3
     assert all(e["httpStatus"] is None for e in r.logs.events("chartsApi.request"))
@@ -328,6 +358,8 @@ def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
     assert r.api.limiter.exhausted_accounts() == ()
     (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
     assert (cooling["accountId"], cooling["cooldownSeconds"]) == ("acc1", 1.0)
+    # no Retry-After came; acc2 has not heard a 429: CHART-IMG is not throttling everyone
+    assert (cooling["retryAfterSeconds"], cooling["chartImgThrottling"]) == (None, False)
     r.clock.advance(1.0)  # the first cooldown is over: acc1 (less used) is picked again
     assert r.render(template="tpl_b") == ChartSuccess(PNG, "acc1")
 
@@ -346,6 +378,9 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.render() == ChartSuccess(PNG, "acc1")
     assert [s for s in r.clock.sleeps if s] == [pytest.approx(2.0)]  # the cooldown, then the same key
     assert r.transport.accounts == ["acc1", "acc1"]
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["cooldownSeconds"], cooling["retryAfterSeconds"]) == (2.0, 2.0)
+    assert cooling["chartImgThrottling"] is True  # every usable key (the only one) heard 429
     assert r.api.limiter.exhausted_accounts() == ()
 
 
@@ -374,6 +409,7 @@ def test_only_429s_give_limit_exceeded_and_one_error_event_per_step(rig: Callabl
     assert event["severity"] == "ERROR"
     assert event["error"] == {"code": "CHART_API_LIMIT_EXCEEDED"}
     assert event["exhaustedAccounts"] == ["acc1", "acc2"]
+    assert event["chartsApi"] == {"mode": "real"}
     assert (event["runId"], event["stepId"], event["service"], event["env"]) == (
         "run-1",
         "step-1",
@@ -412,8 +448,13 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
     r = rig([png()], store=Down())
     error = failure(r.render())
     assert error["code"] == "CHART_API_FAILED"
-    assert error["details"]["errorKind"] == "usage_store"
+    assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
+    # retried (no call was made: no attempt counted), as the store may come back
+    assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
     assert r.transport.seen == []
+    lines = r.logs.events("chart-img usage store unavailable")
+    assert len(lines) == 3 and lines[0]["errorKind"] == "TransientStoreError"
+    assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
 
 
 # --- wiring --------------------------------------------------------------------------------
@@ -451,3 +492,46 @@ def test_build_real_failure_codes_are_error_codes(rig: Callable[..., Rig]) -> No
     r = rig([answer(422, "Invalid Symbol")])
     assert isinstance(r.api, RealChartApi) and r.api.mode == "real"
     assert failure(r.render())["code"] == ErrorCode.CHART_API_FAILED.value
+
+
+# --- each account's plan -------------------------------------------------------------------
+
+
+def pro_only(template: str = "tpl_pro") -> ChartCall:
+    """A call only a PRO account may serve (its template asks for more than BASIC allows)."""
+    return dataclasses.replace(chart_call(template), serving_plans=frozenset({"PRO"}))
+
+
+def test_a_call_goes_only_to_an_account_whose_plan_serves_it(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], accounts=("acc1", "acc2"), plans={"acc1": "BASIC", "acc2": "PRO"})
+    for _ in range(3):  # whatever the order the accounts would otherwise be picked in
+        with r.session() as step:
+            assert step.render(pro_only()) == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc2", "acc2", "acc2"]
+
+
+def test_a_request_every_account_of_its_plan_refused_fails_alone(rig: Callable[..., Rig]) -> None:
+    """The BASIC account could not have served it: once the only PRO account refused this very
+    request, the request is what is refused, and no key is set aside."""
+    r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"), plans={"acc1": "PRO", "acc2": "BASIC"})
+    with r.session() as step:
+        error = failure(step.render(pro_only()))
+    assert error["details"]["errorKind"] == "request_refused" and error["details"]["refusedBy"] == ["acc1"]
+    assert r.transport.accounts == ["acc1"]
+    assert list(r.api.limiter.usable_accounts()) == ["acc1", "acc2"]  # both keys stay in service
+
+
+def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[..., Rig]) -> None:
+    """Disabled for refusing two requests, the key is probed once its hold passes; refused on
+    that probe, it is disabled again at once, and the ERROR line says it was the probe."""
+    r = rig([answer(403, "Forbidden")], chart_img_max_attempts=1)
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request refused too: the key is disabled
+    assert [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")] == [
+        "key refused for two requests"
+    ]
+    r.clock.advance(16 * 60)  # past the hold: the next call is the key's probe
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
+    assert rules == ["key refused for two requests", "key refused on its probe"]
+    assert len(r.transport.seen) == 3

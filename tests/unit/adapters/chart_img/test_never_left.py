@@ -57,7 +57,12 @@ def test_an_attempt_that_may_have_reached_chart_img_keeps_its_unit(
     error = failure(r.render())
     assert doc(r)["usageToday"] == 3 and "refundedToday" not in doc(r)
     assert "unitGivenBack" not in error["details"]
-    assert all("unitGivenBack" not in e for e in r.logs.events("chartsApi.request"))
+    kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+    assert error["message"] == f"CHART-IMG could not be reached ({kind}: {type(exc).__name__})"
+    lines = r.logs.events("chartsApi.request")
+    assert all("unitGivenBack" not in e for e in lines)
+    said = {(e["status"], e["errorCode"], e["errorKind"], e["httpStatus"], e["severity"]) for e in lines}
+    assert said == {("failed", "CHART_API_FAILED", kind, None, "WARNING")}
 
 
 def test_a_refused_connection_then_an_answer_counts_only_the_answer(rig: Callable[..., Rig]) -> None:

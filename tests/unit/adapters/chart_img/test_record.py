@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -35,6 +36,29 @@ def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp
         "accountId": "acc1",
         "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a",
     }
+    the_call = {
+        "runId": "run-1",
+        "stepId": "step-1",
+        "chartTemplateId": "tpl_a",
+        "chartsApi": {"mode": "record", "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a"},
+    }
+    (recorded,) = r.logs.events("chart api fixture recorded")
+    assert picked(recorded, *the_call, "fixture", "httpStatus") == {
+        **the_call,
+        "fixture": "BINANCE_BTCUSDT__1h__tpl_a.png",
+        "httpStatus": 200,
+    }
+    (replayed,) = r.logs.events("chart api fixture replayed")
+    assert picked(replayed, *the_call, "status", "errorCode") == {
+        **the_call,
+        "status": "succeeded",
+        "errorCode": None,
+    }
+
+
+def picked(line: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """These fields of a log line; a field missing from it fails the test."""
+    return {key: line[key] for key in keys}
 
 
 def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
@@ -47,6 +71,39 @@ def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig
     replayed = MockChartApi(FixtureLibrary(tmp_path / "fixtures")).render(chart_call("tpl_b"))
     assert failure(replayed)["message"] == recorded["message"]
     assert failure(replayed)["code"] == recorded["code"] == "CHART_API_FAILED"
+    (line,) = r.logs.events("chart api fixture recorded")
+    assert (line["fixture"], line["httpStatus"]) == (path.name, 422)
+    # replayed through record mode too: the failure as recorded, and said so
+    assert failure(r.render(template="tpl_b")) == failure(replayed)
+    (line,) = r.logs.events("chart api fixture replayed")
+    assert (line["status"], line["errorCode"], line["chartTemplateId"]) == (
+        "failed",
+        "CHART_API_FAILED",
+        "tpl_b",
+    )
+
+
+def test_an_answer_about_the_request_without_words_is_recorded_as_error(
+    rig: Callable[..., Rig], tmp_path: Path
+) -> None:
+    r = rig([answer(422)], mode="record")
+    failure(r.render(template="tpl_b"))
+    path = tmp_path / "fixtures/chart-img/advanced-chart-v2/BINANCE_BTCUSDT__1h__tpl_b__422_ERROR.json"
+    assert json.loads(path.read_text()) == {"status": 422, "body": {}}
+
+
+def test_a_fixture_that_cannot_be_written_is_said_and_the_step_goes_on(
+    rig: Callable[..., Rig], tmp_path: Path
+) -> None:
+    r = rig([png()], mode="record")
+    (tmp_path / "fixtures").write_text("a file where the fixtures folder should be")
+    assert r.render(template="tpl_a") == ChartSuccess(PNG, "acc1")
+    (line,) = r.logs.events("chart api fixture not recorded")
+    assert (line["severity"], line["errorKind"], line["chartTemplateId"]) == (
+        "WARNING",
+        "NotADirectoryError",
+        "tpl_a",
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,8 +114,9 @@ def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig
         [answer(503, "Service Unavailable")],
         [answer(403, "Forbidden")],
         [answer(401, "Invalid Request")],
+        [answer(201, "Limit Exceeded")],  # the quota's words make it one, whatever the status
     ],
-    ids=["quota-429", "rate-429", "5xx", "bad-key-403", "401"],
+    ids=["quota-429", "rate-429", "5xx", "bad-key-403", "401", "quota-words-201"],
 )
 def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
     rig: Callable[..., Rig], tmp_path: Path, answers: list[Answer]
@@ -66,6 +124,8 @@ def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
     r = rig(answers, mode="record", chart_img_max_attempts=1)
     assert isinstance(r.render(template="tpl_c"), ChartFailure)
     assert not list((tmp_path / "fixtures").rglob("*tpl_c*"))
+    (line,) = r.logs.events("chart api answer not recorded: transient")
+    assert (line["httpStatus"], line["chartTemplateId"]) == (answers[0].status_code, "tpl_c")
 
 
 @pytest.mark.parametrize(

@@ -119,3 +119,21 @@ def test_a_first_wave_with_no_time_left_gives_every_permit_back(rig: Callable[..
     with r.api.for_step([chart_call(f"tpl_{i}") for i in range(3)], r.budget(0.5)) as step:
         assert not step.prepaid and free_permits(r) == size  # under min_attempt_seconds: no wave
     assert free_permits(r) == size and units(r) == 0 and r.transport.seen == []
+
+
+def test_a_first_wave_with_exactly_an_attempts_time_left_is_still_reserved(rig: Callable[..., Rig]) -> None:
+    """The budget's last min_attempt_seconds (1 s here) are an attempt's: a wave left with
+    exactly that much still reserves, and so does one left with 1.5 s."""
+    for seconds in (1.0, 1.5):
+        r = rig([png()], accounts=("acc1",))
+        with r.api.for_step([chart_call("tpl_a")], r.budget(seconds)) as step:
+            assert len(step.prepaid) == 1 and units(r) == 1
+            assert step.render(chart_call("tpl_a")) == ChartSuccess(PNG, "acc1")
+        assert units(r) == 1 and len(r.transport.seen) == 1
+
+
+def test_a_call_with_exactly_an_attempts_time_left_is_still_made(rig: Callable[..., Rig]) -> None:
+    for seconds in (1.0, 1.5):
+        r = rig([png()], accounts=("acc1",))
+        assert r.render(budget_seconds=seconds) == ChartSuccess(PNG, "acc1")
+        assert units(r) == 1 and len(r.transport.seen) == 1
