@@ -193,6 +193,11 @@ class AccountLimiter(KeyVerdicts):
             now = self._clock.now().timestamp()
             if max(cooling, view.pacing.send_time(view.tat, now) - now) > max_wait:
                 return ReservationRefusal.BUSY
+            if cooling > 0:
+                # the cooldown is waited out BEFORE the unit is reserved: a unit held through
+                # it (up to 30 s in a CHART-IMG-wide throttle) would be lost with the process
+                # if it died meanwhile, counted though no call left (issue 27: units == calls)
+                self._clock.sleep(cooling)
             with self._reserve_locks[account_id]:
                 reservation = self._store.reserve(
                     account_id,
@@ -207,10 +212,10 @@ class AccountLimiter(KeyVerdicts):
         if not reservation.reserved:
             return reservation.refusal or ReservationRefusal.EXHAUSTED
         assert reservation.send_at is not None  # a reservation always says when
-        wait = max(cooling, (reservation.send_at - self._clock.now()).total_seconds())
+        wait = (reservation.send_at - self._clock.now()).total_seconds()
         if wait > 0:
             self._clock.sleep(wait)
-        return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
+        return Lease(account_id, view.config.api_key, reservation, cooling + max(0.0, wait))
 
     def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
         """Why no account (of those whose plan serves the call) could take it."""

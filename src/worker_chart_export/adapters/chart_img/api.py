@@ -27,7 +27,13 @@ from tenacity import Retrying
 
 from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
+from worker_chart_export.adapters.chart_img.outcomes import (
+    ChartRequest,
+    Outcome,
+    cannot_start,
+    judge_refusals,
+    tell_limiter,
+)
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
@@ -136,6 +142,8 @@ class RealChartApi:
         )
         outcome: Outcome = retrying(self._attempt, request)
         result = outcome.result
+        log = get_logger().bind(runId=call.run_id, stepId=call.step_id)
+        judge_refusals(self.limiter, request, result, log)
         if isinstance(result, ChartFailure):
             details = {**result.error.details, "attempts": len(request.tried)}
             if request.tried:
