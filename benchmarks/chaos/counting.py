@@ -199,5 +199,13 @@ def explanations(
     for step in steps:
         if step.status == "FAILED":
             life = (step.created, step.finished or datetime.now(UTC))
-            found[step.run_id] = explain(life, tagged[step.run.symbol], killed.get(step.run_id, ()), spans)
+            killed_it = killed.get(step.run_id, ())
+            uncalled = uncalled_failure(step.manifest)
+            found[step.run_id] = explain(life, tagged[step.run.symbol], killed_it, spans, uncalled=uncalled)
     return found
+
+
+def uncalled_failure(manifest: dict[str, Any] | None) -> bool:
+    """A chart of the manifest failed without any call (its details count 0 attempts)."""
+    failures = (manifest or {}).get("failures") or []
+    return any((f.get("error") or {}).get("details", {}).get("attempts") == 0 for f in failures)
