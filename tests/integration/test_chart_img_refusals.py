@@ -57,7 +57,7 @@ class Stand:
     apis: list[Any] = field(default_factory=list)
     results: list[ChartResult] = field(default_factory=list)
 
-    def instance(self, *account_ids: str) -> Any:
+    def instance(self, *account_ids: str, rate: float = 50.0, burst: int = 20) -> Any:
         """A worker instance (its own limiter) on the shared usage file and the fake clock."""
         for account_id in account_ids:
             self.keys.setdefault(account_id, self.server.add_account(account_id))
@@ -67,8 +67,8 @@ class Stand:
             chart_img_base_url=self.server.base_url,
             chart_img_accounts_json=SecretStr(json.dumps(config)),
             chart_img_request_timeout_seconds=5.0,
-            chart_img_rate_per_second=50.0,
-            chart_img_burst=20,
+            chart_img_rate_per_second=rate,
+            chart_img_burst=burst,
             charts_fixtures_dir=Path("/nonexistent"),
         )
         policy = RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.0)
@@ -205,6 +205,27 @@ def test_a_cooling_key_is_reserved_only_once_its_cooldown_is_over(stand: Stand) 
     assert [(a, s) for a, s, _ in stand.answers()] == [("acc1", 429), ("acc1", 200)]
     assert counted_while_cooling == [1]  # the 429's unit only: the retry's not yet taken
     assert stand.doc("acc1")["usageToday"] == 2 == len(stand.server.requests)
+
+
+def test_a_unit_is_reserved_when_its_slot_comes_not_before(stand: Stand) -> None:
+    """Issue 27: a step's first wave reserved every first attempt at once, each waiting for
+    its paced slot with its unit counted (up to the step's budget): an instance killed
+    meanwhile left 3 units counted for calls that never left. The wave now prepays only
+    slots at most 0.25 s ahead, and a call waits for its slot before it reserves."""
+    api = stand.instance("acc1", rate=1.0, burst=1)  # paced at 0.9/s: a slot every 1.11 s
+    counted_while_waiting: list[int] = []
+    sleep = stand.clock.sleep
+
+    def watching(seconds: float) -> None:
+        counted_while_waiting.append(stand.doc("acc1")["usageToday"])
+        sleep(seconds)
+
+    stand.clock.sleep = watching  # type: ignore[method-assign]
+    results = stand.step(api, "tpl_a", "tpl_b", "tpl_c")
+    assert results == [ChartSuccess(PNG, "acc1")] * 3
+    assert stand.clock.sleeps == [pytest.approx(1.111, abs=1e-3)] * 2  # one slot each
+    assert counted_while_waiting == [1, 2]  # only the calls already sent were counted
+    assert stand.doc("acc1")["usageToday"] == 3 == len(stand.server.requests)
 
 
 def test_the_only_key_answering_429_for_minutes_is_never_set_aside(stand: Stand) -> None:
