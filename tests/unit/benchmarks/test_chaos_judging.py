@@ -12,6 +12,7 @@ from harness.builders import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from chaos.counting import uncalled_failure
 from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
 from chaos.targets import Figures, checks, really_exhausted
 
@@ -74,6 +75,13 @@ def test_a_failed_step_is_explained_only_by_what_met_it() -> None:
     assert explain((at(185), at(189)), [], [], spans, uncalled=True) == ["throttle#1"]
     assert explain((at(191), at(195)), [], [], spans, uncalled=True) == []
     assert explain((at(120), at(125)), [], [], spans) == []  # its calls were made: they name it
+
+
+def test_a_chart_chart_img_was_never_asked_for_failed_without_a_call() -> None:
+    manifest = {"failures": [{"request": {"chartTemplateId": "a"}}, {"request": {"chartTemplateId": "b"}}]}
+    assert not uncalled_failure(manifest, {"a", "b", "c"})  # each failed chart was called
+    assert uncalled_failure(manifest, {"a"})  # b never reached CHART-IMG (abandoned, keys cooling)
+    assert not uncalled_failure(None, set()) and not uncalled_failure({"failures": []}, set())
 
 
 def figures(**values: object) -> Figures:
