@@ -44,6 +44,7 @@ class ChartRequest:
     # refusals not judged yet: whose fault each is (the key's or the request's) is known
     # only when the request ends (`judge_refusals`)
     pending: list[tuple[str, Answer]] = field(default_factory=list)
+    refused_everywhere: bool = False  # every account that could serve it refused it
 
     @property
     def budget(self) -> Budget:
@@ -108,6 +109,7 @@ def _key_refused(
     if not nowhere_else:
         log.warning("chart-img key refused once: the call moves to another account")
         return refused
+    request.refused_everywhere = True
     refused_by = sorted(request.refused_by)
     log.warning(
         "chart-img request refused by every key: its final failure, no key set aside", refusedBy=refused_by
@@ -119,13 +121,15 @@ def _key_refused(
 def judge_refusals(limiter: AccountLimiter, request: ChartRequest, result: ChartResult, log: Any) -> None:
     """The request has ended: its refusals not yet judged are judged now. Rendered by
     another key, each refusal was its key's (the request was fine); refused by more than one
-    key and never rendered, they were the request's: no key is blamed. Refused by one key
-    only, then failed otherwise, the refusal counts against that key, as a refusal always
-    did (two of different requests, no success between, disable it)."""
+    key, never rendered, while keys it did not try remain, they were the request's: no key
+    is blamed. Otherwise (refused by one key only, or by every key that could serve it, when
+    no key is left to tell a refused request from revoked keys) each refusal counts against
+    its key, as a refusal always did (two of different requests, no success between,
+    disable it)."""
     pending, request.pending = request.pending, []
     if not pending:
         return
-    if isinstance(result, ChartFailure) and len(request.refused_by) > 1:
+    if isinstance(result, ChartFailure) and len(request.refused_by) > 1 and not request.refused_everywhere:
         log.info(
             "chart-img request refused by more than one key: the request's, no key blamed",
             refusedBy=sorted(request.refused_by),
