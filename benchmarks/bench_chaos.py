@@ -67,6 +67,7 @@ from worker_chart_export.core.plans import plan_named  # noqa: E402
 PLANS = ("BASIC",) * 5 + ("PRO",) * 3 + ("MEGA",) * 2  # 10 accounts of mixed plans
 REFUSED_TEMPLATE = "chaos_refused_v1"  # a copy of a bundled template that CHART-IMG answers 401
 SETTLE_POLL_SECONDS = 2.0
+SETTLE_GIVE_UP = 10  # x the settling's nominal time: only a reaper that stopped answering gets here
 
 
 def accounts() -> list[StandInAccount]:
@@ -130,10 +131,13 @@ def unfinished(stack: ChaosStack, created: dict[str, tuple[PlannedRun, datetime]
     return left
 
 
-def settle(stack: ChaosStack, traffic: Traffic, seconds: float) -> None:
-    """Until no step is unfinished, or `seconds` after the schedule's end."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def settle(stack: ChaosStack, traffic: Traffic, passes: int, seconds: float) -> None:
+    """Until no step is unfinished, or until the reaper has answered `passes` passes since the
+    schedule's end: a count of events, not a clock, so a busy machine, whose passes come later
+    (as do the leases' ends and the redeliveries they wait on), gets its steps the same chances.
+    Only a reaper that stopped answering meets the give-up bound (`seconds` x SETTLE_GIVE_UP)."""
+    first, give_up = len(stack.reaper_reports), time.monotonic() + seconds * SETTLE_GIVE_UP
+    while len(stack.reaper_reports) - first < passes and time.monotonic() < give_up:
         try:
             if not unfinished(stack, traffic.created):
                 return
@@ -226,7 +230,8 @@ def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | 
             conductor.start(origin)
             traffic.run(origin)
             conductor.finish()
-            settle(stack, traffic, profile.settle_seconds)
+            passes = round(profile.settle_seconds / config.reaper_interval)
+            settle(stack, traffic, passes, profile.settle_seconds)
         finally:
             conductor.stop()
             watch.stop()

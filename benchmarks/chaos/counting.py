@@ -191,13 +191,26 @@ def explanations(
 ) -> dict[str, list[str]]:
     """run id -> the windows that explain its FAILED step (empty: unexplained)."""
     tagged: dict[str, set[str]] = defaultdict(set)
+    called: dict[str, set[str]] = defaultdict(set)  # base symbol -> templates CHART-IMG was asked for
     for call in calls:
-        if call.get("chaos") and call.get("symbol"):
+        if call.get("symbol"):
             base = str(call["symbol"]).split(":", 1)[-1].removesuffix(".P")
-            tagged[base].add(str(call["chaos"]))
+            called[base].add(str(call.get("template")))
+            if call.get("chaos"):
+                tagged[base].add(str(call["chaos"]))
     found = {}
     for step in steps:
         if step.status == "FAILED":
             life = (step.created, step.finished or datetime.now(UTC))
-            found[step.run_id] = explain(life, tagged[step.run.symbol], killed.get(step.run_id, ()), spans)
+            killed_it = killed.get(step.run_id, ())
+            uncalled = uncalled_failure(step.manifest, called[step.run.symbol])
+            found[step.run_id] = explain(life, tagged[step.run.symbol], killed_it, spans, uncalled=uncalled)
     return found
+
+
+def uncalled_failure(manifest: dict[str, Any] | None, called: set[str]) -> bool:
+    """A chart of the manifest failed without CHART-IMG ever being asked for it (no call of
+    its template for the run's symbol in the stand-in's log): it waited for keys that were
+    all cooling, or its step's budget ran out first (abandoned)."""
+    failures = (manifest or {}).get("failures") or []
+    return any(str((f.get("request") or {}).get("chartTemplateId")) not in called for f in failures)

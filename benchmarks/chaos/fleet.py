@@ -133,14 +133,12 @@ class ChaosStack(LocalStack):
                 f"127.0.0.1:{eventarc_port}",
             )
             starting: list[Future[Any]] = [
-                pool.submit(services.start_fake_gcs, self.supervisor, gcs_port),
+                pool.submit(self._start_storage_then_workers, gcs_port, pool),
                 *(pool.submit(self.start_function, t) for t in (ADVANCE_TARGET, REAPER_TARGET)),
-                *(pool.submit(self.restart, name) for name in self._worker_ports),
             ]
             self._emulator = emulator.result()
             for future in starting:
                 future.result()
-        services.create_bucket(self.gcs_url, self.bucket, self.project)
         self._sync_templates()
         self.eventarc = self._front_end().start(eventarc_port)
         for trigger, event_type in (
@@ -152,6 +150,13 @@ class ChaosStack(LocalStack):
             target=self._reaper_schedule, name="reaper-schedule", daemon=True
         )
         self._reaper_thread.start()
+
+    def _start_storage_then_workers(self, gcs_port: int, pool: ThreadPoolExecutor) -> None:
+        """The workers wait for their bucket: `serve` checks it can write there before it serves."""
+        services.start_fake_gcs(self.supervisor, gcs_port)
+        services.create_bucket(self.gcs_url, self.bucket, self.project)
+        for future in [pool.submit(self.restart, name) for name in self._worker_ports]:
+            future.result()
 
     def _real_mode_env(self, base_url: str) -> dict[str, str]:
         return {

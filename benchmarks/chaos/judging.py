@@ -10,8 +10,13 @@ per instance"), so any version current between max(claim - cache, the instance's
 the manifest's writing. A version is current from its update time until the next one's.
 
 A FAILED step is explained when the schedule shows why: a call of its run answered by a
-window (the stand-in tags them), a kill of the instance that held its request, or a refusal
-or Firestore pause during its life. Otherwise it is listed as unexplained.
+window (the stand-in tags them), a kill of the instance that held its request, or a refusal,
+or a Firestore pause during its life; or a CHART-IMG-wide throttle during its life when a
+chart of it failed without any call: every key then cools (up to core.key_history's
+`max_cooldown`, 30 s, past the window's end, which is how far a throttle reaches), and a
+chart that finds them all cooling beyond its budget fails with no call at all ("the step's
+time budget ran out before CHART-IMG could be called"), so no call of its run names the
+window. Otherwise the step is listed as unexplained.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from harness.png_digest import body_digest
 from worker_chart_export.core.chart_request import build_request_body
+from worker_chart_export.core.key_history import DEFAULT_POLICY
 
 TEMPLATE_CACHE_SECONDS = 300.0
 TIMEZONE = "Etc/UTC"
@@ -94,11 +100,14 @@ class Span:
     end: datetime | None
     target: str = ""
 
-    def meets(self, start: datetime, end: datetime) -> bool:
-        return self.start <= end and (self.end is None or start <= self.end)
+    def meets(self, start: datetime, end: datetime, reach: float = 0.0) -> bool:
+        """Whether the window, `reach` seconds longer, overlaps [start, end]."""
+        return self.start <= end and (self.end is None or start <= self.end + timedelta(seconds=reach))
 
 
 LIFE_KINDS = ("refuse", "firestore_pause")  # what meets a step by overlapping its life
+# what meets a step whose chart failed without a call, and how far past its end (seconds)
+COOLING_KINDS = {"throttle": DEFAULT_POLICY.max_cooldown}
 
 
 def explain(
@@ -106,9 +115,15 @@ def explain(
     tagged: Iterable[str],
     killed_holding_it: Iterable[str],
     spans: Iterable[Span],
+    *,
+    uncalled: bool = False,
 ) -> list[str]:
     """The windows that explain a FAILED step: those that answered its calls, the kills of an
-    instance holding its request, the refusals and pauses during its life (created..finished)."""
+    instance holding its request, the refusals and pauses during its life (created..finished),
+    and, when a chart of it failed without any call (`uncalled`), the throttles during its
+    life or within their keys' cooldowns after."""
     named = set(tagged) | set(killed_holding_it)
     named |= {s.name for s in spans if s.kind in LIFE_KINDS and s.meets(*life)}
+    if uncalled:
+        named |= {s.name for s in spans if s.kind in COOLING_KINDS and s.meets(*life, COOLING_KINDS[s.kind])}
     return sorted(named)

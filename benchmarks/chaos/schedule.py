@@ -79,7 +79,9 @@ class Profile:
     instance_kill: Span  # how long the instance stays dead
     template_edits: int
     refused_template_share: float  # share of runs whose step asks for the 401 template
-    settle_seconds: float  # after the schedule: how long the steps have to finish
+    # after the schedule: how long the steps have to finish, counted in the reaper's passes
+    # (settle_seconds / its interval), an event, so a busy machine's slower passes stretch it
+    settle_seconds: float
     calm_tail: float = 0.2  # share of the duration at its end with no new window
 
 

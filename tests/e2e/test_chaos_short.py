@@ -4,14 +4,14 @@ wide throttle, 500 and 504 bursts, a key spent by another client, a template dra
 template edited, Firestore paused, an instance killed and restarted) over steady traffic on 3
 served instances, the Firestore emulator with its real triggers and fake-gcs-server.
 
-Kept out of the default run until the fixes it proves (issues 25 and 26) are merged: it runs
-when RUN_CHAOS_SHORT=1 (the lead removes the gate then). Seeds are fixed, so a failure names
-a schedule that can be replayed: `bench_chaos.py --short --seed N --print-schedule`.
+Judged by what the run counted (usage documents, the stand-in's log, the steps, the manifests
+and their PNGs, Eventarc's record), never by how long anything took: the schedule's windows
+are seconds apart, so a busy machine moves them, never the verdict. The seed is fixed, so a
+failure names a schedule that can be replayed: `bench_chaos.py --short --seed N --print-schedule`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -25,13 +25,7 @@ from bench_chaos import run_chaos
 from chaos.schedule import SHORT
 from chaos.targets import checks, report
 
-pytestmark = [
-    pytest.mark.emulators,
-    pytest.mark.skipif(
-        os.environ.get("RUN_CHAOS_SHORT") != "1",
-        reason="issue 27's chaos test waits for the fixes of issues 25 and 26 (RUN_CHAOS_SHORT=1 runs it)",
-    ),
-]
+pytestmark = pytest.mark.emulators
 
 
 @pytest.mark.parametrize("seed", [1])

@@ -6,13 +6,15 @@ quota, the documented answers) plus, each a small control:
 - `refuse(window)` / `accept()`: the listening socket is closed, so a connection is refused
   (ECONNREFUSED: the call provably never left), and idle keep-alive connections are closed so
   a client's pool cannot slip past; `accept()` listens again on the same port;
-- `throttle(window)`: every request hears 429 "Too Many Requests" before it is admitted (the
+- `throttle_window(window)`: the base stand-in's whole-service throttle window (`throttle()`,
+  issue 26), named: every request hears 429 "Too Many Requests" before it is admitted (the
   gateway throttling the whole service: no key is to blame, no unit is spent);
 - `fault(status, window, delay)`: every admitted request (a unit spent) answered 500
   "Something Went Wrong" or, after `delay`, 504 "External Request Timeout" (as CHART-IMG's
   gateway may, the 504 counts a unit); `fault(None, window)` ends that burst;
 - `exhaust(account, window)`: another client spends the key's day: "Limit Exceeded" from now;
-- `refuse_template(template, window)`: that template's requests draw 401 "Invalid Request";
+- `refuse_template(template, window)`: the base stand-in's request-caused 401
+  (`refuse_request`, issue 26), named: that template's requests draw 401 "Invalid Request";
 - `register_template(id, request)`: an edited template's request recognised as its id.
 
 Every 200 carries a PNG whose tEXt chunk `request-sha256` is the digest of the body as
@@ -54,8 +56,6 @@ from harness.chart_img_server import (
     register_templates_from,
 )
 from harness.png_digest import body_digest, png_with_digest
-
-THROTTLED = "Too Many Requests"
 
 
 class _Connections:
@@ -159,9 +159,14 @@ class ChaosChartImgServer(ChartImgServer):
         with self._lock:
             self.chaos.refusing = None
 
-    def throttle(self, window: str | None) -> None:
+    def throttle_window(self, window: str | None) -> None:
+        """Open the whole-service throttle (the base's `throttle()`) as `window`; None ends it."""
         with self._lock:
             self.chaos.throttle = window
+        if window is None:
+            self.end_throttle()
+        else:
+            self.throttle()
 
     def fault(self, status: int | None, window: str, delay: float = 0.0) -> None:
         """Open a burst of `status` answers (the newest open burst answers), or close it (None)."""
@@ -182,6 +187,8 @@ class ChaosChartImgServer(ChartImgServer):
             self.chaos.exhausted[account_id] = window
 
     def refuse_template(self, template_id: str, window: str) -> None:
+        """The base's request-caused 401 for this template, its answers tagged `window`."""
+        self.refuse_request(template=template_id)
         with self._lock:
             self.chaos.refused_templates[template_id] = window
 
@@ -214,7 +221,8 @@ class ChaosChartImgServer(ChartImgServer):
     ) -> RecordedRequest:
         record = super()._record(account, arrived, body, defaulted)
         digest = body_digest(body) if body is not None else None
-        self._extras[id(record)] = {"wall": time.time(), "digest": digest, "chaos": None}
+        throttled = self.chaos.throttle if self._throttle is not None else None  # answered before admission
+        self._extras[id(record)] = {"wall": time.time(), "digest": digest, "chaos": throttled}
         self._current.record = record
         return record
 
@@ -223,9 +231,6 @@ class ChaosChartImgServer(ChartImgServer):
         self._extras[id(self._current.record)]["chaos"] = window
 
     def _admit(self, account: _Account | None, now: float) -> _Reply | None:
-        if account is not None and self.chaos.throttle is not None:
-            self._tag(self.chaos.throttle)
-            return _json_reply(429, THROTTLED)
         refusal = super()._admit(account, now)
         window = self.chaos.exhausted.get(account.account_id) if account is not None else None
         if window is not None and refusal is not None and b"Limit Exceeded" in refusal.body:
@@ -237,12 +242,10 @@ class ChaosChartImgServer(ChartImgServer):
             refused_by = self.chaos.refused_templates.get(record.template or "")
             fault = next(reversed(self.chaos.faults.items()), None)
             if refused_by is not None:
-                self._tag(refused_by)
+                self._tag(refused_by)  # the base's script answers it (refuse_request)
             elif fault is not None:
                 self._tag(fault[0])
-        if refused_by is not None:
-            return _json_reply(401, documented_message(401, "Invalid Request"))
-        if fault is not None:
+        if refused_by is None and fault is not None:
             status, delay = fault[1]
             self._stopping.wait(delay)
             return _json_reply(status, documented_message(status, _FAULT_WORDS.get(status)))
@@ -265,7 +268,7 @@ def apply_control(server: ChaosChartImgServer, command: Mapping[str, Any]) -> No
     elif action == "accept":
         server.accept()
     elif action == "throttle":
-        server.throttle(command.get("window"))
+        server.throttle_window(command.get("window"))
     elif action == "fault":
         server.fault(command.get("status"), window, float(command.get("delay", 0.0)))
     elif action == "exhaust":

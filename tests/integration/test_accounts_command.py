@@ -56,7 +56,7 @@ def usage(firestore_client: firestore.Client) -> datetime:
     for _ in range(5):  # BASIC's burst of 3, then paced at 0.9/s: the next slot is ahead
         store.reserve("basic1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
     store.reserve("pro1", default_limit=500, now=now)
-    store.mark_exhausted("pro1", default_limit=500, now=now)  # CHART-IMG: "Limit Exceeded"
+    store.mark_exhausted("pro1", now=now)  # CHART-IMG: "Limit Exceeded"
     documents = firestore_client.collection(COLLECTION)
     yesterday = window_start(now - timedelta(days=1))
     documents.document("stale").set({"usageToday": 44, "windowStart": yesterday})
@@ -84,7 +84,7 @@ def test_json_shows_each_account_as_its_documents_say(
     # written within the last seconds: the 5th slot, 2 x 1.11 s after the burst, less the 0.3 s jitter
     assert basic["state"] in ("paced", "free")
     pro = rows["pro1"]
-    assert (pro["usedToday"], pro["leftToday"], pro["state"]) == (500, 0, "exhausted")
+    assert (pro["usedToday"], pro["leftToday"], pro["state"]) == (1, 0, "exhausted")  # 1 unit spent
     assert pro["exhaustedUntil"] == (usage.date() + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00.000Z")
     stale = rows["stale"]
     assert (stale["usedToday"], stale["leftToday"], stale["dailyLimitFrom"], stale["state"]) == (
@@ -104,7 +104,8 @@ def test_json_shows_each_account_as_its_documents_say(
     cooling = datetime.fromisoformat(refused["coolingUntil"].replace("Z", "+00:00"))
     assert abs(cooling - (usage + timedelta(minutes=10))) < timedelta(milliseconds=1)  # a Firestore Timestamp
     totals = data["totals"]
-    assert (totals["accounts"], totals["usable"], totals["usedToday"]) == (5, 3, 508)
+    # pro1: the 1 unit spent, its exhaustion a field of its own (not the limit, 500)
+    assert (totals["accounts"], totals["usable"], totals["usedToday"]) == (5, 3, 9)
     assert totals["leftToday"] == 45 + 0 + 44 + 3  # the refused key's quota cannot be spent
     assert data["unconfigured"] == ["retired"]
 
@@ -114,7 +115,7 @@ def test_the_table_and_the_documents_without_configuration(
 ) -> None:
     table = accounts_command(firestore_emulator, accounts=ACCOUNTS).splitlines()
     assert [line.split()[0] for line in table[2:7]] == [a["id"] for a in ACCOUNTS]
-    assert table[7].startswith("total: 5 account(s), 3 usable, 508 used today of ")
+    assert table[7].startswith("total: 5 account(s), 3 usable, 9 used today of ")
     listed = accounts_command(firestore_emulator, accounts=None).splitlines()
     assert "no accounts configured" in listed[1]
     assert [line.split()[0] for line in listed[3:9]] == sorted(

@@ -57,7 +57,7 @@ class Stand:
     apis: list[Any] = field(default_factory=list)
     results: list[ChartResult] = field(default_factory=list)
 
-    def instance(self, *account_ids: str) -> Any:
+    def instance(self, *account_ids: str, rate: float = 50.0, burst: int = 20) -> Any:
         """A worker instance (its own limiter) on the shared usage file and the fake clock."""
         for account_id in account_ids:
             self.keys.setdefault(account_id, self.server.add_account(account_id))
@@ -67,8 +67,8 @@ class Stand:
             chart_img_base_url=self.server.base_url,
             chart_img_accounts_json=SecretStr(json.dumps(config)),
             chart_img_request_timeout_seconds=5.0,
-            chart_img_rate_per_second=50.0,
-            chart_img_burst=20,
+            chart_img_rate_per_second=rate,
+            chart_img_burst=burst,
             charts_fixtures_dir=Path("/nonexistent"),
         )
         policy = RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.0)
@@ -154,7 +154,8 @@ def test_limit_exceeded_exhausts_the_key_for_the_day_for_every_instance(stand: S
     assert stand.answers() == [("acc1", 429, "Limit Exceeded"), ("acc2", 200, None)]
     assert api.limiter.exhausted_accounts() == ("acc1",)
     doc = stand.doc("acc1")
-    assert (doc["usageToday"], doc["exhaustedUntil"]) == (44, MIDNIGHT)
+    # the unit its call spent, not the limit: the exhaustion is a field of its own (issue 27)
+    assert (doc["usageToday"], doc["exhaustedUntil"]) == (1, MIDNIGHT)
     assert doc["exhaustedReason"] == 'CHART-IMG answered 429 "Limit Exceeded": the day\'s quota'
     row = stand.row("acc1")
     assert (row.state, row.left_today, row.exhausted_reason) == (
@@ -182,6 +183,49 @@ def test_retry_after_is_honoured_on_the_only_key(stand: Stand, header: str, seco
     (cooling,) = stand.logs.events("chart-img key rate-limited: cooling down")
     assert (cooling["cooldownSeconds"], cooling["retryAfterSeconds"]) == (pytest.approx(seconds), seconds)
     assert usable(api, "acc1")
+
+
+def test_a_cooling_key_is_reserved_only_once_its_cooldown_is_over(stand: Stand) -> None:
+    """Issue 27: a unit reserved before a cooldown is held through it (up to 30 s in a
+    CHART-IMG-wide throttle) and lost, counted though no call left, when the instance dies
+    meanwhile (the chaos benchmark: 12 units for 0 calls after a kill). The cooldown is
+    waited out first, with nothing reserved; the unit is taken just before the call."""
+    api = stand.instance("acc1")
+    stand.server.script(key=stand.keys["acc1"], fail_times=1, fail_status=429)  # then 200
+    counted_while_cooling: list[int] = []
+    sleep = stand.clock.sleep
+
+    def watching(seconds: float) -> None:
+        if seconds >= 1.0:  # the cooldown (1 s after a first 429), not a pacing instant
+            counted_while_cooling.append(stand.doc("acc1")["usageToday"])
+        sleep(seconds)
+
+    stand.clock.sleep = watching  # type: ignore[method-assign]
+    assert stand.render(api) == ChartSuccess(PNG, "acc1")
+    assert [(a, s) for a, s, _ in stand.answers()] == [("acc1", 429), ("acc1", 200)]
+    assert counted_while_cooling == [1]  # the 429's unit only: the retry's not yet taken
+    assert stand.doc("acc1")["usageToday"] == 2 == len(stand.server.requests)
+
+
+def test_a_unit_is_reserved_when_its_slot_comes_not_before(stand: Stand) -> None:
+    """Issue 27: a step's first wave reserved every first attempt at once, each waiting for
+    its paced slot with its unit counted (up to the step's budget): an instance killed
+    meanwhile left 3 units counted for calls that never left. The wave now prepays only
+    slots at most 0.25 s ahead, and a call waits for its slot before it reserves."""
+    api = stand.instance("acc1", rate=1.0, burst=1)  # paced at 0.9/s: a slot every 1.11 s
+    counted_while_waiting: list[int] = []
+    sleep = stand.clock.sleep
+
+    def watching(seconds: float) -> None:
+        counted_while_waiting.append(stand.doc("acc1")["usageToday"])
+        sleep(seconds)
+
+    stand.clock.sleep = watching  # type: ignore[method-assign]
+    results = stand.step(api, "tpl_a", "tpl_b", "tpl_c")
+    assert results == [ChartSuccess(PNG, "acc1")] * 3
+    assert stand.clock.sleeps == [pytest.approx(1.111, abs=1e-3)] * 2  # one slot each
+    assert counted_while_waiting == [1, 2]  # only the calls already sent were counted
+    assert stand.doc("acc1")["usageToday"] == 3 == len(stand.server.requests)
 
 
 def test_the_only_key_answering_429_for_minutes_is_never_set_aside(stand: Stand) -> None:
@@ -331,6 +375,27 @@ def test_a_request_refused_on_every_key_disables_none(stand: Stand) -> None:
     assert len(stand.server.requests) == 6  # each key once per step, never a third attempt
     assert stand.logs.events(DISABLED_ERROR) == [] and usable(api, "acc1", "acc2")
     assert stand.step(api, "tpl_good") == [ChartSuccess(PNG, "acc1")]
+
+
+def test_requests_each_refused_by_several_keys_disable_none_and_every_key_serves_on(stand: Stand) -> None:
+    """Issue 27: a template CHART-IMG refuses, asked for with a symbol per run, is a
+    different request each time: counted against the keys as they refused it, it disabled
+    every key of a healthy fleet in turn (3 to 5 of 10 in each chaos run, 3 attempts per
+    chart). A request refused by more than one key, while keys it did not try remain, is the
+    request's: no key is blamed, the charts beside it render."""
+    keys = ("acc1", "acc2", "acc3", "acc4")
+    api = stand.instance(*keys)
+    for n in (1, 2, 3):
+        stand.server.refuse_request(symbol=f"BINANCE:BAD{n}")
+    for n in (1, 2, 3):
+        bad, good = stand.step(api, f"bad{n}", f"good{n}")
+        assert isinstance(bad, ChartFailure) and bad.error.details["attempts"] == 3
+        assert len(set(bad.error.details["accountIds"])) == 3  # three keys tried, one left
+        assert isinstance(good, ChartSuccess)
+    assert stand.logs.events(DISABLED_ERROR) == [] and usable(api, *keys)
+    assert not any("disabled" in stand.doc(a) for a in keys)
+    blamed = stand.logs.events("chart-img request refused by more than one key: the request's, no key blamed")
+    assert len(blamed) == 3 and all(len(e["refusedBy"]) == 3 for e in blamed)
 
 
 # --- no unknown answer retires a key on first sight -----------------------------------------

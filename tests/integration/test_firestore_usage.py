@@ -227,14 +227,16 @@ def test_the_slot_counts_the_time_the_store_spent(firestore_client: firestore.Cl
     assert doc is not None and doc["tat"] == pytest.approx(NOW.timestamp() + 2.0)
 
 
-def test_mark_exhausted_uses_up_the_day(firestore_client: firestore.Client) -> None:
+def test_mark_exhausted_takes_the_key_out_for_the_day_keeping_its_count(
+    firestore_client: firestore.Client,
+) -> None:
     put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY, dailyLimit=20)
     store = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK)
 
-    store.mark_exhausted("acc-1", default_limit=44, now=NOW, reason='CHART-IMG answered 429 "Limit Exceeded"')
+    store.mark_exhausted("acc-1", now=NOW, reason='CHART-IMG answered 429 "Limit Exceeded"')
 
     assert usage_doc(firestore_client, "acc-1") == {
-        "usageToday": 20,
+        "usageToday": 3,  # the units really spent: the exhaustion is a field of its own
         "windowStart": TODAY,
         "dailyLimit": 20,
         "exhaustedUntil": "2026-11-23T00:00:00.000Z",

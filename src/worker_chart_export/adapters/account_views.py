@@ -38,6 +38,7 @@ from worker_chart_export.core.usage import (
     Pacing,
     Refund,
     daily_limit_of,
+    exhausted_now,
     next_utc_midnight,
     tat_of,
     usage_today,
@@ -238,7 +239,8 @@ class AccountViews:
                 fresh = tat_of(doc)
                 if fresh is not None and (view.tat is None or fresh > view.tat):
                     view.tat = fresh  # the shared state only moves forward
-                if view.usage_today >= daily_limit_of(doc, view.daily_limit):
+                full = view.usage_today >= daily_limit_of(doc, view.daily_limit)
+                if full or exhausted_now(doc, now) is not None:  # our count, or CHART-IMG said so
                     view.exhausted_until = min(now + self._ttl, next_utc_midnight(now))
                 refusal = refusal_now(doc or {}, now, window_start(now))
                 if refusal is ReservationRefusal.DISABLED:

@@ -126,12 +126,9 @@ class KeyVerdicts:
         )
 
     def _persist_exhausted(self, account_id: str, reason: str) -> None:
-        limit = self._views[account_id].daily_limit
         reason = _stored(reason)
         self._best_effort(
-            lambda: self._store.mark_exhausted(
-                account_id, default_limit=limit, now=self._clock.now(), reason=reason
-            ),
+            lambda: self._store.mark_exhausted(account_id, now=self._clock.now(), reason=reason),
             "chart-img account exhaustion not persisted",
             account_id,
         )

@@ -57,6 +57,10 @@ class Refusal(StrEnum):
     NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
 
 
+# a wait shorter than this is no wait: float rounding between the slot this process computed
+# and the one the store wrote, far inside the pacing's arrival jitter
+SLOT_GRAIN = 1e-3
+
 @dataclass(frozen=True)
 class NoAccount:
     reason: Refusal
@@ -187,11 +191,8 @@ class AccountLimiter(KeyVerdicts):
     def _try(self, account_id: str, max_wait: float) -> Lease | ReservationRefusal:
         view = self._views[account_id]
         try:
-            cooling = self._views.cooling(account_id)
-            # The shared state only moves forward, so the slot this process last saw is a
-            # lower bound: when even that is too far, no transaction can do better.
-            now = self._clock.now().timestamp()
-            if max(cooling, view.pacing.send_time(view.tat, now) - now) > max_wait:
+            waited = self._wait_before_reserving(account_id, max_wait)
+            if waited is None:
                 return ReservationRefusal.BUSY
             with self._reserve_locks[account_id]:
                 reservation = self._store.reserve(
@@ -199,7 +200,7 @@ class AccountLimiter(KeyVerdicts):
                     default_limit=view.daily_limit,
                     now=self._clock.now(),
                     pacing=view.pacing,
-                    max_wait=max_wait - cooling,
+                    max_wait=max_wait - waited,
                 )
                 self._views.learn(account_id, reservation, units=int(reservation.reserved))
         finally:
@@ -207,10 +208,28 @@ class AccountLimiter(KeyVerdicts):
         if not reservation.reserved:
             return reservation.refusal or ReservationRefusal.EXHAUSTED
         assert reservation.send_at is not None  # a reservation always says when
-        wait = max(cooling, (reservation.send_at - self._clock.now()).total_seconds())
-        if wait > 0:
+        wait = (reservation.send_at - self._clock.now()).total_seconds()  # another instance's slot
+        if wait > SLOT_GRAIN:
             self._clock.sleep(wait)
-        return Lease(account_id, view.config.api_key, reservation, max(0.0, wait))
+        return Lease(account_id, view.config.api_key, reservation, waited + max(0.0, wait))
+
+    def _wait_before_reserving(self, account_id: str, max_wait: float) -> float | None:
+        """Sleeps out the key's cooldown and the send slot this process knows of, BEFORE its
+        unit is reserved: a unit held through them (up to 30 s of cooldown in a CHART-IMG-wide
+        throttle, seconds of a BASIC key's pace) is lost with the process if it dies meanwhile,
+        counted though no call left (issue 27: units == calls). The shared state only moves
+        forward, so the slot this process last saw is a lower bound: when even that is further
+        than `max_wait`, no transaction can do better (None). Seconds waited, else."""
+        view, waited = self._views[account_id], 0.0
+        while True:
+            now = self._clock.now().timestamp()
+            ahead = max(self._views.cooling(account_id), view.pacing.send_time(view.tat, now) - now)
+            if ahead <= SLOT_GRAIN:
+                return waited
+            if waited + ahead > max_wait:
+                return None
+            self._clock.sleep(ahead)
+            waited += ahead
 
     def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
         """Why no account (of those whose plan serves the call) could take it."""

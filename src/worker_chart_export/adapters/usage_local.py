@@ -92,13 +92,9 @@ class _DocsUsageStore:
         with self._transaction() as docs:
             return {a: copy.deepcopy(docs[a]) if a in docs else None for a in account_ids}
 
-    def mark_exhausted(
-        self, account_id: str, *, default_limit: int, now: datetime, reason: str = QUOTA_REFUSED
-    ) -> None:
+    def mark_exhausted(self, account_id: str, *, now: datetime, reason: str = QUOTA_REFUSED) -> None:
         with self._transaction() as docs:
-            fields = exhausted_fields(
-                docs.get(account_id), default_limit=default_limit, now=now, reason=reason
-            )
+            fields = exhausted_fields(docs.get(account_id), now=now, reason=reason)
             docs.setdefault(account_id, {}).update(fields)
 
     def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:

@@ -9,8 +9,10 @@ inside their own atomic section, so the rules live in one place. The document
   the next request would be due if requests were sent at exactly the paced rate;
 - what CHART-IMG said about the key, for every instance and `worker-chart-export accounts`
   (core/account_status.py reads them): `exhaustedUntil` (RFC 3339) and `exhaustedReason`
-  after a quota answer, with `usageToday` raised to the limit, so every reservation refuses
-  the day without reading more (`exhausted_fields`); `disabled` and `disabledReason` once the
+  after a quota answer (`exhausted_fields`): every reservation refuses the key until then
+  (`exhausted_now`), and `usageToday` stays the units really spent (contract §14.4 lets the
+  exhaustion be "a separate flag/field": raised to the limit, the count would no longer say
+  what CHART-IMG counted, nor what a refund may lower); `disabled` and `disabledReason` once the
   key was refused twice (`disabled_fields`): for the UTC day of `windowStart`, so a key
   rotated under the same id comes back at midnight at the latest (or when an operator
   deletes `disabled`). `coolUntil`, a rate cooldown, is not written by the worker: it lasts
@@ -46,6 +48,7 @@ from worker_chart_export.core.set_aside import (
     DISABLED_REASON,
     disabled_at,
     disabled_until_field,
+    moment_of,
     probe_fields,
     refusal_now,
 )
@@ -139,6 +142,13 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def exhausted_now(doc: Mapping[str, Any] | None, now: datetime) -> datetime | None:
+    """Until when CHART-IMG said the key's day is used up (its `exhaustedUntil`, when still
+    ahead of `now`), else None."""
+    until = moment_of((doc or {}).get(EXHAUSTED_UNTIL))
+    return until if until is not None and until > now else None
+
+
 def disabled_now(doc: Mapping[str, Any] | None, now: datetime) -> bool:
     """The key is disabled at `now` (refused for two different requests, until its
     `disabledUntil`; a `disabled` of an older window is over): core/set_aside.py."""
@@ -183,7 +193,7 @@ def reserve_one(
     set_aside = refusal_now(doc or {}, now, today)
     if set_aside is not None:
         return None, Reservation(account_id, False, used, limit, refusal=set_aside)
-    if used >= limit:
+    if used >= limit or exhausted_now(doc, now) is not None:
         return reset, Reservation(account_id, False, used, limit, refusal=ReservationRefusal.EXHAUSTED)
     probe = probe_fields(doc or {}, now, today)  # set aside till now: this call decides
     update: dict[str, Any] = {**(reset or {}), **probe, "windowStart": today, "usageToday": used + 1}
@@ -249,26 +259,19 @@ def refund_one(
     less in `usageToday`, one more in `refundedToday`, in the same document. The pacing state
     `tat` is untouched: the slot was taken, and leaving it spent only paces more gently.
     Nothing is given back when the document no longer describes `day` (a new UTC day started
-    the count again), when CHART-IMG said the day's quota is gone (the count stays at the
-    limit, `exhausted_fields`), or when nothing is counted."""
+    the count again) or when nothing is counted. An exhausted key's unit is given back too:
+    its exhaustion is a field of its own (`exhausted_fields`), its count the units spent."""
     doc = doc or {}
     used, refunded = _count(doc.get("usageToday")), _count(doc.get(REFUNDED_TODAY))
     why_not = None
     if doc.get("windowStart") != day:
         why_not = "a new UTC day began: its count started again"
-    elif doc.get(EXHAUSTED_UNTIL) == _end_of(day):  # as exhausted_fields writes it that day
-        why_not = "CHART-IMG said the day's quota is used up"
     elif used == 0:
         why_not = "no unit counted"
     if why_not is not None:
         return None, Refund(account_id, False, used, refunded, why_not)
     update = {"usageToday": used - 1, REFUNDED_TODAY: refunded + 1}
     return update, Refund(account_id, True, used - 1, refunded + 1)
-
-
-def _end_of(day: str) -> str:
-    """The midnight that ends the window `day` (`YYYY-MM-DDT00:00:00Z`), in RFC 3339."""
-    return rfc3339_utc(next_utc_midnight(datetime.strptime(day, "%Y-%m-%dT00:00:00Z").replace(tzinfo=UTC)))
 
 
 def reserve_many(
@@ -297,15 +300,14 @@ def reserve_many(
 def exhausted_fields(
     doc: Mapping[str, Any] | None,
     *,
-    default_limit: int,
     now: datetime,
     reason: str = QUOTA_REFUSED,
 ) -> dict[str, Any]:
     """Fields that mark the account used up until the end of the UTC day, and why (after
-    CHART-IMG's quota answer, or a key that keeps answering 429: core/key_history.py)."""
-    used = max(usage_today(doc, now), daily_limit_of(doc, default_limit))
+    CHART-IMG's quota answer). The window is made today's; its count is left as it is, the
+    units really spent."""
     return {
-        **_window_fields(doc or {}, window_start(now), used),
+        **_window_fields(doc or {}, window_start(now), usage_today(doc, now)),
         EXHAUSTED_UNTIL: rfc3339_utc(next_utc_midnight(now)),
         EXHAUSTED_REASON: reason,
     }

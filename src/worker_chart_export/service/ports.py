@@ -169,9 +169,9 @@ class UsageStore(Protocol):
         trip; the versions the next reservations write on. Raises TransientStoreError."""
         ...
 
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime, reason: str) -> None:
-        """After CHART-IMG's quota answer: usageToday = dailyLimit for the rest of the UTC day,
-        `exhaustedUntil` and `exhaustedReason` (core.usage.exhausted_fields)."""
+    def mark_exhausted(self, account_id: str, *, now: datetime, reason: str) -> None:
+        """After CHART-IMG's quota answer: `exhaustedUntil` (the next UTC midnight) and
+        `exhaustedReason` (core.usage.exhausted_fields); `usageToday` stays the units spent."""
         ...
 
     def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:

@@ -142,7 +142,7 @@ def test_marked_exhausted_stays_out_until_midnight_even_if_store_disagrees() -> 
     chosen = limiter(store, accounts("a", "b"), clock)
     chosen.mark_exhausted("a", Answer(429, "Limit Exceeded"))
     assert store.snapshot()["a"] == {
-        "usageToday": 44,
+        "usageToday": 0,  # the units spent: the exhaustion is a field of its own
         "windowStart": TODAY,
         "exhaustedUntil": "2025-03-11T00:00:00.000Z",
         "exhaustedReason": 'CHART-IMG answered 429 "Limit Exceeded": the day\'s quota',
@@ -535,14 +535,21 @@ def test_a_slot_taken_meanwhile_by_another_instance_is_no_time_not_exhaustion() 
 
 def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
     """This process knows nothing of a's pacing; the store's slot is 2.5 s away. Cooling
-    2 s with 3 s to wait, the store is asked for a slot within the 1 s left after it."""
-    clock = FakeClock(NOON)
-    store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
-    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
-    chosen.rate_limited("a", TOO_MANY, 2.0)
-    assert chosen.acquire(max_wait=3) == NoAccount(Refusal.NO_TIME, ())
-    assert store.reserves == ["a"]
-    assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
+    2 s with 2.4 s to wait, the cooldown is waited out first (no unit held through it), then
+    the store is asked for a slot within the 0.4 s left: 0.5 s away, none; with 3 s to wait
+    the 0.5 s fit, 2.5 s in all (issue 27)."""
+    for max_wait, fits in ((2.4, False), (3.0, True)):
+        clock = FakeClock(NOON)
+        store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
+        chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+        chosen.rate_limited("a", TOO_MANY, 2.0)
+        lease = chosen.acquire(max_wait=max_wait)
+        assert store.reserves == ["a"] and clock.sleeps[0] == 2.0  # the cooldown, before reserving
+        if fits:
+            assert isinstance(lease, Lease) and lease.paced_seconds == pytest.approx(2.5)
+        else:
+            assert lease == NoAccount(Refusal.NO_TIME, ())
+            assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
 
 
 def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> None:

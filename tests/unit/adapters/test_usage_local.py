@@ -62,9 +62,9 @@ def test_document_daily_limit_overrides_default(make_store: Callable[..., Store]
 def test_mark_exhausted_uses_up_the_day_and_says_why(make_store: Callable[..., Store]) -> None:
     store = make_store()
     store.reserve("acc1", default_limit=10, now=NOON)
-    store.mark_exhausted("acc1", default_limit=10, now=NOON, reason='CHART-IMG answered 429 "Limit Exceeded"')
+    store.mark_exhausted("acc1", now=NOON, reason='CHART-IMG answered 429 "Limit Exceeded"')
     assert store.snapshot()["acc1"] == {
-        "usageToday": 10,
+        "usageToday": 1,  # the unit spent, not raised to the limit: exhaustion is its own field
         "windowStart": TODAY,
         "exhaustedUntil": "2025-03-11T00:00:00.000Z",
         "exhaustedReason": 'CHART-IMG answered 429 "Limit Exceeded"',

@@ -12,6 +12,7 @@ from harness.builders import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from chaos.counting import uncalled_failure
 from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
 from chaos.targets import Figures, checks, really_exhausted
 
@@ -62,14 +63,25 @@ def test_what_an_execution_may_have_read_starts_at_the_cache_or_the_instance() -
 def test_a_failed_step_is_explained_only_by_what_met_it() -> None:
     refuse = Span("refuse#1", "refuse", at(10), at(20))
     pause = Span("firestore_pause#1", "firestore_pause", at(30), at(35))
-    throttle = Span("throttle#1", "throttle", at(10), at(90))  # only through the calls it answered
+    throttle = Span("throttle#1", "throttle", at(100), at(160))  # and its keys' cooldowns, 30 s on
     spans = [refuse, pause, throttle]
     assert explain((at(0), at(5)), [], [], spans) == []
     assert explain((at(15), at(32)), [], [], spans) == ["firestore_pause#1", "refuse#1"]
     assert explain((at(40), at(50)), ["throttle#1"], ["instance_kill#2"], spans) == [
         "instance_kill#2",
-        "throttle#1",
+        "throttle#1",  # by the call it answered
     ]
+    # a chart failed without a call: every key still cooling, up to 30 s after the throttle
+    assert explain((at(185), at(189)), [], [], spans, uncalled=True) == ["throttle#1"]
+    assert explain((at(191), at(195)), [], [], spans, uncalled=True) == []
+    assert explain((at(120), at(125)), [], [], spans) == []  # its calls were made: they name it
+
+
+def test_a_chart_chart_img_was_never_asked_for_failed_without_a_call() -> None:
+    manifest = {"failures": [{"request": {"chartTemplateId": "a"}}, {"request": {"chartTemplateId": "b"}}]}
+    assert not uncalled_failure(manifest, {"a", "b", "c"})  # each failed chart was called
+    assert uncalled_failure(manifest, {"a"})  # b never reached CHART-IMG (abandoned, keys cooling)
+    assert not uncalled_failure(None, set()) and not uncalled_failure({"failures": []}, set())
 
 
 def figures(**values: object) -> Figures:
@@ -95,7 +107,8 @@ def test_a_clean_run_meets_every_target() -> None:
 
 def test_each_target_can_be_missed() -> None:
     assert failed_targets(figures(units={"a": 6, "b": 4})) == ["units =="]
-    assert failed_targets(figures(units={"a": 50, "b": 4}, really_exhausted=["a"])) == []
+    # an exhausted key too: its exhaustion is a field of its own, its count the units spent
+    assert failed_targets(figures(units={"a": 50, "b": 4}, really_exhausted=["a"])) == ["units =="]
     assert failed_targets(figures(delivered=6)) == ["calls /"]
     assert failed_targets(figures(wrong=["run/t"])) == ["0 wrong"]
     assert failed_targets(figures(stuck=["run READY"])) == ["0 steps"]

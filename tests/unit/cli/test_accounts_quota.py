@@ -42,7 +42,7 @@ def write_usage(out: Path) -> None:
         reservation = store.reserve("acc1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
     store.refund("acc1", day=reservation.day or "")
     store.reserve("acc2", default_limit=3, now=now)
-    store.mark_exhausted("acc2", default_limit=3, now=now)
+    store.mark_exhausted("acc2", now=now)
     store.reserve("retired", default_limit=44, now=now)
 
 
@@ -73,10 +73,10 @@ def test_the_table_shows_each_account_and_the_days_capacity(
     ]
     assert lines[2].split()[:6] == ["acc1", "BASIC", "50", "2", "48", "1"]
     acc2 = lines[3].split()
-    assert acc2[:6] == ["acc2", "PRO", "3", "3", "0", "0"] and "exhausted" in acc2
+    assert acc2[:6] == ["acc2", "PRO", "3", "1", "0", "0"] and "exhausted" in acc2  # 1 spent, 0 left
     assert "CHART-IMG refused the day's quota (until" in lines[3]  # mark_exhausted's reason
     assert lines[4].startswith(
-        "total: 2 account(s), 1 usable, 5 used today (1 given back: calls that never reached CHART-IMG) "
+        "total: 2 account(s), 1 usable, 3 used today (1 given back: calls that never reached CHART-IMG) "
         "of 53: 48 left today; "
     )
     assert lines[5] == "usage documents of accounts not configured: retired"
@@ -211,7 +211,7 @@ def test_a_key_in_a_stored_reason_never_reaches_the_output(
     store.mark_disabled("acc1", reason=f'CHART-IMG refused the key 401 "{forms["json_slash"]}"', now=now)
     store.reserve("acc2", default_limit=50, now=now)
     store.mark_exhausted(
-        "acc2", default_limit=50, now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}"
+        "acc2", now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}"
     )
     config = accounts_file(tmp_path, [{"id": "acc1", "apiKey": key}, {"id": "acc2", "apiKey": KEYS[0]}])
     flags = ["--local", "--output-dir", str(tmp_path), "--accounts-config-path", str(config)]

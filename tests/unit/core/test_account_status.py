@@ -91,7 +91,7 @@ def test_an_account_at_its_limit_is_exhausted_until_utc_midnight() -> None:
 
 def test_an_account_the_provider_exhausted_shows_nothing_left() -> None:
     """What the worker writes after CHART-IMG's quota answer, below our own count."""
-    doc = {**used(7), **exhausted_fields(used(7), default_limit=50, now=NOW)}
+    doc = {**used(7), **exhausted_fields(used(7), now=NOW)}
     row = account_row("acc1", doc, configured(), NOW)
     assert (row.left_today, row.state, row.exhausted_until) == (0, AccountState.EXHAUSTED, MIDNIGHT)
 

@@ -27,6 +27,7 @@ from worker_chart_export.core.usage import (
     disabled_fields,
     disabled_now,
     exhausted_fields,
+    exhausted_now,
     next_utc_midnight,
     refund_one,
     refunded_today,
@@ -236,18 +237,33 @@ def test_a_slot_too_far_away_is_busy_and_says_the_pacing_state() -> None:
     assert taken.send_at == NOW + timedelta(seconds=10.0 - BASIC.tolerance)
 
 
-def test_marking_an_account_exhausted_never_lowers_its_count() -> None:
-    """After a quota 429 the count goes up to the limit, never down: another instance may
-    have counted more than this limit (a lowered dailyLimit, units reserved meanwhile)."""
+def test_marking_an_account_exhausted_keeps_the_units_really_spent() -> None:
+    """After a quota 429 the count stays the units spent (today's, 0 for an older window):
+    the exhaustion is a field of its own (contract §14.4: "a separate flag/field"), so
+    usageToday stays what CHART-IMG could count (issue 27: units == calls)."""
 
     def counted(doc: dict[str, Any] | None) -> tuple[Any, Any]:
-        fields = exhausted_fields(doc, default_limit=44, now=NOW)
+        fields = exhausted_fields(doc, now=NOW)
         return fields["windowStart"], fields["usageToday"]
 
     assert counted({"windowStart": TODAY, "usageToday": 60}) == (TODAY, 60)
-    assert counted({"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}) == (TODAY, 10)
-    assert counted({"windowStart": "2026-11-22T00:00:00Z", "usageToday": 60}) == (TODAY, 44)
-    assert counted(None) == (TODAY, 44)
+    assert counted({"windowStart": TODAY, "usageToday": 3, "dailyLimit": 10}) == (TODAY, 3)
+    assert counted({"windowStart": "2026-11-22T00:00:00Z", "usageToday": 60}) == (TODAY, 0)
+    assert counted(None) == (TODAY, 0)
+
+
+def test_an_exhausted_key_is_refused_until_its_moment_then_served_again() -> None:
+    """Below its limit by our count, a key CHART-IMG said is exhausted is refused (nothing
+    written, the count untouched) until exhaustedUntil; after it, reserved as usual."""
+    spent = {"windowStart": TODAY, "usageToday": 3}
+    doc = {**spent, **exhausted_fields(spent, now=NOW)}
+    assert exhausted_now(doc, NOW) == datetime(2026, 11, 24, tzinfo=UTC)
+    update, refused = reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))
+    assert update is None and (refused.reserved, refused.refusal) == (False, ReservationRefusal.EXHAUSTED)
+    assert refused.usage_today == 3
+    early = {**doc, "exhaustedUntil": "2026-11-23T11:00:00Z"}  # an hour before NOW: over
+    assert exhausted_now(early, NOW) is None
+    assert reserve_one("acc", early, default_limit=44, at=ReservationTime(NOW))[1].reserved
 
 
 # --- what CHART-IMG said about the key, as the document keeps it -----------------------------
@@ -272,10 +288,10 @@ def test_a_key_disabled_an_older_day_is_tried_again_and_the_flag_cleared() -> No
 
 
 def test_exhaustion_records_until_when_and_why() -> None:
-    fields = exhausted_fields({"windowStart": TODAY, "usageToday": 7}, default_limit=50, now=NOW, reason="r")
+    fields = exhausted_fields({"windowStart": TODAY, "usageToday": 7}, now=NOW, reason="r")
     assert fields == {
         "windowStart": TODAY,
-        "usageToday": 50,
+        "usageToday": 7,
         "exhaustedUntil": "2026-11-24T00:00:00.000Z",
         "exhaustedReason": "r",
     }
@@ -318,18 +334,11 @@ def test_a_unit_given_back_lowers_todays_count_and_counts_the_refund_pacing_unto
     ("doc", "why_not"),
     [
         ({"windowStart": YESTERDAY, "usageToday": 3}, "a new UTC day began: its count started again"),
-        (
-            {
-                "windowStart": TODAY,
-                **exhausted_fields({"windowStart": TODAY, "usageToday": 3}, default_limit=44, now=NOW),
-            },
-            "CHART-IMG said the day's quota is used up",
-        ),
         ({"windowStart": TODAY, "usageToday": 0}, "no unit counted"),
         ({"windowStart": TODAY}, "no unit counted"),
         (None, "a new UTC day began: its count started again"),
     ],
-    ids=["new-day", "chart-img-exhausted", "zero", "no-count", "no-document"],
+    ids=["new-day", "zero", "no-count", "no-document"],
 )
 def test_nothing_is_given_back_when_the_count_is_not_ours_to_lower(
     doc: dict[str, Any] | None, why_not: str
@@ -345,16 +354,19 @@ def test_a_stale_days_refunds_count_for_nothing_and_are_reset_with_the_window() 
     assert refunded_today(old, NOW) == 0
     update, _ = reserve_one("acc", old, default_limit=44, at=ReservationTime(NOW))
     assert update is not None and update["refundedToday"] == 0 and update["usageToday"] == 1
-    assert exhausted_fields(old, default_limit=44, now=NOW)["refundedToday"] == 0
+    assert exhausted_fields(old, now=NOW)["refundedToday"] == 0
     assert disabled_fields(old, reason="r", now=NOW)["refundedToday"] == 0
-    assert "refundedToday" not in exhausted_fields({"windowStart": TODAY}, default_limit=44, now=NOW)
+    assert "refundedToday" not in exhausted_fields({"windowStart": TODAY}, now=NOW)
     todays = {"windowStart": TODAY, "usageToday": 5, "refundedToday": 3}  # today's refunds are kept
-    assert "refundedToday" not in exhausted_fields(todays, default_limit=44, now=NOW)
+    assert "refundedToday" not in exhausted_fields(todays, now=NOW)
     assert "refundedToday" not in disabled_fields(todays, reason="r", now=NOW)
     assert refunded_today({"windowStart": TODAY, "refundedToday": True}, NOW) == 0  # not a count
 
 
-def test_a_refund_knows_chart_imgs_exhaustion_whatever_the_machines_timezone(machine_in_tokyo: None) -> None:
+def test_an_exhausted_keys_unit_that_never_left_is_given_back(machine_in_tokyo: None) -> None:
+    """The exhaustion is a field of its own: the count is the units spent, and a call that
+    never left was not one of them, whatever the machine's timezone."""
     doc = {"windowStart": TODAY, "usageToday": 3}
-    exhausted = {**doc, **exhausted_fields(doc, default_limit=44, now=NOW)}
-    assert refund_one("acc", exhausted, day=TODAY)[1].why_not == "CHART-IMG said the day's quota is used up"
+    exhausted = {**doc, **exhausted_fields(doc, now=NOW)}
+    update, refund = refund_one("acc", exhausted, day=TODAY)
+    assert update == {"usageToday": 2, "refundedToday": 1} and refund == Refund("acc", True, 2, 1)

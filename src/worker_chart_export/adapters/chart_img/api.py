@@ -7,11 +7,11 @@ Every attempt holds one of the client's connection permits (permits.py) from bef
 reserves until its answer is read: a reservation never waits for a connection.
 `for_step` opens a step's session (session.py): it takes as many permits as are free (no
 waiting) for the step's first wave and reserves that many first attempts in one round trip
-(AccountLimiter.acquire_many); each render of the step takes one of those leases, with its
-permit, for its first attempt (unless CHART-IMG has refused that account meanwhile), and
-acquires permit and lease one by one after. Thread-safe: execute.py renders a step's
-requests from a thread pool. Logs and failure details carry the account id, the HTTP status
-and the API's message, never a key.
+(AccountLimiter.acquire_many, slots at most PREPAID_HOLD_SECONDS ahead); each render of the
+step takes one of those leases, with its permit, for its first attempt (unless CHART-IMG has
+refused that account meanwhile), and acquires permit and lease one by one after.
+Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
+details carry the account id, the HTTP status and the API's message, never a key.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ from tenacity import Retrying
 
 from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
+from worker_chart_export.adapters.chart_img.outcomes import (
+    ChartRequest,
+    Outcome,
+    cannot_start,
+    judge_refusals,
+    tell_limiter,
+)
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
 from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
@@ -52,6 +58,12 @@ from worker_chart_export.logs import get_logger
 # the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
 # A read timeout, a reset or a write error may come after the request left: its unit stays.
 NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# A first wave's lease is taken only when its slot is at most this far ahead: a unit must not
+# wait long for its call (an instance dying meanwhile leaves it counted for a call that never
+# left: issue 27, units == calls); a call the wave leaves out waits for its slot before it
+# reserves (AccountLimiter.acquire). A fraction of a slot at BASIC's pace, most of a burst on
+# the faster plans, whose slots are a few tens of ms apart once the burst is spent.
+PREPAID_HOLD_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,7 @@ class RealChartApi:
     def _reserve_first_wave(
         self, calls: Sequence[ChartCall], budget: Budget
     ) -> list[tuple[ChartCall, Lease]]:
-        max_wait = budget.remaining() - self._policy.min_attempt_seconds
+        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, PREPAID_HOLD_SECONDS)
         if max_wait < 0:
             return []
         try:
@@ -136,6 +148,8 @@ class RealChartApi:
         )
         outcome: Outcome = retrying(self._attempt, request)
         result = outcome.result
+        log = get_logger().bind(runId=call.run_id, stepId=call.step_id)
+        judge_refusals(self.limiter, request, result, log)
         if isinstance(result, ChartFailure):
             details = {**result.error.details, "attempts": len(request.tried)}
             if request.tried:

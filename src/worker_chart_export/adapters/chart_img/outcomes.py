@@ -1,7 +1,8 @@
 """What one pass of a chart request's attempt loop (api.py) ends with: what a refusal says
-about its key and its request, told to the limiter (`tell_limiter`), and the failure a
-request ends with when no attempt can be made: every account exhausted, every key refused,
-or no time left. The last real answer, when there was one, says more than any of these.
+about its key and its request, told to the limiter (`tell_limiter`, and `judge_refusals`
+once the request's fate is known), and the failure a request ends with when no attempt can
+be made: every account exhausted, every key refused, or no time left. The last real answer,
+when there was one, says more than any of these.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class ChartRequest:
     tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
     last: Outcome | None = None
     refused_by: set[str] = field(default_factory=set)  # accounts whose key CHART-IMG refused for it
+    # refusals not judged yet: whose fault each is (the key's or the request's) is known
+    # only when the request ends (`judge_refusals`)
+    pending: list[tuple[str, Answer]] = field(default_factory=list)
+    refused_everywhere: bool = False  # every account that could serve it refused it
 
     @property
     def budget(self) -> Budget:
@@ -86,23 +91,52 @@ def _key_refused(
     *,
     probe: bool,
 ) -> Outcome:
-    """CHART-IMG refused the key (401, 403 "Forbidden"). Disabled now (refused for another
-    request too, no success between; or on its probe): the call moves on. Else, once every
-    account that could serve the call has refused this very request, the request is what is
-    refused: its final failure, no key set aside (docs/design.md, "CHART-IMG answers");
-    before that, the call moves to another account."""
+    """CHART-IMG refused the key (401, 403 "Forbidden"). On its probe, or when the request
+    can go to no other key, the refusal is judged at once: disabled now (refused for another
+    request too, no success between, or on its probe), the call moves on. Otherwise it is
+    judged when the request ends (`judge_refusals`): another key may refuse the very request
+    too, which makes it the request's. Once every account that could serve the call has
+    refused this very request, the request is what is refused: its final failure, no key set
+    aside (docs/design.md, "CHART-IMG answers"); before that, the call moves to another
+    account."""
     request.refused_by.add(account_id)
-    if limiter.key_refused(account_id, seen, probe=probe):
-        return refused
-    if not set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by:
+    nowhere_else = set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by
+    if probe or (nowhere_else and len(request.refused_by) == 1):
+        if limiter.key_refused(account_id, seen, probe=probe):
+            return refused
+    else:
+        request.pending.append((account_id, seen))
+    if not nowhere_else:
         log.warning("chart-img key refused once: the call moves to another account")
         return refused
+    request.refused_everywhere = True
     refused_by = sorted(request.refused_by)
     log.warning(
         "chart-img request refused by every key: its final failure, no key set aside", refusedBy=refused_by
     )
     assert isinstance(refused.result, ChartFailure)
     return Outcome(None, ChartFailure(refused_everywhere(refused.result.error, refused_by)), refused.answer)
+
+
+def judge_refusals(limiter: AccountLimiter, request: ChartRequest, result: ChartResult, log: Any) -> None:
+    """The request has ended: its refusals not yet judged are judged now. Rendered by
+    another key, each refusal was its key's (the request was fine); refused by more than one
+    key, never rendered, while keys it did not try remain, they were the request's: no key
+    is blamed. Otherwise (refused by one key only, or by every key that could serve it, when
+    no key is left to tell a refused request from revoked keys) each refusal counts against
+    its key, as a refusal always did (two of different requests, no success between,
+    disable it)."""
+    pending, request.pending = request.pending, []
+    if not pending:
+        return
+    if isinstance(result, ChartFailure) and len(request.refused_by) > 1 and not request.refused_everywhere:
+        log.info(
+            "chart-img request refused by more than one key: the request's, no key blamed",
+            refusedBy=sorted(request.refused_by),
+        )
+        return
+    for account_id, seen in pending:
+        limiter.key_refused(account_id, seen)
 
 
 def cannot_start(

@@ -307,11 +307,9 @@ class FirestoreUsageStore:
             self._versions.pop(account_id, None)
             self._forgotten.add(account_id)
 
-    def mark_exhausted(
-        self, account_id: str, *, default_limit: int, now: datetime, reason: str = QUOTA_REFUSED
-    ) -> None:
+    def mark_exhausted(self, account_id: str, *, now: datetime, reason: str = QUOTA_REFUSED) -> None:
         def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-            return exhausted_fields(doc, default_limit=default_limit, now=now, reason=reason)
+            return exhausted_fields(doc, now=now, reason=reason)
 
         self._merge(account_id, fields, f"marking account {account_id} exhausted")
 

@@ -214,13 +214,15 @@ def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callabl
 
 
 def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
+    """Refused by every key that could serve it, a request leaves no key to tell it from
+    revoked keys: each refusal counts (judged once the request ends), as it always did."""
     r = rig([answer(403, "Forbidden")], accounts=("acc1", "acc2"))
     error = failure(r.render(symbol="BINANCE:AAAUSDT"))  # acc1, acc2: this request, final
     assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 2
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
     error = failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request: both keys disabled
-    assert error["code"] == "CHART_API_FAILED" and error["details"]["errorKind"] == "bad_key"
-    assert error["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
+    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 4
+    assert r.api.limiter.usable_accounts() == ()
     again = failure(r.render(symbol="BINANCE:CCCUSDT"))  # no call at all
     assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
 
@@ -333,7 +335,9 @@ def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable
     r = rig([answer(429, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
-    assert r.store.snapshot()["acc1"]["usageToday"] == 44  # exhausted for the UTC day
+    used = r.store.snapshot()["acc1"]
+    assert used["usageToday"] == 1  # the unit really spent: the exhaustion is a field of its own
+    assert used["exhaustedUntil"] == "2025-01-16T00:00:00.000Z"  # out for the UTC day
     assert r.api.limiter.exhausted_accounts() == ("acc1",)
     assert r.logs.events("chart-img accounts exhausted") == []
     r.render()
