@@ -7,7 +7,9 @@ for every key:
   (its first 10 characters, say) is found too; a key shorter than that only whole;
 - the same once the text's escapes are decoded: JSON's (`\\/`, `\\"`, `\\\\`, `\\uXXXX`, any
   case) and URL percent-encoding (`%2F`, `%2f`; `quote` and `quote_plus` differ only for a
-  space, which a key cannot hold), decoded again while a pass finds more (`%5C%2F`);
+  space, which a key cannot hold), decoded again while a pass finds more (`%5C%2F`); and the
+  whole key as those encoders write it, as written (a stray `%` can make the decoder eat a
+  short key's first characters);
 - the key's base64, standard and URL-safe, at each of the three byte alignments a key can
   have inside a longer blob: any run of `MIN_RUN` characters that only the key's bytes
   determine.
@@ -24,9 +26,11 @@ slice is 4 characters of a key (or of its base64) is searched, by one regular ex
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 REDACTED = "<redacted>"
 MIN_RUN = 8
@@ -60,6 +64,26 @@ def base64_runs(key: str) -> list[str]:
         stable = encoded[first:last]
         runs += [stable, stable.replace("+", "-").replace("/", "_")]
     return list(dict.fromkeys(runs))
+
+
+def _written_forms(key: str) -> set[str]:
+    """The whole key as JSON and URL encoders write it, searched as written: decoding alone
+    misses a short key behind a stray escape character (`%` before `0000000%22`: the
+    decoder takes `%00`, eating the key's first characters; a longer key keeps a run)."""
+    json_form = json.dumps(key)[1:-1]
+    url_form = quote(key, safe="")
+    forms = {
+        json_form,
+        json_form.replace("/", "\\/"),
+        "".join(f"\\u{ord(char):04X}" for char in key),
+        "".join(f"\\u{ord(char):04x}" for char in key),
+        url_form,
+        re.sub(r"%[0-9A-F]{2}", lambda escape: escape.group().lower(), url_form),
+        quote(key),
+        quote_plus(key),
+        quote(url_form, safe=""),
+    }
+    return forms - {key}
 
 
 def _runs_of(secret: str) -> set[str]:
@@ -96,7 +120,7 @@ class Redaction:
         self.keys: frozenset[str] = frozenset(key for key in keys if key)
         runs: set[str] = set()
         for key in self.keys:
-            runs |= _runs_of(key)
+            runs |= _runs_of(key) | _written_forms(key)
             for encoded in base64_runs(key):
                 runs |= _runs_of(encoded) if len(encoded) >= MIN_RUN else set()
         # a lookahead: every start is found, overlapping finds included

@@ -114,3 +114,15 @@ def test_no_form_of_any_key_survives_in_any_surrounding(
 ) -> None:
     text = before + key_forms(key)[form] + after + key_forms(other)["verbatim"]
     assert leaks([Redaction([key, other]).text(text)], [key, other]) == []
+
+
+def test_a_short_key_behind_a_stray_escape_character_is_found() -> None:
+    """Hypothesis found it: `%` before `0000000\\"` (the key `0000000"` JSON-escaped): the
+    decoder took `%00`, eating the key's first characters, and no run of 8 was left. The
+    whole key's written forms are searched as written too."""
+    key = '0000000"'
+    unicode_escaped = "".join(f"\\u{ord(c):04x}" for c in key)
+    for text in ['%0000000\\"', "%0000000%22", "\\" + unicode_escaped, "%41%0000000%2522"]:
+        assert leaks([Redaction([key]).text(text)], [key]) == [], text
+    assert Redaction([key]).text('%0000000\\"') == "%" + REDACTED
+    assert Redaction([key]).text("%0000000%22 and more") == "%" + REDACTED + " and more"
