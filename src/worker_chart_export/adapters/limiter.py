@@ -61,6 +61,7 @@ class Refusal(StrEnum):
 # and the one the store wrote, far inside the pacing's arrival jitter
 SLOT_GRAIN = 1e-3
 
+
 @dataclass(frozen=True)
 class NoAccount:
     reason: Refusal

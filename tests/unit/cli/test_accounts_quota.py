@@ -210,9 +210,7 @@ def test_a_key_in_a_stored_reason_never_reaches_the_output(
     store.reserve("acc1", default_limit=50, now=now)
     store.mark_disabled("acc1", reason=f'CHART-IMG refused the key 401 "{forms["json_slash"]}"', now=now)
     store.reserve("acc2", default_limit=50, now=now)
-    store.mark_exhausted(
-        "acc2", now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}"
-    )
+    store.mark_exhausted("acc2", now=now, reason=f"429 {forms['url_quote']} {forms['base64_1']}")
     config = accounts_file(tmp_path, [{"id": "acc1", "apiKey": key}, {"id": "acc2", "apiKey": KEYS[0]}])
     flags = ["--local", "--output-dir", str(tmp_path), "--accounts-config-path", str(config)]
     code, out, err = run(capsys, *flags, "--json")

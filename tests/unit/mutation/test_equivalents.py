@@ -854,7 +854,8 @@ def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
     kinds = [step(), step(status="PENDING"), step("LLM_REPORT"), {"note": "READY CHART_EXPORT"}, "READY"]
     for mix in product(kinds, repeat=2):
         steps = {f"s{i}": value for i, value in enumerate(mix)}
-        for data in (protobuf_payload(flow_run_fields(steps)), json_format.MessageToDict(
-            build_document_event_data(name, flow_run_fields(steps))
-        )):
+        for data in (
+            protobuf_payload(flow_run_fields(steps)),
+            json_format.MessageToDict(build_document_event_data(name, flow_run_fields(steps))),
+        ):
             assert_same(entry, late(events, "decode_event", cloud_event(data)), reaches=False)

@@ -35,7 +35,7 @@ def test_a_json_update_carries_both_documents_a_creation_no_old_one_a_deletion_n
     [
         (b"{not json", "payload looks like JSON but does not parse"),
         ("{not json", "payload looks like JSON but does not parse"),
-        (b"{\"a\": " + b"[" * 100_000, "payload is JSON nested too deeply to parse"),
+        (b'{"a": ' + b"[" * 100_000, "payload is JSON nested too deeply to parse"),
         (
             {"value": {"name": ["n"]}},
             'JSON payload is not a DocumentEventData: "Failed to parse value field: Failed to parse name '
