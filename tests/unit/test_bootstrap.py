@@ -160,7 +160,7 @@ NOT_THE_DEFAULTS = {
 def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
     settings_environment: Callable[..., None],
 ) -> None:
-    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions
     from worker_chart_export.bootstrap import chart_img_options, step_limits
 
     settings_environment(**NOT_THE_DEFAULTS)
@@ -171,7 +171,7 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         7.0,
         120.0,
     )
-    assert (limits.chart_concurrency, limits.default_timezone, limits.plan.name) == (
+    assert (limits.chart_concurrency, limits.default_timezone, limits.plans.default.name) == (
         5,
         "America/New_York",
         "PRO",
@@ -185,4 +185,5 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         daily_limit=30,
         rate_per_second=2.5,
         burst=6,
+        default_plan="PRO",  # CHART_IMG_PLAN reaches the limiter too
     )
