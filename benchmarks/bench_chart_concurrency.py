@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from harness.builders import chart_step_for
 from harness.chart_img_server import new_key
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api, step_limits

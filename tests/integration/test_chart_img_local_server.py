@@ -27,7 +27,7 @@ from harness.chart_img_server import (
     find_secrets,
 )
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api

@@ -24,7 +24,7 @@ from pydantic import SecretStr
 from harness.builders import chart_step_for, flow_run, load_templates
 from harness.chart_img_server import ChartImgServer
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.local import LocalArtifactStore
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore

@@ -28,7 +28,7 @@ from harness.builders import TEMPLATES_DIR, chart_step, chart_step_for, flow_run
 from harness.chart_img_server import ChartImgServer, register_templates_from
 from harness.gcs_emulator import object_metadata
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.adapters.local import LocalTemplateSource
 from worker_chart_export.adapters.memory import InMemoryFlowRuns

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from google.cloud import firestore
 
     from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
-    from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
     from worker_chart_export.adapters.gcs import GcsArtifactStore
 
 
@@ -112,7 +112,7 @@ def build_chart_api(
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
         require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
         return MockChartApi(library)
-    from worker_chart_export.adapters.chart_img import build_http_chart_api
+    from worker_chart_export.adapters.chart_img.assembly import build_http_chart_api
 
     if accounts is None:
         accounts = _require_accounts(settings, secret_client)
@@ -131,7 +131,7 @@ def build_chart_api(
 def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -> ChartImgOptions:
     """What the HTTP chart API is built from. Its connections: one for every chart the
     process runs at once, i.e. steps at once (the instance's threads) x CHART_CONCURRENCY."""
-    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions
 
     steps = settings.threads if steps_at_once is None else steps_at_once
     return ChartImgOptions(
@@ -249,7 +249,7 @@ WARM_UP_DOCUMENT_ID = "warm-up-probe"
 def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> StepParts:
     """The served worker's step: Firestore (`client`) for runs, templates and usage, GCS for
     artifacts, the chart API of settings.charts_api_mode; `clock` handed to each."""
-    from worker_chart_export.adapters.chart_img import Seams
+    from worker_chart_export.adapters.chart_img.assembly import Seams
     from worker_chart_export.adapters.firestore import (
         FirestoreFlowRunStore,
         FirestoreTemplateSource,
@@ -322,7 +322,7 @@ def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> 
     system clock (a person waits for it)."""
     # a wrong folder would fail the step as "template not found": say what is wrong instead
     require_dir(settings.chart_templates_dir, CHART_TEMPLATES_DIR)
-    from worker_chart_export.adapters.chart_img import Seams
+    from worker_chart_export.adapters.chart_img.assembly import Seams
 
     clock = SYSTEM_CLOCK
     artifacts: ArtifactStore
