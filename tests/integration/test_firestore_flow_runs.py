@@ -18,7 +18,7 @@ from worker_chart_export.adapters.firestore.client import RpcOptions, commit_bat
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
-from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion
+from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion
 from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.testing import FakeClock
 

@@ -19,7 +19,7 @@ from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ClaimSuperseded
 from worker_chart_export.core.naming import lease_document_id
-from worker_chart_export.core.reaping import ReapOutcome
+from worker_chart_export.core.step.reaping import ReapOutcome
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.service.advance import AdvanceOutcome, advance_version
 from worker_chart_export.service.reaper import reap_once

@@ -34,11 +34,11 @@ from worker_chart_export.adapters.local import LocalTemplateSource
 from worker_chart_export.adapters.memory import InMemoryFlowRuns
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
-from worker_chart_export.core.chart_request import body_digest, build_request_body
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.step.reuse import png_metadata
+from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import Settings

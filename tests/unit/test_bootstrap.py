@@ -31,7 +31,7 @@ STEP_ONLY_MODULES = (
     "httpx",
     "worker_chart_export.adapters.gcs",
     "worker_chart_export.adapters.chart_img",
-    "worker_chart_export.adapters.accounts_config",
+    "worker_chart_export.adapters.chart_img.accounts_config",
 )
 
 

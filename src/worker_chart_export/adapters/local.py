@@ -1,6 +1,6 @@
 """Local adapters for run-local: a flow_run JSON file, the templates directory, a folder
 that mirrors the bucket. Same protocols as production, and the flow_run store executes the
-same claim/finalize plans (core/step_rules.py) under a file lock."""
+same claim/finalize plans (core/step/step_rules.py) under a file lock."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from worker_chart_export.core.exceptions import (
     BucketUnusable,
     ClaimSuperseded,
 )
-from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
+from worker_chart_export.core.flow.flow_rules import AdvancePlan, apply_plan, plan_advance
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
-from worker_chart_export.core.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
-from worker_chart_export.core.step_rules import (
+from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
+from worker_chart_export.core.step.step_rules import (
     RunVersion,
     apply_to_step,
     claim_is_current,
@@ -32,7 +32,7 @@ from worker_chart_export.core.step_rules import (
     plan_claim,
     plan_finalize,
 )
-from worker_chart_export.core.template_check import StoredTemplate, TemplateCheck, template_problems
+from worker_chart_export.core.templates.template_check import StoredTemplate, TemplateCheck, template_problems
 from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, ListedObject, StepFinal
 
 
@@ -205,7 +205,7 @@ class LocalArtifactStore:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(data)
             # create-only like ifGenerationMatch=0, and whole or absent like a GCS object: a
-            # PNG a later execution lists (core/reuse.py) is never half written
+            # PNG a later execution lists (core/step/reuse.py) is never half written
             os.link(tmp, target)
             # after the PNG: one listed before its metadata lands carries no digest, and is
             # rendered anew rather than reused

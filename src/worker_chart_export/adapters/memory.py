@@ -2,7 +2,7 @@
 adapters/firestore's FirestoreFlowRunStore and FirestoreLeaseReaper (procrastinate's in-memory
 connector is the model). A claim writes the step's lease with the run, a finalize deletes it,
 the reaper takes expired ones back: the same core plans the Firestore adapters commit
-(core/step_rules.py, core/reaping.py), each executed atomically under one lock where Firestore
+(core/step/step_rules.py, core/step/reaping.py), each executed atomically under one lock where Firestore
 needs a compare-and-set. For tests of the services without an emulator.
 """
 
@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id, rfc3339_utc
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, decide_reap, lease_document
-from worker_chart_export.core.step_rules import (
+from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, decide_reap, lease_document
+from worker_chart_export.core.step.step_rules import (
     RunVersion,
     apply_to_step,
     claim_is_current,

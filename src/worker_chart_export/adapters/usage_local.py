@@ -1,9 +1,9 @@
 """Local UsageStores (contract §14.4) for run-local and tests: in memory, or one JSON file.
 
-Both apply the same pure window rules as the Firestore store (`core/usage.py`) inside a lock,
+Both apply the same pure window rules as the Firestore store (`core/chart_img/usage.py`) inside a lock,
 so a reservation is read-check-increment with no lost updates under concurrency. The file
 is `{accountId: {"usageToday": int, "windowStart": "YYYY-MM-DDT00:00:00Z", "dailyLimit"?: int, ...}}`
-(the fields core/usage.py describes).
+(the fields core/chart_img/usage.py describes).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
-from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import (
+from worker_chart_export.core.chart_img.set_aside import cooling_fields, serving_again_fields
+from worker_chart_export.core.chart_img.usage import (
     QUOTA_REFUSED,
     Pacing,
     Refund,
@@ -32,6 +31,7 @@ from worker_chart_export.core.usage import (
     reserve_many,
     reserve_one,
 )
+from worker_chart_export.core.types import Reservation
 
 try:  # POSIX: also serialise separate processes sharing one file (two run-local shells)
     import fcntl

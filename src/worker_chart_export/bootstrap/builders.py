@@ -18,13 +18,13 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
-from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.plans import AccountLimits, AccountPlans, plan_named
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
-from worker_chart_export.core.plans import AccountLimits, AccountPlans, plan_named
-from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
     CHARTS_API_MODE,
@@ -37,7 +37,7 @@ from worker_chart_export.settings import ChartsApiMode, Settings
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-    from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
+    from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
     from worker_chart_export.adapters.gcs import GcsArtifactStore
 
@@ -76,7 +76,7 @@ def template_plans(settings: Settings, *, offline: bool = False) -> AccountPlans
     """The configured accounts' plans, for `templates sync` (no account: CHART_IMG_PLAN).
     `offline` (a dry run needs no credentials): the accounts of CHART_IMG_ACCOUNTS_JSON
     only, the secret is not read."""
-    from worker_chart_export.adapters.accounts_config import load_accounts
+    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
 
     secret = None if offline else settings.chart_img_accounts_secret
     accounts = load_accounts(settings.chart_img_accounts_json, secret, settings.google_cloud_project)
@@ -149,7 +149,7 @@ def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -
 def _require_accounts(
     settings: Settings, secret_client: SecretClient | None = None
 ) -> tuple[AccountConfig, ...]:
-    from worker_chart_export.adapters.accounts_config import require_accounts
+    from worker_chart_export.adapters.chart_img.accounts_config import require_accounts
 
     return require_accounts(
         settings.chart_img_accounts_json,
@@ -171,8 +171,8 @@ def configured_accounts(
     """The accounts the worker would use (same sources: CHART_IMG_ACCOUNTS_JSON, else the
     secret), as `accounts` shows them: plan, limits and the pacing the worker sends at,
     never the key. () when none is configured."""
-    from worker_chart_export.adapters.account_views import PacingMargins
-    from worker_chart_export.adapters.accounts_config import load_accounts
+    from worker_chart_export.adapters.chart_img.account_views import PacingMargins
+    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
 
     loaded = load_accounts(
         settings.chart_img_accounts_json,

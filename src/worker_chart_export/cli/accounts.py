@@ -8,10 +8,10 @@ and the day's remaining capacity. The usage comes from Firestore
 from run-local's usage file under `--output-dir`. The accounts come from the worker's own
 sources (`--accounts-config-path`, CHART_IMG_ACCOUNTS_JSON, CHART_IMG_ACCOUNTS_SECRET);
 without any, every usage document found is listed, plan unknown. The rows are
-`core.account_status`'s; this module reads, then prints a table or `--json`.
+`core.chart_img.account_status`'s; this module reads, then prints a table or `--json`.
 
 `--check-file FILE`: the same parser the worker applies to CHART_IMG_ACCOUNTS_JSON
-(adapters/accounts_config), so a file that passes here is one every instance will accept;
+(adapters/chart_img/accounts_config), so a file that passes here is one every instance will accept;
 deploy.sh runs it on ACCOUNTS_FILE before anything is uploaded. One line either way: the
 account ids, or the problem naming the item and field, the file named as `ACCOUNTS_FILE
 <path>`, the variable deploy.sh reads it from.
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.accounts_config import parse_accounts
+from worker_chart_export.adapters.chart_img.accounts_config import parse_accounts
 from worker_chart_export.cli.accounts_table import render_table
 from worker_chart_export.cli.surface import EXIT_OK, USAGE_MEANING, add_command
-from worker_chart_export.core.account_status import quota_report, report_dict
+from worker_chart_export.core.chart_img.account_status import quota_report, report_dict
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError, UsageError
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION

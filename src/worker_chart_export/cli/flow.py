@@ -30,8 +30,8 @@ from worker_chart_export.cli.surface import (
 )
 from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.reaping import ReapOutcome, ReapReport
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.core.step.reaping import ReapOutcome, ReapReport
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.service.advance import AdvanceOutcome
 from worker_chart_export.settings import load_settings

@@ -27,7 +27,7 @@ from worker_chart_export.cli.surface import (
     error_line,
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
-from worker_chart_export.core.selection import choose_step
+from worker_chart_export.core.step.selection import choose_step
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,

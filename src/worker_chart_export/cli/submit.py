@@ -3,7 +3,7 @@
 
 The file is checked against contracts/flow_run.schema.json; `--run-id` replaces its runId, so
 one file (the bundled sample too) starts as many runs as wanted. The run is created
-create-only (an existing runId is refused) with status PENDING (`core.flow_rules.as_new_run`):
+create-only (an existing runId is refused) with status PENDING (`core.flow.flow_rules.as_new_run`):
 advance_flow receives the creation, makes the first steps READY and the run RUNNING, and the
 workers take it from there. Nothing else writes.
 
@@ -32,9 +32,9 @@ from worker_chart_export.cli.surface import (
     command_line,
     positive_number,
 )
-from worker_chart_export.core.flow_rules import NEW_RUN_STATUS
+from worker_chart_export.core.flow.flow_rules import NEW_RUN_STATUS
+from worker_chart_export.core.flow.run_progress import chart_manifests, is_finished, status_changes
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
-from worker_chart_export.core.run_progress import chart_manifests, is_finished, status_changes
 from worker_chart_export.settings import load_settings
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from worker_chart_export.functions.decoding import events, versions
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
-    from worker_chart_export.core.step_rules import RunVersion
+    from worker_chart_export.core.step.step_rules import RunVersion
 
 CloudEventHandler = Callable[["CloudEvent", Any], None]
 Decoded = TypeVar("Decoded")
@@ -196,7 +196,7 @@ def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
     """The whole version the event carries, for the claim to be planned from (one commit when
     it is current); None when it cannot be had whole: the claim then reads the document first,
     since the skim already showed a READY step that acknowledging would leave waiting."""
-    from worker_chart_export.core.step_rules import RunVersion
+    from worker_chart_export.core.step.step_rules import RunVersion
 
     try:
         version = decode_version_event(cloud_event)

@@ -1,7 +1,7 @@
 """advance_flow (orchestration rules): which steps become READY and the run's status, from
 one version of the flow_run.
 
-The rules are core/flow_rules.py's. The write is conditional on the version the plan was
+The rules are core/flow/flow_rules.py's. The write is conditional on the version the plan was
 made from (its update time, which the event carries): one RPC, no transaction, no read.
 A duplicate or reordered event carries an older version, loses the precondition and is a
 no-op; the newer version comes with its own event. Our own write comes back as an event
@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from worker_chart_export.core.flow_rules import AdvancePlan, plan_advance
+from worker_chart_export.core.flow.flow_rules import AdvancePlan, plan_advance
 
 
 class AdvanceStore(Protocol):

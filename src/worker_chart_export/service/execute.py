@@ -20,7 +20,6 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from worker_chart_export import known_keys
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
@@ -34,16 +33,18 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.manifest import (
+from worker_chart_export.core.naming import manifest_object_path
+from worker_chart_export.core.step import step_failures
+from worker_chart_export.core.step.manifest import (
     ManifestFailure,
     ManifestHeader,
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.naming import manifest_object_path
-from worker_chart_export.core.outcome import insufficient_images_error, step_status
-from worker_chart_export.core.selection import steps_of
-from worker_chart_export.core.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.outcome import insufficient_images_error, step_status
+from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (
     Claim,
     ClaimOutcome,
@@ -51,7 +52,6 @@ from worker_chart_export.core.types import (
     StepFinal,
     StepStatus,
 )
-from worker_chart_export.core.validation import ValidatedStep, validate_step
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports

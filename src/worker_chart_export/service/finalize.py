@@ -32,11 +32,11 @@ from dataclasses import replace
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from worker_chart_export import known_keys
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.retrying import stop_before_budget_ends, within_budget
+from worker_chart_export.core.step import step_failures
 from worker_chart_export.core.types import FinalizeOutcome, StepFinal
 from worker_chart_export.service.step_context import StepContext
 

@@ -9,8 +9,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.step_rules import RunVersion
-from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.chart_img.usage import Pacing, Refund, ReservationRequest
+from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
@@ -20,7 +21,6 @@ from worker_chart_export.core.types import (
     Reservation,
     StepFinal,
 )
-from worker_chart_export.core.usage import Pacing, Refund, ReservationRequest
 
 
 class FlowRunStore(Protocol):
@@ -90,7 +90,7 @@ class ArtifactStore(Protocol):
 
     def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         """Create-only write (ifGenerationMatch=0) of image/png, with `metadata` as the
-        object's own (core.reuse.png_metadata: the digest of the body it was rendered from,
+        object's own (core.step.reuse.png_metadata: the digest of the body it was rendered from,
         the claim that wrote it). Returns the gs:// URI.
 
         Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
@@ -129,7 +129,7 @@ class ArtifactStore(Protocol):
 
 class UsageStore(Protocol):
     """chart_img_accounts_usage/{accountId}: daily usage windows and shared pacing
-    (contract §14.4; the rules are core/usage.py's)."""
+    (contract §14.4; the rules are core/chart_img/usage.py's)."""
 
     def reserve(
         self,
@@ -150,7 +150,7 @@ class UsageStore(Protocol):
     def reserve_many(
         self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
     ) -> dict[str, list[Reservation]]:
-        """Several accounts in one round trip, each as `core.usage.reserve_many` computes it
+        """Several accounts in one round trip, each as `core.chart_img.usage.reserve_many` computes it
         (its list ends at the first refusal). An account absent from the answer has nothing
         reserved (its state was not known here, or changed meanwhile): reserve it one at a
         time. Raises TransientStoreError when the store cannot be reached.
@@ -159,7 +159,7 @@ class UsageStore(Protocol):
 
     def refund(self, account_id: str, *, day: str) -> Refund:
         """Give back one unit reserved in the window `day` by an attempt that never reached
-        CHART-IMG (core.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
+        CHART-IMG (core.chart_img.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
         pacing state untouched; nothing when the window moved on or CHART-IMG refused the day.
         Raises TransientStoreError when the store cannot be reached."""
         ...
@@ -171,23 +171,23 @@ class UsageStore(Protocol):
 
     def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime, reason: str) -> None:
         """After CHART-IMG's quota answer: usageToday = dailyLimit for the rest of the UTC day,
-        `exhaustedUntil` and `exhaustedReason` (core.usage.exhausted_fields)."""
+        `exhaustedUntil` and `exhaustedReason` (core.chart_img.usage.exhausted_fields)."""
         ...
 
     def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
         """After CHART-IMG refused the key for two different requests (or on its probe):
-        `disabled` for 15 minutes, with `disabledReason` (core.usage.disabled_fields); every
+        `disabled` for 15 minutes, with `disabledReason` (core.chart_img.usage.disabled_fields); every
         reservation meanwhile refuses it, the first after it is the probe."""
         ...
 
     def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
         """After the 429 streak rule (or a probe answered 429): `coolUntil` 15 minutes ahead
-        and `coolReason` (core.set_aside.cooling_fields); then a probe."""
+        and `coolReason` (core.chart_img.set_aside.cooling_fields); then a probe."""
         ...
 
     def mark_serving(self, account_id: str, *, now: datetime) -> None:
         """After a probe answered 200: the set-aside fields cleared
-        (core.set_aside.serving_again_fields)."""
+        (core.chart_img.set_aside.serving_again_fields)."""
         ...
 
 

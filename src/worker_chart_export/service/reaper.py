@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
-from worker_chart_export.core.step_rules import DEFAULT_MAX_ATTEMPTS
+from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, ReapReport
+from worker_chart_export.core.step.step_rules import DEFAULT_MAX_ATTEMPTS
 from worker_chart_export.logs import get_logger
 
 DEFAULT_BATCH = 200

@@ -10,15 +10,15 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.exceptions import ArtifactWriteError
-from worker_chart_export.core.manifest import ManifestFailure, ManifestItem
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.step import step_failures
+from worker_chart_export.core.step.manifest import ManifestFailure, ManifestItem
+from worker_chart_export.core.step.reuse import png_metadata
+from worker_chart_export.core.step.validation import ValidatedStep
+from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure
-from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.ports import ChartSession
 from worker_chart_export.service.reuse import Reuse
 from worker_chart_export.service.step_context import StepContext

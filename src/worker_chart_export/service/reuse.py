@@ -1,7 +1,7 @@
 """Before a step renders: the charts an earlier execution of it already wrote, listed again
 instead of paid for twice, but only for the very request this execution would send. One
 listing of the step's folder, only when one may find something, then one ranged read of
-each PNG it would reuse; which PNGs qualify is core/reuse.py's rule."""
+each PNG it would reuse; which PNGs qualify is core/step/reuse.py's rule."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
-from worker_chart_export.core.manifest import ManifestItem
 from worker_chart_export.core.naming import gcs_uri, rfc3339_utc
-from worker_chart_export.core.reuse import (
+from worker_chart_export.core.step.manifest import ManifestItem
+from worker_chart_export.core.step.reuse import (
     PNG_SIGNATURE,
     Candidate,
     Refusal,
@@ -23,8 +22,9 @@ from worker_chart_export.core.reuse import (
     reuse_candidates,
     should_look,
 )
+from worker_chart_export.core.step.validation import ValidatedStep
+from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall
-from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.step_context import StepContext
 
 # the skipped objects one WARNING names at most (a step has 100 charts at most)

@@ -1,6 +1,6 @@
 """`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
 
-All or nothing: every file is validated (core.template_check.template_problems, the one rule
+All or nothing: every file is validated (core.templates.template_check.template_problems, the one rule
 set step validation applies too: contracts/chart_template.schema.json, CHART-IMG's rules under
 the best plan among the configured accounts' and its documented lists; and the file name must
 be `<id>.json`) before anything is written; one bad file means no writes at all. A template
@@ -23,9 +23,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, DEFAULT_PLANS, AccountPlans
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
-from worker_chart_export.core.plans import DEFAULT_PLAN, DEFAULT_PLANS, AccountPlans
-from worker_chart_export.core.template_check import template_problems
+from worker_chart_export.core.templates.template_check import template_problems
 
 if TYPE_CHECKING:
     from google.cloud import firestore

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from worker_chart_export.cli.flow import advance_sentence, reap_sentence
-from worker_chart_export.core.flow_graph import RunStatus
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
+from worker_chart_export.core.flow.flow_graph import RunStatus
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, ReapReport
 from worker_chart_export.service.advance import AdvanceOutcome
 
 

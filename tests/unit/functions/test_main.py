@@ -37,7 +37,7 @@ HEAVY_MODULES = (
     "worker_chart_export.service.execute",
     "worker_chart_export.bootstrap",
     "worker_chart_export.bundled.chart_img_docs",  # CHART-IMG's documented lists: for steps only
-    "worker_chart_export.core.template_check",  # templates are checked for steps only
+    "worker_chart_export.core.templates.template_check",  # templates are checked for steps only
     "jsonschema",  # the template schema, compiled when a template is first checked
 )
 

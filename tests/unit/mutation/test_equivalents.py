@@ -38,30 +38,19 @@ from unit.mutation.mutants import (
     checks,
     late,
 )
-from worker_chart_export.adapters import account_views
-from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.chart_img import account_views
+from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
-from worker_chart_export.core import (
-    account_status,
-    clock,
-    documented_rules,
-    manifest,
-    naming,
-    outcome,
-    set_aside,
-    step_rules,
-    symbols,
-    template_check,
-    template_rules,
-    usage,
-    validation,
-)
-from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core import clock, naming
+from worker_chart_export.core.chart_img import account_status, set_aside, usage
+from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
+from worker_chart_export.core.chart_img.usage import Pacing
 from worker_chart_export.core.error_codes import ErrorCode
-from worker_chart_export.core.plans import PLANS, AccountLimits, AccountPlans
-from worker_chart_export.core.template_check import StoredTemplate
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.core.step import manifest, outcome, step_rules, validation
+from worker_chart_export.core.templates import documented_rules, symbols, template_check, template_rules
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.testing import FakeClock
 
 BASIC = PLANS["BASIC"]
@@ -109,7 +98,7 @@ def test_a_mutant_that_behaves_otherwise_fails_its_check() -> None:
     """The machinery can fail: the same line with `>= 2` changes what attempt 1 gives."""
     line = "return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= {} else 0"  # noqa: E501
     wrong = Equivalent(
-        "worker_chart_export.core.step_rules.attempt_of",
+        "worker_chart_export.core.step.step_rules.attempt_of",
         (f"- {line.format(0)}", f"+ {line.format(2)}"),
         "not equivalent",
         "none",

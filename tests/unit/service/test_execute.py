@@ -27,7 +27,7 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
+from worker_chart_export.core.step.step_rules import LEASE_SAFETY_MARGIN, RunVersion
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports

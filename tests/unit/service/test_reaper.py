@@ -15,7 +15,7 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.memory import InMemoryFlowRuns
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import lease_document_id
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
+from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, ReapReport
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock

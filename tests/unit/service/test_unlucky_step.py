@@ -29,8 +29,8 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.step_rules import RunVersion
-from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports

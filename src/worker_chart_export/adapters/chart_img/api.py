@@ -2,7 +2,7 @@
 
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
-`core.chart_img_answers`, retried per `core.retry_policy`, all inside the step's Budget.
+`core.chart_img.answers`, retried per `core.chart_img.request_retries`, all inside the step's Budget.
 Every attempt holds one of the client's connection permits (permits.py) from before it
 reserves until its answer is read: a reservation never waits for a connection.
 `for_step` opens a step's session (session.py): it takes as many permits as are free (no
@@ -27,11 +27,11 @@ from tenacity import Retrying
 
 from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.outcomes import ChartRequest, Outcome, cannot_start, tell_limiter
 from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import (
+from worker_chart_export.core.chart_img.answers import (
     Disposition,
     classify,
     error_message,
@@ -39,13 +39,13 @@ from worker_chart_export.core.chart_img_answers import (
     looks_like_png,
     not_a_png,
 )
+from worker_chart_export.core.chart_img.key_history import Answer
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy, wants_retry
+from worker_chart_export.core.chart_img.usage import Refund
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.key_history import Answer
-from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
-from worker_chart_export.core.usage import Refund
 from worker_chart_export.logs import get_logger
 
 # Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter
 from worker_chart_export.adapters.chart_img.record import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary
-from worker_chart_export.adapters.limiter import AccountLimiter
-from worker_chart_export.core.plans import DEFAULT_PLAN, AccountLimits
-from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.service.ports import UsageStore
 
 __all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]

@@ -12,13 +12,13 @@ from functools import cached_property
 from typing import Any
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.adapters.chart_img.session import StepSession
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount, Refusal
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import Disposition, accounts_exhausted, refused_everywhere
-from worker_chart_export.core.chart_request import body_digest
+from worker_chart_export.core.chart_img.answers import Disposition, accounts_exhausted, refused_everywhere
+from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.key_history import Answer
+from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 
 
@@ -54,7 +54,7 @@ class ChartRequest:
 def tell_limiter(
     limiter: AccountLimiter, request: ChartRequest, lease: Lease, refused: Outcome, seen: Answer, log: Any
 ) -> Outcome:
-    """What a refusal says about its key (the rules: core.key_history), told to the limiter;
+    """What a refusal says about its key (the rules: core.chart_img.key_history), told to the limiter;
     the outcome, changed where the request, not the key, is refused. A FINAL or RETRY answer
     says nothing about the key."""
     disposition, account_id, probe = refused.disposition, lease.account_id, lease.reservation.probe

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import ChartCall, ChartResult
 

@@ -1,6 +1,6 @@
 """The reaper's view of Firestore: `step_leases` (one document per claimed step, written by the
 claim and deleted by the finalize, each in its commit on the run document) and the conditional
-write that takes an expired step back (core/reaping.py `decide_reap`).
+write that takes an expired step back (core/step/reaping.py `decide_reap`).
 
 The query `expiresAt <= now` uses the single-field index Firestore keeps on `expiresAt` by
 default (deploy/firestore.indexes.json states it explicitly); it touches only leases, never
@@ -39,7 +39,7 @@ from worker_chart_export.core.naming import (
     STEP_LEASES_COLLECTION,
     rfc3339_utc,
 )
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, decide_reap
+from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, decide_reap
 
 
 def reap_update(step_id: str, set_fields: dict[str, Any], delete_fields: tuple[str, ...]) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from worker_chart_export.adapters.firestore.exception_map import outage_error, t
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
-from worker_chart_export.core.reaping import lease_document
-from worker_chart_export.core.step_rules import (
+from worker_chart_export.core.step.reaping import lease_document
+from worker_chart_export.core.step.step_rules import (
     ClaimPlan,
     RunVersion,
     claim_retry_wait,

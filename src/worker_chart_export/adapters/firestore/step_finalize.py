@@ -18,7 +18,7 @@ from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, finalize_update
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.step_rules import FinalizePlan, finalized, plan_finalize
+from worker_chart_export.core.step.step_rules import FinalizePlan, finalized, plan_finalize
 from worker_chart_export.core.types import FinalizeOutcome, StepFinal
 
 

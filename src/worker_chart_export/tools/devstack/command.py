@@ -36,7 +36,7 @@ from worker_chart_export.cli.surface import (
     positive_number,
 )
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.run_progress import chart_manifests
+from worker_chart_export.core.flow.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
 
 if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs

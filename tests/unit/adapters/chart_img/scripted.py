@@ -22,7 +22,7 @@ from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult
 from worker_chart_export.settings import Settings
 

@@ -15,7 +15,7 @@ import pytest
 
 from harness.chart_img_server import PNG, FakeClock
 from unit.adapters.chart_img.scripted import KEYS, Rig, answer, failure, png
-from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
+from worker_chart_export.adapters.chart_img.accounts_config import NO_ACCOUNTS_MESSAGE
 from worker_chart_export.adapters.chart_img.assembly import RealChartApi, Seams
 from worker_chart_export.adapters.fixtures import MockChartApi
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
