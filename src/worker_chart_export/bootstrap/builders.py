@@ -31,7 +31,7 @@ from worker_chart_export.environment import (
     CHARTS_BUCKET,
     CHARTS_FIXTURES_DIR,
 )
-from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports, UsageStore
+from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports
 from worker_chart_export.settings import ChartsApiMode, Settings
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.usage_store import UsageStore
     from worker_chart_export.adapters.gcs import GcsArtifactStore
 
 

@@ -6,10 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img.usage import Pacing, Refund, ReservationRequest
 from worker_chart_export.core.step.step_rules import RunVersion
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import (
@@ -18,7 +17,6 @@ from worker_chart_export.core.types import (
     ClaimOutcome,
     FinalizeOutcome,
     ListedObject,
-    Reservation,
     StepFinal,
 )
 
@@ -124,70 +122,6 @@ class ArtifactStore(Protocol):
         replace the newer execution's manifest): raises ClaimSuperseded otherwise.
         Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
         """
-        ...
-
-
-class UsageStore(Protocol):
-    """chart_img_accounts_usage/{accountId}: daily usage windows and shared pacing
-    (contract §14.4; the rules are core/chart_img/usage.py's)."""
-
-    def reserve(
-        self,
-        account_id: str,
-        *,
-        default_limit: int,
-        now: datetime,
-        pacing: Pacing | None = None,
-        max_wait: float = float("inf"),
-    ) -> Reservation:
-        """In one atomic step: reset a stale window, then take one unit of quota and (with
-        `pacing`) the next send slot, unless exhausted or the slot is over `max_wait` away.
-
-        Raises TransientStoreError when the store cannot be reached.
-        """
-        ...
-
-    def reserve_many(
-        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
-    ) -> dict[str, list[Reservation]]:
-        """Several accounts in one round trip, each as `core.chart_img.usage.reserve_many` computes it
-        (its list ends at the first refusal). An account absent from the answer has nothing
-        reserved (its state was not known here, or changed meanwhile): reserve it one at a
-        time. Raises TransientStoreError when the store cannot be reached.
-        """
-        ...
-
-    def refund(self, account_id: str, *, day: str) -> Refund:
-        """Give back one unit reserved in the window `day` by an attempt that never reached
-        CHART-IMG (core.chart_img.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
-        pacing state untouched; nothing when the window moved on or CHART-IMG refused the day.
-        Raises TransientStoreError when the store cannot be reached."""
-        ...
-
-    def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
-        """The accounts' documents as they are now (None: no document yet), in one round
-        trip; the versions the next reservations write on. Raises TransientStoreError."""
-        ...
-
-    def mark_exhausted(self, account_id: str, *, default_limit: int, now: datetime, reason: str) -> None:
-        """After CHART-IMG's quota answer: usageToday = dailyLimit for the rest of the UTC day,
-        `exhaustedUntil` and `exhaustedReason` (core.chart_img.usage.exhausted_fields)."""
-        ...
-
-    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After CHART-IMG refused the key for two different requests (or on its probe):
-        `disabled` for 15 minutes, with `disabledReason` (core.chart_img.usage.disabled_fields); every
-        reservation meanwhile refuses it, the first after it is the probe."""
-        ...
-
-    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After the 429 streak rule (or a probe answered 429): `coolUntil` 15 minutes ahead
-        and `coolReason` (core.chart_img.set_aside.cooling_fields); then a probe."""
-        ...
-
-    def mark_serving(self, account_id: str, *, now: datetime) -> None:
-        """After a probe answered 200: the set-aside fields cleared
-        (core.chart_img.set_aside.serving_again_fields)."""
         ...
 
 

@@ -14,10 +14,10 @@ from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
 from worker_chart_export.adapters.chart_img.limiter import AccountLimiter
 from worker_chart_export.adapters.chart_img.record import RecordChartApi
+from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
-from worker_chart_export.service.ports import UsageStore
 
 __all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.account_views import AccountViews
+from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 from worker_chart_export.core.chart_img.key_history import Answer, RateVerdict, quota_reason, refused_reason
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.logs import get_logger
-from worker_chart_export.service.ports import UsageStore
 
 
 def _stored(reason: str) -> str:

@@ -30,13 +30,13 @@ from worker_chart_export import known_keys
 from worker_chart_export.adapters.chart_img.account_views import AccountViews, PacingMargins
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.key_verdicts import KeyVerdicts
+from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.chart_img.usage import Refund, ReservationRequest
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.logs import get_logger
-from worker_chart_export.service.ports import UsageStore
 
 __all__ = ["AccountLimiter", "Lease", "NoAccount", "PacingMargins", "Refusal"]
 
