@@ -29,7 +29,7 @@ from typing import Any
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.chart_img.accounts_config import parse_accounts
 from worker_chart_export.cli.accounts_table import render_table
-from worker_chart_export.cli.surface import EXIT_OK, USAGE_MEANING, add_command
+from worker_chart_export.command_surface import EXIT_OK, USAGE_MEANING, add_command
 from worker_chart_export.core.chart_img.account_status import quota_report, report_dict
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError, UsageError

@@ -21,7 +21,7 @@ from typing import Any
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.cli.submit import add_submit_command
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     USAGE_MEANING,

@@ -17,7 +17,7 @@ from worker_chart_export.cli.accounts import add_accounts_command
 from worker_chart_export.cli.flow import add_flow_commands
 from worker_chart_export.cli.output import redacted_output, unwrapped
 from worker_chart_export.cli.run_local import add_run_local_command, flags_given
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.adapters.flow_run_file import read_flow_run
 from worker_chart_export.cli.accounts import read_accounts_file
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     INTERRUPTED_MEANING,

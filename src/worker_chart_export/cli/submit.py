@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.adapters.firestore.checked_client import cli_firestore
 from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     USAGE_MEANING,

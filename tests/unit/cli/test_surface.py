@@ -21,7 +21,7 @@ import pytest
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.cli.main import build_parser, main
-from worker_chart_export.cli.surface import command_line, program
+from worker_chart_export.command_surface import command_line, program
 
 ONE_LINE = re.compile(r"^worker-chart-export(?: [a-z-]+)*: error: \S")
 LIBRARY_WORDING = ("Traceback", "Input should", "Value error", "[ERROR]", "usage:")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
 from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,

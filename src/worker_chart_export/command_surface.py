@@ -5,6 +5,9 @@ program so that the hint works when pasted.
 
 Every error is one stderr line, `worker-chart-export <command>: error: <what is wrong>`,
 and exit 2; argparse's own mistakes (an unknown flag, a bad value) take the same form.
+
+A leaf below cli/ and tools/ (both register subcommands with it; the CLI runs the tools), so
+neither entry point imports the other's package back.
 """
 
 from __future__ import annotations
