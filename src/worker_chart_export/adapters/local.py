@@ -33,7 +33,7 @@ from worker_chart_export.core.step.step_rules import (
     plan_finalize,
 )
 from worker_chart_export.core.templates.template_check import StoredTemplate, TemplateCheck, template_problems
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, ListedObject, StepFinal
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, ListedObject, StepFinal
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -88,25 +88,25 @@ class LocalFlowRunStore:
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         # `seen` is not needed here: the file lock already makes read, plan and write atomic
         with self._locked():
             document = self._document_of(run_id)
             plan = plan_claim(
                 document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
             )
-            if isinstance(plan, ClaimOutcome):
+            if isinstance(plan, ClaimResult):
                 return plan
             assert document is not None  # the plan found the step in it
             apply_to_step(document["steps"][step_id], plan)
             self._write(document)
             return plan.outcome()
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         with self._locked():
             document = self._document_of(run_id)
             plan = plan_finalize(document, run_id, step_id, token=token, final=final)
-            if isinstance(plan, FinalizeOutcome):
+            if isinstance(plan, FinalizeResult):
                 return plan
             assert document is not None
             apply_to_step(document["steps"][step_id], plan)

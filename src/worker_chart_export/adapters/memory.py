@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id, rfc3339_utc
-from worker_chart_export.core.step.reaping import ExpiredLease, ReapOutcome, decide_reap, lease_document
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap, lease_document
 from worker_chart_export.core.step.step_rules import (
     RunVersion,
     apply_to_step,
@@ -23,7 +23,7 @@ from worker_chart_export.core.step.step_rules import (
     plan_claim,
     plan_finalize,
 )
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, StepFinal
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
 
 
 class InMemoryFlowRuns:
@@ -50,25 +50,25 @@ class InMemoryFlowRuns:
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         # `seen` is not needed: the lock makes read, plan and write one step
         with self._lock:
             document = self.runs.get(run_id)
             plan = plan_claim(
                 document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
             )
-            if isinstance(plan, ClaimOutcome):
+            if isinstance(plan, ClaimResult):
                 return plan
             assert document is not None  # the plan found the step in it
             apply_to_step(document["steps"][step_id], plan)
             self.leases[lease_document_id(run_id, step_id)] = lease_document(run_id, plan)
             return plan.outcome()
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         with self._lock:
             document = self.runs.get(run_id)
             plan = plan_finalize(document, run_id, step_id, token=token, final=final)
-            if isinstance(plan, FinalizeOutcome):
+            if isinstance(plan, FinalizeResult):
                 return plan
             assert document is not None
             apply_to_step(document["steps"][step_id], plan)
@@ -94,7 +94,7 @@ class InMemoryFlowRuns:
         leases = (ExpiredLease.from_document(document_id, data) for _, document_id, data in found[:limit])
         return [lease for lease in leases if lease is not None]
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
         with self._lock:
             run = self.runs.get(lease.run_id)
             decision = decide_reap(

@@ -31,9 +31,9 @@ from worker_chart_export.command_surface import (
 from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.flow.flow_rules import AdvancePlan
-from worker_chart_export.core.step.reaping import ReapOutcome, ReapReport
+from worker_chart_export.core.step.reaping import LeaseFate, ReapReport
 from worker_chart_export.logs import configure_logging
-from worker_chart_export.service.advance import AdvanceOutcome
+from worker_chart_export.service.advance import AdvanceEffect
 from worker_chart_export.settings import load_settings
 
 FIRESTORE = "Firestore (the emulator's with FIRESTORE_EMULATOR_HOST, else GOOGLE_CLOUD_PROJECT's)"
@@ -143,16 +143,16 @@ def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> i
         }
         print(json.dumps(summary))
     else:
-        outcome = AdvanceOutcome.WRITTEN if plan.changed else AdvanceOutcome.UNCHANGED
+        outcome = AdvanceEffect.WRITTEN if plan.changed else AdvanceEffect.UNCHANGED
         print(advance_sentence(f"run {run_id} (state {layout.flow_run_state})", plan, outcome))
     return EXIT_OK
 
 
-def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceOutcome) -> str:
+def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceEffect) -> str:
     """What advance did, as one sentence for a person."""
-    if outcome is AdvanceOutcome.UNCHANGED:
+    if outcome is AdvanceEffect.UNCHANGED:
         return f"{subject}: nothing to change ({plan.reason})."
-    if outcome is AdvanceOutcome.STALE:
+    if outcome is AdvanceEffect.STALE:
         return (
             f"{subject} changed while it was being advanced: nothing written (the newer version "
             "is advanced by its own event; run advance again to see it)."
@@ -183,9 +183,9 @@ def run_reap(args: argparse.Namespace) -> int:
 
 
 _LEFT_ALONE = {
-    ReapOutcome.NOT_EXPIRED: "renewed meanwhile (left alone)",
-    ReapOutcome.SUPERSEDED: "claimed again meanwhile (left alone)",
-    ReapOutcome.CLEARED: "stray (the step had finished: lease deleted)",
+    LeaseFate.NOT_EXPIRED: "renewed meanwhile (left alone)",
+    LeaseFate.SUPERSEDED: "claimed again meanwhile (left alone)",
+    LeaseFate.CLEARED: "stray (the step had finished: lease deleted)",
 }
 
 
@@ -195,9 +195,9 @@ def reap_sentence(report: ReapReport, max_attempts: int) -> str:
     if looked_at == 0:
         return "reaper pass: no expired lease, nothing to do."
     parts = []
-    if retried := report.outcomes.get(ReapOutcome.RETRIED):
+    if retried := report.outcomes.get(LeaseFate.RETRIED):
         parts.append(f"{len(retried)} step(s) READY again ({', '.join(retried)})")
-    if failed := report.outcomes.get(ReapOutcome.FAILED):
+    if failed := report.outcomes.get(LeaseFate.FAILED):
         parts.append(
             f"{len(failed)} FAILED with STEP_LEASE_EXPIRED after {max_attempts} attempt(s) "
             f"({', '.join(failed)})"

@@ -80,7 +80,7 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class ClaimOutcome:
+class ClaimResult:
     status: ClaimStatus
     reason: str
     # the flow_run as read inside the winning transaction: the authoritative inputs
@@ -99,7 +99,7 @@ class StepFinal:
 
 
 @dataclass(frozen=True)
-class FinalizeOutcome:
+class FinalizeResult:
     written: bool
     reason: str
 

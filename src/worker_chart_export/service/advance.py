@@ -25,7 +25,7 @@ class AdvanceStore(Protocol):
         ...
 
 
-class AdvanceOutcome(StrEnum):
+class AdvanceEffect(StrEnum):
     UNCHANGED = "UNCHANGED"  # nothing to do: the usual case, our own write included
     WRITTEN = "WRITTEN"
     STALE = "STALE"  # the document changed since this version: its own event decides
@@ -35,7 +35,7 @@ class AdvanceOutcome(StrEnum):
 class AdvanceResult:
     run_id: str
     plan: AdvancePlan
-    outcome: AdvanceOutcome
+    outcome: AdvanceEffect
 
     def log_fields(self) -> dict[str, Any]:
         return {
@@ -53,6 +53,6 @@ def advance_version(
 ) -> AdvanceResult:
     plan = plan_advance(document)
     if not plan.changed:
-        return AdvanceResult(run_id, plan, AdvanceOutcome.UNCHANGED)
+        return AdvanceResult(run_id, plan, AdvanceEffect.UNCHANGED)
     written = store.write_advance(run_id, plan, last_update_time=update_time)
-    return AdvanceResult(run_id, plan, AdvanceOutcome.WRITTEN if written else AdvanceOutcome.STALE)
+    return AdvanceResult(run_id, plan, AdvanceEffect.WRITTEN if written else AdvanceEffect.STALE)

@@ -14,8 +14,8 @@ from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
-    ClaimOutcome,
-    FinalizeOutcome,
+    ClaimResult,
+    FinalizeResult,
     ListedObject,
     StepFinal,
 )
@@ -33,7 +33,7 @@ class FlowRunStore(Protocol):
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         """READY -> RUNNING atomically, with the step's lease; holds no lock on the run.
 
         `seen`: the version of the run the caller saw (an event's), which the claim may be
@@ -45,7 +45,7 @@ class FlowRunStore(Protocol):
         """
         ...
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         """RUNNING(with our token) -> SUCCEEDED/FAILED; otherwise a no-op (written=False).
 
         Raises TransientStoreError on errors worth retrying.

@@ -25,15 +25,15 @@ from worker_chart_export.service.step_context import StepContext
 
 
 @dataclass
-class Rendered:
+class RenderedCharts:
     items: list[ManifestItem] = field(default_factory=list)
     failures: list[ManifestFailure] = field(default_factory=list)
 
 
-def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> Rendered:
+def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> RenderedCharts:
     """The charts not reused, concurrently (bounded), each yielding one item or one failure."""
     if not reuse.to_render:
-        return Rendered(items=list(reuse.items))  # no chart session: nothing reserved, nothing sent
+        return RenderedCharts(items=list(reuse.items))  # no chart session: nothing reserved, nothing sent
     # Charts may not eat the time the manifest write needs: without a manifest the step fails.
     budget = ctx.budget.ending_earlier(ctx.limits.charts_reserve_seconds)
     # the step's own chart session: its first wave's quota in one round trip, not one per chart
@@ -43,8 +43,8 @@ def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> R
 
 def _render_in_pool(
     ctx: StepContext, charts: ChartSession, validated: ValidatedStep, reuse: Reuse, budget: Budget
-) -> Rendered:
-    rendered = Rendered(items=list(reuse.items))
+) -> RenderedCharts:
+    rendered = RenderedCharts(items=list(reuse.items))
     requests = {r["chartTemplateId"]: r for r in validated.requests}
     workers = min(ctx.limits.chart_concurrency, len(reuse.to_render))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")

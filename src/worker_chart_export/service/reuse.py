@@ -15,7 +15,7 @@ from worker_chart_export.core.step.manifest import ManifestItem
 from worker_chart_export.core.step.reuse import (
     PNG_SIGNATURE,
     Candidate,
-    Refusal,
+    ReuseRefusal,
     is_png,
     listing_prefix,
     listing_start,
@@ -40,7 +40,7 @@ class Reuse:
 @dataclass
 class _Found:
     chosen: dict[str, Candidate] = field(default_factory=dict)  # by chartTemplateId
-    skipped: list[tuple[str, Candidate, Refusal]] = field(default_factory=list)
+    skipped: list[tuple[str, Candidate, ReuseRefusal]] = field(default_factory=list)
 
 
 def reuse_earlier_charts(
@@ -108,15 +108,15 @@ def _look(
     return found
 
 
-def _bytes_refusal(ctx: StepContext, object_path: str) -> Refusal | None:
+def _bytes_refusal(ctx: StepContext, object_path: str) -> ReuseRefusal | None:
     try:
         head = ctx.ports.artifacts.read_head(object_path, len(PNG_SIGNATURE))
     except ArtifactReadError:
-        return Refusal.UNREADABLE
-    return None if is_png(head) else Refusal.NOT_PNG_BYTES
+        return ReuseRefusal.UNREADABLE
+    return None if is_png(head) else ReuseRefusal.NOT_PNG_BYTES
 
 
-def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, Refusal]]) -> None:
+def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, ReuseRefusal]]) -> None:
     if not skipped:
         return
     ctx.log.warning(

@@ -17,7 +17,7 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.types import FinalizeOutcome, StepFinal, StepStatus
+from worker_chart_export.core.types import FinalizeResult, StepFinal, StepStatus
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
@@ -75,7 +75,7 @@ class Down:
     def __post_init__(self) -> None:
         self.back_at = self.clock.monotonic() + self.seconds
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         self.calls += 1
         if self.clock.monotonic() < self.back_at:
             raise TransientStoreError("finalize: 503 Service Unavailable")
@@ -90,7 +90,7 @@ class Refusing:
     refusals: int
     finals: list[StepFinal] = field(default_factory=list)
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         self.finals.append(final)
         if len(self.finals) <= self.refusals:
             raise ValueError("400 maximum entity size is 1048576 bytes")

@@ -38,7 +38,7 @@ from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.logs import get_logger
 
-__all__ = ["AccountLimiter", "Lease", "NoAccount", "PacingMargins", "Refusal"]
+__all__ = ["AccountLimiter", "Lease", "NoAccount", "NoAccountReason", "PacingMargins"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Lease:
     paced_seconds: float  # how long we waited for the send slot
 
 
-class Refusal(StrEnum):
+class NoAccountReason(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
     NO_TIME = "NO_TIME"  # no send slot frees up within the time left
     NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
@@ -59,7 +59,7 @@ class Refusal(StrEnum):
 
 @dataclass(frozen=True)
 class NoAccount:
-    reason: Refusal
+    reason: NoAccountReason
     exhausted_accounts: tuple[str, ...]
 
 
@@ -216,9 +216,11 @@ class AccountLimiter(KeyVerdicts):
         """Why no account (of those whose plan serves the call) could take it."""
         exhausted = self._views.exhausted_accounts(plans)
         if busy:
-            return NoAccount(Refusal.NO_TIME, exhausted)
+            return NoAccount(NoAccountReason.NO_TIME, exhausted)
         all_disabled = self._views.all_disabled(plans)
-        return NoAccount(Refusal.NO_USABLE_KEY if all_disabled else Refusal.EXHAUSTED, exhausted)
+        return NoAccount(
+            NoAccountReason.NO_USABLE_KEY if all_disabled else NoAccountReason.EXHAUSTED, exhausted
+        )
 
     def give_back(self, lease: Lease) -> Refund | None:
         """The lease's unit given back: its call never reached CHART-IMG (no connection was

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
-from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount, Refusal
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount, NoAccountReason
 from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import Disposition, accounts_exhausted, refused_everywhere
@@ -23,7 +23,7 @@ from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptPass:
     """One pass of the attempt loop. disposition None: nothing more can be tried."""
 
     disposition: Disposition | None
@@ -38,7 +38,7 @@ class ChartRequest:
     call: ChartCall
     session: StepSession
     tried: list[str] = field(default_factory=list)  # account per HTTP attempt, in order
-    last: Outcome | None = None
+    last: AttemptPass | None = None
     refused_by: set[str] = field(default_factory=set)  # accounts whose key CHART-IMG refused for it
 
     @property
@@ -52,8 +52,8 @@ class ChartRequest:
 
 
 def tell_limiter(
-    limiter: AccountLimiter, request: ChartRequest, lease: Lease, refused: Outcome, seen: Answer, log: Any
-) -> Outcome:
+    limiter: AccountLimiter, request: ChartRequest, lease: Lease, refused: AttemptPass, seen: Answer, log: Any
+) -> AttemptPass:
     """What a refusal says about its key (the rules: core.chart_img.key_history), told to the limiter;
     the outcome, changed where the request, not the key, is refused. A FINAL or RETRY answer
     says nothing about the key."""
@@ -81,11 +81,11 @@ def _key_refused(
     request: ChartRequest,
     account_id: str,
     seen: Answer,
-    refused: Outcome,
+    refused: AttemptPass,
     log: Any,
     *,
     probe: bool,
-) -> Outcome:
+) -> AttemptPass:
     """CHART-IMG refused the key (401, 403 "Forbidden"). Disabled now (refused for another
     request too, no success between; or on its probe): the call moves on. Else, once every
     account that could serve the call has refused this very request, the request is what is
@@ -102,24 +102,28 @@ def _key_refused(
         "chart-img request refused by every key: its final failure, no key set aside", refusedBy=refused_by
     )
     assert isinstance(refused.result, ChartFailure)
-    return Outcome(None, ChartFailure(refused_everywhere(refused.result.error, refused_by)), refused.answer)
+    return AttemptPass(
+        None, ChartFailure(refused_everywhere(refused.result.error, refused_by)), refused.answer
+    )
 
 
 def cannot_start(
-    last: Outcome | None,
+    last: AttemptPass | None,
     refusal: NoAccount | None,
     *,
     remaining: float,
     disabled: Callable[[], list[str]],
-) -> Outcome:
+) -> AttemptPass:
     """No attempt possible after `last` (None: before the first): all accounts exhausted or
     refused (`refusal`), or no time left (`remaining` seconds of the budget)."""
-    if refusal is not None and refusal.reason is Refusal.NO_USABLE_KEY:
-        return Outcome(None, ChartFailure(_no_usable_key(last, disabled())), last.answer if last else None)
-    if refusal is not None and refusal.reason is Refusal.EXHAUSTED:
+    if refusal is not None and refusal.reason is NoAccountReason.NO_USABLE_KEY:
+        return AttemptPass(
+            None, ChartFailure(_no_usable_key(last, disabled())), last.answer if last else None
+        )
+    if refusal is not None and refusal.reason is NoAccountReason.EXHAUSTED:
         if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
             error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
-            return Outcome(None, ChartFailure(error), last.answer)
+            return AttemptPass(None, ChartFailure(error), last.answer)
         error = accounts_exhausted(list(refusal.exhausted_accounts))
         if last is not None:  # e.g. a 5xx, then the only other account was used up
             error = StepError(
@@ -127,19 +131,19 @@ def cannot_start(
                 "every CHART-IMG account reached its daily limit before the request succeeded",
                 {**error.details, "lastError": _error_dict(last.result)},
             )
-        return Outcome(None, ChartFailure(error))
+        return AttemptPass(None, ChartFailure(error))
     if last is not None:  # keep the last real answer: it says more than "out of time"
         error = _with_details(last.result, stoppedBy="budget")
-        return Outcome(None, ChartFailure(error), last.answer)
+        return AttemptPass(None, ChartFailure(error), last.answer)
     error = StepError(
         ErrorCode.CHART_API_FAILED,
         "the step's time budget ran out before CHART-IMG could be called",
         {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
     )
-    return Outcome(None, ChartFailure(error))
+    return AttemptPass(None, ChartFailure(error))
 
 
-def _no_usable_key(last: Outcome | None, disabled: list[str]) -> StepError:
+def _no_usable_key(last: AttemptPass | None, disabled: list[str]) -> StepError:
     if last is not None and isinstance(last.result, ChartFailure):
         return _with_details(last.result, disabledAccounts=disabled)
     return StepError(

@@ -33,7 +33,7 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION
 from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, JsonDict, StepFinal
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, JsonDict, StepFinal
 
 
 class FirestoreFlowRunStore:
@@ -72,10 +72,10 @@ class FirestoreFlowRunStore:
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         return self._claim.claim(ClaimRequest(run_id, step_id, token, now, lease_expires_at), seen)
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         return step_finalize.finalize_step(
             self._docs, run_id, step_id, token=token, final=final, max_attempts=self._max_attempts
         )

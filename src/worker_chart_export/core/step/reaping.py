@@ -14,7 +14,7 @@ from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD
 from worker_chart_export.core.step.step_rules import ClaimPlan, ReapPlan, claim_is_current, plan_reap
 
 
-class ReapOutcome(StrEnum):
+class LeaseFate(StrEnum):
     RETRIED = "RETRIED"  # READY again, attempt kept: a worker claims it anew
     FAILED = "FAILED"  # attempts used up: FAILED with STEP_LEASE_EXPIRED
     NOT_EXPIRED = "NOT_EXPIRED"  # the lease was renewed or is still valid: untouched
@@ -57,7 +57,7 @@ class ReapDecision:
     lease deleted when `delete_lease` (always, with a plan), both in one conditional write;
     nothing is written when `delete_lease` is False."""
 
-    outcome: ReapOutcome
+    outcome: LeaseFate
     plan: ReapPlan | None = None
     delete_lease: bool = False
 
@@ -72,33 +72,33 @@ def decide_reap(
 ) -> ReapDecision:
     """From the lease document and the run as they are now (None: absent)."""
     if lease_now is None or lease_now.get("claimToken") != lease.token:
-        return ReapDecision(ReapOutcome.SUPERSEDED)  # claimed again (a newer lease) or finalized
+        return ReapDecision(LeaseFate.SUPERSEDED)  # claimed again (a newer lease) or finalized
     plan = plan_reap(run_now, lease.step_id, token=lease.token, now=now, max_attempts=max_attempts)
     if plan is not None:
-        outcome = ReapOutcome.RETRIED if plan.retried else ReapOutcome.FAILED
+        outcome = LeaseFate.RETRIED if plan.retried else LeaseFate.FAILED
         return ReapDecision(outcome, plan, delete_lease=True)
     if claim_is_current(run_now, lease.step_id, lease.token):
-        return ReapDecision(ReapOutcome.NOT_EXPIRED)
-    return ReapDecision(ReapOutcome.CLEARED, delete_lease=True)  # the step finished or vanished
+        return ReapDecision(LeaseFate.NOT_EXPIRED)
+    return ReapDecision(LeaseFate.CLEARED, delete_lease=True)  # the step finished or vanished
 
 
 @dataclass
 class ReapReport:
     """One reaper pass: each lease looked at, by outcome."""
 
-    outcomes: dict[ReapOutcome, list[str]] = field(default_factory=dict)
+    outcomes: dict[LeaseFate, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
-    def add(self, outcome: ReapOutcome, lease: ExpiredLease) -> None:
+    def add(self, outcome: LeaseFate, lease: ExpiredLease) -> None:
         self.outcomes.setdefault(outcome, []).append(f"{lease.run_id}/{lease.step_id}")
 
-    def count(self, outcome: ReapOutcome) -> int:
+    def count(self, outcome: LeaseFate) -> int:
         return len(self.outcomes.get(outcome, []))
 
     def to_summary(self) -> dict[str, Any]:
         return {
-            "retried": self.outcomes.get(ReapOutcome.RETRIED, []),
-            "failed": self.outcomes.get(ReapOutcome.FAILED, []),
+            "retried": self.outcomes.get(LeaseFate.RETRIED, []),
+            "failed": self.outcomes.get(LeaseFate.FAILED, []),
             "counts": {o.value.lower(): len(v) for o, v in sorted(self.outcomes.items())},
             "errors": self.errors,
         }

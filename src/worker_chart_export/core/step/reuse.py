@@ -45,7 +45,7 @@ REQUEST_DIGEST_METADATA = "requestDigest"
 CLAIM_TOKEN_METADATA = "claimToken"
 
 
-class Refusal(StrEnum):
+class ReuseRefusal(StrEnum):
     """Why a listed PNG of a chart is not reused (the chart is then rendered anew)."""
 
     NOT_IMAGE_PNG = "its content type is not image/png"
@@ -63,7 +63,7 @@ class Candidate:
     object_path: str
     generated_at: datetime
     age_seconds: float
-    refusal: Refusal | None = None
+    refusal: ReuseRefusal | None = None
 
 
 def png_metadata(request_digest: str, claim_token: str) -> dict[str, str]:
@@ -136,11 +136,11 @@ def reuse_candidates(
     return found
 
 
-def listing_refusal(listed_object: ListedObject, request_digest: str) -> Refusal | None:
+def listing_refusal(listed_object: ListedObject, request_digest: str) -> ReuseRefusal | None:
     """What the listing alone says against reusing this object for a body of `request_digest`."""
     if listed_object.content_type != PNG_CONTENT_TYPE:
-        return Refusal.NOT_IMAGE_PNG
+        return ReuseRefusal.NOT_IMAGE_PNG
     stored = listed_object.metadata.get(REQUEST_DIGEST_METADATA)
     if not stored:
-        return Refusal.NO_DIGEST
-    return None if stored == request_digest else Refusal.OTHER_REQUEST
+        return ReuseRefusal.NO_DIGEST
+    return None if stored == request_digest else ReuseRefusal.OTHER_REQUEST

@@ -18,9 +18,9 @@ from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import (
     CHART_EXPORT,
     Claim,
-    ClaimOutcome,
+    ClaimResult,
     ClaimStatus,
-    FinalizeOutcome,
+    FinalizeResult,
     JsonDict,
     StepFinal,
     StepStatus,
@@ -71,8 +71,8 @@ class ClaimPlan:
     # the document as it will be once the claim is written: the step's authoritative inputs
     claimed_document: JsonDict
 
-    def outcome(self, how: str = "") -> ClaimOutcome:
-        return ClaimOutcome(
+    def outcome(self, how: str = "") -> ClaimResult:
+        return ClaimResult(
             ClaimStatus.CLAIMED,
             f"step {self.step_id} claimed (attempt {self.claim.attempt}{how})",
             self.claimed_document,
@@ -80,19 +80,19 @@ class ClaimPlan:
         )
 
 
-def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimOutcome | None:
+def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimResult | None:
     """Why the step cannot be claimed, or None when it is a READY CHART_EXPORT step."""
     if document is None:
-        return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
+        return ClaimResult(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
     step = step_of(document, step_id)
     if step is None:
-        return ClaimOutcome(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
+        return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
     if step.get("stepType") != CHART_EXPORT:
-        return ClaimOutcome(
+        return ClaimResult(
             ClaimStatus.CONFLICT, f"step {step_id} is a {step.get('stepType')} step, not {CHART_EXPORT}"
         )
     if not is_ready_chart_export(step):
-        return ClaimOutcome(ClaimStatus.CONFLICT, f"step {step_id} is {step.get('status')}, not READY")
+        return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} is {step.get('status')}, not READY")
     return None
 
 
@@ -104,7 +104,7 @@ def plan_claim(
     token: str,
     now: datetime,
     lease_expires_at: datetime,
-) -> ClaimPlan | ClaimOutcome:
+) -> ClaimPlan | ClaimResult:
     """The claim to write, or the refusal (NOT_FOUND / CONFLICT) to return as it is."""
     refusal = claim_refusal(run_id, step_id, document)
     if refusal is not None:
@@ -157,7 +157,7 @@ def settled_claim(
     token: str,
     now: datetime,
     lease_expires_at: datetime,
-) -> ClaimOutcome | None:
+) -> ClaimResult | None:
     """What a version read after a claim commit that did not go through as planned (its
     precondition failed, or its answer was lost) says: the claim when the step is RUNNING
     under our token (our commit landed), the no-op when it is not ours to take any more
@@ -168,7 +168,7 @@ def settled_claim(
     refusal = claim_refusal(run_id, step_id, document)
     if refusal is None:
         return None
-    return ClaimOutcome(refusal.status, f"{refusal.reason} (lost the claim race)")
+    return ClaimResult(refusal.status, f"{refusal.reason} (lost the claim race)")
 
 
 def confirmed_claim(
@@ -178,7 +178,7 @@ def confirmed_claim(
     token: str,
     now: datetime,
     lease_expires_at: datetime,
-) -> ClaimOutcome | None:
+) -> ClaimResult | None:
     """The claim, when the step is RUNNING under our token (the commit landed though its
     answer was lost, or a retry of it found it landed), else None."""
     step = step_of(document, step_id)
@@ -186,7 +186,7 @@ def confirmed_claim(
         return None
     assert document is not None
     attempt = attempt_of(step) or 1
-    return ClaimOutcome(
+    return ClaimResult(
         ClaimStatus.CLAIMED,
         f"step {step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
         dict(document),
@@ -207,26 +207,26 @@ class FinalizePlan:
 
 def finalize_refusal(
     run_id: str, step_id: str, token: str, document: Mapping[str, Any] | None
-) -> FinalizeOutcome | None:
+) -> FinalizeResult | None:
     """Why finalize must not write, or None when the step is RUNNING under our token."""
     if document is None:
-        return FinalizeOutcome(False, f"flow_run {run_id} deleted")
+        return FinalizeResult(False, f"flow_run {run_id} deleted")
     step = step_of(document, step_id)
     if step is None:
-        return FinalizeOutcome(False, f"step {step_id} no longer exists")
+        return FinalizeResult(False, f"step {step_id} no longer exists")
     status = step.get("status")
     if status != StepStatus.RUNNING:
         # Ours when an earlier finalize landed although its answer was lost (e.g. a timeout).
         ours = " (finalized by this claim)" if step.get("claimToken") == token else ""
-        return FinalizeOutcome(False, f"step {step_id} is {status}, not RUNNING{ours}")
+        return FinalizeResult(False, f"step {step_id} is {status}, not RUNNING{ours}")
     if step.get("claimToken") != token:
-        return FinalizeOutcome(False, "claim token differs: another execution owns the step")
+        return FinalizeResult(False, "claim token differs: another execution owns the step")
     return None
 
 
 def plan_finalize(
     document: Mapping[str, Any] | None, run_id: str, step_id: str, *, token: str, final: StepFinal
-) -> FinalizePlan | FinalizeOutcome:
+) -> FinalizePlan | FinalizeResult:
     """The finalize to write, or the refusal (written=False) to return as it is."""
     refusal = finalize_refusal(run_id, step_id, token, document)
     if refusal is not None:
@@ -240,8 +240,8 @@ def plan_finalize(
     return FinalizePlan(step_id, set_fields, dict(final.outputs), delete_error=final.error is None)
 
 
-def finalized(step_id: str) -> FinalizeOutcome:
-    return FinalizeOutcome(True, f"step {step_id} finalized")
+def finalized(step_id: str) -> FinalizeResult:
+    return FinalizeResult(True, f"step {step_id} finalized")
 
 
 def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:

@@ -17,8 +17,8 @@ from worker_chart_export.adapters.chart_img.limiter import (
     AccountLimiter,
     Lease,
     NoAccount,
+    NoAccountReason,
     PacingMargins,
-    Refusal,
 )
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.chart_img.key_history import Answer
@@ -102,7 +102,7 @@ def test_daily_limit_document_then_config_then_default() -> None:
     chosen = limiter(store, configs, clock, default_limit=5)
     assert [lease_id(chosen.acquire(max_wait=1)) for _ in range(2)] == ["cfg", "dflt"]
     refused = chosen.acquire(max_wait=1)
-    assert refused == NoAccount(Refusal.EXHAUSTED, ("cfg", "dflt", "doc"))
+    assert refused == NoAccount(NoAccountReason.EXHAUSTED, ("cfg", "dflt", "doc"))
 
 
 def test_a_plan_sets_the_account_defaults_and_explicit_values_win() -> None:
@@ -120,7 +120,7 @@ def test_all_exhausted_is_cached_for_a_minute() -> None:
     clock = FakeClock(NOON)
     store = CountingStore({"a": usage(44), "b": usage(44)})
     chosen = limiter(store, accounts("a", "b"), clock)
-    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.EXHAUSTED, ("a", "b"))
+    assert chosen.acquire(max_wait=1) == NoAccount(NoAccountReason.EXHAUSTED, ("a", "b"))
     assert store.reserves == ["a", "b"]  # each refused: no unit taken
     assert store.snapshot() == {"a": usage(44), "b": usage(44)}
     clock.advance(59)
@@ -180,7 +180,7 @@ def test_no_slot_within_max_wait_is_refused_without_a_transaction() -> None:
     store = CountingStore()
     chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
     assert lease_id(chosen.acquire(max_wait=0)) == "a"
-    assert chosen.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())
+    assert chosen.acquire(max_wait=0.5) == NoAccount(NoAccountReason.NO_TIME, ())
     assert store.reserves == ["a"]  # this process already knew a's next slot is 1 s away
 
 
@@ -442,7 +442,7 @@ def test_a_key_refused_once_stays_usable_and_twice_is_disabled(log_capture: Any)
     )
     chosen.key_refused("good", REFUSED)
     chosen.key_refused("good", REFUSED)
-    assert chosen.acquire(max_wait=1) == NoAccount(Refusal.NO_USABLE_KEY, ())
+    assert chosen.acquire(max_wait=1) == NoAccount(NoAccountReason.NO_USABLE_KEY, ())
 
 
 def test_a_success_between_two_refusals_keeps_the_key() -> None:
@@ -536,7 +536,7 @@ def test_a_slot_taken_meanwhile_by_another_instance_is_no_time_not_exhaustion() 
     configs = accounts("a")
     this, other = (limiter(store, configs, clock, rate=1.0, burst=1) for _ in range(2))
     assert lease_id(other.acquire(max_wait=0)) == "a"
-    assert this.acquire(max_wait=0.5) == NoAccount(Refusal.NO_TIME, ())  # the store said BUSY
+    assert this.acquire(max_wait=0.5) == NoAccount(NoAccountReason.NO_TIME, ())  # the store said BUSY
 
 
 def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
@@ -546,7 +546,7 @@ def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
     store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
     chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
     chosen.rate_limited("a", TOO_MANY, 2.0)
-    assert chosen.acquire(max_wait=3) == NoAccount(Refusal.NO_TIME, ())
+    assert chosen.acquire(max_wait=3) == NoAccount(NoAccountReason.NO_TIME, ())
     assert store.reserves == ["a"]
     assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
 
@@ -622,8 +622,8 @@ def test_a_call_no_account_serves_has_no_account_and_none_is_reserved() -> None:
     store = CountingStore({"pro": usage(44, dailyLimit=44)})
     configs = [*accounts("basic", plan="BASIC"), *accounts("pro", plan="PRO")]
     chosen = AccountLimiter(configs, store, defaults=AccountLimits(44, 100.0, 100), clock=clock)
-    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.EXHAUSTED, ("pro",))
-    assert chosen.acquire(max_wait=1, plans=frozenset()) == NoAccount(Refusal.EXHAUSTED, ())
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(NoAccountReason.EXHAUSTED, ("pro",))
+    assert chosen.acquire(max_wait=1, plans=frozenset()) == NoAccount(NoAccountReason.EXHAUSTED, ())
     assert store.reserves == ["pro"]  # the BASIC account was never asked
     assert chosen.acquire_many([{"ULTRA"}], max_wait=1) == [None]
 
@@ -670,6 +670,6 @@ def test_a_call_whose_serving_keys_are_all_disabled_is_told_so() -> None:
         configs, InMemoryUsageStore(), defaults=AccountLimits(44, 100.0, 100), clock=clock
     )
     chosen.key_refused("pro", REFUSED, probe=True)
-    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(Refusal.NO_USABLE_KEY, ())
+    assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(NoAccountReason.NO_USABLE_KEY, ())
     assert chosen.usable_accounts({"PRO"}) == () and chosen.usable_accounts() == ("basic",)
     assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) == "basic"

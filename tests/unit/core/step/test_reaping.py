@@ -10,8 +10,8 @@ import pytest
 
 from worker_chart_export.core.step.reaping import (
     ExpiredLease,
+    LeaseFate,
     ReapDecision,
-    ReapOutcome,
     ReapReport,
     decide_reap,
     lease_document,
@@ -44,7 +44,7 @@ def running(attempt: int = 1, lease: str = LEASE_AT, token: str = "mine") -> dic
 def test_an_expired_lease_below_the_maximum_is_retried_and_deleted() -> None:
     decision = decide(lease_now(), running(attempt=2))
     assert decision == ReapDecision(
-        ReapOutcome.RETRIED,
+        LeaseFate.RETRIED,
         ReapPlan("charts", {"status": "READY"}, ("claimToken", "leaseExpiresAt"), retried=True),
         delete_lease=True,
     )
@@ -52,20 +52,20 @@ def test_an_expired_lease_below_the_maximum_is_retried_and_deleted() -> None:
 
 def test_an_expired_lease_at_the_maximum_fails_the_step() -> None:
     decision = decide(lease_now(), running(attempt=3))
-    assert decision.outcome is ReapOutcome.FAILED and decision.delete_lease
+    assert decision.outcome is LeaseFate.FAILED and decision.delete_lease
     assert decision.plan is not None and decision.plan.set_fields["status"] == "FAILED"
-    assert decide(lease_now(), running(attempt=3), max_attempts=4).outcome is ReapOutcome.RETRIED
+    assert decide(lease_now(), running(attempt=3), max_attempts=4).outcome is LeaseFate.RETRIED
 
 
 def test_a_lease_renewed_or_still_valid_is_left_alone() -> None:
     valid = running(lease="2026-11-23T12:00:00.001Z")
-    assert decide(lease_now(), valid) == ReapDecision(ReapOutcome.NOT_EXPIRED)
+    assert decide(lease_now(), valid) == ReapDecision(LeaseFate.NOT_EXPIRED)
 
 
 @pytest.mark.parametrize("lease_doc", [None, lease_now(token="theirs")], ids=["finalized", "claimed-again"])
 def test_a_lease_gone_or_taken_by_another_claim_is_superseded(lease_doc: dict[str, Any] | None) -> None:
     # the run is not even looked at: the lease is no longer this claim's
-    assert decide(lease_doc, running()) == ReapDecision(ReapOutcome.SUPERSEDED)
+    assert decide(lease_doc, running()) == ReapDecision(LeaseFate.SUPERSEDED)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_a_lease_gone_or_taken_by_another_claim_is_superseded(lease_doc: dict[st
     ids=["run-gone", "step-gone", "finished", "claimed-again"],
 )
 def test_a_stray_lease_of_a_step_finished_or_gone_is_cleared(run: dict[str, Any] | None) -> None:
-    assert decide(lease_now(), run) == ReapDecision(ReapOutcome.CLEARED, delete_lease=True)
+    assert decide(lease_now(), run) == ReapDecision(LeaseFate.CLEARED, delete_lease=True)
 
 
 def test_a_lease_document_is_read_back_only_when_complete() -> None:
@@ -114,12 +114,12 @@ def test_the_lease_a_claim_writes_holds_what_the_reaper_needs() -> None:
 def test_a_report_counts_each_outcome_and_names_the_steps() -> None:
     report = ReapReport()
     other = ExpiredLease("doc2", "run2", "charts", "t", LEASE_AT)
-    report.add(ReapOutcome.RETRIED, LEASE)
-    report.add(ReapOutcome.RETRIED, other)
-    report.add(ReapOutcome.FAILED, other)
-    report.add(ReapOutcome.CLEARED, LEASE)
+    report.add(LeaseFate.RETRIED, LEASE)
+    report.add(LeaseFate.RETRIED, other)
+    report.add(LeaseFate.FAILED, other)
+    report.add(LeaseFate.CLEARED, LEASE)
     report.errors.append("run3/charts: store unavailable")
-    assert report.count(ReapOutcome.RETRIED) == 2 and report.count(ReapOutcome.NOT_EXPIRED) == 0
+    assert report.count(LeaseFate.RETRIED) == 2 and report.count(LeaseFate.NOT_EXPIRED) == 0
     assert report.to_summary() == {
         "retried": ["run1/charts", "run2/charts"],
         "failed": ["run2/charts"],

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from worker_chart_export.core.naming import parse_png_object_path, png_object_path
 from worker_chart_export.core.step.reuse import (
     PNG_SIGNATURE,
-    Refusal,
+    ReuseRefusal,
     is_png,
     listing_prefix,
     listing_start,
@@ -169,7 +169,7 @@ def test_a_png_rendered_from_another_body_is_refused_whatever_its_name(
     other: str, body: dict[str, Any]
 ) -> None:
     found = reuse_candidates([listed(other, body)], [call()], now=NOW, max_age_seconds=WINDOW)
-    assert [c.refusal for c in found["price_v1"]] == [Refusal.OTHER_REQUEST]
+    assert [c.refusal for c in found["price_v1"]] == [ReuseRefusal.OTHER_REQUEST]
     assert chosen([listed(other, body)], [call()]) == {}
 
 
@@ -180,7 +180,7 @@ def test_symbols_whose_slugs_collide_never_stand_for_each_other() -> None:
     found = reuse_candidates(
         [listed(their_png, request_body(theirs))], [call(symbol=ours)], now=NOW, max_age_seconds=WINDOW
     )
-    assert [c.refusal for c in found["price_v1"]] == [Refusal.OTHER_REQUEST]
+    assert [c.refusal for c in found["price_v1"]] == [ReuseRefusal.OTHER_REQUEST]
     mine = listed(png(20, symbol=ours), request_body(ours))
     assert chosen([listed(their_png, request_body(theirs)), mine], [call(symbol=ours)]) == {
         "price_v1": mine.name
@@ -190,23 +190,25 @@ def test_symbols_whose_slugs_collide_never_stand_for_each_other() -> None:
 @pytest.mark.parametrize(
     ("planted", "refusal"),
     [
-        (listed(png(10), content_type="text/html"), Refusal.NOT_IMAGE_PNG),
-        (listed(png(10), content_type=None), Refusal.NOT_IMAGE_PNG),
-        (listed(png(10), metadata={}), Refusal.NO_DIGEST),
-        (listed(png(10), metadata={"claimToken": "t"}), Refusal.NO_DIGEST),
-        (listed(png(10), metadata={"requestDigest": ""}), Refusal.NO_DIGEST),
-        (listed(png(10), metadata={"requestDigest": "0" * 64}), Refusal.OTHER_REQUEST),
+        (listed(png(10), content_type="text/html"), ReuseRefusal.NOT_IMAGE_PNG),
+        (listed(png(10), content_type=None), ReuseRefusal.NOT_IMAGE_PNG),
+        (listed(png(10), metadata={}), ReuseRefusal.NO_DIGEST),
+        (listed(png(10), metadata={"claimToken": "t"}), ReuseRefusal.NO_DIGEST),
+        (listed(png(10), metadata={"requestDigest": ""}), ReuseRefusal.NO_DIGEST),
+        (listed(png(10), metadata={"requestDigest": "0" * 64}), ReuseRefusal.OTHER_REQUEST),
         # a page planted under a PNG's name, carrying a copied digest: its type still says no
         (
             listed(
                 png(10), content_type="text/html", metadata=png_metadata(body_digest(request_body()), "x")
             ),
-            Refusal.NOT_IMAGE_PNG,
+            ReuseRefusal.NOT_IMAGE_PNG,
         ),
     ],
     ids=["html", "no-type", "no-metadata", "token-only", "empty-digest", "other-digest", "html-with-digest"],
 )
-def test_what_the_listing_shows_against_an_object_refuses_it(planted: ListedObject, refusal: Refusal) -> None:
+def test_what_the_listing_shows_against_an_object_refuses_it(
+    planted: ListedObject, refusal: ReuseRefusal
+) -> None:
     found = reuse_candidates([planted], [call()], now=NOW, max_age_seconds=WINDOW)
     assert [c.refusal for c in found["price_v1"]] == [refusal]
 
@@ -216,7 +218,7 @@ def test_a_refused_newer_png_leaves_an_older_good_one_as_the_next_candidate() ->
     older = listed(png(50))
     found = reuse_candidates([older, newer], [call()], now=NOW, max_age_seconds=WINDOW)
     assert [(c.object_path, c.refusal) for c in found["price_v1"]] == [
-        (newer.name, Refusal.OTHER_REQUEST),
+        (newer.name, ReuseRefusal.OTHER_REQUEST),
         (older.name, None),
     ]
 

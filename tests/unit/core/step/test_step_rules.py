@@ -39,9 +39,9 @@ from worker_chart_export.core.step.step_rules import (
 )
 from worker_chart_export.core.types import (
     Claim,
-    ClaimOutcome,
+    ClaimResult,
     ClaimStatus,
-    FinalizeOutcome,
+    FinalizeResult,
     StepFinal,
     StepStatus,
 )
@@ -61,7 +61,7 @@ def run_with(**step: Any) -> dict[str, Any]:
     }
 
 
-def claim(document: dict[str, Any] | None, token: str = "mine") -> ClaimPlan | ClaimOutcome:
+def claim(document: dict[str, Any] | None, token: str = "mine") -> ClaimPlan | ClaimResult:
     return plan_claim(document, RUN, STEP, token=token, now=NOW, lease_expires_at=LEASE_END)
 
 
@@ -146,7 +146,7 @@ def test_a_claim_outcome_names_the_step_and_its_attempt() -> None:
     plan = claim(run_with(status="READY", attempt=2))
     assert isinstance(plan, ClaimPlan)
     outcome = plan.outcome("; after 1 retry")
-    assert outcome == ClaimOutcome(
+    assert outcome == ClaimResult(
         ClaimStatus.CLAIMED,
         "step charts claimed (attempt 3; after 1 retry)",
         plan.claimed_document,
@@ -178,13 +178,13 @@ def test_a_claim_outcome_names_the_step_and_its_attempt() -> None:
 def test_a_claim_is_refused_with_the_reason(
     document: dict[str, Any] | None, status: ClaimStatus, reason: str
 ) -> None:
-    assert claim(document) == ClaimOutcome(status, reason)
+    assert claim(document) == ClaimResult(status, reason)
 
 
 # --- a claim whose commit did not go through as planned ---------------------------------------
 
 
-def settled(document: dict[str, Any] | None, token: str = "mine") -> ClaimOutcome | None:
+def settled(document: dict[str, Any] | None, token: str = "mine") -> ClaimResult | None:
     return settled_claim(document, RUN, STEP, token=token, now=NOW, lease_expires_at=LEASE_END)
 
 
@@ -192,7 +192,7 @@ def test_a_lost_commit_is_settled_by_what_the_read_shows() -> None:
     # RUNNING under our token: our commit landed although its answer was lost
     document = run_with(status="RUNNING", claimToken="mine", attempt=1)
     ours = settled(document)
-    assert ours == ClaimOutcome(
+    assert ours == ClaimResult(
         ClaimStatus.CLAIMED,
         "step charts claimed (attempt 1; commit confirmed by a re-read)",
         document,
@@ -200,21 +200,21 @@ def test_a_lost_commit_is_settled_by_what_the_read_shows() -> None:
     )
     # someone else won: the no-op, at once
     theirs = settled(run_with(status="RUNNING", claimToken="theirs", attempt=1))
-    assert theirs == ClaimOutcome(
+    assert theirs == ClaimResult(
         ClaimStatus.CONFLICT, "step charts is RUNNING, not READY (lost the claim race)"
     )
     finished = settled(run_with(status="SUCCEEDED", claimToken="mine"))  # ours, finished meanwhile
-    assert finished == ClaimOutcome(
+    assert finished == ClaimResult(
         ClaimStatus.CONFLICT, "step charts is SUCCEEDED, not READY (lost the claim race)"
     )
     gone = settled(None)
-    assert gone == ClaimOutcome(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist (lost the claim race)")
+    assert gone == ClaimResult(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist (lost the claim race)")
     # still READY: another write of the run came first, so the claim is to be tried again
     assert settled(run_with(status="READY")) is None
 
 
 def test_a_confirmed_claim_is_ours_only_while_running_under_our_token() -> None:
-    def confirmed(document: dict[str, Any] | None, token: str = "mine") -> ClaimOutcome | None:
+    def confirmed(document: dict[str, Any] | None, token: str = "mine") -> ClaimResult | None:
         return confirmed_claim(document, STEP, token=token, now=NOW, lease_expires_at=LEASE_END)
 
     document = run_with(status="RUNNING", claimToken="mine", attempt=3)
@@ -263,7 +263,7 @@ FAILED = StepFinal(StepStatus.FAILED, NOW + timedelta(minutes=1), error=FAILURE)
 
 def finalize(
     document: dict[str, Any] | None, final: StepFinal = SUCCEEDED, token: str = "mine"
-) -> FinalizePlan | FinalizeOutcome:
+) -> FinalizePlan | FinalizeResult:
     return plan_finalize(document, RUN, STEP, token=token, final=final)
 
 
@@ -328,11 +328,11 @@ def test_the_plans_outputs_are_a_copy() -> None:
 def test_a_finalize_that_is_not_ours_is_refused_with_the_reason(
     document: dict[str, Any] | None, reason: str
 ) -> None:
-    assert finalize(document) == FinalizeOutcome(False, reason)
+    assert finalize(document) == FinalizeResult(False, reason)
 
 
 def test_a_finalize_written_says_so() -> None:
-    assert finalized(STEP) == FinalizeOutcome(True, "step charts finalized")
+    assert finalized(STEP) == FinalizeResult(True, "step charts finalized")
 
 
 # --- executing a plan on a plain step (the local and in-memory stores) ------------------------

@@ -1,0 +1,41 @@
+"""The package's shape, read from its source (ast, nothing imported): one name for one thing."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import worker_chart_export
+
+PACKAGE = Path(worker_chart_export.__file__).parent
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _classes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def classes_by_name() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = defaultdict(list)
+    for path in _modules():
+        for name in _classes(path):
+            found[name].append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+def test_no_two_classes_of_the_package_share_a_name() -> None:
+    shared = {name: where for name, where in classes_by_name().items() if len(where) > 1}
+    assert not shared, f"one name for one thing; these classes share a name: {shared}"
+
+
+def test_the_walk_sees_every_class(tmp_path: Path) -> None:
+    # the check can fail: two modules declaring one name are found
+    (tmp_path / "a.py").write_text("class Rendered:\n    pass\n")
+    (tmp_path / "b.py").write_text("def f():\n    class Rendered: ...\n")
+    assert _classes(tmp_path / "a.py") == _classes(tmp_path / "b.py") == ["Rendered"]
+    assert "StepReport" in classes_by_name()
