@@ -41,9 +41,9 @@ from worker_chart_export.core.step.manifest import (
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.step.outcome import insufficient_images_error, step_status
 from worker_chart_export.core.step.selection import steps_of
 from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.success import insufficient_images_error, step_status
 from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (
     Claim,

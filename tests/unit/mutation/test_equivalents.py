@@ -48,7 +48,7 @@ from worker_chart_export.core.chart_img.account_status import ConfiguredAccount,
 from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
 from worker_chart_export.core.chart_img.usage import Pacing
 from worker_chart_export.core.error_codes import ErrorCode
-from worker_chart_export.core.step import manifest, outcome, step_rules, validation
+from worker_chart_export.core.step import manifest, step_rules, success, validation
 from worker_chart_export.core.templates import documented_rules, symbols, template_check, template_rules
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.testing import FakeClock
@@ -222,7 +222,7 @@ def test_the_slug_of_a_plain_symbol_is_the_same(entry: Equivalent, symbol: str) 
 def test_the_failure_of_too_few_images_is_the_same_for_any_failures(
     entry: Equivalent, codes: list[ErrorCode], items: int
 ) -> None:
-    assert_same(entry, late(outcome, "insufficient_images_error", items, 5, items + len(codes), codes))
+    assert_same(entry, late(success, "insufficient_images_error", items, 5, items + len(codes), codes))
 
 
 @checks

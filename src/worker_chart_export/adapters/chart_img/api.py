@@ -26,14 +26,14 @@ import httpx
 from tenacity import Retrying
 
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
-from worker_chart_export.adapters.chart_img.outcomes import (
+from worker_chart_export.adapters.chart_img.attempts import (
     AttemptPass,
     ChartRequest,
     cannot_start,
     tell_limiter,
 )
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import (

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.redaction import NO_SECRETS, Redaction
-from worker_chart_export.core.step.outcome import step_status
+from worker_chart_export.core.step.success import step_status
 from worker_chart_export.tools.view.model import ChartImage, StepState
 from worker_chart_export.tools.view.style import CSS
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from worker_chart_export.core.error_codes import ErrorCode
-from worker_chart_export.core.step.outcome import insufficient_images_error, step_status
+from worker_chart_export.core.step.success import insufficient_images_error, step_status
 from worker_chart_export.core.templates.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.types import StepStatus
 
