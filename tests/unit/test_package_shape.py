@@ -39,3 +39,39 @@ def test_the_walk_sees_every_class(tmp_path: Path) -> None:
     (tmp_path / "b.py").write_text("def f():\n    class Rendered: ...\n")
     assert _classes(tmp_path / "a.py") == _classes(tmp_path / "b.py") == ["Rendered"]
     assert "StepReport" in classes_by_name()
+
+
+def _called_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    called: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                called.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                called.add(func.attr)
+    return called
+
+
+def adapter_constructions() -> dict[str, set[str]]:
+    """Each module outside bootstrap/ and adapters/ that calls a class of adapters/."""
+    adapter_classes = {name for path in (PACKAGE / "adapters").rglob("*.py") for name in _classes(path)}
+    found: dict[str, set[str]] = {}
+    for path in _modules():
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] in ("adapters", "bootstrap"):
+            continue
+        if built := _called_names(path) & adapter_classes:
+            found[str(relative)] = built
+    return found
+
+
+def test_only_bootstrap_and_the_adapters_construct_an_adapter() -> None:
+    assert adapter_constructions() == {}, "build it in bootstrap/ (the one assembly) and hand it over"
+
+
+def test_a_construction_is_seen(tmp_path: Path) -> None:
+    # the check can fail: a call of the class, bare or through its module, is found
+    (tmp_path / "m.py").write_text("s = FileUsageStore(p)\nt = local.LocalFlowRunStore(a, b)\n")
+    assert _called_names(tmp_path / "m.py") >= {"FileUsageStore", "LocalFlowRunStore"}

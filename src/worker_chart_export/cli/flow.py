@@ -126,13 +126,12 @@ def run_advance(args: argparse.Namespace) -> int:
 
 
 def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> int:
-    from worker_chart_export.adapters.flow_run_file import read_flow_run
-    from worker_chart_export.adapters.local import LocalFlowRunStore
     from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.bootstrap.commands import local_flow_runs, read_flow_run
 
     run_id = read_flow_run(flow_run_path)["runId"]
     layout = LocalLayout.under(output_dir, run_id)
-    plan = LocalFlowRunStore(flow_run_path, layout.flow_run_state).advance()
+    plan = local_flow_runs(flow_run_path, layout.flow_run_state).advance()
     if as_json:
         summary = {
             "runId": run_id,

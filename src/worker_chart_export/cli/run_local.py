@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.flow_run_file import read_flow_run
 from worker_chart_export.cli.accounts import read_accounts_file
 from worker_chart_export.command_surface import (
     EXIT_FAILED,
@@ -144,6 +143,8 @@ def run_local(args: argparse.Namespace) -> int:
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
+    from worker_chart_export.bootstrap.commands import read_flow_run
+
     original = read_flow_run(args.flow_run_path)
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)

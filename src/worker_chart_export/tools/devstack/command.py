@@ -21,7 +21,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
-from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
 from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -135,6 +134,7 @@ def run_stack(args: argparse.Namespace) -> int:
 
         raise UsageError(f"needs the development extras: {DEV_EXTRAS_HINT}") from None
 
+    from worker_chart_export.bootstrap.commands import read_valid_flow_run
     from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
     document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
