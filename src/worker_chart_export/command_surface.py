@@ -100,7 +100,7 @@ def add_command(
     run: Run,
 ) -> argparse.ArgumentParser:
     """Register subcommand `name`: `summary` in the parent's list, `description` and the exit
-    codes in its own --help, `run(args)` what main calls (args.run, args.where = its prog)."""
+    codes in its own --help, `run(args)` what main calls (`set_defaults(func=run)`: args.func; args.where = its prog)."""
     epilog = "exit status:\n" + "\n".join(
         textwrap.fill(meaning, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
         for code, meaning in exit_codes.items()
@@ -112,7 +112,7 @@ def add_command(
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.set_defaults(run=run, where=parser.prog)
+    parser.set_defaults(func=run, where=parser.prog)
     return parser
 
 

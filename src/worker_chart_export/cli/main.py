@@ -149,7 +149,7 @@ _NOT_REDACTED = frozenset({"stack"})
 def _run(args: argparse.Namespace) -> int:
     where = str(args.where)
     try:
-        return int(args.run(args))
+        return int(args.func(args))
     except UsageError as exc:
         print(error_line(where, str(exc)), file=sys.stderr)
         return EXIT_USAGE

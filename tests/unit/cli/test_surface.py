@@ -49,7 +49,7 @@ def leaf_parsers() -> dict[str, argparse.ArgumentParser]:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 for child in action.choices.values():
-                    if child.get_default("run") is not None:
+                    if child.get_default("func") is not None:
                         found[child.prog.removeprefix("worker-chart-export ")] = child
                     walk(child)
 
