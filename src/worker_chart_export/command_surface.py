@@ -100,7 +100,8 @@ def add_command(
     run: Run,
 ) -> argparse.ArgumentParser:
     """Register subcommand `name`: `summary` in the parent's list, `description` and the exit
-    codes in its own --help, `run(args)` what main calls (`set_defaults(func=run)`: args.func; args.where = its prog)."""
+    codes in its own --help, `run(args)` what main calls (`set_defaults(func=run)`: args.func;
+    args.where = its prog)."""
     epilog = "exit status:\n" + "\n".join(
         textwrap.fill(meaning, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
         for code, meaning in exit_codes.items()
