@@ -5,147 +5,41 @@ arrives here), so this module and the no-op path import no Firestore, GCS or HTT
 and no pydantic: `execute`, `bootstrap` and their dependencies are imported only when a READY
 CHART_EXPORT step is found.
 
-A new CloudEvent entry goes at the end, as `@functions_framework.cloud_event` over
+A new CloudEvent entry goes beside the others, as `@functions_framework.cloud_event` over
 `@cloud_event_entry` over `def entry(cloud_event, log)`: it then shares the request's log
 scope and trace, the poison handling (raise PoisonEvent: 200 and one WARNING line) and the
-crash handling (500 and one ERROR line) below. An HTTP entry gets the request scope, trace
+crash handling (500 and one ERROR line) of envelope.py. An HTTP entry gets the request scope, trace
 and the one-line guarantee from serve.py's middleware (`create_function_app(target, "http")`).
 What each exception answers is drawn in one tree, in core/exceptions.py.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import functions_framework
 
 from worker_chart_export import logs
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import (
-    DecoderDefect,
     PoisonEvent,
     RedeliverEvent,
     StorageUnavailable,
     TransientStoreError,
 )
-from worker_chart_export.functions.decoding import events, versions
+from worker_chart_export.functions.envelope import (
+    cloud_event_entry,
+    decode_flow_run_event,
+    decode_version_event,
+    http_entry,
+    install_on_hosting_app,
+    received_attributes,
+)
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
     from worker_chart_export.core.step.step_rules import RunVersion
-
-CloudEventHandler = Callable[["CloudEvent", Any], None]
-Decoded = TypeVar("Decoded")
-
-
-def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
-    """`events.decode_event`; raises PoisonEvent (or DecoderDefect) for what never decodes."""
-    return _decoded(events.decode_event, cloud_event)
-
-
-def decode_version_event(cloud_event: CloudEvent) -> versions.DocumentVersion:
-    """`versions.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
-    return _decoded(versions.decode_document_version, cloud_event)
-
-
-def _decoded(decode: Callable[[CloudEvent], Decoded], cloud_event: CloudEvent) -> Decoded:
-    try:
-        return decode(cloud_event)
-    except PoisonEvent:
-        raise
-    except Exception as exc:
-        raise DecoderDefect(f"{type(exc).__name__}: {exc}") from exc
-
-
-def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None]:
-    """What every CloudEvent entry point shares; `handler(cloud_event, log)` does the rest.
-
-    - the request's log scope: joins serve.py's (marking that our code now runs, so what
-      fails from here on is not the request's fault) or opens one when called without it;
-      the event's `traceparent` extension is the trace when the request carried none;
-    - `log`: the configured logger, bound to the event's id;
-    - a PoisonEvent is acknowledged (HTTP 200) with one WARNING line carrying the received
-      event's attributes (a DecoderDefect with an ERROR line): redelivering cannot help;
-    - an HTTPException passes through (the handler logged it: a deliberate 500 asks
-      Eventarc to redeliver); any other exception is logged as an ERROR with its traceback
-      and answered 500 without one.
-    """
-
-    @functools.wraps(handler)
-    def entry(cloud_event: CloudEvent) -> None:
-        token = _enter(logs.parse_traceparent(cloud_event.get("traceparent")))
-        try:
-            log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
-            try:
-                handler(cloud_event, log)
-            except PoisonEvent as poison:
-                _log_poison(log, poison, cloud_event)
-            except Exception as exc:
-                from werkzeug.exceptions import HTTPException, InternalServerError
-
-                if isinstance(exc, HTTPException):
-                    raise
-                log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
-                raise InternalServerError(description="event handling failed") from exc
-        finally:
-            if token is not None:
-                logs.end_request(token)
-
-    return entry
-
-
-def http_entry(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """For an HTTP entry (`@functions_framework.http` over this): what it raises is our
-    fault, so serve.py answers it 500 with one ERROR line (not 400, as for a request that
-    failed before any of our code ran)."""
-
-    @functools.wraps(handler)
-    def entry(request: Any) -> Any:
-        token = _enter(None)
-        try:
-            return handler(request)
-        finally:
-            if token is not None:
-                logs.end_request(token)
-
-    return entry
-
-
-def _enter(event_trace: logs.Trace | None) -> Any:
-    """Joins the request's log scope (serve.py's middleware opened it) or opens one when
-    called without it (directly, or hosted elsewhere), and marks that our code now runs.
-    Returns the token to pass to `logs.end_request` when it opened one, else None."""
-    request, token = logs.current_request(), None
-    if request is None:
-        request, token = logs.begin_request(event_trace)
-    else:
-        request.set_trace(event_trace)
-    request.entered = True
-    return token
-
-
-def _log_poison(log: Any, poison: PoisonEvent, cloud_event: CloudEvent) -> None:
-    # Contract §10's "received event" attributes: the only line such an event leaves.
-    received = _received_attributes(cloud_event)
-    if isinstance(poison, DecoderDefect):
-        log.error(
-            "event ignored: the decoder failed",
-            reason=poison.reason,
-            code=ErrorCode.FLOW_RUN_INVALID.value,
-            exc_info=poison.__cause__,
-            **received,
-        )
-        return
-    # Acknowledged on purpose: a redelivery would fail the same way, forever.
-    log.warning(
-        "event ignored: not a decodable flow_run event",
-        reason=poison.reason,
-        code=ErrorCode.FLOW_RUN_INVALID.value,
-        **received,
-    )
 
 
 @functions_framework.cloud_event
@@ -160,7 +54,7 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
     decoded = decode_flow_run_event(cloud_event)
     # Contract §10's "received event": its attributes go on the first line of every event.
     # Most events are no-ops, so for them it is also the only line (half the logging cost).
-    received = _received_attributes(cloud_event)
+    received = received_attributes(cloud_event)
     log = log.bind(runId=decoded.run_id)
     if decoded.deleted:
         log.info(
@@ -190,6 +84,61 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
     log = log.bind(stepId=step_id)
     seen = _seen_version(cloud_event, log)
     _execute(decoded.run_id, step_id, seen, log, {"eventId": cloud_event.get("id")})
+
+
+@functions_framework.cloud_event
+@cloud_event_entry
+def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
+    """advance_flow on Eventarc `google.cloud.firestore.document.v1.written` for
+    `flow_runs/{runId}` (creations, updates, deletes: a created run starts by itself) under the
+    orchestration rules: READY and the run status, written only when something changes,
+    conditional on the event's version. A store outage: HTTP 500 with one ERROR line, Eventarc
+    redelivers (advancing is idempotent)."""
+    version = decode_version_event(cloud_event)  # PoisonEvent: acknowledged with one WARNING
+    log = log.bind(function="advance_flow", runId=version.run_id)
+    if version.document is None:
+        log.info("advance_flow: flow_run deleted, nothing to advance", eventType=cloud_event.get("type"))
+        return
+    if version.update_time is None:  # Firestore always sends it: a forged or foreign event
+        raise PoisonEvent("the document carries no update_time: there is no version to write on")
+    from werkzeug.exceptions import InternalServerError
+
+    from worker_chart_export.bootstrap import runtime
+    from worker_chart_export.service.advance import advance_version
+
+    store = runtime().advance_store()
+    try:
+        result = advance_version(version.run_id, version.document, version.update_time, store)
+    except TransientStoreError as exc:
+        # expected and retryable: one line without a traceback, and a redelivery
+        log.error("advance_flow failed: Eventarc redelivers the event", reason=str(exc))
+        raise InternalServerError(description="advance_flow: Firestore unavailable") from exc
+    log.info("advance_flow", created=version.created, **result.log_fields())
+
+
+@functions_framework.http
+@http_entry
+def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
+    """The reaper, for Cloud Scheduler (POST; the body is ignored): one pass, its summary as
+    JSON. Another method: 405. A store outage: 503 with one ERROR line (the scheduler's next
+    run, or its retry, reaps what this one could not)."""
+    log = logs.configured_logger().bind(function="reap_expired_leases")
+    if request.method != "POST":
+        log.warning("request rejected: the reaper is run by POST", httpMethod=request.method, httpStatus=405)
+        return {"error": "the reaper is run by POST"}, 405
+    from worker_chart_export.bootstrap import runtime
+    from worker_chart_export.service.reaper import reap_once
+
+    reaper = runtime().reaper()
+    try:
+        report = reap_once(reaper.leases, clock=reaper.clock, max_attempts=reaper.max_attempts)
+    except TransientStoreError as exc:
+        log.error("reaper pass failed: Firestore unavailable", reason=str(exc), httpStatus=503)
+        return {"error": str(exc)}, 503
+    return report.to_summary(), 200
+
+
+# --- the worker's work path
 
 
 def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
@@ -249,82 +198,4 @@ def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, ident
     )
 
 
-def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
-    return {
-        "eventType": cloud_event.get("type"),
-        "eventSource": cloud_event.get("source"),
-        "eventSubject": cloud_event.get("subject"),
-        "eventTime": cloud_event.get("time"),
-        "payloadSize": _payload_size(cloud_event.data),
-    }
-
-
-def _payload_size(data: object) -> int | None:
-    return len(data) if isinstance(data, str | bytes | bytearray) else None
-
-
-@functions_framework.cloud_event
-@cloud_event_entry
-def advance_flow(cloud_event: CloudEvent, log: Any) -> None:
-    """advance_flow on Eventarc `google.cloud.firestore.document.v1.written` for
-    `flow_runs/{runId}` (creations, updates, deletes: a created run starts by itself) under the
-    orchestration rules: READY and the run status, written only when something changes,
-    conditional on the event's version. A store outage: HTTP 500 with one ERROR line, Eventarc
-    redelivers (advancing is idempotent)."""
-    version = decode_version_event(cloud_event)  # PoisonEvent: acknowledged with one WARNING
-    log = log.bind(function="advance_flow", runId=version.run_id)
-    if version.document is None:
-        log.info("advance_flow: flow_run deleted, nothing to advance", eventType=cloud_event.get("type"))
-        return
-    if version.update_time is None:  # Firestore always sends it: a forged or foreign event
-        raise PoisonEvent("the document carries no update_time: there is no version to write on")
-    from werkzeug.exceptions import InternalServerError
-
-    from worker_chart_export.bootstrap import runtime
-    from worker_chart_export.service.advance import advance_version
-
-    store = runtime().advance_store()
-    try:
-        result = advance_version(version.run_id, version.document, version.update_time, store)
-    except TransientStoreError as exc:
-        # expected and retryable: one line without a traceback, and a redelivery
-        log.error("advance_flow failed: Eventarc redelivers the event", reason=str(exc))
-        raise InternalServerError(description="advance_flow: Firestore unavailable") from exc
-    log.info("advance_flow", created=version.created, **result.log_fields())
-
-
-@functions_framework.http
-@http_entry
-def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
-    """The reaper, for Cloud Scheduler (POST; the body is ignored): one pass, its summary as
-    JSON. Another method: 405. A store outage: 503 with one ERROR line (the scheduler's next
-    run, or its retry, reaps what this one could not)."""
-    log = logs.configured_logger().bind(function="reap_expired_leases")
-    if request.method != "POST":
-        log.warning("request rejected: the reaper is run by POST", httpMethod=request.method, httpStatus=405)
-        return {"error": "the reaper is run by POST"}, 405
-    from worker_chart_export.bootstrap import runtime
-    from worker_chart_export.service.reaper import reap_once
-
-    reaper = runtime().reaper()
-    try:
-        report = reap_once(reaper.leases, clock=reaper.clock, max_attempts=reaper.max_attempts)
-    except TransientStoreError as exc:
-        log.error("reaper pass failed: Firestore unavailable", reason=str(exc), httpStatus=503)
-        return {"error": str(exc)}, 503
-    return report.to_summary(), 200
-
-
-def _install_on_hosting_app() -> None:
-    """functions-framework executes this module inside the context of the Flask app it is
-    building (`functions-framework --target ...`, Cloud Functions' runtime): give that app
-    serve.py's request logging too. Imported any other way, this does nothing."""
-    import flask
-
-    if flask.has_app_context():
-        from worker_chart_export.functions.serve import install_request_logging
-
-        install_request_logging(flask.current_app)
-
-
-_install_on_hosting_app()
+install_on_hosting_app()

@@ -529,7 +529,7 @@ def test_cloud_event_entry_gives_a_new_entry_the_same_poison_crash_and_trace_han
 
     from worker_chart_export import logs
     from worker_chart_export.core.exceptions import PoisonEvent
-    from worker_chart_export.functions.main import cloud_event_entry
+    from worker_chart_export.functions.envelope import cloud_event_entry
 
     monkeypatch.setattr(logs, "_trace_project", "demo-project")
     seen: list[str] = []
