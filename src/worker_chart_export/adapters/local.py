@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from worker_chart_export.core.exceptions import (
     BucketUnusable,
     ClaimSuperseded,
 )
-from worker_chart_export.core.flow.flow_rules import AdvancePlan, apply_plan, plan_advance
+from worker_chart_export.core.flow.flow_rules import AdvancePlan, apply_plan
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
 from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
 from worker_chart_export.core.step.step_rules import (
@@ -113,14 +113,25 @@ class LocalFlowRunStore:
             self._write(document)
             return finalized(step_id)
 
-    def advance(self) -> AdvancePlan:
-        """advance_flow on the local state: plan, apply and write under the lock."""
+    def read_version(self, run_id: str) -> tuple[dict[str, Any], datetime] | None:
+        """The run and its version (the modification time of the file read: the state, else
+        the source), as an event would carry them; None when the file holds another run."""
+        document = self._document_of(run_id)
+        return None if document is None else (document, self._version())
+
+    def write_advance(self, run_id: str, plan: AdvancePlan, *, last_update_time: datetime) -> bool:
+        """advance_flow's write, under the lock, only onto the version the plan was made
+        from: False when the run's file changed since (or holds another run)."""
         with self._locked():
-            document = self.read()
-            plan = plan_advance(document)
-            if plan.changed:
-                self._write(apply_plan(document, plan))
-            return plan
+            document = self._document_of(run_id)
+            if document is None or self._version() != last_update_time:
+                return False
+            self._write(apply_plan(document, plan))
+            return True
+
+    def _version(self) -> datetime:
+        path = self.state if self.state.exists() else self.source
+        return datetime.fromtimestamp(path.stat().st_mtime_ns / 1e9, tz=UTC)
 
     def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
         with self._locked():

@@ -128,10 +128,16 @@ def run_advance(args: argparse.Namespace) -> int:
 def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> int:
     from worker_chart_export.bootstrap import LocalLayout
     from worker_chart_export.bootstrap.commands import local_flow_runs, read_flow_run
+    from worker_chart_export.service.advance import advance_version
 
     run_id = read_flow_run(flow_run_path)["runId"]
     layout = LocalLayout.under(output_dir, run_id)
-    plan = local_flow_runs(flow_run_path, layout.flow_run_state).advance()
+    store = local_flow_runs(flow_run_path, layout.flow_run_state)
+    version = store.read_version(run_id)
+    if version is None:  # the state beside it holds another run
+        raise UsageError(f"flow_run state {layout.flow_run_state} holds another run than {run_id}")
+    result = advance_version(run_id, version[0], version[1], store)
+    plan = result.plan
     if as_json:
         summary = {
             "runId": run_id,
@@ -142,8 +148,7 @@ def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> i
         }
         print(json.dumps(summary))
     else:
-        outcome = AdvanceEffect.WRITTEN if plan.changed else AdvanceEffect.UNCHANGED
-        print(advance_sentence(f"run {run_id} (state {layout.flow_run_state})", plan, outcome))
+        print(advance_sentence(f"run {run_id} (state {layout.flow_run_state})", plan, result.outcome))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ the manifest -> decide -> finalize (retried in its budget).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +42,7 @@ from worker_chart_export.core.step.manifest import (
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.selection import choose_step, steps_of
 from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
 from worker_chart_export.core.step.success import insufficient_images_error, step_status
 from worker_chart_export.core.step.validation import ValidatedStep, validate_step
@@ -64,7 +65,7 @@ from worker_chart_export.service.step_context import (
 )
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
-__all__ = ["StepReport", "execute_step"]
+__all__ = ["StepReport", "execute_chosen_step", "execute_step"]
 
 
 def execute_step(
@@ -108,6 +109,30 @@ def execute_step(
         written = finalize(ctx, report.final) if report.final else False  # always one when claimed
         _log_completed(report, ctx, written)
         return report.recorded(written)
+
+
+def execute_chosen_step(
+    flow_run: dict[str, Any],
+    step_id: str | None,
+    *,
+    ports: Ports,
+    limits: StepLimits,
+    clock: Clock,
+    started: Callable[[], None] = lambda: None,
+) -> StepReport:
+    """run-local's one call: the step `step_id` names (else the first READY CHART_EXPORT
+    one) chosen from the run as read once, then executed, or a NOOP report when there is none.
+    Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run, before
+    `started()` (the caller's "it has begun") is called."""
+    chosen = choose_step(flow_run, step_id)
+    started()
+    run_id = str(flow_run.get("runId"))
+    if chosen is None:
+        code = ErrorCode.NO_READY_STEP.value
+        get_logger().info("no READY CHART_EXPORT step: no-op", runId=run_id, code=code)
+        message = "no READY CHART_EXPORT step in the flow_run"
+        return StepReport(run_id, "", "NOOP", ports.chart_api.mode, error_code=code, message=message)
+    return execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
 
 
 def _check_bucket(ctx: StepContext) -> None:
