@@ -31,7 +31,7 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.adapters.local import LocalTemplateSource
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK

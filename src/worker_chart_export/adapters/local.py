@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export.adapters.planned_flow_runs import PlannedFlowRuns
 from worker_chart_export.core.exceptions import (
     ArtifactListError,
     ArtifactReadError,
@@ -24,16 +25,8 @@ from worker_chart_export.core.exceptions import (
 from worker_chart_export.core.flow.flow_rules import AdvancePlan, apply_plan
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
 from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
-from worker_chart_export.core.step.step_rules import (
-    RunVersion,
-    apply_to_step,
-    claim_is_current,
-    finalized,
-    plan_claim,
-    plan_finalize,
-)
 from worker_chart_export.core.templates.template_check import StoredTemplate, TemplateCheck, template_problems
-from worker_chart_export.core.types import ClaimResult, FinalizeResult, ListedObject, StepFinal
+from worker_chart_export.core.types import ListedObject
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -43,7 +36,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-class LocalFlowRunStore:
+class LocalFlowRunStore(PlannedFlowRuns):
     """The flow_run lives in `source`; every change is written to `state` (created on first
     write), which later reads prefer: the bundled sample stays pristine and a second run sees
     the step already finalized."""
@@ -79,39 +72,12 @@ class LocalFlowRunStore:
         document = self.read()
         return document if document.get("runId") == run_id else None
 
-    def claim_step(
-        self,
-        run_id: str,
-        step_id: str,
-        *,
-        token: str,
-        now: datetime,
-        lease_expires_at: datetime,
-        seen: RunVersion | None = None,
-    ) -> ClaimResult:
-        # `seen` is not needed here: the file lock already makes read, plan and write atomic
-        with self._locked():
-            document = self._document_of(run_id)
-            plan = plan_claim(
-                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
-            )
-            if isinstance(plan, ClaimResult):
-                return plan
-            assert document is not None  # the plan found the step in it
-            apply_to_step(document["steps"][step_id], plan)
-            self._write(document)
-            return plan.outcome()
+    # the claim, the finalize and the fence: PlannedFlowRuns', over the state file
+    def _load(self, run_id: str) -> dict[str, Any] | None:
+        return self._document_of(run_id)
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
-        with self._locked():
-            document = self._document_of(run_id)
-            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
-            if isinstance(plan, FinalizeResult):
-                return plan
-            assert document is not None
-            apply_to_step(document["steps"][step_id], plan)
-            self._write(document)
-            return finalized(step_id)
+    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+        self._write(document)
 
     def read_version(self, run_id: str) -> tuple[dict[str, Any], datetime] | None:
         """The run and its version (the modification time of the file read: the state, else
@@ -132,10 +98,6 @@ class LocalFlowRunStore:
     def _version(self) -> datetime:
         path = self.state if self.state.exists() else self.source
         return datetime.fromtimestamp(path.stat().st_mtime_ns / 1e9, tz=UTC)
-
-    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
-        with self._locked():
-            return claim_is_current(self._document_of(run_id), step_id, token)
 
 
 class LocalTemplateSource:

@@ -1,4 +1,4 @@
-"""finalize: a claimed step's result recorded on the in-memory flow_runs (adapters/memory.py),
+"""finalize: a claimed step's result recorded on the in-memory flow_runs (testing/flow_runs.py),
 by what it returns, raises, logs and writes; time is a FakeClock, so retries never sleep."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError

@@ -1,4 +1,4 @@
-"""reap_once over the in-memory flow_runs and step_leases (adapters/memory.py): the reaper's
+"""reap_once over the in-memory flow_runs and step_leases (testing/flow_runs.py): the reaper's
 rules without an emulator. tests/integration/test_leases_and_advance.py runs the same cases
 on Firestore, where a reap is a compare-and-set that can lose to another write."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport

@@ -20,7 +20,7 @@ from harness.builders import REPO, chart_step, flow_run
 from harness.logs import LogCapture
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalTemplateSource
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import (
     BucketUnusable,
