@@ -31,8 +31,6 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.adapters.local import LocalTemplateSource
-from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import StepLimits
@@ -42,7 +40,8 @@ from worker_chart_export.core.templates.chart_request import body_digest, build_
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import Settings
-from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing import FakeClock, InMemoryUsageStore
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 pytestmark = pytest.mark.emulators
 

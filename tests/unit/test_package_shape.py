@@ -75,3 +75,20 @@ def test_a_construction_is_seen(tmp_path: Path) -> None:
     # the check can fail: a call of the class, bare or through its module, is found
     (tmp_path / "m.py").write_text("s = FileUsageStore(p)\nt = local.LocalFlowRunStore(a, b)\n")
     assert _called_names(tmp_path / "m.py") >= {"FileUsageStore", "LocalFlowRunStore"}
+
+
+def doubles_outside_testing() -> dict[str, list[str]]:
+    """InMemory* and Fake* classes of the package that are not in worker_chart_export.testing."""
+    found: dict[str, list[str]] = {}
+    for path in _modules():
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "testing":
+            continue
+        if doubles := [n for n in _classes(path) if n.startswith(("InMemory", "Fake"))]:
+            found[str(relative)] = doubles
+    return found
+
+
+def test_the_in_memory_doubles_live_in_testing() -> None:
+    assert doubles_outside_testing() == {}, "one home for doubles: worker_chart_export/testing/"
+    assert {"FakeClock", "InMemoryFlowRuns", "InMemoryUsageStore"} <= set(classes_by_name())

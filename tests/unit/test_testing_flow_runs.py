@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from harness.builders import chart_step, flow_run
-from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=5)

@@ -1,6 +1,8 @@
 """Helpers for tests and benchmarks, shipped with the package (as procrastinate ships its
-in-memory connector): a clock driven by hand, and encoders that build Firestore events the
-way Firestore does. Nothing in the service imports this module.
+in-memory connector): a clock driven by hand, encoders that build Firestore events the way
+Firestore does, and the in-memory stores behind the real ports (`InMemoryFlowRuns`, with the
+reaper's leases, in flow_runs.py; `InMemoryUsageStore` in usage.py). Nothing in the service
+imports this package.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from worker_chart_export.functions.decoding.skim import RawDocumentEventData, RawValue
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns as InMemoryFlowRuns
+from worker_chart_export.testing.usage import InMemoryUsageStore as InMemoryUsageStore
 
 
 class FakeClock:

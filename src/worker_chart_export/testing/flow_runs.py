@@ -1,9 +1,10 @@
 """In memory: the flow_runs and step_leases collections as two dicts, the local twin of
 adapters/firestore's FirestoreFlowRunStore and FirestoreLeaseReaper (procrastinate's in-memory
-connector is the model). A claim writes the step's lease with the run, a finalize deletes it,
-the reaper takes expired ones back: the same core plans the Firestore adapters commit
-(core/step/step_rules.py, core/step/reaping.py), each executed atomically under one lock where Firestore
-needs a compare-and-set. For tests of the services without an emulator.
+connector is the model). A claim writes the step's lease with the run, a finalize deletes it
+(adapters/planned_flow_runs.py, as run-local's file store does), the reaper takes expired ones
+back: the same core plans the Firestore adapters commit (core/step/step_rules.py,
+core/step/reaping.py), each executed atomically under one lock where Firestore needs a
+compare-and-set. For tests of the services without an emulator.
 """
 
 from __future__ import annotations
@@ -13,20 +14,13 @@ import threading
 from datetime import datetime
 from typing import Any
 
+from worker_chart_export.adapters.planned_flow_runs import PlannedFlowRuns
 from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id, rfc3339_utc
-from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap, lease_document
-from worker_chart_export.core.step.step_rules import (
-    RunVersion,
-    apply_to_step,
-    claim_is_current,
-    finalized,
-    plan_claim,
-    plan_finalize,
-)
-from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap
+from worker_chart_export.core.step.step_rules import apply_to_step
 
 
-class InMemoryFlowRuns:
+class InMemoryFlowRuns(PlannedFlowRuns):
     """A FlowRunStore and a LeaseReaper over `runs` (runId -> flow_run document) and `leases`
     (lease_document_id -> step_leases document). Both are plain dicts a test may read, or
     write to set up what no method makes (a stray lease, a renewed one)."""
@@ -39,45 +33,22 @@ class InMemoryFlowRuns:
     def lease_of(self, run_id: str, step_id: str) -> dict[str, Any] | None:
         return self.leases.get(lease_document_id(run_id, step_id))
 
-    # --- FlowRunStore
+    # --- FlowRunStore: PlannedFlowRuns' claim, finalize and fence, over the dicts
 
-    def claim_step(
-        self,
-        run_id: str,
-        step_id: str,
-        *,
-        token: str,
-        now: datetime,
-        lease_expires_at: datetime,
-        seen: RunVersion | None = None,
-    ) -> ClaimResult:
-        # `seen` is not needed: the lock makes read, plan and write one step
-        with self._lock:
-            document = self.runs.get(run_id)
-            plan = plan_claim(
-                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
-            )
-            if isinstance(plan, ClaimResult):
-                return plan
-            assert document is not None  # the plan found the step in it
-            apply_to_step(document["steps"][step_id], plan)
-            self.leases[lease_document_id(run_id, step_id)] = lease_document(run_id, plan)
-            return plan.outcome()
+    def _locked(self) -> threading.Lock:
+        return self._lock
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
-        with self._lock:
-            document = self.runs.get(run_id)
-            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
-            if isinstance(plan, FinalizeResult):
-                return plan
-            assert document is not None
-            apply_to_step(document["steps"][step_id], plan)
-            self.leases.pop(lease_document_id(run_id, step_id), None)
-            return finalized(step_id)
+    def _load(self, run_id: str) -> dict[str, Any] | None:
+        return self.runs.get(run_id)
 
-    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
-        with self._lock:
-            return claim_is_current(self.runs.get(run_id), step_id, token)
+    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+        """Nothing to do: the plan was applied to the document in `runs` itself."""
+
+    def _lease_written(self, run_id: str, step_id: str, lease: dict[str, Any]) -> None:
+        self.leases[lease_document_id(run_id, step_id)] = lease
+
+    def _lease_deleted(self, run_id: str, step_id: str) -> None:
+        self.leases.pop(lease_document_id(run_id, step_id), None)
 
     # --- LeaseReaper
 

@@ -12,7 +12,6 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
@@ -23,6 +22,7 @@ from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.step_context import StepContext
 from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 RUN, STEP, TOKEN = "run1", "charts", "tok-1"
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)

@@ -12,13 +12,13 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import lease_document_id
 from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 RUN, STEP = "run1", "charts"
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)

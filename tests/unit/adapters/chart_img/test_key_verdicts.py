@@ -13,9 +13,9 @@ from harness.chart_img_server import FakeClock, new_key
 from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, PacingMargins
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.plans import AccountLimits
+from worker_chart_export.testing import InMemoryUsageStore
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 SET_ASIDE_ERROR = "chart-img key keeps answering 429: set aside, then probed"

@@ -20,9 +20,9 @@ from worker_chart_export.adapters.chart_img.limiter import (
     NoAccountReason,
     PacingMargins,
 )
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.plans import AccountLimits
+from worker_chart_export.testing import InMemoryUsageStore
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 TODAY = "2025-03-10T00:00:00Z"
