@@ -98,7 +98,7 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
     outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK))
 
     assert outcome.status is ClaimStatus.CLAIMED
-    assert outcome.claim == Claim("tok-A", 1, NOW, LEASE)
+    assert outcome.claim == Claim("tok-A", 1, LEASE)
     after, _ = stored(ref)
     assert after is not None
     step = after["steps"][STEP_ID]

@@ -75,7 +75,6 @@ class ClaimStatus(StrEnum):
 class Claim:
     token: str
     attempt: int
-    started_at: datetime
     lease_expires_at: datetime
 
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 
-FINAL_STATUSES = frozenset({400, 401, 403, 404, 409, 422})
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MAX_MESSAGE = 300

@@ -124,9 +124,7 @@ def plan_claim(
         del step[name]
     step.update(set_fields)
     claimed = {**document, "steps": {**document["steps"], step_id: step}}
-    return ClaimPlan(
-        step_id, set_fields, delete_fields, Claim(token, attempt, now, lease_expires_at), claimed
-    )
+    return ClaimPlan(step_id, set_fields, delete_fields, Claim(token, attempt, lease_expires_at), claimed)
 
 
 # Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter. A retry is
@@ -190,7 +188,7 @@ def confirmed_claim(
         ClaimStatus.CLAIMED,
         f"step {step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
         dict(document),
-        Claim(token, attempt, now, lease_expires_at),
+        Claim(token, attempt, lease_expires_at),
     )
 
 

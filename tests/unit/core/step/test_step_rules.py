@@ -122,7 +122,7 @@ def test_a_claim_plan_writes_only_the_step_and_returns_the_claimed_document() ->
         "leaseExpiresAt": "2026-11-23T12:10:00.000Z",
     }
     assert plan.delete_fields == ("finishedAt", "error")
-    assert plan.claim == Claim("mine", 2, NOW, LEASE_END)
+    assert plan.claim == Claim("mine", 2, LEASE_END)
     assert plan.claimed_document == {
         **planned_from,
         "steps": {
@@ -196,7 +196,7 @@ def test_a_lost_commit_is_settled_by_what_the_read_shows() -> None:
         ClaimStatus.CLAIMED,
         "step charts claimed (attempt 1; commit confirmed by a re-read)",
         document,
-        Claim("mine", 1, NOW, LEASE_END),
+        Claim("mine", 1, LEASE_END),
     )
     # someone else won: the no-op, at once
     theirs = settled(run_with(status="RUNNING", claimToken="theirs", attempt=1))
@@ -220,7 +220,7 @@ def test_a_confirmed_claim_is_ours_only_while_running_under_our_token() -> None:
     document = run_with(status="RUNNING", claimToken="mine", attempt=3)
     outcome = confirmed(document)
     assert outcome is not None and outcome.status is ClaimStatus.CLAIMED
-    assert outcome.claim == Claim("mine", 3, NOW, LEASE_END)
+    assert outcome.claim == Claim("mine", 3, LEASE_END)
     assert outcome.flow_run == document and outcome.flow_run is not document
     assert "attempt 3" in outcome.reason
     # an attempt the document does not say is counted as the first
