@@ -1,5 +1,5 @@
 """How a flow_run moved between two reads: the status changes a person following it wants to
-see (`worker-chart-export submit --wait`, the stack's live view), and where its charts are."""
+see (`submit --wait`, the stack's live view), and where its charts are."""
 
 from __future__ import annotations
 
