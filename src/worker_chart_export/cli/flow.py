@@ -166,7 +166,7 @@ def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceEffect) ->
         done.append(f"{', '.join(plan.ready_step_ids)} made READY")
     if plan.run_status is not None:
         done.append(f"run status set to {plan.run_status.value}")
-    error = plan.run_error or {}
+    error = plan.run_error
     because = f" ({error.get('code')}: {error.get('message')})" if error else ""
     return f"{subject}: {' and '.join(done)}{because}."
 

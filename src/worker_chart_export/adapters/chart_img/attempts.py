@@ -17,6 +17,7 @@ from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import Disposition, accounts_exhausted, refused_everywhere
 from worker_chart_export.core.chart_img.key_history import Answer
+from worker_chart_export.core.documents import ErrorDocument
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
@@ -157,7 +158,7 @@ def _code(result: ChartResult) -> ErrorCode | None:
     return result.error.code if isinstance(result, ChartFailure) else None
 
 
-def _error_dict(result: ChartResult) -> dict[str, Any]:
+def _error_dict(result: ChartResult) -> ErrorDocument | dict[str, Any]:
     return result.error.to_dict() if isinstance(result, ChartFailure) else {}
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.flow.flow_graph import CANCEL_FLAG, RunStatus, find_problems, is_one_of
 from worker_chart_export.core.types import StepStatus
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import ErrorDocument
 
 DONE_STEP_STATUSES = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 ACTIVE_STEP_STATUSES = frozenset({StepStatus.READY, StepStatus.RUNNING})
@@ -47,7 +50,7 @@ class AdvancePlan:
     reason: str  # for the log line: why this plan (or why nothing)
     ready_step_ids: tuple[str, ...] = ()  # PENDING steps to set READY, sorted
     run_status: RunStatus | None = None  # new run status; None when unchanged
-    run_error: dict[str, Any] | None = None  # run-level error{code,message,details}, only with FAILED
+    run_error: ErrorDocument | None = None  # run-level error{code,message,details}, only with FAILED
 
     @property
     def changed(self) -> bool:

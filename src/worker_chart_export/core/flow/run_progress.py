@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker_chart_export.core.flow.flow_rules import TERMINAL_RUN_STATUSES
+from worker_chart_export.core.step.selection import steps_of
 from worker_chart_export.core.types import CHART_EXPORT
 
 MANIFEST_OUTPUT = "outputsManifestGcsUri"
@@ -36,11 +37,6 @@ class StatusChange:
 def is_finished(flow_run: Mapping[str, Any]) -> bool:
     """The run's status is terminal: SUCCEEDED, FAILED or CANCELLED."""
     return flow_run.get("status") in TERMINAL_RUN_STATUSES
-
-
-def steps_of(flow_run: Mapping[str, Any]) -> Mapping[str, Any]:
-    steps = flow_run.get("steps")
-    return steps if isinstance(steps, Mapping) else {}
 
 
 def status_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[StatusChange]:

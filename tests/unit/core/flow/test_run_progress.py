@@ -11,8 +11,8 @@ from worker_chart_export.core.flow.run_progress import (
     chart_manifests,
     is_finished,
     status_changes,
-    steps_of,
 )
+from worker_chart_export.core.step.selection import steps_of
 
 
 def run(status: str | None, **steps: Any) -> dict[str, Any]:
