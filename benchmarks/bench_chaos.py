@@ -62,7 +62,7 @@ from chaos.targets import Figures, checks, really_exhausted, report  # noqa: E40
 
 from e2e.multi_instance import StandInAccount  # noqa: E402
 from harness.builders import TEMPLATES_DIR, chart_step_for, flow_run  # noqa: E402
-from worker_chart_export.core.plans import plan_named  # noqa: E402
+from worker_chart_export.core.chart_img.plans import plan_named  # noqa: E402
 
 PLANS = ("BASIC",) * 5 + ("PRO",) * 3 + ("MEGA",) * 2  # 10 accounts of mixed plans
 REFUSED_TEMPLATE = "chaos_refused_v1"  # a copy of a bundled template that CHART-IMG answers 401

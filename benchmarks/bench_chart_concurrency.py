@@ -38,15 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from harness.builders import chart_step_for
 from harness.chart_img_server import new_key
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api, step_limits
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import ChartsApiMode, Settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY = 0.3

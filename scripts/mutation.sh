@@ -6,7 +6,7 @@
 # listed as equivalent in scripts/mutation_equivalents.txt (exit 1 if any, or under 98%).
 #
 #   bash scripts/mutation.sh                          every mutant, from scratch
-#   bash scripts/mutation.sh src/worker_chart_export/core/usage.py ...   only these files' mutants
+#   bash scripts/mutation.sh src/worker_chart_export/core/chart_img/usage.py ...   only these files' mutants
 #   bash scripts/mutation.sh --score                  the score of the last run, without running
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ for arg in "$@"; do
     case "$arg" in
         --score) score_only=true ;;
         *.py)
-            # src/worker_chart_export/core/usage.py -> worker_chart_export.core.usage.*
+            # src/worker_chart_export/core/chart_img/usage.py -> worker_chart_export.core.chart_img.usage.*
             module=${arg#src/}
             module=${module%.py}
             patterns+=("${module//\//.}.*")

@@ -8,7 +8,7 @@ tests/unit/mutation/test_equivalents.py that applies exactly these changed lines
 function and compares it with the original over the inputs that matter (exhaustively where
 the domain is small, else with hypothesis):
 
-    worker_chart_export.core.usage.window_start
+    worker_chart_export.core.chart_img.usage.window_start
       - return now.astimezone(UTC).strftime("%Y-%m-%dT00:00:00Z")
       + return now.astimezone(None).strftime("%Y-%m-%dT00:00:00Z")
       why: <one line>

@@ -57,7 +57,7 @@ def judged(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Mutant:
-    name: str  # mutmut's, e.g. worker_chart_export.core.usage.x_window_start__mutmut_2
+    name: str  # mutmut's, e.g. worker_chart_export.core.chart_img.usage.x_window_start__mutmut_2
     module: str
     path: Path
     status: str

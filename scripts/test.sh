@@ -16,5 +16,7 @@ command -v java >/dev/null || { echo "java not found: the Firestore emulator nee
 [ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
 .venv/bin/ruff check src tests scripts benchmarks
 .venv/bin/mypy
+# the layers of docs/architecture.md as import contracts (pyproject [tool.importlinter])
+.venv/bin/lint-imports --no-cache
 shellcheck scripts/*.sh deploy/*.sh .ci/run
 .venv/bin/python -m pytest "${not_wanted[@]}" "$@"

@@ -21,9 +21,9 @@ from chaos.fleet import ChaosStack, Incarnation
 from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read_from
 from chaos.schedule import Kind, PlannedRun
 from harness.png_digest import digest_in_png
-from worker_chart_export.core.plans import plan_named
-from worker_chart_export.core.set_aside import COOL_UNTIL, moment_of
-from worker_chart_export.core.usage import EXHAUSTED_UNTIL, disabled_now, window_start
+from worker_chart_export.core.chart_img.plans import plan_named
+from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL, moment_of
+from worker_chart_export.core.chart_img.usage import EXHAUSTED_UNTIL, disabled_now, window_start
 
 USAGE = "chart_img_accounts_usage"
 STEP = "charts"

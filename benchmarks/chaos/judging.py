@@ -28,8 +28,8 @@ from enum import StrEnum
 from typing import Any
 
 from harness.png_digest import body_digest
-from worker_chart_export.core.chart_request import build_request_body
-from worker_chart_export.core.key_history import DEFAULT_POLICY
+from worker_chart_export.core.chart_img.key_history import DEFAULT_POLICY
+from worker_chart_export.core.templates.chart_request import build_request_body
 
 TEMPLATE_CACHE_SECONDS = 300.0
 TIMEZONE = "Etc/UTC"

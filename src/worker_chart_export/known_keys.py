@@ -1,6 +1,6 @@
 """The API keys this process holds, as the one `Redaction` every exit applies.
 
-A key becomes known where the process is handed it: `adapters/accounts_config.parse_accounts`
+A key becomes known where the process is handed it: `adapters/chart_img/accounts_config.parse_accounts`
 (CHART_IMG_ACCOUNTS_JSON, --accounts-config-path, Secret Manager, `accounts --check-file`) and
 the `AccountLimiter` that sends it. From then on every exit redacts it in every form
 (core/redaction.py): log lines (logs.py), CHART-IMG's words as they arrive

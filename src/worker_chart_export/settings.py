@@ -22,10 +22,10 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from worker_chart_export import bundled
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.core.exceptions import ConfigError
-from worker_chart_export.core.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.core.problem_words import plain_problem
-from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
+from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
 from worker_chart_export.environment import (
     APP_ENV,
     CHART_CONCURRENCY,
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     chart_img_max_attempts: int = Field(3, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS)
     chart_concurrency: int = Field(8, ge=1, le=64, validation_alias=CHART_CONCURRENCY)
     # A retried step lists the PNGs an earlier execution wrote this long ago at most and
-    # uses them instead of asking CHART-IMG again (core/reuse.py); 0 turns that off.
+    # uses them instead of asking CHART-IMG again (core/step/reuse.py); 0 turns that off.
     chart_reuse_max_age_seconds: float = Field(
         DEFAULT_MAX_AGE_SECONDS, ge=0, le=MAX_AGE_LIMIT_SECONDS, validation_alias=CHART_REUSE_MAX_AGE_SECONDS
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.builders import REPO, load_templates
 from worker_chart_export.bundled.contracts import FLOW_RUN, validator
-from worker_chart_export.core.flow_rules import apply_plan, plan_advance
+from worker_chart_export.core.flow.flow_rules import apply_plan, plan_advance
 
 FIRST_RUN = REPO / "deploy" / "first_flow_run.json"
 

@@ -20,7 +20,7 @@ import pytest
 from e2e.flow_stack import log_tails, new_run_id, running_stack, step_status, wait_until
 from harness.builders import chart_step, flow_run
 from harness.chart_img_server import ChartImgServer, new_key
-from worker_chart_export.core.usage import window_start
+from worker_chart_export.core.chart_img.usage import window_start
 from worker_chart_export.tools.devstack.stack import LocalStack
 
 pytestmark = pytest.mark.emulators

@@ -75,8 +75,8 @@ import pytest
 
 from worker_chart_export import testing
 from worker_chart_export.bundled import chart_img_docs
+from worker_chart_export.core.chart_img.plans import Plan, plan_named
 from worker_chart_export.core.naming import fixture_key
-from worker_chart_export.core.plans import Plan, plan_named
 from worker_chart_export.core.types import ChartCall
 
 PATH = "/v2/tradingview/advanced-chart"

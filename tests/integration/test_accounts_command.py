@@ -19,8 +19,8 @@ from google.cloud import firestore
 from harness.firestore_emulator import FirestoreEmulator
 from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.core.chart_img.usage import Pacing, window_start
 from worker_chart_export.core.clock import SYSTEM_CLOCK
-from worker_chart_export.core.usage import Pacing, window_start
 
 pytestmark = pytest.mark.emulators
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from harness.chart_img_server import ChartImgServer, chart_call, peak_in_flight_of
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.types import ChartResult, ChartSuccess
 from worker_chart_export.settings import load_settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 THREADS, CHART_CONCURRENCY = 4, 8
 SYMBOL = "BINANCE:BTCUSDT"

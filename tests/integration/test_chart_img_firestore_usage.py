@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import ChartImgServer, chart_call, find_secrets
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget

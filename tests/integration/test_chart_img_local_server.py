@@ -27,15 +27,15 @@ from harness.chart_img_server import (
     find_secrets,
 )
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.clock import SYSTEM_CLOCK, SystemClock
-from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 
 class WallClockFrom(SystemClock):

@@ -7,7 +7,7 @@ retire no key.
 The worker's clock is a FakeClock: cooldowns, Retry-After, the "over a minute" of the 429
 streak and the 15 minutes before a probe pass without waiting. The usage store is run-local's
 file: what is persisted is read back as a second instance and `worker-chart-export accounts`
-would read it (core.account_status). Each template is its own request (its own symbol).
+would read it (core.chart_img.account_status). Each template is its own request (its own symbol).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from harness.chart_img_server import (
     find_secrets,
 )
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.usage_local import FileUsageStore
 from worker_chart_export.bootstrap import build_chart_api
-from worker_chart_export.core.account_status import AccountState, account_row
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.chart_img.account_status import AccountState, account_row
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings
 

@@ -18,8 +18,8 @@ from worker_chart_export.adapters.firestore.client import RpcOptions, commit_bat
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
-from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion
-from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus, StepFinal, StepStatus
+from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion
+from worker_chart_export.core.types import Claim, ClaimResult, ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -73,7 +73,7 @@ def stored(ref: firestore.DocumentReference) -> tuple[dict[str, Any] | None, Any
 
 def claim(
     store: FirestoreFlowRunStore, token: str = "tok-A", step_id: str = STEP_ID, seen: RunVersion | None = None
-) -> ClaimOutcome:
+) -> ClaimResult:
     return store.claim_step(RUN_ID, step_id, token=token, now=NOW, lease_expires_at=LEASE, seen=seen)
 
 
@@ -98,7 +98,7 @@ def test_first_claim_writes_running_fields(firestore_client: firestore.Client) -
     outcome = claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK))
 
     assert outcome.status is ClaimStatus.CLAIMED
-    assert outcome.claim == Claim("tok-A", 1, NOW, LEASE)
+    assert outcome.claim == Claim("tok-A", 1, LEASE)
     after, _ = stored(ref)
     assert after is not None
     step = after["steps"][STEP_ID]
@@ -272,7 +272,7 @@ def test_concurrent_claims_have_exactly_one_winner_and_no_redelivery(
     store = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
     contenders = 10
     barrier = threading.Barrier(contenders)
-    results: dict[str, ClaimOutcome | BaseException] = {}
+    results: dict[str, ClaimResult | BaseException] = {}
 
     def contend(token: str) -> None:
         barrier.wait()
@@ -288,8 +288,8 @@ def test_concurrent_claims_have_exactly_one_winner_and_no_redelivery(
         thread.join(timeout=60)
 
     # no lock to time out on and nobody left asking for a redelivery: the losers saw RUNNING
-    assert all(isinstance(r, ClaimOutcome) for r in results.values()), results
-    outcomes = {t: r for t, r in results.items() if isinstance(r, ClaimOutcome)}
+    assert all(isinstance(r, ClaimResult) for r in results.values()), results
+    outcomes = {t: r for t, r in results.items() if isinstance(r, ClaimResult)}
     winners = [t for t, o in outcomes.items() if o.status is ClaimStatus.CLAIMED]
     assert len(winners) == 1, outcomes
     assert all(o.status is ClaimStatus.CONFLICT for t, o in outcomes.items() if t != winners[0])

@@ -14,11 +14,11 @@ from harness.broken_firestore import BrokenFirestore
 from harness.chart_img_server import new_key
 from harness.firestore_emulator import FirestoreEmulator
 from worker_chart_export.adapters.firestore import FirestoreTemplateSource
+from worker_chart_export.core.chart_img.plans import PLANS, Plan
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.plans import PLANS, Plan
-from worker_chart_export.core.template_check import StoredTemplate, template_problems
-from worker_chart_export.core.template_rules import TemplateProblem
+from worker_chart_export.core.templates.template_check import StoredTemplate, template_problems
+from worker_chart_export.core.templates.template_rules import TemplateProblem
 from worker_chart_export.testing import FakeClock
 from worker_chart_export.tools.templates_sync import (
     EXIT_INVALID,

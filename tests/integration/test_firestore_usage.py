@@ -12,10 +12,10 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.core.chart_img.usage import Pacing, ReservationRequest
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-from worker_chart_export.core.usage import Pacing, ReservationRequest
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators

@@ -19,11 +19,11 @@ from pydantic import SecretStr
 from harness.chart_img_server import ChartImgServer, FakeClock, chart_call, find_secrets
 from harness.logs import LogCapture
 from harness.secret_scan import key_forms
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.usage_local import FileUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult
 from worker_chart_export.settings import Settings
 

@@ -19,9 +19,9 @@ from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ClaimSuperseded
 from worker_chart_export.core.naming import lease_document_id
-from worker_chart_export.core.reaping import ReapOutcome
+from worker_chart_export.core.step.reaping import LeaseFate
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
-from worker_chart_export.service.advance import AdvanceOutcome, advance_version
+from worker_chart_export.service.advance import AdvanceEffect, advance_version
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock
 
@@ -87,11 +87,11 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(
     ref = put_run(firestore_client, {STEP: chart_step()})
     claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-dead")
 
-    assert reap_at(firestore_client, NOW + LEASE - timedelta(seconds=1)).count(ReapOutcome.RETRIED) == 0
+    assert reap_at(firestore_client, NOW + LEASE - timedelta(seconds=1)).count(LeaseFate.RETRIED) == 0
     assert step_of(ref)["status"] == "RUNNING"  # the lease is still valid: untouched
 
     report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1))
-    assert report.count(ReapOutcome.RETRIED) == 1
+    assert report.count(LeaseFate.RETRIED) == 1
     step = step_of(ref)
     assert (step["status"], step["attempt"]) == ("READY", 1)
     assert "claimToken" not in step and "leaseExpiresAt" not in step
@@ -107,7 +107,7 @@ def test_the_last_attempt_fails_with_step_lease_expired(firestore_client: firest
     ref = put_run(firestore_client, {STEP: chart_step(attempt=2)})
     claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-3")  # attempt 3 of 3
     report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1), max_attempts=3)
-    assert report.count(ReapOutcome.FAILED) == 1
+    assert report.count(LeaseFate.FAILED) == 1
     step = step_of(ref)
     assert step["status"] == "FAILED" and step["attempt"] == 3
     assert step["error"]["code"] == "STEP_LEASE_EXPIRED"
@@ -119,7 +119,7 @@ def test_the_attempts_a_step_may_have_are_the_callers(firestore_client: firestor
     ref = put_run(firestore_client, {STEP: chart_step(attempt=2)})
     claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-3")
     report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1), max_attempts=4)
-    assert report.count(ReapOutcome.RETRIED) == 1
+    assert report.count(LeaseFate.RETRIED) == 1
     assert (step_of(ref)["status"], step_of(ref)["attempt"]) == ("READY", 3)
 
 
@@ -133,13 +133,13 @@ def test_a_step_claimed_again_or_finished_is_never_touched(firestore_client: fir
     final = StepFinal(StepStatus.SUCCEEDED, NOW + timedelta(seconds=10))
     assert store.finalize_step(RUN, STEP, token="tok-old", final=final).written
     reaper = FirestoreLeaseReaper(firestore_client)
-    assert reaper.reap(expired[0], now=NOW + LEASE * 2, max_attempts=3) is ReapOutcome.SUPERSEDED
+    assert reaper.reap(expired[0], now=NOW + LEASE * 2, max_attempts=3) is LeaseFate.SUPERSEDED
     assert step_of(ref)["status"] == "SUCCEEDED"
     # a stray lease of a finished step (e.g. written by hand) is cleared, the step untouched
     firestore_client.collection("step_leases").document(lease_document_id(RUN, STEP)).set(
         {"runId": RUN, "stepId": STEP, "claimToken": "tok-old", "expiresAt": "2026-11-22T04:05:00.000Z"}
     )
-    assert reap_at(firestore_client, NOW + LEASE * 2).count(ReapOutcome.CLEARED) == 1
+    assert reap_at(firestore_client, NOW + LEASE * 2).count(LeaseFate.CLEARED) == 1
     assert step_of(ref)["status"] == "SUCCEEDED" and lease_doc(firestore_client) is None
 
 
@@ -168,7 +168,7 @@ def test_a_reap_that_loses_to_another_write_of_the_run_plans_again(
 
     report = reap_once(reaper, clock=FakeClock(NOW + LEASE + timedelta(seconds=1)))
 
-    assert report.count(ReapOutcome.RETRIED) == 1 and commits.calls == 2
+    assert report.count(LeaseFate.RETRIED) == 1 and commits.calls == 2
     assert step_of(ref)["status"] == "READY" and step_of(ref, "other")["status"] == "READY"
     assert lease_doc(firestore_client) is None
 
@@ -186,7 +186,7 @@ def test_a_reap_that_loses_to_the_finalize_leaves_the_step_finished(
     report = reap_once(reaper, clock=FakeClock(NOW + LEASE + timedelta(seconds=1)))
 
     # its first commit lost (the run and the lease changed); the read after it found the lease gone
-    assert report.count(ReapOutcome.SUPERSEDED) == 1 and commits.calls == 1
+    assert report.count(LeaseFate.SUPERSEDED) == 1 and commits.calls == 1
     assert step_of(ref)["status"] == "SUCCEEDED" and lease_doc(firestore_client) is None
 
 
@@ -205,7 +205,7 @@ def test_a_reap_never_deletes_a_newer_lease(firestore_client: firestore.Client) 
         FirestoreLeaseReaper(firestore_client, commit=commits), clock=FakeClock(NOW + LEASE * 2)
     )
 
-    assert report.count(ReapOutcome.SUPERSEDED) == 1
+    assert report.count(LeaseFate.SUPERSEDED) == 1
     assert (lease_doc(firestore_client) or {}).get("claimToken") == "tok-newer"
     assert step_of(ref)["status"] == "FAILED"
 
@@ -229,15 +229,15 @@ def test_advance_writes_once_and_a_stale_version_is_a_noop(firestore_client: fir
     document, version = snapshot.to_dict() or {}, snapshot.update_time
 
     first = advance_version(RUN, document, version, store)
-    assert first.outcome is AdvanceOutcome.WRITTEN and first.plan.ready_step_ids == (STEP,)
+    assert first.outcome is AdvanceEffect.WRITTEN and first.plan.ready_step_ids == (STEP,)
     assert step_of(ref)["status"] == "READY" and (ref.get().to_dict() or {})["status"] == "RUNNING"
     # the same event again (or an older one): the precondition fails, nothing is written
     again = advance_version(RUN, document, version, store)
-    assert again.outcome is AdvanceOutcome.STALE
+    assert again.outcome is AdvanceEffect.STALE
     # our own write comes back as an event: it plans to nothing
     latest = ref.get()
     assert advance_version(RUN, latest.to_dict() or {}, latest.update_time, store).outcome is (
-        AdvanceOutcome.UNCHANGED
+        AdvanceEffect.UNCHANGED
     )
 
 

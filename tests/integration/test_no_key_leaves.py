@@ -37,7 +37,7 @@ from harness.chart_img_server import ChartImgServer, register_templates_from
 from harness.firestore_emulator import FirestoreEmulator, dump_documents
 from harness.logs import LogCapture
 from harness.secret_scan import key_forms, leaks
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.firestore import (
     FirestoreFlowRunStore,
     FirestoreTemplateSource,

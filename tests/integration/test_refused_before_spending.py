@@ -24,10 +24,9 @@ from pydantic import SecretStr
 from harness.builders import chart_step_for, flow_run, load_templates
 from harness.chart_img_server import ChartImgServer
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.local import LocalArtifactStore
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.core.clock import SYSTEM_CLOCK
@@ -36,6 +35,7 @@ from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.step_context import StepReport
 from worker_chart_export.settings import Settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 pytestmark = pytest.mark.emulators
 

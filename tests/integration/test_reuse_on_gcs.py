@@ -28,21 +28,20 @@ from harness.builders import TEMPLATES_DIR, chart_step, chart_step_for, flow_run
 from harness.chart_img_server import ChartImgServer, register_templates_from
 from harness.gcs_emulator import object_metadata
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.adapters.local import LocalTemplateSource
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
-from worker_chart_export.core.chart_request import body_digest, build_request_body
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.step.reuse import png_metadata
+from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import Settings
-from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing import FakeClock, InMemoryUsageStore
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 pytestmark = pytest.mark.emulators
 

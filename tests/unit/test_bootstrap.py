@@ -31,7 +31,7 @@ STEP_ONLY_MODULES = (
     "httpx",
     "worker_chart_export.adapters.gcs",
     "worker_chart_export.adapters.chart_img",
-    "worker_chart_export.adapters.accounts_config",
+    "worker_chart_export.adapters.chart_img.accounts_config",
 )
 
 
@@ -160,7 +160,7 @@ NOT_THE_DEFAULTS = {
 def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
     settings_environment: Callable[..., None],
 ) -> None:
-    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions
     from worker_chart_export.bootstrap import chart_img_options, step_limits
 
     settings_environment(**NOT_THE_DEFAULTS)

@@ -9,7 +9,7 @@ import json
 from harness.logs import LogCapture
 from harness.secret_scan import key_forms, leaks
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.accounts_config import parse_accounts
+from worker_chart_export.adapters.chart_img.accounts_config import parse_accounts
 from worker_chart_export.core.redaction import REDACTED
 from worker_chart_export.logs import get_logger
 

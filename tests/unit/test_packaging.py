@@ -19,6 +19,8 @@ from harness.builders import REPO
 
 # what a wheel is built from: the rest of the checkout must not matter
 BUILD_INPUTS = ("pyproject.toml", "README.md", "src", "contracts", "chart-templates", "fixtures")
+# development tools left out of the wheel (and so of the image)
+DEV_ONLY = {"worker_chart_export.tools.devstack"}
 # variables that would point the installed worker back at the checkout or change its mode
 SCRUBBED = ("CHART_TEMPLATES_DIR", "CHARTS_FIXTURES_DIR", "CHARTS_API_MODE", "CHARTS_BUCKET", "PYTHONPATH")
 
@@ -31,7 +33,7 @@ def test_every_package_under_src_is_listed_for_the_wheel() -> None:
         for init in src.rglob("__init__.py")
         if "__pycache__" not in init.parts
     }
-    assert found - listed == set(), "add these packages to [tool.setuptools] packages in pyproject.toml"
+    assert found - listed == DEV_ONLY, "add these packages to [tool.setuptools] packages in pyproject.toml"
 
 
 def _can_build_without_the_index() -> bool:
@@ -136,6 +138,12 @@ def test_wheel_installed_outside_the_checkout_runs_the_sample(tmp_path: Path) ->
     assert viewed.returncode == 0, viewed.stdout + viewed.stderr
     assert len(list((elsewhere / "out" / "view").glob("chart-view-*.html"))) == 1  # not in the mirror
     assert not list((elsewhere / "out" / "gcs").rglob("*.html"))
+    # the dev stack is not in the wheel: `stack up` says how to get it, in one line, exit 2
+    assert not (venv_site / "worker_chart_export" / "tools" / "devstack").exists()
+    stack = _run(venv / "bin" / "worker-chart-export", "stack", "up", cwd=elsewhere, env=env)
+    assert (stack.returncode, stack.stdout) == (2, ""), stack.stdout + stack.stderr
+    assert stack.stderr.startswith("worker-chart-export stack: error: ") and "source checkout" in stack.stderr
+    assert len(stack.stderr.splitlines()) == 1, stack.stderr
 
 
 @pytest.mark.parametrize("name", ["contracts", "chart_templates", "fixtures"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import failure_from_response, mock_missing
+from worker_chart_export.core.chart_img.answers import failure_from_response, mock_missing
 from worker_chart_export.core.naming import (
     ERROR_FIXTURE_NAME,
     FIXTURE_PROVIDER_DIR,

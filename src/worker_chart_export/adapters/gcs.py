@@ -5,7 +5,7 @@ digest of the request body it was rendered from and the claim token that wrote i
 metadata; the manifest path is fixed per step and is overwritten by the latest execution
 (contract §9; docs/design.md, "Charts, artifacts and the outcome"), never by an execution whose
 claim was taken back. A retried step lists its folder once, one page at most, names with their
-content type and metadata, and reads the first bytes of a PNG it may reuse (core/reuse.py).
+content type and metadata, and reads the first bytes of a PNG it may reuse (core/step/reuse.py).
 Each step first checks the bucket with a listing of one name (`check_bucket`); `serve` and the
 warm-up write and delete an object of their own first (`probe_write`).
 Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
@@ -38,7 +38,7 @@ from worker_chart_export.core.exceptions import (
     StoreError,
 )
 from worker_chart_export.core.naming import CHARTS_PREFIX, gcs_uri
-from worker_chart_export.core.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
+from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
 from worker_chart_export.core.types import ListedObject
 
 if TYPE_CHECKING:

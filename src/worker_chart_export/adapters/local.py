@@ -1,6 +1,6 @@
 """Local adapters for run-local: a flow_run JSON file, the templates directory, a folder
 that mirrors the bucket. Same protocols as production, and the flow_run store executes the
-same claim/finalize plans (core/step_rules.py) under a file lock."""
+same claim/finalize plans (core/step/step_rules.py) under a file lock."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from worker_chart_export.adapters.planned_flow_runs import PlannedFlowRuns
 from worker_chart_export.core.exceptions import (
     ArtifactListError,
     ArtifactReadError,
@@ -21,19 +22,11 @@ from worker_chart_export.core.exceptions import (
     BucketUnusable,
     ClaimSuperseded,
 )
-from worker_chart_export.core.flow_rules import AdvancePlan, apply_plan, plan_advance
+from worker_chart_export.core.flow.flow_rules import AdvancePlan, apply_plan
 from worker_chart_export.core.naming import gcs_uri, is_safe_segment
-from worker_chart_export.core.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
-from worker_chart_export.core.step_rules import (
-    RunVersion,
-    apply_to_step,
-    claim_is_current,
-    finalized,
-    plan_claim,
-    plan_finalize,
-)
-from worker_chart_export.core.template_check import StoredTemplate, TemplateCheck, template_problems
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, ListedObject, StepFinal
+from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
+from worker_chart_export.core.templates.template_check import StoredTemplate, TemplateCheck, template_problems
+from worker_chart_export.core.types import ListedObject
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -43,7 +36,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-class LocalFlowRunStore:
+class LocalFlowRunStore(PlannedFlowRuns):
     """The flow_run lives in `source`; every change is written to `state` (created on first
     write), which later reads prefer: the bundled sample stays pristine and a second run sees
     the step already finalized."""
@@ -79,52 +72,32 @@ class LocalFlowRunStore:
         document = self.read()
         return document if document.get("runId") == run_id else None
 
-    def claim_step(
-        self,
-        run_id: str,
-        step_id: str,
-        *,
-        token: str,
-        now: datetime,
-        lease_expires_at: datetime,
-        seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
-        # `seen` is not needed here: the file lock already makes read, plan and write atomic
+    # the claim, the finalize and the fence: PlannedFlowRuns', over the state file
+    def _load(self, run_id: str) -> dict[str, Any] | None:
+        return self._document_of(run_id)
+
+    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+        self._write(document)
+
+    def read_version(self, run_id: str) -> tuple[dict[str, Any], datetime] | None:
+        """The run and its version (the modification time of the file read: the state, else
+        the source), as an event would carry them; None when the file holds another run."""
+        document = self._document_of(run_id)
+        return None if document is None else (document, self._version())
+
+    def write_advance(self, run_id: str, plan: AdvancePlan, *, last_update_time: datetime) -> bool:
+        """advance_flow's write, under the lock, only onto the version the plan was made
+        from: False when the run's file changed since (or holds another run)."""
         with self._locked():
             document = self._document_of(run_id)
-            plan = plan_claim(
-                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
-            )
-            if isinstance(plan, ClaimOutcome):
-                return plan
-            assert document is not None  # the plan found the step in it
-            apply_to_step(document["steps"][step_id], plan)
-            self._write(document)
-            return plan.outcome()
+            if document is None or self._version() != last_update_time:
+                return False
+            self._write(apply_plan(document, plan))
+            return True
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
-        with self._locked():
-            document = self._document_of(run_id)
-            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
-            if isinstance(plan, FinalizeOutcome):
-                return plan
-            assert document is not None
-            apply_to_step(document["steps"][step_id], plan)
-            self._write(document)
-            return finalized(step_id)
-
-    def advance(self) -> AdvancePlan:
-        """advance_flow on the local state: plan, apply and write under the lock."""
-        with self._locked():
-            document = self.read()
-            plan = plan_advance(document)
-            if plan.changed:
-                self._write(apply_plan(document, plan))
-            return plan
-
-    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
-        with self._locked():
-            return claim_is_current(self._document_of(run_id), step_id, token)
+    def _version(self) -> datetime:
+        path = self.state if self.state.exists() else self.source
+        return datetime.fromtimestamp(path.stat().st_mtime_ns / 1e9, tz=UTC)
 
 
 class LocalTemplateSource:
@@ -205,7 +178,7 @@ class LocalArtifactStore:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(data)
             # create-only like ifGenerationMatch=0, and whole or absent like a GCS object: a
-            # PNG a later execution lists (core/reuse.py) is never half written
+            # PNG a later execution lists (core/step/reuse.py) is never half written
             os.link(tmp, target)
             # after the PNG: one listed before its metadata lands carries no digest, and is
             # rendered anew rather than reused

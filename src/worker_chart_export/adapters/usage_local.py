@@ -1,9 +1,10 @@
-"""Local UsageStores (contract §14.4) for run-local and tests: in memory, or one JSON file.
+"""run-local's UsageStore (contract §14.4): one JSON file, the same operations as the tests'
+in-memory store (worker_chart_export.testing.InMemoryUsageStore) plus its load and save.
 
-Both apply the same pure window rules as the Firestore store (`core/usage.py`) inside a lock,
+Both apply the same pure window rules as the Firestore store (`core/chart_img/usage.py`) inside a lock,
 so a reservation is read-check-increment with no lost updates under concurrency. The file
 is `{accountId: {"usageToday": int, "windowStart": "YYYY-MM-DDT00:00:00Z", "dailyLimit"?: int, ...}}`
-(the fields core/usage.py describes).
+(the fields core/chart_img/usage.py describes).
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
-from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import (
+from worker_chart_export.core.chart_img.set_aside import cooling_fields, serving_again_fields
+from worker_chart_export.core.chart_img.usage import (
     QUOTA_REFUSED,
     Pacing,
     Refund,
@@ -32,6 +32,7 @@ from worker_chart_export.core.usage import (
     reserve_many,
     reserve_one,
 )
+from worker_chart_export.core.types import Reservation
 
 try:  # POSIX: also serialise separate processes sharing one file (two run-local shells)
     import fcntl
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover - non-POSIX
 Docs = dict[str, dict[str, Any]]
 
 
-class _DocsUsageStore:
+class DocsUsageStore:
     """The UsageStore operations over a {accountId: doc} mapping; subclasses supply storage."""
 
     def _transaction(self) -> contextlib.AbstractContextManager[Docs]:
@@ -114,22 +115,7 @@ class _DocsUsageStore:
                 docs[account_id].update(fields)
 
 
-class InMemoryUsageStore(_DocsUsageStore):
-    def __init__(self, docs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self._docs: Docs = {k: dict(v) for k, v in (docs or {}).items()}
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Docs]:
-        with self._lock:
-            yield self._docs
-
-    def snapshot(self) -> Docs:
-        with self._lock:
-            return copy.deepcopy(self._docs)
-
-
-class FileUsageStore(_DocsUsageStore):
+class FileUsageStore(DocsUsageStore):
     """One JSON file, rewritten by atomic replace; a missing file means no usage yet."""
 
     def __init__(self, path: Path) -> None:

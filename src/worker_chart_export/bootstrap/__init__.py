@@ -12,10 +12,10 @@ around a checked client (`cli_runtime`); run-local builds its own step on local 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from worker_chart_export.bootstrap.builders import (
     LocalLayout,
@@ -119,6 +119,12 @@ class Runtime:
 
     def reaper(self) -> ReaperParts:
         return self._reaper.get()
+
+    def usage_documents(self) -> dict[str, Mapping[str, Any]]:
+        """Every `chart_img_accounts_usage/` document as it is now (the `accounts` report)."""
+        from worker_chart_export.adapters.firestore import FirestoreUsageStore
+
+        return FirestoreUsageStore(self.firestore_client(), clock=self.clock).read_all()
 
     def _open_firestore(self) -> firestore.Client:
         from worker_chart_export.adapters.firestore import make_firestore_client

@@ -18,27 +18,28 @@ from worker_chart_export.adapters.local import (
     LocalFlowRunStore,
     LocalTemplateSource,
 )
-from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.plans import AccountLimits, AccountPlans, plan_named
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
-from worker_chart_export.core.plans import AccountLimits, AccountPlans, plan_named
-from worker_chart_export.core.retry_policy import RetryPolicy
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
     CHARTS_API_MODE,
     CHARTS_BUCKET,
     CHARTS_FIXTURES_DIR,
 )
-from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports, UsageStore
+from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports
 from worker_chart_export.settings import ChartsApiMode, Settings
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-    from worker_chart_export.adapters.accounts_config import AccountConfig, SecretClient
-    from worker_chart_export.adapters.chart_img import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig, SecretClient
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.usage_store import UsageStore
     from worker_chart_export.adapters.gcs import GcsArtifactStore
 
 
@@ -76,7 +77,7 @@ def template_plans(settings: Settings, *, offline: bool = False) -> AccountPlans
     """The configured accounts' plans, for `templates sync` (no account: CHART_IMG_PLAN).
     `offline` (a dry run needs no credentials): the accounts of CHART_IMG_ACCOUNTS_JSON
     only, the secret is not read."""
-    from worker_chart_export.adapters.accounts_config import load_accounts
+    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
 
     secret = None if offline else settings.chart_img_accounts_secret
     accounts = load_accounts(settings.chart_img_accounts_json, secret, settings.google_cloud_project)
@@ -112,7 +113,7 @@ def build_chart_api(
         # a wrong folder would fail every chart as "missing" (record mode creates its folder)
         require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
         return MockChartApi(library)
-    from worker_chart_export.adapters.chart_img import build_http_chart_api
+    from worker_chart_export.adapters.chart_img.assembly import build_http_chart_api
 
     if accounts is None:
         accounts = _require_accounts(settings, secret_client)
@@ -131,7 +132,7 @@ def build_chart_api(
 def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -> ChartImgOptions:
     """What the HTTP chart API is built from. Its connections: one for every chart the
     process runs at once, i.e. steps at once (the instance's threads) x CHART_CONCURRENCY."""
-    from worker_chart_export.adapters.chart_img import ChartImgOptions
+    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions
 
     steps = settings.threads if steps_at_once is None else steps_at_once
     return ChartImgOptions(
@@ -149,7 +150,7 @@ def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -
 def _require_accounts(
     settings: Settings, secret_client: SecretClient | None = None
 ) -> tuple[AccountConfig, ...]:
-    from worker_chart_export.adapters.accounts_config import require_accounts
+    from worker_chart_export.adapters.chart_img.accounts_config import require_accounts
 
     return require_accounts(
         settings.chart_img_accounts_json,
@@ -171,8 +172,8 @@ def configured_accounts(
     """The accounts the worker would use (same sources: CHART_IMG_ACCOUNTS_JSON, else the
     secret), as `accounts` shows them: plan, limits and the pacing the worker sends at,
     never the key. () when none is configured."""
-    from worker_chart_export.adapters.account_views import PacingMargins
-    from worker_chart_export.adapters.accounts_config import load_accounts
+    from worker_chart_export.adapters.chart_img.account_views import PacingMargins
+    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
 
     loaded = load_accounts(
         settings.chart_img_accounts_json,
@@ -249,7 +250,7 @@ WARM_UP_DOCUMENT_ID = "warm-up-probe"
 def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> StepParts:
     """The served worker's step: Firestore (`client`) for runs, templates and usage, GCS for
     artifacts, the chart API of settings.charts_api_mode; `clock` handed to each."""
-    from worker_chart_export.adapters.chart_img import Seams
+    from worker_chart_export.adapters.chart_img.assembly import Seams
     from worker_chart_export.adapters.firestore import (
         FirestoreFlowRunStore,
         FirestoreTemplateSource,
@@ -322,7 +323,7 @@ def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> 
     system clock (a person waits for it)."""
     # a wrong folder would fail the step as "template not found": say what is wrong instead
     require_dir(settings.chart_templates_dir, CHART_TEMPLATES_DIR)
-    from worker_chart_export.adapters.chart_img import Seams
+    from worker_chart_export.adapters.chart_img.assembly import Seams
 
     clock = SYSTEM_CLOCK
     artifacts: ArtifactStore

@@ -27,7 +27,7 @@ def bundled_dir(name: str) -> Path:
     packaged = Path(str(files("worker_chart_export").joinpath("_bundled", name)))
     if packaged.is_dir():
         return packaged
-    # src/worker_chart_export/bundled.py -> the checkout's root
+    # src/worker_chart_export/bundled/__init__.py -> the checkout's root
     return Path(__file__).resolve().parents[3] / folder
 
 

@@ -8,10 +8,10 @@ and the day's remaining capacity. The usage comes from Firestore
 from run-local's usage file under `--output-dir`. The accounts come from the worker's own
 sources (`--accounts-config-path`, CHART_IMG_ACCOUNTS_JSON, CHART_IMG_ACCOUNTS_SECRET);
 without any, every usage document found is listed, plan unknown. The rows are
-`core.account_status`'s; this module reads, then prints a table or `--json`.
+`core.chart_img.account_status`'s; this module reads, then prints a table or `--json`.
 
 `--check-file FILE`: the same parser the worker applies to CHART_IMG_ACCOUNTS_JSON
-(adapters/accounts_config), so a file that passes here is one every instance will accept;
+(adapters/chart_img/accounts_config), so a file that passes here is one every instance will accept;
 deploy.sh runs it on ACCOUNTS_FILE before anything is uploaded. One line either way: the
 account ids, or the problem naming the item and field, the file named as `ACCOUNTS_FILE
 <path>`, the variable deploy.sh reads it from.
@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.accounts_config import parse_accounts
 from worker_chart_export.cli.accounts_table import render_table
-from worker_chart_export.cli.surface import EXIT_OK, USAGE_MEANING, add_command
-from worker_chart_export.core.account_status import quota_report, report_dict
+from worker_chart_export.command_surface import EXIT_OK, USAGE_MEANING, add_command
+from worker_chart_export.core.chart_img.account_status import quota_report, report_dict
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError, UsageError
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
@@ -114,26 +113,25 @@ def run_accounts(args: argparse.Namespace) -> int:
 
 
 def _firestore_usage(settings: Settings) -> tuple[str, Mapping[str, Mapping[str, Any]]]:
-    from worker_chart_export.adapters.firestore import FirestoreUsageStore
     from worker_chart_export.bootstrap import cli_runtime
 
     with cli_runtime(settings) as runtime:
         client = runtime.firestore_client()
-        docs = FirestoreUsageStore(client, clock=runtime.clock).read_all()
+        docs = runtime.usage_documents()
     host = settings.firestore_emulator_host
     where = f"Firestore emulator at {host}" if host else f"Firestore of {client.project}"
     return f"{where}, {ACCOUNTS_USAGE_COLLECTION}/", docs
 
 
 def _local_usage(settings: Settings) -> tuple[str, Mapping[str, Mapping[str, Any]]]:
-    from worker_chart_export.adapters.usage_local import FileUsageStore
     from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.bootstrap.commands import local_usage_documents
 
     if settings.local_output_dir.exists() and not settings.local_output_dir.is_dir():
         raise UsageError(f"run-local's output folder {settings.local_output_dir} is not a folder")
     path = LocalLayout.usage_file_in(settings.local_output_dir)
     try:
-        docs = FileUsageStore(path).read_all()
+        docs = local_usage_documents(path)
     except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise UsageError(f"run-local's usage file {path} is unreadable ({exc})") from None
     written = "" if path.exists() else " (not written yet: run-local writes it in real or record mode)"
@@ -175,6 +173,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def check_accounts_file(path: Path) -> list[str]:
     """The account ids of a valid file; ConfigError (`ACCOUNTS_FILE <path>: <problem>`) else."""
+    from worker_chart_export.bootstrap.commands import parse_accounts
+
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from worker_chart_export.core.account_status import AccountRow, LimitSource, QuotaReport
+from worker_chart_export.core.chart_img.account_status import AccountRow, LimitSource, QuotaReport
 from worker_chart_export.core.naming import rfc3339_utc
 
 HEADERS = ("ACCOUNT", "PLAN", "LIMIT", "USED", "LEFT", "GIVEN BACK", "NEXT SLOT", "STATE", "WHY")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-EXIT_INTERRUPTED = 130  # cli.surface's, not imported: importing is what this guards
+EXIT_INTERRUPTED = 130  # command_surface's, not imported: importing is what this guards
 
 
 def main() -> int:

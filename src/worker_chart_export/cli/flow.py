@@ -21,7 +21,7 @@ from typing import Any
 
 from worker_chart_export import SERVICE_NAME
 from worker_chart_export.cli.submit import add_submit_command
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     USAGE_MEANING,
@@ -30,10 +30,10 @@ from worker_chart_export.cli.surface import (
 )
 from worker_chart_export.core.document_ids import document_id_problem
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.reaping import ReapOutcome, ReapReport
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.core.step.reaping import LeaseFate, ReapReport
 from worker_chart_export.logs import configure_logging
-from worker_chart_export.service.advance import AdvanceOutcome
+from worker_chart_export.service.advance import AdvanceEffect
 from worker_chart_export.settings import load_settings
 
 FIRESTORE = "Firestore (the emulator's with FIRESTORE_EMULATOR_HOST, else GOOGLE_CLOUD_PROJECT's)"
@@ -126,13 +126,18 @@ def run_advance(args: argparse.Namespace) -> int:
 
 
 def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> int:
-    from worker_chart_export.adapters.flow_run_file import read_flow_run
-    from worker_chart_export.adapters.local import LocalFlowRunStore
     from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.bootstrap.commands import local_flow_runs, read_flow_run
+    from worker_chart_export.service.advance import advance_version
 
     run_id = read_flow_run(flow_run_path)["runId"]
     layout = LocalLayout.under(output_dir, run_id)
-    plan = LocalFlowRunStore(flow_run_path, layout.flow_run_state).advance()
+    store = local_flow_runs(flow_run_path, layout.flow_run_state)
+    version = store.read_version(run_id)
+    if version is None:  # the state beside it holds another run
+        raise UsageError(f"flow_run state {layout.flow_run_state} holds another run than {run_id}")
+    result = advance_version(run_id, version[0], version[1], store)
+    plan = result.plan
     if as_json:
         summary = {
             "runId": run_id,
@@ -143,16 +148,15 @@ def _advance_local(flow_run_path: Path, output_dir: Path, *, as_json: bool) -> i
         }
         print(json.dumps(summary))
     else:
-        outcome = AdvanceOutcome.WRITTEN if plan.changed else AdvanceOutcome.UNCHANGED
-        print(advance_sentence(f"run {run_id} (state {layout.flow_run_state})", plan, outcome))
+        print(advance_sentence(f"run {run_id} (state {layout.flow_run_state})", plan, result.outcome))
     return EXIT_OK
 
 
-def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceOutcome) -> str:
+def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceEffect) -> str:
     """What advance did, as one sentence for a person."""
-    if outcome is AdvanceOutcome.UNCHANGED:
+    if outcome is AdvanceEffect.UNCHANGED:
         return f"{subject}: nothing to change ({plan.reason})."
-    if outcome is AdvanceOutcome.STALE:
+    if outcome is AdvanceEffect.STALE:
         return (
             f"{subject} changed while it was being advanced: nothing written (the newer version "
             "is advanced by its own event; run advance again to see it)."
@@ -162,7 +166,7 @@ def advance_sentence(subject: str, plan: AdvancePlan, outcome: AdvanceOutcome) -
         done.append(f"{', '.join(plan.ready_step_ids)} made READY")
     if plan.run_status is not None:
         done.append(f"run status set to {plan.run_status.value}")
-    error = plan.run_error or {}
+    error = plan.run_error
     because = f" ({error.get('code')}: {error.get('message')})" if error else ""
     return f"{subject}: {' and '.join(done)}{because}."
 
@@ -183,9 +187,9 @@ def run_reap(args: argparse.Namespace) -> int:
 
 
 _LEFT_ALONE = {
-    ReapOutcome.NOT_EXPIRED: "renewed meanwhile (left alone)",
-    ReapOutcome.SUPERSEDED: "claimed again meanwhile (left alone)",
-    ReapOutcome.CLEARED: "stray (the step had finished: lease deleted)",
+    LeaseFate.NOT_EXPIRED: "renewed meanwhile (left alone)",
+    LeaseFate.SUPERSEDED: "claimed again meanwhile (left alone)",
+    LeaseFate.CLEARED: "stray (the step had finished: lease deleted)",
 }
 
 
@@ -195,9 +199,9 @@ def reap_sentence(report: ReapReport, max_attempts: int) -> str:
     if looked_at == 0:
         return "reaper pass: no expired lease, nothing to do."
     parts = []
-    if retried := report.outcomes.get(ReapOutcome.RETRIED):
+    if retried := report.outcomes.get(LeaseFate.RETRIED):
         parts.append(f"{len(retried)} step(s) READY again ({', '.join(retried)})")
-    if failed := report.outcomes.get(ReapOutcome.FAILED):
+    if failed := report.outcomes.get(LeaseFate.FAILED):
         parts.append(
             f"{len(failed)} FAILED with STEP_LEASE_EXPIRED after {max_attempts} attempt(s) "
             f"({', '.join(failed)})"

@@ -17,7 +17,7 @@ from worker_chart_export.cli.accounts import add_accounts_command
 from worker_chart_export.cli.flow import add_flow_commands
 from worker_chart_export.cli.output import redacted_output, unwrapped
 from worker_chart_export.cli.run_local import add_run_local_command, flags_given
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -33,7 +33,6 @@ from worker_chart_export.core.exceptions import ConfigError, UsageError
 from worker_chart_export.functions.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.settings import load_settings
-from worker_chart_export.tools.devstack import add_stack_command
 from worker_chart_export.tools.view import add_view_command
 
 DESCRIPTION = """\
@@ -54,6 +53,32 @@ exit status: 0 done (the step or run SUCCEEDED), 1 it ran and did not succeed, 2
 the command or the configuration (one line naming it), 130 interrupted."""
 
 
+def _add_stack_command(commands: Any) -> None:
+    """`stack`, a development tool: in a source checkout's install; a wheel (the image) ships
+    without it, and there `stack` says how to get it."""
+    try:
+        from worker_chart_export.tools.devstack import add_stack_command
+    except ImportError:
+        stack = add_command(
+            commands,
+            "stack",
+            summary="the whole flow on this machine (a development tool: not in this installation)",
+            description="The local stack is a development tool, installed from a source checkout.",
+            exit_codes={EXIT_USAGE: "not installed here: how to get it"},
+            run=_stack_not_installed,
+        )
+        stack.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        return
+    add_stack_command(commands)
+
+
+def _stack_not_installed(args: argparse.Namespace) -> int:
+    raise UsageError(
+        "the local stack is a development tool, not part of this installation: run it from a "
+        "source checkout (bash scripts/bootstrap.sh, then .venv/bin/worker-chart-export stack up)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog=PROG,
@@ -62,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    add_stack_command(commands)
+    _add_stack_command(commands)
     add_run_local_command(commands)
     add_view_command(commands)
     add_flow_commands(commands)  # advance, reap, submit
@@ -149,7 +174,7 @@ _NOT_REDACTED = frozenset({"stack"})
 def _run(args: argparse.Namespace) -> int:
     where = str(args.where)
     try:
-        return int(args.run(args))
+        return int(args.func(args))
     except UsageError as exc:
         print(error_line(where, str(exc)), file=sys.stderr)
         return EXIT_USAGE

@@ -94,7 +94,7 @@ os.register_at_fork(after_in_child=_reinit_locks_after_fork)
 def learn_configured_keys() -> None:
     """The keys of CHART_IMG_ACCOUNTS_JSON, when it parses (a command that needs the accounts
     reports a problem with them itself)."""
-    from worker_chart_export.adapters.accounts_config import parse_accounts
+    from worker_chart_export.bootstrap.commands import parse_accounts
     from worker_chart_export.core.exceptions import ConfigError
 
     text = os.environ.get(CHART_IMG_ACCOUNTS_JSON, "")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.adapters.flow_run_file import read_flow_run
 from worker_chart_export.cli.accounts import read_accounts_file
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     INTERRUPTED_MEANING,
@@ -27,7 +27,6 @@ from worker_chart_export.cli.surface import (
     error_line,
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
-from worker_chart_export.core.selection import choose_step
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
     from worker_chart_export.service.execute import StepReport
 
-NO_READY_STEP = "NO_READY_STEP"
 DESCRIPTION = """\
 Runs one CHART_EXPORT step of a flow_run JSON file on this machine, through the same code as
 the Cloud Run worker: by default the first READY one, with recorded CHART-IMG answers (mock
@@ -130,7 +128,8 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
-    from worker_chart_export.service.execute import execute_step
+    from worker_chart_export.bootstrap.commands import read_flow_run
+    from worker_chart_export.service.execute import execute_chosen_step
 
     settings = load_settings(
         {
@@ -144,65 +143,60 @@ def run_local(args: argparse.Namespace) -> int:
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
-    original = read_flow_run(args.flow_run_path)
+    original = read_flow_run(args.flow_run_path)  # the file, read once
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     flow_runs, step = local_step(settings, args.flow_run_path, layout)
-    try:
-        flow_run = flow_runs.read()  # the state beside the sample once a run has written it
+    try:  # the state beside the sample once a run has written it, else the file as read
+        flow_run = flow_runs.read() if layout.flow_run_state.exists() else original
     except (OSError, ValueError) as exc:
         raise UsageError(
             f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
         ) from None
+
+    def started() -> None:
+        try:
+            layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
+        # every mistake was found by now: a run that logs has begun
+        log.info(
+            "run-local started",
+            mode="local",
+            chartsApi={"mode": settings.charts_api_mode.value},
+            flowRunPath=str(args.flow_run_path),
+            stepId=args.step_id,
+        )
+        log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
+
     try:
-        step_id = choose_step(flow_run, args.step_id)
+        report = execute_chosen_step(
+            flow_run, args.step_id, ports=step.ports, limits=step.limits, clock=step.clock, started=started
+        )
     except StepSelectionError as exc:
         raise UsageError(f"--step-id: {exc}") from None
-    try:
-        layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
-    # every mistake was found above: a run that logs has begun
-    log.info(
-        "run-local started",
-        mode="local",
-        chartsApi={"mode": settings.charts_api_mode.value},
-        flowRunPath=str(args.flow_run_path),
-        stepId=args.step_id,
-    )
-    log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
-
-    if step_id is None:
-        log.info("no READY CHART_EXPORT step: no-op", runId=run_id, code=NO_READY_STEP)
-        report = _noop_report(run_id, settings.charts_api_mode.value, original, args, layout)
-    else:
-        try:
-            report = execute_step(run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock)
-        except RedeliverEvent as exc:
-            print(error_line(args.where, str(exc)), file=sys.stderr)
-            return EXIT_FAILED
+    except RedeliverEvent as exc:
+        print(error_line(args.where, str(exc)), file=sys.stderr)
+        return EXIT_FAILED
+    if report.outcome == "NOOP":
+        report = replace(report, message=report.message + _how_to_go_on(original, args, layout))
     _print_summary(args.output_summary, report, layout, settings.charts_bucket_configured)
     return EXIT_OK if report.outcome == "SUCCEEDED" else EXIT_FAILED
 
 
-def _noop_report(
-    run_id: str, mode: str, original: dict[str, Any], args: argparse.Namespace, layout: LocalLayout
-) -> StepReport:
-    """NOOP, with how to go on: the state is what has no READY step once a run wrote it
-    (deleting it starts over from the file); a file of PENDING steps waits for advance_flow."""
-    from worker_chart_export.service.execute import StepReport
-
-    message = "no READY CHART_EXPORT step in the flow_run"
+def _how_to_go_on(original: dict[str, Any], args: argparse.Namespace, layout: LocalLayout) -> str:
+    """After NOOP: the state is what has no READY step once a run wrote it (deleting it starts
+    over from the file); a file of PENDING steps waits for advance_flow."""
     if layout.flow_run_state.exists():
-        message += (
+        return (
             f" state {layout.flow_run_state} (a step that ran is not run again): to run it again, "
             f"delete that file or give another --output-dir"
         )
-    elif _has_pending_chart_step(original):
+    if _has_pending_chart_step(original):
         output = ["--output-dir", str(args.output_dir)] if args.output_dir is not None else []
         advance = command_line("advance", "--flow-run-path", str(args.flow_run_path), *output)
-        message += f" {args.flow_run_path}: its steps become READY when advance_flow runs ({advance})"
-    return StepReport(run_id, "", "NOOP", mode, error_code=NO_READY_STEP, message=message)
+        return f" {args.flow_run_path}: its steps become READY when advance_flow runs ({advance})"
+    return ""
 
 
 def _has_pending_chart_step(flow_run: dict[str, Any]) -> bool:

@@ -3,7 +3,7 @@
 
 The file is checked against contracts/flow_run.schema.json; `--run-id` replaces its runId, so
 one file (the bundled sample too) starts as many runs as wanted. The run is created
-create-only (an existing runId is refused) with status PENDING (`core.flow_rules.as_new_run`):
+create-only (an existing runId is refused) with status PENDING (`core.flow.flow_rules.as_new_run`):
 advance_flow receives the creation, makes the first steps READY and the run RUNNING, and the
 workers take it from there. Nothing else writes.
 
@@ -22,9 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.adapters.firestore.checked_client import cli_firestore
-from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
     USAGE_MEANING,
@@ -32,13 +30,12 @@ from worker_chart_export.cli.surface import (
     command_line,
     positive_number,
 )
-from worker_chart_export.core.flow_rules import NEW_RUN_STATUS
-from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
-from worker_chart_export.core.run_progress import chart_manifests, is_finished, status_changes
+from worker_chart_export.core.flow.flow_rules import NEW_RUN_STATUS
+from worker_chart_export.core.flow.run_progress import chart_manifests, is_finished, status_changes
 from worker_chart_export.settings import load_settings
 
 if TYPE_CHECKING:
-    from google.cloud import firestore
+    pass
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 0.5
@@ -88,12 +85,17 @@ def add_submit_command(commands: Any) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    from worker_chart_export.bootstrap.commands import (
+        checked_firestore,
+        create_flow_run,
+        read_valid_flow_run,
+        run_reader,
+    )
+
     document = read_valid_flow_run(args.flow_run_path, run_id=args.run_id)
     run_id = str(document["runId"])
     settings = load_settings()
-    with cli_firestore(settings.google_cloud_project, settings.firestore_emulator_host) as client:
-        from worker_chart_export.adapters.firestore.producer import create_flow_run
-
+    with checked_firestore(settings.google_cloud_project, settings.firestore_emulator_host) as client:
         create_flow_run(client, document)
         if document.get("status") != NEW_RUN_STATUS:
             print(
@@ -104,31 +106,31 @@ def run_submit(args: argparse.Namespace) -> int:
         print(run_id, flush=True)
         if not args.wait:
             return EXIT_OK
-        final = follow(client.collection(FLOW_RUNS_COLLECTION).document(run_id), args.timeout, _print_line)
+        read = run_reader(client, run_id, timeout=_RPC_SECONDS)
+        final = follow(read, args.timeout, _print_line)
     return _report(run_id, final, args.timeout)
 
 
 def follow(
-    reference: firestore.DocumentReference,
+    read: Callable[[], dict[str, Any] | None],
     timeout: float,
     say: Callable[[str], None],
     *,
     poll_seconds: float = POLL_SECONDS,
 ) -> dict[str, Any]:
     """Read the run every `poll_seconds` until it is finished or `timeout` passed, saying each
-    status change; returns the last version read (empty if the run was deleted)."""
-    from worker_chart_export.adapters.firestore import bounded_retry
-
+    status change; returns the last version read (empty if the run was deleted). `read`:
+    the run as it is now, None when there is no such document."""
     started = time.monotonic()
     seen: dict[str, Any] = {}
     while True:
-        snapshot = reference.get(retry=bounded_retry(_RPC_SECONDS), timeout=_RPC_SECONDS)
-        current = snapshot.to_dict() or {}
+        found = read()
+        current = found or {}
         elapsed = time.monotonic() - started
         for change in status_changes(seen, current):
             say(f"{elapsed:6.1f}s  {change.describe()}  {change.attempt_text}".rstrip())
         seen = current
-        if not snapshot.exists or is_finished(current) or elapsed > timeout:
+        if found is None or is_finished(current) or elapsed > timeout:
             return current
         time.sleep(poll_seconds)
 

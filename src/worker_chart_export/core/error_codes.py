@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.redaction import Redaction
+
+if TYPE_CHECKING:  # the no-op path imports this module: the type costs it nothing
+    from worker_chart_export.core.documents import ErrorDocument
 
 
 class ErrorCode(StrEnum):
@@ -52,8 +55,8 @@ class StepError:
             return self
         return StepError(self.code, message, details)
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"code": self.code.value, "message": self.message}
+    def to_dict(self) -> ErrorDocument:
+        data: ErrorDocument = {"code": self.code.value, "message": self.message}
         if self.details:
             data["details"] = self.details
         return data

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker_chart_export.core.plans import DEFAULT_PLANS, AccountPlans
-from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, AccountPlans
+from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS
 
 # Charts may not eat the time the manifest write needs: without a manifest the step fails.
 MANIFEST_RESERVE_SECONDS = 20.0
@@ -24,7 +24,7 @@ class StepLimits:
     # which accounts may serve it
     plans: AccountPlans = DEFAULT_PLANS
     # CHART_REUSE_MAX_AGE_SECONDS: how old an earlier execution's PNG may be to be listed
-    # again instead of rendered (core/reuse.py); 0: never
+    # again instead of rendered (core/step/reuse.py); 0: never
     chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
 
     @classmethod

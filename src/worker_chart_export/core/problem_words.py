@@ -1,7 +1,7 @@
 """A validation problem in our words, not a library's: pydantic says "Input should be
 greater than or equal to 1" and "Value error, expected ..."; a user of the CLI reads "must be
 at least 1" and "expected ...". Used wherever a pydantic ValidationError becomes a message
-(settings.py for the environment, adapters/accounts_config.py for the accounts).
+(settings.py for the environment, adapters/chart_img/accounts_config.py for the accounts).
 
 The input is one of `ValidationError.errors()`' items, a plain mapping; its `input` (the
 value, which may be a key) is never read.

@@ -4,7 +4,7 @@
   step's or a finalize's budget stops when, after the wait before its next attempt, less
   than `reserve` seconds of the budget would be left (or none at all): it never sleeps past
   its budget, nor starts an attempt without the time that attempt needs. The chart request
-  reserves an attempt's minimum time (core/retry_policy.py); the finalize reserves nothing
+  reserves an attempt's minimum time (core/chart_img/request_retries.py); the finalize reserves nothing
   and waits `within_budget`, so its last attempt comes at the budget's end
   (service/finalize.py).
 - `within_budget(wait, budget)`: `wait`, cut to what is left of `budget`.

@@ -75,12 +75,11 @@ class ClaimStatus(StrEnum):
 class Claim:
     token: str
     attempt: int
-    started_at: datetime
     lease_expires_at: datetime
 
 
 @dataclass(frozen=True)
-class ClaimOutcome:
+class ClaimResult:
     status: ClaimStatus
     reason: str
     # the flow_run as read inside the winning transaction: the authoritative inputs
@@ -99,7 +98,7 @@ class StepFinal:
 
 
 @dataclass(frozen=True)
-class FinalizeOutcome:
+class FinalizeResult:
     written: bool
     reason: str
 

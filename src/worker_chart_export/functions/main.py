@@ -5,147 +5,41 @@ arrives here), so this module and the no-op path import no Firestore, GCS or HTT
 and no pydantic: `execute`, `bootstrap` and their dependencies are imported only when a READY
 CHART_EXPORT step is found.
 
-A new CloudEvent entry goes at the end, as `@functions_framework.cloud_event` over
+A new CloudEvent entry goes beside the others, as `@functions_framework.cloud_event` over
 `@cloud_event_entry` over `def entry(cloud_event, log)`: it then shares the request's log
 scope and trace, the poison handling (raise PoisonEvent: 200 and one WARNING line) and the
-crash handling (500 and one ERROR line) below. An HTTP entry gets the request scope, trace
+crash handling (500 and one ERROR line) of envelope.py. An HTTP entry gets the request scope, trace
 and the one-line guarantee from serve.py's middleware (`create_function_app(target, "http")`).
 What each exception answers is drawn in one tree, in core/exceptions.py.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import functions_framework
 
 from worker_chart_export import logs
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import (
-    DecoderDefect,
     PoisonEvent,
     RedeliverEvent,
     StorageUnavailable,
     TransientStoreError,
 )
-from worker_chart_export.functions.decoding import events, versions
+from worker_chart_export.functions.envelope import (
+    cloud_event_entry,
+    decode_flow_run_event,
+    decode_version_event,
+    http_entry,
+    install_on_hosting_app,
+    received_attributes,
+)
 
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
-    from worker_chart_export.core.step_rules import RunVersion
-
-CloudEventHandler = Callable[["CloudEvent", Any], None]
-Decoded = TypeVar("Decoded")
-
-
-def decode_flow_run_event(cloud_event: CloudEvent) -> events.DecodedEvent:
-    """`events.decode_event`; raises PoisonEvent (or DecoderDefect) for what never decodes."""
-    return _decoded(events.decode_event, cloud_event)
-
-
-def decode_version_event(cloud_event: CloudEvent) -> versions.DocumentVersion:
-    """`versions.decode_document_version`; raises PoisonEvent (or DecoderDefect) likewise."""
-    return _decoded(versions.decode_document_version, cloud_event)
-
-
-def _decoded(decode: Callable[[CloudEvent], Decoded], cloud_event: CloudEvent) -> Decoded:
-    try:
-        return decode(cloud_event)
-    except PoisonEvent:
-        raise
-    except Exception as exc:
-        raise DecoderDefect(f"{type(exc).__name__}: {exc}") from exc
-
-
-def cloud_event_entry(handler: CloudEventHandler) -> Callable[[CloudEvent], None]:
-    """What every CloudEvent entry point shares; `handler(cloud_event, log)` does the rest.
-
-    - the request's log scope: joins serve.py's (marking that our code now runs, so what
-      fails from here on is not the request's fault) or opens one when called without it;
-      the event's `traceparent` extension is the trace when the request carried none;
-    - `log`: the configured logger, bound to the event's id;
-    - a PoisonEvent is acknowledged (HTTP 200) with one WARNING line carrying the received
-      event's attributes (a DecoderDefect with an ERROR line): redelivering cannot help;
-    - an HTTPException passes through (the handler logged it: a deliberate 500 asks
-      Eventarc to redeliver); any other exception is logged as an ERROR with its traceback
-      and answered 500 without one.
-    """
-
-    @functools.wraps(handler)
-    def entry(cloud_event: CloudEvent) -> None:
-        token = _enter(logs.parse_traceparent(cloud_event.get("traceparent")))
-        try:
-            log = logs.configured_logger().bind(eventId=cloud_event.get("id"))
-            try:
-                handler(cloud_event, log)
-            except PoisonEvent as poison:
-                _log_poison(log, poison, cloud_event)
-            except Exception as exc:
-                from werkzeug.exceptions import HTTPException, InternalServerError
-
-                if isinstance(exc, HTTPException):
-                    raise
-                log.error("event handling failed", reason=f"{type(exc).__name__}: {exc}", exc_info=True)
-                raise InternalServerError(description="event handling failed") from exc
-        finally:
-            if token is not None:
-                logs.end_request(token)
-
-    return entry
-
-
-def http_entry(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """For an HTTP entry (`@functions_framework.http` over this): what it raises is our
-    fault, so serve.py answers it 500 with one ERROR line (not 400, as for a request that
-    failed before any of our code ran)."""
-
-    @functools.wraps(handler)
-    def entry(request: Any) -> Any:
-        token = _enter(None)
-        try:
-            return handler(request)
-        finally:
-            if token is not None:
-                logs.end_request(token)
-
-    return entry
-
-
-def _enter(event_trace: logs.Trace | None) -> Any:
-    """Joins the request's log scope (serve.py's middleware opened it) or opens one when
-    called without it (directly, or hosted elsewhere), and marks that our code now runs.
-    Returns the token to pass to `logs.end_request` when it opened one, else None."""
-    request, token = logs.current_request(), None
-    if request is None:
-        request, token = logs.begin_request(event_trace)
-    else:
-        request.set_trace(event_trace)
-    request.entered = True
-    return token
-
-
-def _log_poison(log: Any, poison: PoisonEvent, cloud_event: CloudEvent) -> None:
-    # Contract §10's "received event" attributes: the only line such an event leaves.
-    received = _received_attributes(cloud_event)
-    if isinstance(poison, DecoderDefect):
-        log.error(
-            "event ignored: the decoder failed",
-            reason=poison.reason,
-            code=ErrorCode.FLOW_RUN_INVALID.value,
-            exc_info=poison.__cause__,
-            **received,
-        )
-        return
-    # Acknowledged on purpose: a redelivery would fail the same way, forever.
-    log.warning(
-        "event ignored: not a decodable flow_run event",
-        reason=poison.reason,
-        code=ErrorCode.FLOW_RUN_INVALID.value,
-        **received,
-    )
+    from worker_chart_export.core.step.step_rules import RunVersion
 
 
 @functions_framework.cloud_event
@@ -160,7 +54,7 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
     decoded = decode_flow_run_event(cloud_event)
     # Contract §10's "received event": its attributes go on the first line of every event.
     # Most events are no-ops, so for them it is also the only line (half the logging cost).
-    received = _received_attributes(cloud_event)
+    received = received_attributes(cloud_event)
     log = log.bind(runId=decoded.run_id)
     if decoded.deleted:
         log.info(
@@ -190,77 +84,6 @@ def on_flow_run_updated(cloud_event: CloudEvent, log: Any) -> None:
     log = log.bind(stepId=step_id)
     seen = _seen_version(cloud_event, log)
     _execute(decoded.run_id, step_id, seen, log, {"eventId": cloud_event.get("id")})
-
-
-def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
-    """The whole version the event carries, for the claim to be planned from (one commit when
-    it is current); None when it cannot be had whole: the claim then reads the document first,
-    since the skim already showed a READY step that acknowledging would leave waiting."""
-    from worker_chart_export.core.step_rules import RunVersion
-
-    try:
-        version = decode_version_event(cloud_event)
-    except PoisonEvent as poison:
-        log.warning("event document not decodable whole: the claim reads it first", reason=poison.reason)
-        return None
-    if version.document is None or version.update_time is None:
-        return None
-    return RunVersion(version.document, version.update_time)
-
-
-def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, identity: dict[str, Any]) -> None:
-    import structlog
-    from werkzeug.exceptions import InternalServerError, ServiceUnavailable
-
-    from worker_chart_export.bootstrap import runtime
-    from worker_chart_export.service.execute import execute_step
-
-    try:
-        # execute_step's own lines take service/env/eventId from the context
-        with structlog.contextvars.bound_contextvars(**identity):
-            step = runtime().step()
-            report = execute_step(
-                run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock, seen=seen
-            )
-    except RedeliverEvent as exc:
-        # The claim could not be made while the step is still READY, the bucket cannot store
-        # anything (StorageUnavailable, found before the claim), or a claimed step's result
-        # could not be recorded or fenced (FinalizeFailed, a store blip): the reason says which.
-        log.error(
-            "failing the invocation so Eventarc redelivers the event",
-            reason=str(exc),
-            errorType=type(exc).__name__,
-        )
-        # Without a traceback: an expected, retryable condition; 503 when a store we depend
-        # on is unavailable and nothing was claimed, 500 otherwise.
-        description = f"redelivery requested for step {step_id}"
-        if isinstance(exc, StorageUnavailable):
-            raise ServiceUnavailable(description=description) from exc
-        raise InternalServerError(description=description) from exc
-    except Exception as exc:
-        log.error("event handling failed", exc_info=True)
-        # logged here, with runId and stepId: the entry answers 500 without a second line
-        raise InternalServerError(description="event handling failed") from exc
-    log.info(
-        "event handled",
-        outcome=report.outcome,
-        errorCode=report.error_code,
-        outputsManifestGcsUri=report.manifest_uri,
-    )
-
-
-def _received_attributes(cloud_event: CloudEvent) -> dict[str, Any]:
-    return {
-        "eventType": cloud_event.get("type"),
-        "eventSource": cloud_event.get("source"),
-        "eventSubject": cloud_event.get("subject"),
-        "eventTime": cloud_event.get("time"),
-        "payloadSize": _payload_size(cloud_event.data),
-    }
-
-
-def _payload_size(data: object) -> int | None:
-    return len(data) if isinstance(data, str | bytes | bytearray) else None
 
 
 @functions_framework.cloud_event
@@ -315,16 +138,64 @@ def reap_expired_leases(request: Any) -> tuple[dict[str, Any], int]:
     return report.to_summary(), 200
 
 
-def _install_on_hosting_app() -> None:
-    """functions-framework executes this module inside the context of the Flask app it is
-    building (`functions-framework --target ...`, Cloud Functions' runtime): give that app
-    serve.py's request logging too. Imported any other way, this does nothing."""
-    import flask
-
-    if flask.has_app_context():
-        from worker_chart_export.functions.serve import install_request_logging
-
-        install_request_logging(flask.current_app)
+# --- the worker's work path
 
 
-_install_on_hosting_app()
+def _seen_version(cloud_event: CloudEvent, log: Any) -> RunVersion | None:
+    """The whole version the event carries, for the claim to be planned from (one commit when
+    it is current); None when it cannot be had whole: the claim then reads the document first,
+    since the skim already showed a READY step that acknowledging would leave waiting."""
+    from worker_chart_export.core.step.step_rules import RunVersion
+
+    try:
+        version = decode_version_event(cloud_event)
+    except PoisonEvent as poison:
+        log.warning("event document not decodable whole: the claim reads it first", reason=poison.reason)
+        return None
+    if version.document is None or version.update_time is None:
+        return None
+    return RunVersion(version.document, version.update_time)
+
+
+def _execute(run_id: str, step_id: str, seen: RunVersion | None, log: Any, identity: dict[str, Any]) -> None:
+    import structlog
+    from werkzeug.exceptions import InternalServerError, ServiceUnavailable
+
+    from worker_chart_export.bootstrap import runtime
+    from worker_chart_export.service.execute import execute_step
+
+    try:
+        # execute_step's own lines take service/env/eventId from the context
+        with structlog.contextvars.bound_contextvars(**identity):
+            step = runtime().step()
+            report = execute_step(
+                run_id, step_id, ports=step.ports, limits=step.limits, clock=step.clock, seen=seen
+            )
+    except RedeliverEvent as exc:
+        # The claim could not be made while the step is still READY, the bucket cannot store
+        # anything (StorageUnavailable, found before the claim), or a claimed step's result
+        # could not be recorded or fenced (FinalizeFailed, a store blip): the reason says which.
+        log.error(
+            "failing the invocation so Eventarc redelivers the event",
+            reason=str(exc),
+            errorType=type(exc).__name__,
+        )
+        # Without a traceback: an expected, retryable condition; 503 when a store we depend
+        # on is unavailable and nothing was claimed, 500 otherwise.
+        description = f"redelivery requested for step {step_id}"
+        if isinstance(exc, StorageUnavailable):
+            raise ServiceUnavailable(description=description) from exc
+        raise InternalServerError(description=description) from exc
+    except Exception as exc:
+        log.error("event handling failed", exc_info=True)
+        # logged here, with runId and stepId: the entry answers 500 without a second line
+        raise InternalServerError(description="event handling failed") from exc
+    log.info(
+        "event handled",
+        outcome=report.outcome,
+        errorCode=report.error_code,
+        outputsManifestGcsUri=report.manifest_uri,
+    )
+
+
+install_on_hosting_app()

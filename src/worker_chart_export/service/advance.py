@@ -1,7 +1,7 @@
 """advance_flow (orchestration rules): which steps become READY and the run's status, from
 one version of the flow_run.
 
-The rules are core/flow_rules.py's. The write is conditional on the version the plan was
+The rules are core/flow/flow_rules.py's. The write is conditional on the version the plan was
 made from (its update time, which the event carries): one RPC, no transaction, no read.
 A duplicate or reordered event carries an older version, loses the precondition and is a
 no-op; the newer version comes with its own event. Our own write comes back as an event
@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from worker_chart_export.core.flow_rules import AdvancePlan, plan_advance
+from worker_chart_export.core.flow.flow_rules import AdvancePlan, plan_advance
 
 
 class AdvanceStore(Protocol):
@@ -25,7 +25,7 @@ class AdvanceStore(Protocol):
         ...
 
 
-class AdvanceOutcome(StrEnum):
+class AdvanceEffect(StrEnum):
     UNCHANGED = "UNCHANGED"  # nothing to do: the usual case, our own write included
     WRITTEN = "WRITTEN"
     STALE = "STALE"  # the document changed since this version: its own event decides
@@ -35,7 +35,7 @@ class AdvanceOutcome(StrEnum):
 class AdvanceResult:
     run_id: str
     plan: AdvancePlan
-    outcome: AdvanceOutcome
+    outcome: AdvanceEffect
 
     def log_fields(self) -> dict[str, Any]:
         return {
@@ -53,6 +53,6 @@ def advance_version(
 ) -> AdvanceResult:
     plan = plan_advance(document)
     if not plan.changed:
-        return AdvanceResult(run_id, plan, AdvanceOutcome.UNCHANGED)
+        return AdvanceResult(run_id, plan, AdvanceEffect.UNCHANGED)
     written = store.write_advance(run_id, plan, last_update_time=update_time)
-    return AdvanceResult(run_id, plan, AdvanceOutcome.WRITTEN if written else AdvanceOutcome.STALE)
+    return AdvanceResult(run_id, plan, AdvanceEffect.WRITTEN if written else AdvanceEffect.STALE)

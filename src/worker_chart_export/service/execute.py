@@ -13,14 +13,14 @@ the manifest -> decide -> finalize (retried in its budget).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 from structlog.typing import FilteringBoundLogger
 
 from worker_chart_export import known_keys
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
@@ -34,45 +34,38 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.manifest import (
+from worker_chart_export.core.naming import manifest_object_path
+from worker_chart_export.core.step import step_failures
+from worker_chart_export.core.step.manifest import (
     ManifestFailure,
     ManifestHeader,
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.naming import manifest_object_path
-from worker_chart_export.core.outcome import insufficient_images_error, step_status
-from worker_chart_export.core.selection import steps_of
-from worker_chart_export.core.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.selection import choose_step, steps_of
+from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.success import insufficient_images_error, step_status
+from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (
     Claim,
-    ClaimOutcome,
+    ClaimResult,
     ClaimStatus,
     StepFinal,
     StepStatus,
 )
-from worker_chart_export.core.validation import ValidatedStep, validate_step
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
-from worker_chart_export.service.render import Rendered, render_charts
+from worker_chart_export.service.render import RenderedCharts, render_charts
 from worker_chart_export.service.reuse import reuse_earlier_charts
 from worker_chart_export.service.step_context import (
     StepContext,
     StepReport,
-    StepResult,
     new_claim_token,
-    step_report,
 )
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
-__all__ = ["StepReport", "execute_step"]
-
-
-class _Counts(NamedTuple):
-    items_count: int
-    failures_count: int
-    min_images: int
+__all__ = ["StepReport", "execute_chosen_step", "execute_step"]
 
 
 def execute_step(
@@ -112,10 +105,34 @@ def execute_step(
             flowKey=claim.flow_run.get("flowKey"),
             durationMs=claim_ms,
         )
-        result = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim, templates)
-        written = finalize(ctx, result.final)
-        _log_completed(ctx, result, written)
-        return step_report(ctx, result, finalized=written)
+        report = _run_claimed_or_record_crash(ctx, claim.flow_run, claim.claim, templates)
+        written = finalize(ctx, report.final) if report.final else False  # always one when claimed
+        _log_completed(report, ctx, written)
+        return report.recorded(written)
+
+
+def execute_chosen_step(
+    flow_run: dict[str, Any],
+    step_id: str | None,
+    *,
+    ports: Ports,
+    limits: StepLimits,
+    clock: Clock,
+    started: Callable[[], None] = lambda: None,
+) -> StepReport:
+    """run-local's one call: the step `step_id` names (else the first READY CHART_EXPORT
+    one) chosen from the run as read once, then executed, or a NOOP report when there is none.
+    Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run, before
+    `started()` (the caller's "it has begun") is called."""
+    chosen = choose_step(flow_run, step_id)
+    started()
+    run_id = str(flow_run.get("runId"))
+    if chosen is None:
+        code = ErrorCode.NO_READY_STEP.value
+        get_logger().info("no READY CHART_EXPORT step: no-op", runId=run_id, code=code)
+        message = "no READY CHART_EXPORT step in the flow_run"
+        return StepReport(run_id, "", "NOOP", ports.chart_api.mode, error_code=code, message=message)
+    return execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
 
 
 def _check_bucket(ctx: StepContext) -> None:
@@ -131,7 +148,7 @@ def _check_bucket(ctx: StepContext) -> None:
         ) from exc
 
 
-def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimOutcome:
+def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimResult:
     now = ctx.clock.now()
     try:
         return ctx.ports.flow_runs.claim_step(
@@ -155,7 +172,7 @@ def _claim(ctx: StepContext, seen: RunVersion | None) -> ClaimOutcome:
         raise RedeliverEvent(f"claim of {ctx.step_id} could not reach the store: {exc}") from exc
 
 
-def _noop(ctx: StepContext, claim: ClaimOutcome, claim_ms: float) -> StepReport:
+def _noop(ctx: StepContext, claim: ClaimResult, claim_ms: float) -> StepReport:
     code = (
         ErrorCode.FLOW_RUN_NOT_FOUND
         if claim.status is ClaimStatus.NOT_FOUND
@@ -167,7 +184,7 @@ def _noop(ctx: StepContext, claim: ClaimOutcome, claim_ms: float) -> StepReport:
 
 def _run_claimed_or_record_crash(
     ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, templates: TemplatesRead | None
-) -> StepResult:
+) -> StepReport:
     try:
         return _run_claimed(ctx, flow_run, claim, templates)
     except RedeliverEvent:
@@ -181,13 +198,13 @@ def _run_claimed_or_record_crash(
         # still running, record it on the step, then let the caller see it.
         ctx.budget.cancel()
         ctx.log.exception("step crashed", error={"code": ErrorCode.WORKER_INTERNAL_ERROR.value})
-        finalize(ctx, ctx.failed(step_failures.worker_crashed(exc)).final)
+        finalize(ctx, ctx.failure(step_failures.worker_crashed(exc)))
         raise
 
 
 def _run_claimed(
     ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, read: TemplatesRead | None
-) -> StepResult:
+) -> StepReport:
     step = steps_of(flow_run).get(ctx.step_id) or {}
     validated = validate_step(
         flow_run,
@@ -222,8 +239,8 @@ def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
 
 
 def _write_manifest_and_decide(
-    ctx: StepContext, validated: ValidatedStep, rendered: Rendered, claim: Claim | None
-) -> StepResult:
+    ctx: StepContext, validated: ValidatedStep, rendered: RenderedCharts, claim: Claim | None
+) -> StepReport:
     header = ManifestHeader(
         ctx.run_id,
         ctx.step_id,
@@ -237,7 +254,11 @@ def _write_manifest_and_decide(
     redaction = known_keys.redaction()
     failures = [ManifestFailure(f.request, f.error.redacted(redaction)) for f in rendered.failures]
     manifest = build_manifest(header, rendered.items, failures, created_at=ctx.clock.now())
-    counts = _Counts(len(rendered.items), len(rendered.failures), validated.min_images)
+    counts = {  # what the report and a manifest-write failure carry
+        "items_count": len(rendered.items),
+        "failures_count": len(rendered.failures),
+        "min_images": validated.min_images,
+    }
     try:
         manifest_uri = ctx.ports.artifacts.put_manifest(
             manifest_object_path(ctx.run_id, ctx.step_id),
@@ -248,7 +269,7 @@ def _write_manifest_and_decide(
         # The reaper took the step back (our lease expired): a newer execution owns its
         # outputs. Nothing of ours is written over them; the finalize will be refused too.
         ctx.log.warning("manifest not written: claim superseded", reason=str(exc))
-        return StepResult(ctx.failed(step_failures.claim_superseded()).final, *counts)
+        return ctx.failed(step_failures.claim_superseded(), **counts)
     except TransientStoreError as exc:
         # The fence could not read the step (a Firestore blip): whether the claim still holds
         # is unknown, so no manifest; and a FAILED step would throw away charts already paid
@@ -256,41 +277,40 @@ def _write_manifest_and_decide(
         # next execution reuses these PNGs (service/reuse.py) at no further cost.
         raise RedeliverEvent(
             f"step {ctx.step_id} left to its lease: its claim could not be checked before the "
-            f"manifest was written ({counts.items_count} charts stored for the retry to reuse): {exc}"
+            f"manifest was written ({len(rendered.items)} charts stored for the retry to reuse): {exc}"
         ) from exc
     except ArtifactWriteError as exc:
-        write_error = step_failures.manifest_write_failed(exc, **counts._asdict())
+        write_error = step_failures.manifest_write_failed(exc, **counts)
         ctx.log.error("manifest write failed", error=write_error.to_dict())
-        return StepResult(ctx.failed(write_error).final, *counts)
+        return ctx.failed(write_error, **counts)
     ctx.log.info(
         "manifest written",
         gcsUri=manifest_uri,
-        itemsCount=counts.items_count,
-        failuresCount=counts.failures_count,
-        minImages=counts.min_images,
+        itemsCount=len(rendered.items),
+        failuresCount=len(rendered.failures),
+        minImages=validated.min_images,
     )
-    status = step_status(counts.items_count, validated.min_images)
+    status = step_status(len(rendered.items), validated.min_images)
     error = None
     if status is StepStatus.FAILED:
         error = insufficient_images_error(
-            counts.items_count,
+            len(rendered.items),
             validated.min_images,
             len(validated.requests),
             [f.error.code for f in rendered.failures],
         )
     outputs = {"outputsManifestGcsUri": manifest_uri}
-    return StepResult(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), *counts)
+    return ctx.report(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), **counts)
 
 
 # --- the report ----------------------------------------------------------------------------
 
 
-def _log_completed(ctx: StepContext, result: StepResult, written: bool) -> None:
-    error = result.final.error
+def _log_completed(result: StepReport, ctx: StepContext, written: bool) -> None:
     ctx.log.info(
         "step completed",
-        status=result.final.status.value,
-        error={"code": error.code.value, "message": error.message} if error else None,
+        status=result.outcome,
+        error={"code": result.error_code, "message": result.message} if result.error_code else None,
         itemsCount=result.items_count,
         failuresCount=result.failures_count,
         minImages=result.min_images,

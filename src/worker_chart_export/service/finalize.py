@@ -32,12 +32,12 @@ from dataclasses import replace
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from worker_chart_export import known_keys
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.retrying import stop_before_budget_ends, within_budget
-from worker_chart_export.core.types import FinalizeOutcome, StepFinal
+from worker_chart_export.core.step import step_failures
+from worker_chart_export.core.types import FinalizeResult, StepFinal
 from worker_chart_export.service.step_context import StepContext
 
 FINALIZE_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0)
@@ -93,14 +93,14 @@ def _without_keys(final: StepFinal) -> StepFinal:
     return replace(final, error=final.error.redacted(known_keys.redaction()))
 
 
-def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exception) -> FinalizeOutcome:
+def _finalize_bare_failure(ctx: StepContext, refused: StepFinal, cause: Exception) -> FinalizeResult:
     reason = step_failures.finalize_refusal_reason(cause)
     ctx.log.error(
         "finalize refused: recording a bare failure instead",
         error={"code": ErrorCode.FIRESTORE_FINALIZE_FAILED.value, "message": reason},
         intendedStatus=refused.status.value,
     )
-    bare = _without_keys(ctx.failed(step_failures.result_not_recordable(refused, reason)).final)
+    bare = _without_keys(ctx.failure(step_failures.result_not_recordable(refused, reason)))
     try:
         return ctx.ports.flow_runs.finalize_step(ctx.run_id, ctx.step_id, token=ctx.token, final=bare)
     except Exception as exc:

@@ -6,21 +6,19 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.step_rules import RunVersion
-from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import (
     ChartCall,
     ChartResult,
-    ClaimOutcome,
-    FinalizeOutcome,
+    ClaimResult,
+    FinalizeResult,
     ListedObject,
-    Reservation,
     StepFinal,
 )
-from worker_chart_export.core.usage import Pacing, Refund, ReservationRequest
 
 
 class FlowRunStore(Protocol):
@@ -35,7 +33,7 @@ class FlowRunStore(Protocol):
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         """READY -> RUNNING atomically, with the step's lease; holds no lock on the run.
 
         `seen`: the version of the run the caller saw (an event's), which the claim may be
@@ -47,7 +45,7 @@ class FlowRunStore(Protocol):
         """
         ...
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         """RUNNING(with our token) -> SUCCEEDED/FAILED; otherwise a no-op (written=False).
 
         Raises TransientStoreError on errors worth retrying.
@@ -90,7 +88,7 @@ class ArtifactStore(Protocol):
 
     def create_png(self, object_path: str, data: bytes, *, metadata: Mapping[str, str]) -> str:
         """Create-only write (ifGenerationMatch=0) of image/png, with `metadata` as the
-        object's own (core.reuse.png_metadata: the digest of the body it was rendered from,
+        object's own (core.step.reuse.png_metadata: the digest of the body it was rendered from,
         the claim that wrote it). Returns the gs:// URI.
 
         Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
@@ -124,70 +122,6 @@ class ArtifactStore(Protocol):
         replace the newer execution's manifest): raises ClaimSuperseded otherwise.
         Raises ArtifactWriteError after bounded retries; BucketUnusable when the bucket is gone.
         """
-        ...
-
-
-class UsageStore(Protocol):
-    """chart_img_accounts_usage/{accountId}: daily usage windows and shared pacing
-    (contract §14.4; the rules are core/usage.py's)."""
-
-    def reserve(
-        self,
-        account_id: str,
-        *,
-        default_limit: int,
-        now: datetime,
-        pacing: Pacing | None = None,
-        max_wait: float = float("inf"),
-    ) -> Reservation:
-        """In one atomic step: reset a stale window, then take one unit of quota and (with
-        `pacing`) the next send slot, unless exhausted or the slot is over `max_wait` away.
-
-        Raises TransientStoreError when the store cannot be reached.
-        """
-        ...
-
-    def reserve_many(
-        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
-    ) -> dict[str, list[Reservation]]:
-        """Several accounts in one round trip, each as `core.usage.reserve_many` computes it
-        (its list ends at the first refusal). An account absent from the answer has nothing
-        reserved (its state was not known here, or changed meanwhile): reserve it one at a
-        time. Raises TransientStoreError when the store cannot be reached.
-        """
-        ...
-
-    def refund(self, account_id: str, *, day: str) -> Refund:
-        """Give back one unit reserved in the window `day` by an attempt that never reached
-        CHART-IMG (core.usage.refund_one): `usageToday` one less, `refundedToday` one more, the
-        pacing state untouched; nothing when the window moved on or CHART-IMG refused the day.
-        Raises TransientStoreError when the store cannot be reached."""
-        ...
-
-    def read(self, account_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
-        """The accounts' documents as they are now (None: no document yet), in one round
-        trip; the versions the next reservations write on. Raises TransientStoreError."""
-        ...
-
-    def mark_exhausted(self, account_id: str, *, now: datetime, reason: str) -> None:
-        """After CHART-IMG's quota answer: `exhaustedUntil` (the next UTC midnight) and
-        `exhaustedReason` (core.usage.exhausted_fields); `usageToday` stays the units spent."""
-        ...
-
-    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After CHART-IMG refused the key for two different requests (or on its probe):
-        `disabled` for 15 minutes, with `disabledReason` (core.usage.disabled_fields); every
-        reservation meanwhile refuses it, the first after it is the probe."""
-        ...
-
-    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
-        """After the 429 streak rule (or a probe answered 429): `coolUntil` 15 minutes ahead
-        and `coolReason` (core.set_aside.cooling_fields); then a probe."""
-        ...
-
-    def mark_serving(self, account_id: str, *, now: datetime) -> None:
-        """After a probe answered 200: the set-aside fields cleared
-        (core.set_aside.serving_again_fields)."""
         ...
 
 

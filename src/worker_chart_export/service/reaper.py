@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
-from worker_chart_export.core.step_rules import DEFAULT_MAX_ATTEMPTS
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport
+from worker_chart_export.core.step.step_rules import DEFAULT_MAX_ATTEMPTS
 from worker_chart_export.logs import get_logger
 
 DEFAULT_BATCH = 200
@@ -22,7 +22,7 @@ DEFAULT_BATCH = 200
 class LeaseReaper(Protocol):
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]: ...
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome: ...
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate: ...
 
 
 def reap_once(
@@ -53,11 +53,11 @@ def reap_once(
     return report
 
 
-def _log(log: Any, outcome: ReapOutcome, lease: ExpiredLease, max_attempts: int) -> None:
+def _log(log: Any, outcome: LeaseFate, lease: ExpiredLease, max_attempts: int) -> None:
     fields = {"runId": lease.run_id, "stepId": lease.step_id, "leaseExpiresAt": lease.expires_at}
-    if outcome is ReapOutcome.RETRIED:
+    if outcome is LeaseFate.RETRIED:
         log.warning("step lease expired: READY again", **fields)
-    elif outcome is ReapOutcome.FAILED:
+    elif outcome is LeaseFate.FAILED:
         log.error(
             "step lease expired: FAILED",
             error={"code": "STEP_LEASE_EXPIRED"},

@@ -10,30 +10,30 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker_chart_export.core import step_failures
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.exceptions import ArtifactWriteError
-from worker_chart_export.core.manifest import ManifestFailure, ManifestItem
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.step import step_failures
+from worker_chart_export.core.step.manifest import ManifestFailure, ManifestItem
+from worker_chart_export.core.step.reuse import png_metadata
+from worker_chart_export.core.step.validation import ValidatedStep
+from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure
-from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.ports import ChartSession
 from worker_chart_export.service.reuse import Reuse
 from worker_chart_export.service.step_context import StepContext
 
 
 @dataclass
-class Rendered:
+class RenderedCharts:
     items: list[ManifestItem] = field(default_factory=list)
     failures: list[ManifestFailure] = field(default_factory=list)
 
 
-def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> Rendered:
+def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> RenderedCharts:
     """The charts not reused, concurrently (bounded), each yielding one item or one failure."""
     if not reuse.to_render:
-        return Rendered(items=list(reuse.items))  # no chart session: nothing reserved, nothing sent
+        return RenderedCharts(items=list(reuse.items))  # no chart session: nothing reserved, nothing sent
     # Charts may not eat the time the manifest write needs: without a manifest the step fails.
     budget = ctx.budget.ending_earlier(ctx.limits.charts_reserve_seconds)
     # the step's own chart session: its first wave's quota in one round trip, not one per chart
@@ -43,8 +43,8 @@ def render_charts(ctx: StepContext, validated: ValidatedStep, reuse: Reuse) -> R
 
 def _render_in_pool(
     ctx: StepContext, charts: ChartSession, validated: ValidatedStep, reuse: Reuse, budget: Budget
-) -> Rendered:
-    rendered = Rendered(items=list(reuse.items))
+) -> RenderedCharts:
+    rendered = RenderedCharts(items=list(reuse.items))
     requests = {r["chartTemplateId"]: r for r in validated.requests}
     workers = min(ctx.limits.chart_concurrency, len(reuse.to_render))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")

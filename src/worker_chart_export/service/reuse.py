@@ -1,7 +1,7 @@
 """Before a step renders: the charts an earlier execution of it already wrote, listed again
 instead of paid for twice, but only for the very request this execution would send. One
 listing of the step's folder, only when one may find something, then one ranged read of
-each PNG it would reuse; which PNGs qualify is core/reuse.py's rule."""
+each PNG it would reuse; which PNGs qualify is core/step/reuse.py's rule."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker_chart_export.core.chart_request import body_digest
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
-from worker_chart_export.core.manifest import ManifestItem
 from worker_chart_export.core.naming import gcs_uri, rfc3339_utc
-from worker_chart_export.core.reuse import (
+from worker_chart_export.core.step.manifest import ManifestItem
+from worker_chart_export.core.step.reuse import (
     PNG_SIGNATURE,
     Candidate,
-    Refusal,
+    ReuseRefusal,
     is_png,
     listing_prefix,
     listing_start,
     reuse_candidates,
     should_look,
 )
+from worker_chart_export.core.step.validation import ValidatedStep
+from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall
-from worker_chart_export.core.validation import ValidatedStep
 from worker_chart_export.service.step_context import StepContext
 
 # the skipped objects one WARNING names at most (a step has 100 charts at most)
@@ -40,7 +40,7 @@ class Reuse:
 @dataclass
 class _Found:
     chosen: dict[str, Candidate] = field(default_factory=dict)  # by chartTemplateId
-    skipped: list[tuple[str, Candidate, Refusal]] = field(default_factory=list)
+    skipped: list[tuple[str, Candidate, ReuseRefusal]] = field(default_factory=list)
 
 
 def reuse_earlier_charts(
@@ -108,15 +108,15 @@ def _look(
     return found
 
 
-def _bytes_refusal(ctx: StepContext, object_path: str) -> Refusal | None:
+def _bytes_refusal(ctx: StepContext, object_path: str) -> ReuseRefusal | None:
     try:
         head = ctx.ports.artifacts.read_head(object_path, len(PNG_SIGNATURE))
     except ArtifactReadError:
-        return Refusal.UNREADABLE
-    return None if is_png(head) else Refusal.NOT_PNG_BYTES
+        return ReuseRefusal.UNREADABLE
+    return None if is_png(head) else ReuseRefusal.NOT_PNG_BYTES
 
 
-def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, Refusal]]) -> None:
+def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, ReuseRefusal]]) -> None:
     if not skipped:
         return
     ctx.log.warning(

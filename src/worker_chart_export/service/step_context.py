@@ -1,9 +1,9 @@
-"""The values a claimed step travels with: its context, its result, and the report of it."""
+"""The values a step travels with: its context, and the one report of what it came to."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from structlog.typing import FilteringBoundLogger
@@ -22,6 +22,9 @@ def new_claim_token() -> str:
 
 @dataclass(frozen=True)
 class StepReport:
+    """What a step came to: SUCCEEDED or FAILED with its counts and `final`, what finalize
+    records (`finalized`: whether ours was), or NOOP (nothing claimed, no `final`)."""
+
     run_id: str
     step_id: str
     outcome: str  # SUCCEEDED | FAILED | NOOP
@@ -33,6 +36,10 @@ class StepReport:
     failures_count: int = 0
     min_images: int | None = None
     finalized: bool = False  # False when another execution finalized first (or NOOP)
+    final: StepFinal | None = field(default=None, repr=False)
+
+    def recorded(self, written: bool) -> StepReport:
+        return replace(self, finalized=written)
 
     def to_summary(self) -> dict[str, Any]:
         return {
@@ -66,38 +73,42 @@ class StepContext:
     def mode(self) -> str:
         return self.ports.chart_api.mode
 
-    def failed(self, error: StepError) -> StepResult:
-        return StepResult(StepFinal(StepStatus.FAILED, self.clock.now(), error=error))
+    def failure(self, error: StepError) -> StepFinal:
+        return StepFinal(StepStatus.FAILED, self.clock.now(), error=error)
 
+    def failed(
+        self,
+        error: StepError,
+        *,
+        items_count: int = 0,
+        failures_count: int = 0,
+        min_images: int | None = None,
+    ) -> StepReport:
+        return self.report(
+            self.failure(error), items_count=items_count, failures_count=failures_count, min_images=min_images
+        )
 
-@dataclass(frozen=True)
-class StepResult:
-    """What a claimed step came to, before it is recorded."""
-
-    final: StepFinal
-    items_count: int = 0
-    failures_count: int = 0
-    min_images: int | None = None
-
-    @property
-    def manifest_uri(self) -> str | None:
-        uri = self.final.outputs.get("outputsManifestGcsUri") if self.final.outputs else None
-        return uri if isinstance(uri, str) else None
-
-
-def step_report(ctx: StepContext, result: StepResult, *, finalized: bool) -> StepReport:
-    """The report of a claimed step, from what it came to and whether we recorded it."""
-    error = result.final.error
-    return StepReport(
-        ctx.run_id,
-        ctx.step_id,
-        result.final.status.value,
-        ctx.mode,
-        error_code=error.code.value if error else None,
-        message=error.message if error else "",
-        manifest_uri=result.manifest_uri,
-        items_count=result.items_count,
-        failures_count=result.failures_count,
-        min_images=result.min_images,
-        finalized=finalized,
-    )
+    def report(
+        self,
+        final: StepFinal,
+        *,
+        items_count: int = 0,
+        failures_count: int = 0,
+        min_images: int | None = None,
+    ) -> StepReport:
+        """The report of this claimed step, from what it came to (not recorded yet)."""
+        error = final.error
+        uri = final.outputs.get("outputsManifestGcsUri") if final.outputs else None
+        return StepReport(
+            self.run_id,
+            self.step_id,
+            final.status.value,
+            self.mode,
+            error_code=error.code.value if error else None,
+            message=error.message if error else "",
+            manifest_uri=uri if isinstance(uri, str) else None,
+            items_count=items_count,
+            failures_count=failures_count,
+            min_images=min_images,
+            final=final,
+        )

@@ -1,6 +1,6 @@
 """`worker-chart-export templates sync`: load chart-templates/*.json into Firestore.
 
-All or nothing: every file is validated (core.template_check.template_problems, the one rule
+All or nothing: every file is validated (core.templates.template_check.template_problems, the one rule
 set step validation applies too: contracts/chart_template.schema.json, CHART-IMG's rules under
 the best plan among the configured accounts' and its documented lists; and the file name must
 be `<id>.json`) before anything is written; one bad file means no writes at all. A template
@@ -23,18 +23,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, DEFAULT_PLANS, AccountPlans
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION
-from worker_chart_export.core.plans import DEFAULT_PLAN, DEFAULT_PLANS, AccountPlans
-from worker_chart_export.core.template_check import template_problems
+from worker_chart_export.core.templates.template_check import template_problems
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
 EXIT_OK = 0
 EXIT_INVALID = 1  # some template files are invalid: nothing was written
-
-_BATCH_LIMIT = 500  # Firestore's maximum writes per batch
-_RPC_TIMEOUT_SECONDS = 30.0
 
 
 class SyncAction(StrEnum):
@@ -208,24 +205,15 @@ def sync_templates(
     Raises TransientStoreError when Firestore cannot be reached (nothing, or only whole
     batches, written: each batch commits atomically and a re-run finishes the job).
     """
-    from worker_chart_export.adapters.firestore import bounded_retry, translated
+    from worker_chart_export.bootstrap.commands import template_catalog
 
     templates, problems, skipped = load_templates(directory, plans)
     if problems:
         return SyncReport(
             directory, collection, dry_run, problems=tuple(problems), plan=plans.best.name, skipped=skipped
         )
-    ref_of = client.collection(collection)
-    retry = bounded_retry(_RPC_TIMEOUT_SECONDS)
-    with translated(f"read of {collection}", contention=False):
-        stored = {
-            s.id: s.to_dict()
-            for s in client.get_all(
-                [ref_of.document(i) for i in templates], retry=retry, timeout=_RPC_TIMEOUT_SECONDS
-            )
-            if s.exists
-        }
-        stored_ids = {ref.id for ref in ref_of.list_documents(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)}
+    catalog = template_catalog(client, collection)
+    stored, stored_ids = catalog.stored(list(templates))
     actions: dict[str, SyncAction] = {}
     for template_id, document in templates.items():
         if template_id not in stored:
@@ -246,13 +234,7 @@ def sync_templates(
     )
     if dry_run:
         return report
-    changed = report.written
-    with translated(f"write of {collection}", contention=False):
-        for start in range(0, len(changed), _BATCH_LIMIT):
-            batch = client.batch()
-            for template_id in changed[start : start + _BATCH_LIMIT]:
-                batch.set(ref_of.document(template_id), templates[template_id])  # full overwrite
-            batch.commit(retry=retry, timeout=_RPC_TIMEOUT_SECONDS)
+    catalog.write({template_id: templates[template_id] for template_id in report.written})
     return report
 
 
@@ -267,7 +249,7 @@ def run_templates_sync(
     """For the CLI: (exit code, text to print). 0 ok, 1 invalid templates; Firestore unusable
     (no credentials, unreachable, refused): UsageError, one line (exit 2). A dry run only
     validates, offline: no credentials needed, no client created."""
-    from worker_chart_export.adapters.firestore.checked_client import cli_firestore
+    from worker_chart_export.bootstrap.commands import checked_firestore
 
     directory = Path(directory)
     templates, problems, skipped = load_templates(directory, plans)
@@ -282,7 +264,7 @@ def run_templates_sync(
         ).to_text()
     if dry_run:
         return EXIT_OK, _validated_text(directory, templates, plans, skipped)
-    with cli_firestore(project, emulator_host) as client:
+    with checked_firestore(project, emulator_host) as client:
         report = sync_templates(directory, client, plans=plans)
     return (EXIT_OK if report.ok else EXIT_INVALID), report.to_text()
 

@@ -13,7 +13,7 @@ import pytest
 from harness.builders import REPO
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
 from worker_chart_export.bundled import chart_img_docs
-from worker_chart_export.core.chart_img_answers import error_message
+from worker_chart_export.core.chart_img.answers import error_message
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.naming import ERROR_FIXTURE_NAME, error_fixture_name
 from worker_chart_export.core.types import ChartFailure

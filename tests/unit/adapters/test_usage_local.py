@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from worker_chart_export.adapters.usage_local import FileUsageStore, InMemoryUsageStore
+from worker_chart_export.adapters.usage_local import FileUsageStore
+from worker_chart_export.core.chart_img.usage import Pacing
 from worker_chart_export.core.types import ReservationRefusal
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.testing import InMemoryUsageStore
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 TODAY = "2025-03-10T00:00:00Z"

@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 from harness.builders import REPO, load_templates
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled import chart_img_docs_dir
-from worker_chart_export.core import plans as core_plans
-from worker_chart_export.core import template_rules
+from worker_chart_export.core.chart_img import plans as core_plans
+from worker_chart_export.core.templates import template_rules
 
 FOLDER = REPO / "contracts" / "chart-img"
 SCHEMA = json.loads((FOLDER / docs.SCHEMA).read_text())

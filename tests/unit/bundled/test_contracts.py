@@ -17,8 +17,8 @@ from worker_chart_export.bundled.contracts import (
     MANIFEST,
     schema_errors,
 )
-from worker_chart_export.core.plans import PLANS
-from worker_chart_export.core.template_check import template_problems
+from worker_chart_export.core.chart_img.plans import PLANS
+from worker_chart_export.core.templates.template_check import template_problems
 
 
 @pytest.mark.parametrize("name", [FLOW_RUN, MANIFEST, CHART_TEMPLATE])

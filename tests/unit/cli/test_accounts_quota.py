@@ -17,7 +17,7 @@ from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.usage_local import FileUsageStore
 from worker_chart_export.cli.accounts_table import NOT_CONFIGURED, until
 from worker_chart_export.cli.main import main
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.core.chart_img.usage import Pacing
 
 KEYS = ["test-key-0a1b2c3d4e5f60718293a4b5c6d7e8f9", "test-key-9f8e7d6c5b4a39281706f5e4d3c2b1a0"]
 USAGE_FILE = "chart_img_accounts_usage.json"

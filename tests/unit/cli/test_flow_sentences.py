@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from worker_chart_export.cli.flow import advance_sentence, reap_sentence
-from worker_chart_export.core.flow_graph import RunStatus
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
-from worker_chart_export.service.advance import AdvanceOutcome
+from worker_chart_export.core.flow.flow_graph import RunStatus
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport
+from worker_chart_export.service.advance import AdvanceEffect
 
 
 def lease(step_id: str) -> ExpiredLease:
@@ -16,14 +16,14 @@ def lease(step_id: str) -> ExpiredLease:
 
 def test_advance_written_unchanged_and_stale() -> None:
     plan = AdvancePlan("2 step(s) READY: a, b; run RUNNING", ("a", "b"), RunStatus.RUNNING)
-    assert advance_sentence("flow_runs/r", plan, AdvanceOutcome.WRITTEN) == (
+    assert advance_sentence("flow_runs/r", plan, AdvanceEffect.WRITTEN) == (
         "flow_runs/r: a, b made READY and run status set to RUNNING."
     )
     nothing = AdvancePlan("run is SUCCEEDED, which is final")
-    assert advance_sentence("flow_runs/r", nothing, AdvanceOutcome.UNCHANGED) == (
+    assert advance_sentence("flow_runs/r", nothing, AdvanceEffect.UNCHANGED) == (
         "flow_runs/r: nothing to change (run is SUCCEEDED, which is final)."
     )
-    assert advance_sentence("flow_runs/r", plan, AdvanceOutcome.STALE).startswith(
+    assert advance_sentence("flow_runs/r", plan, AdvanceEffect.STALE).startswith(
         "flow_runs/r changed while it was being advanced: nothing written"
     )
 
@@ -31,7 +31,7 @@ def test_advance_written_unchanged_and_stale() -> None:
 def test_advance_that_fails_a_run_says_why() -> None:
     error = {"code": "FLOW_RUN_INVALID", "message": "step x depends on y, which does not exist"}
     plan = AdvancePlan(error["message"], run_status=RunStatus.FAILED, run_error=error)
-    assert advance_sentence("run r (state out/flow_runs/r.json)", plan, AdvanceOutcome.WRITTEN) == (
+    assert advance_sentence("run r (state out/flow_runs/r.json)", plan, AdvanceEffect.WRITTEN) == (
         "run r (state out/flow_runs/r.json): run status set to FAILED "
         "(FLOW_RUN_INVALID: step x depends on y, which does not exist)."
     )
@@ -39,12 +39,12 @@ def test_advance_that_fails_a_run_says_why() -> None:
 
 def test_reap_names_every_outcome_in_one_sentence() -> None:
     report = ReapReport()
-    report.add(ReapOutcome.RETRIED, lease("a"))
-    report.add(ReapOutcome.RETRIED, lease("b"))
-    report.add(ReapOutcome.FAILED, lease("c"))
-    report.add(ReapOutcome.SUPERSEDED, lease("d"))
-    report.add(ReapOutcome.CLEARED, lease("e"))
-    report.add(ReapOutcome.NOT_EXPIRED, lease("f"))
+    report.add(LeaseFate.RETRIED, lease("a"))
+    report.add(LeaseFate.RETRIED, lease("b"))
+    report.add(LeaseFate.FAILED, lease("c"))
+    report.add(LeaseFate.SUPERSEDED, lease("d"))
+    report.add(LeaseFate.CLEARED, lease("e"))
+    report.add(LeaseFate.NOT_EXPIRED, lease("f"))
     report.errors.append("run1/g: Firestore unavailable")
     sentence = reap_sentence(report, max_attempts=3)
     assert sentence == (

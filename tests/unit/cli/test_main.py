@@ -17,7 +17,7 @@ import pytest
 from harness.builders import REPO, SAMPLE_FLOW_RUN, chart_step, flow_run
 from harness.firestore_emulator import free_port
 from worker_chart_export.cli.main import main
-from worker_chart_export.cli.surface import command_line
+from worker_chart_export.command_surface import command_line
 
 SECRET_KEY = "test-key-5f0c2a9e8b7d4c1fa3e6b9d2c7f1e4a8"
 

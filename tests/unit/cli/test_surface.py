@@ -21,7 +21,7 @@ import pytest
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.cli.main import build_parser, main
-from worker_chart_export.cli.surface import command_line, program
+from worker_chart_export.command_surface import command_line, program
 
 ONE_LINE = re.compile(r"^worker-chart-export(?: [a-z-]+)*: error: \S")
 LIBRARY_WORDING = ("Traceback", "Input should", "Value error", "[ERROR]", "usage:")
@@ -49,7 +49,7 @@ def leaf_parsers() -> dict[str, argparse.ArgumentParser]:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 for child in action.choices.values():
-                    if child.get_default("run") is not None:
+                    if child.get_default("func") is not None:
                         found[child.prog.removeprefix("worker-chart-export ")] = child
                     walk(child)
 

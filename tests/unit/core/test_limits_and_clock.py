@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from worker_chart_export.core.chart_img.plans import PLANS, AccountPlans, plan_named
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import MIN_STEP_BUDGET_SECONDS, StepLimits
-from worker_chart_export.core.plans import PLANS, AccountPlans, plan_named
-from worker_chart_export.core.reuse import DEFAULT_MAX_AGE_SECONDS
+from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS
 from worker_chart_export.settings import Settings
 
 

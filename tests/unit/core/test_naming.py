@@ -140,7 +140,7 @@ def test_fixture_names() -> None:
     assert match and match.group("key") == key and match.group("status") == "429"
 
 
-# --- a PNG name read back (core/reuse.py lists a step's folder) ---------------------------
+# --- a PNG name read back (core/step/reuse.py lists a step's folder) ---------------------------
 
 
 @pytest.mark.parametrize("symbol", ["BINANCE:BTCUSDT", "BYBIT:BTCUSDT.P", *UNUSUAL_SYMBOLS])

@@ -1,5 +1,5 @@
 """core/retrying.py's pieces, and the chart request's policy composed from them and tenacity's
-own (core/retry_policy.py): run by tenacity on a FakeClock, never sleeping."""
+own (core/chart_img/request_retries.py): run by tenacity on a FakeClock, never sleeping."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_fixed
 
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import Disposition
-from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
+from worker_chart_export.core.chart_img.answers import Disposition
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy, wants_retry
 from worker_chart_export.core.retrying import stop_before_budget_ends, wait_jitter, within_budget
 from worker_chart_export.testing import FakeClock
 

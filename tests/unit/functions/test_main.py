@@ -37,7 +37,7 @@ HEAVY_MODULES = (
     "worker_chart_export.service.execute",
     "worker_chart_export.bootstrap",
     "worker_chart_export.bundled.chart_img_docs",  # CHART-IMG's documented lists: for steps only
-    "worker_chart_export.core.template_check",  # templates are checked for steps only
+    "worker_chart_export.core.templates.template_check",  # templates are checked for steps only
     "jsonschema",  # the template schema, compiled when a template is first checked
 )
 
@@ -576,7 +576,7 @@ def test_cloud_event_entry_gives_a_new_entry_the_same_poison_crash_and_trace_han
 
     from worker_chart_export import logs
     from worker_chart_export.core.exceptions import PoisonEvent
-    from worker_chart_export.functions.main import cloud_event_entry
+    from worker_chart_export.functions.envelope import cloud_event_entry
 
     monkeypatch.setattr(logs, "_trace_project", "demo-project")
     seen: list[str] = []

@@ -20,9 +20,9 @@ from harness.secret_scan import key_forms, leaks
 from worker_chart_export import known_keys
 from worker_chart_export.bootstrap import ReaperParts
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.redaction import REDACTED
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate
 from worker_chart_export.functions.serve import create_function_app
 from worker_chart_export.service.reaper import DEFAULT_BATCH
 from worker_chart_export.testing import FakeClock, build_document_event_data, document_resource_name
@@ -259,9 +259,9 @@ class FakeLeaseReaper:
             raise TransientStoreError(self.failure)
         return list(self.leases)
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
         self.reaps.append((lease, now, max_attempts))
-        return ReapOutcome.RETRIED
+        return LeaseFate.RETRIED
 
 
 REAPER_CLOCK = FakeClock(datetime(2026, 11, 22, 5, 30, tzinfo=UTC))

@@ -133,7 +133,7 @@ def test_the_app_serves_main_py_and_exposes_only_the_functions_folder() -> None:
     # what that folder puts on sys.path must not shadow a module importable otherwise
     exposed = {p.stem for p in folder.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
     exposed.discard("__init__")
-    assert exposed == {"main", "serve", "decoding"}
+    assert exposed == {"main", "envelope", "serve", "decoding"}
     elsewhere = [entry for entry in sys.path if entry != str(folder)]
     shadowed = [n for n in exposed if n in sys.stdlib_module_names or PathFinder.find_spec(n, elsewhere)]
     assert shadowed == []
@@ -165,7 +165,7 @@ def test_an_http_entry_that_raises_is_a_500_with_one_error_line(log_capture: Log
     """What an HTTP entry (say a lease reaper) gets from `http_entry` and the middleware."""
     import flask
 
-    from worker_chart_export.functions.main import http_entry
+    from worker_chart_export.functions.envelope import http_entry
     from worker_chart_export.functions.serve import install_request_logging
 
     def reap(request: flask.Request) -> str:

@@ -41,32 +41,21 @@ from unit.mutation.mutants import (
     checks,
     late,
 )
-from worker_chart_export.adapters import account_views
-from worker_chart_export.adapters.accounts_config import AccountConfig
+from worker_chart_export.adapters.chart_img import account_views
+from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.firestore import run_documents
 from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
-from worker_chart_export.core import (
-    account_status,
-    clock,
-    documented_rules,
-    manifest,
-    naming,
-    outcome,
-    set_aside,
-    step_rules,
-    symbols,
-    template_check,
-    template_rules,
-    usage,
-    validation,
-)
-from worker_chart_export.core.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core import clock, naming
+from worker_chart_export.core.chart_img import account_status, set_aside, usage
+from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
+from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
+from worker_chart_export.core.chart_img.usage import Pacing
 from worker_chart_export.core.error_codes import ErrorCode
-from worker_chart_export.core.plans import PLANS, AccountLimits, AccountPlans
-from worker_chart_export.core.template_check import StoredTemplate
-from worker_chart_export.core.usage import Pacing
+from worker_chart_export.core.step import manifest, step_rules, success, validation
+from worker_chart_export.core.templates import documented_rules, symbols, template_check, template_rules
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.testing import FakeClock
 
 BASIC = PLANS["BASIC"]
@@ -114,7 +103,7 @@ def test_a_mutant_that_behaves_otherwise_fails_its_check() -> None:
     """The machinery can fail: the same line with `>= 2` changes what attempt 1 gives."""
     line = "return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= {} else 0"  # noqa: E501
     wrong = Equivalent(
-        "worker_chart_export.core.step_rules.attempt_of",
+        "worker_chart_export.core.step.step_rules.attempt_of",
         (f"- {line.format(0)}", f"+ {line.format(2)}"),
         "not equivalent",
         "none",
@@ -238,7 +227,7 @@ def test_the_slug_of_a_plain_symbol_is_the_same(entry: Equivalent, symbol: str) 
 def test_the_failure_of_too_few_images_is_the_same_for_any_failures(
     entry: Equivalent, codes: list[ErrorCode], items: int
 ) -> None:
-    assert_same(entry, late(outcome, "insufficient_images_error", items, 5, items + len(codes), codes))
+    assert_same(entry, late(success, "insufficient_images_error", items, 5, items + len(codes), codes))
 
 
 @checks
@@ -724,7 +713,7 @@ def test_recording_an_answer_is_the_same_for_any_answer(entry: Equivalent, tmp_p
     from harness.chart_img_server import PNG, chart_call
     from worker_chart_export.adapters.chart_img.http import HttpAnswer
     from worker_chart_export.adapters.chart_img.record import RecordSession
-    from worker_chart_export.adapters.chart_img.session import Rendered
+    from worker_chart_export.adapters.chart_img.session import RenderedCall
     from worker_chart_export.adapters.fixtures import FixtureLibrary
     from worker_chart_export.core.error_codes import StepError
     from worker_chart_export.core.types import ChartFailure, ChartSuccess
@@ -742,10 +731,10 @@ def test_recording_an_answer_is_the_same_for_any_answer(entry: Equivalent, tmp_p
         def __init__(self, answer: HttpAnswer) -> None:
             self.answer = answer
 
-        def render_with_answer(self, call: Any) -> Rendered:
+        def render_with_answer(self, call: Any) -> RenderedCall:
             if self.answer.status == 200:
-                return Rendered(ChartSuccess(self.answer.content, "acc1"), self.answer)
-            return Rendered(ChartFailure(StepError(ErrorCode.CHART_API_FAILED, "refused")), self.answer)
+                return RenderedCall(ChartSuccess(self.answer.content, "acc1"), self.answer)
+            return RenderedCall(ChartFailure(StepError(ErrorCode.CHART_API_FAILED, "refused")), self.answer)
 
     def record(answer: HttpAnswer) -> tuple[Any, list[str]]:
         folder = Path(tempfile.mkdtemp(dir=tmp_path))  # a library of its own each time

@@ -31,7 +31,7 @@ FIRESTORE = "worker_chart_export.adapters.firestore"
         (f"{FIRESTORE}.step_claim.xǁClaimRequestǁplan__mutmut_2", True),
         (f"{FIRESTORE}.step_claim.x__still_ready__mutmut_1", True),
         (f"{FIRESTORE}.step_claim.xǁStepClaimǁclaim__mutmut_2", False),
-        ("worker_chart_export.core.usage.x_window_start__mutmut_2", True),  # other modules: all
+        ("worker_chart_export.core.chart_img.usage.x_window_start__mutmut_2", True),  # other modules: all
         ("worker_chart_export.service.execute.x__noop__mutmut_1", True),
     ],
 )

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.service.advance import AdvanceOutcome, advance_version
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.service.advance import AdvanceEffect, advance_version
 
 UPDATE_TIME = datetime(2026, 11, 22, 4, 8, 40, 123456, tzinfo=UTC)
 
@@ -57,7 +57,7 @@ def test_an_advance_the_document_moved_past_is_stale_and_says_so() -> None:
     store = RecordingAdvanceStore(written=False)
     result = advance_version("run-7", run("PENDING", {"a": ("PENDING", [])}), UPDATE_TIME, store)
     assert len(store.writes) == 1
-    assert (result.run_id, result.outcome) == ("run-7", AdvanceOutcome.STALE)
+    assert (result.run_id, result.outcome) == ("run-7", AdvanceEffect.STALE)
     assert result.log_fields()["outcome"] == "STALE"
 
 

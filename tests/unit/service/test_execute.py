@@ -28,8 +28,8 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.step_rules import LEASE_SAFETY_MARGIN, RunVersion
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimOutcome, ClaimStatus
+from worker_chart_export.core.step.step_rules import LEASE_SAFETY_MARGIN, RunVersion
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimResult, ClaimStatus
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -153,8 +153,8 @@ def test_a_run_that_is_gone_is_a_flow_run_not_found_noop(tmp_path: Path, log_cap
 class GoneRunStore:
     """A run deleted before its claim: every claim finds no document."""
 
-    def claim_step(self, run_id: str, step_id: str, **_: Any) -> ClaimOutcome:
-        return ClaimOutcome(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
+    def claim_step(self, run_id: str, step_id: str, **_: Any) -> ClaimResult:
+        return ClaimResult(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
 
 
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "PENDING"])

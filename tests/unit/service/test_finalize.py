@@ -1,4 +1,4 @@
-"""finalize: a claimed step's result recorded on the in-memory flow_runs (adapters/memory.py),
+"""finalize: a claimed step's result recorded on the in-memory flow_runs (testing/flow_runs.py),
 by what it returns, raises, logs and writes; time is a FakeClock, so retries never sleep."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.types import FinalizeOutcome, StepFinal, StepStatus
+from worker_chart_export.core.types import FinalizeResult, StepFinal, StepStatus
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.step_context import StepContext
 from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 RUN, STEP, TOKEN = "run1", "charts", "tok-1"
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -75,7 +75,7 @@ class Down:
     def __post_init__(self) -> None:
         self.back_at = self.clock.monotonic() + self.seconds
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         self.calls += 1
         if self.clock.monotonic() < self.back_at:
             raise TransientStoreError("finalize: 503 Service Unavailable")
@@ -90,7 +90,7 @@ class Refusing:
     refusals: int
     finals: list[StepFinal] = field(default_factory=list)
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         self.finals.append(final)
         if len(self.finals) <= self.refusals:
             raise ValueError("400 maximum entity size is 1048576 bytes")

@@ -17,7 +17,7 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.types import FinalizeOutcome, StepFinal, StepStatus
+from worker_chart_export.core.types import FinalizeResult, StepFinal, StepStatus
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service import finalize as finalize_module
 from worker_chart_export.service.finalize import FINALIZE_WAIT, finalize
@@ -62,7 +62,7 @@ class FailingStore:
     refuse: bool = False
     calls: int = 0
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         self.calls += 1
         if self.clock.elapsed >= self.slow_from:
             self.clock.advance(CALL)

@@ -1,4 +1,4 @@
-"""reap_once over the in-memory flow_runs and step_leases (adapters/memory.py): the reaper's
+"""reap_once over the in-memory flow_runs and step_leases (testing/flow_runs.py): the reaper's
 rules without an emulator. tests/integration/test_leases_and_advance.py runs the same cases
 on Firestore, where a reap is a compare-and-set that can lose to another write."""
 
@@ -12,13 +12,13 @@ import pytest
 
 from harness.builders import chart_step, flow_run
 from harness.logs import LogCapture
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import lease_document_id
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, ReapReport
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport
 from worker_chart_export.core.types import ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 RUN, STEP = "run1", "charts"
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
@@ -58,7 +58,7 @@ class Meanwhile:
         self.event()
         return found
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
         return self.inner.reap(lease, now=now, max_attempts=max_attempts)
 
 
@@ -75,7 +75,7 @@ class UnavailableFor:
             raise TransientStoreError("query of expired step_leases: 503 Service Unavailable")
         return self.inner.expired_leases(now, limit)
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
         if lease.run_id in self.run_ids:
             raise TransientStoreError(f"reap of step {lease.step_id}: 503 Service Unavailable")
         return self.inner.reap(lease, now=now, max_attempts=max_attempts)
@@ -89,7 +89,7 @@ def test_an_expired_lease_makes_the_step_ready_again_with_its_attempt(log_captur
     assert step_of(store)["status"] == "RUNNING"  # the lease is still valid: untouched
 
     report = reap_at(store, EXPIRED)
-    assert report.outcomes == {ReapOutcome.RETRIED: [f"{RUN}/{STEP}"]} and report.errors == []
+    assert report.outcomes == {LeaseFate.RETRIED: [f"{RUN}/{STEP}"]} and report.errors == []
     step = step_of(store)
     assert (step["status"], step["attempt"]) == ("READY", 1)
     assert "claimToken" not in step and "leaseExpiresAt" not in step and "error" not in step
@@ -108,7 +108,7 @@ def test_the_last_attempt_fails_with_step_lease_expired(log_capture: LogCapture)
 
     report = reap_at(store, EXPIRED, max_attempts=3)
 
-    assert report.count(ReapOutcome.FAILED) == 1 and report.count(ReapOutcome.RETRIED) == 0
+    assert report.count(LeaseFate.FAILED) == 1 and report.count(LeaseFate.RETRIED) == 0
     step = step_of(store)
     assert (step["status"], step["attempt"]) == ("FAILED", 3)
     assert step["finishedAt"] == "2026-11-22T04:05:01.000Z" and "leaseExpiresAt" not in step
@@ -142,7 +142,7 @@ def test_a_step_finished_meanwhile_is_left_finished(log_capture: LogCapture) -> 
     report = reap_at(finishing, EXPIRED)
 
     # the finalize deleted the lease the reaper had listed
-    assert report.outcomes == {ReapOutcome.SUPERSEDED: [f"{RUN}/{STEP}"]}
+    assert report.outcomes == {LeaseFate.SUPERSEDED: [f"{RUN}/{STEP}"]}
     step = step_of(store)
     assert step["status"] == "SUCCEEDED" and step["outputs"] == {"o": 1} and "error" not in step
     [line] = log_capture.events("lease left alone")
@@ -154,10 +154,10 @@ def test_a_step_claimed_again_meanwhile_keeps_its_new_claim_and_lease() -> None:
     store = store_with(RUN)
     claim(store, "tok-old")
     [old] = store.expired_leases(EXPIRED, 10)
-    assert reap_at(store, EXPIRED).count(ReapOutcome.RETRIED) == 1  # another pass got there first
+    assert reap_at(store, EXPIRED).count(LeaseFate.RETRIED) == 1  # another pass got there first
     claim(store, "tok-new")
 
-    assert store.reap(old, now=EXPIRED, max_attempts=3) is ReapOutcome.SUPERSEDED
+    assert store.reap(old, now=EXPIRED, max_attempts=3) is LeaseFate.SUPERSEDED
 
     step = step_of(store)
     assert (step["status"], step["claimToken"], step["attempt"]) == ("RUNNING", "tok-new", 2)
@@ -173,7 +173,7 @@ def test_a_stray_lease_of_a_finished_step_is_cleared_and_the_step_untouched() ->
     store.leases[lease_document_id(RUN, STEP)] = stray
     before = step_of(store)
 
-    assert reap_at(store, EXPIRED).outcomes == {ReapOutcome.CLEARED: [f"{RUN}/{STEP}"]}
+    assert reap_at(store, EXPIRED).outcomes == {LeaseFate.CLEARED: [f"{RUN}/{STEP}"]}
     assert step_of(store) == before and store.leases == {}
 
 
@@ -183,7 +183,7 @@ def test_a_lease_renewed_in_the_run_is_not_expired_and_nothing_is_written() -> N
     store.runs[RUN]["steps"][STEP]["leaseExpiresAt"] = "2026-11-22T05:00:00.000Z"  # renewed by the run
     before = (step_of(store), dict(store.leases))
 
-    assert reap_at(store, EXPIRED).outcomes == {ReapOutcome.NOT_EXPIRED: [f"{RUN}/{STEP}"]}
+    assert reap_at(store, EXPIRED).outcomes == {LeaseFate.NOT_EXPIRED: [f"{RUN}/{STEP}"]}
     assert (step_of(store), dict(store.leases)) == before
 
 
@@ -195,7 +195,7 @@ def test_a_lease_that_cannot_be_reaped_is_counted_and_the_pass_goes_on(log_captu
 
     report = reap_at(UnavailableFor(store, {"run_a"}), EXPIRED)
 
-    assert report.outcomes == {ReapOutcome.RETRIED: [f"run_b/{STEP}"]}
+    assert report.outcomes == {LeaseFate.RETRIED: [f"run_b/{STEP}"]}
     assert report.errors == [f"run_a/{STEP}: reap of step {STEP}: 503 Service Unavailable"]
     assert report.to_summary()["errors"] == report.errors
     assert step_of(store, "run_a")["status"] == "RUNNING" and store.lease_of("run_a", STEP) is not None
@@ -221,6 +221,6 @@ def test_a_pass_takes_at_most_its_batch_soonest_first() -> None:
         claim(store, f"t{i}", f"run{i}", lease=timedelta(minutes=minutes))
 
     first = reap_at(store, EXPIRED, batch=2)
-    assert first.outcomes == {ReapOutcome.RETRIED: [f"run1/{STEP}", f"run2/{STEP}"]}
+    assert first.outcomes == {LeaseFate.RETRIED: [f"run1/{STEP}", f"run2/{STEP}"]}
     assert step_of(store, "run0")["status"] == "RUNNING"
-    assert reap_at(store, EXPIRED, batch=2).outcomes == {ReapOutcome.RETRIED: [f"run0/{STEP}"]}
+    assert reap_at(store, EXPIRED, batch=2).outcomes == {LeaseFate.RETRIED: [f"run0/{STEP}"]}

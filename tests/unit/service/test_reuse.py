@@ -18,11 +18,11 @@ from harness.logs import LogCapture
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_request import body_digest, build_request_body
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.reuse import png_metadata
+from worker_chart_export.core.step.reuse import png_metadata
+from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.core.types import ChartCall, ChartResult, ListedObject
 from worker_chart_export.service.execute import StepReport, execute_step
 from worker_chart_export.service.ports import Ports

@@ -20,7 +20,6 @@ from harness.builders import REPO, chart_step, flow_run
 from harness.logs import LogCapture
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalTemplateSource
-from worker_chart_export.adapters.memory import InMemoryFlowRuns
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import (
     BucketUnusable,
@@ -29,13 +28,14 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.step_rules import RunVersion
-from worker_chart_export.core.template_check import StoredTemplate
+from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock
+from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 
 # REQUEST_TIMEOUT_SECONDS <= 30: the lease is never "surely held", so the fence reads the store
 LIMITS = StepLimits.within_request(request_timeout_seconds=30.0, finalize_budget_seconds=5)

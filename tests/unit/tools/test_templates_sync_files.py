@@ -14,8 +14,8 @@ import pytest
 from harness.builders import TEMPLATES_DIR
 from harness.secret_scan import key_forms, leaks
 from worker_chart_export.cli.main import main
-from worker_chart_export.core.plans import PLANS
-from worker_chart_export.core.template_check import template_problems
+from worker_chart_export.core.chart_img.plans import PLANS
+from worker_chart_export.core.templates.template_check import template_problems
 from worker_chart_export.tools.templates_sync import load_templates, run_templates_sync
 
 KEY = 'ts/"key\\with+odd%chars=0123456789abcdef'

@@ -2,7 +2,7 @@
 
 One logical request = at most `max_attempts` HTTP attempts across accounts, each with a
 reserved quota unit and a rate token (AccountLimiter), classified by
-`core.chart_img_answers`, retried per `core.retry_policy`, all inside the step's Budget.
+`core.chart_img.answers`, retried per `core.chart_img.request_retries`, all inside the step's Budget.
 Every attempt holds one of the client's connection permits (permits.py) from before it
 reserves until its answer is read: a reservation never waits for a connection.
 `for_step` opens a step's session (session.py): it takes as many permits as are free (no
@@ -26,18 +26,18 @@ import httpx
 from tenacity import Retrying
 
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.outcomes import (
+from worker_chart_export.adapters.chart_img.attempts import (
+    AttemptPass,
     ChartRequest,
-    Outcome,
     cannot_start,
     judge_refusals,
     tell_limiter,
 )
-from worker_chart_export.adapters.chart_img.session import Rendered, StepSession
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease, NoAccount
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
+from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import (
+from worker_chart_export.core.chart_img.answers import (
     Disposition,
     classify,
     error_message,
@@ -45,13 +45,13 @@ from worker_chart_export.core.chart_img_answers import (
     looks_like_png,
     not_a_png,
 )
+from worker_chart_export.core.chart_img.key_history import Answer
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy, wants_retry
+from worker_chart_export.core.chart_img.usage import Refund
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.key_history import Answer
-from worker_chart_export.core.retry_policy import RetryPolicy, wants_retry
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
-from worker_chart_export.core.usage import Refund
 from worker_chart_export.logs import get_logger
 
 # Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
@@ -136,7 +136,7 @@ class RealChartApi:
             return []  # each call then tries on its own, and says so if the store stays away
         return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
 
-    def render_in(self, session: StepSession, call: ChartCall) -> Rendered:
+    def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
         request = ChartRequest(call, session)
         retrying = Retrying(
             stop=self._policy.stop(session.budget),
@@ -146,7 +146,7 @@ class RealChartApi:
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
             reraise=True,
         )
-        outcome: Outcome = retrying(self._attempt, request)
+        outcome: AttemptPass = retrying(self._attempt, request)
         result = outcome.result
         log = get_logger().bind(runId=call.run_id, stepId=call.step_id)
         judge_refusals(self.limiter, request, result, log)
@@ -156,19 +156,19 @@ class RealChartApi:
                 details["accountIds"] = list(dict.fromkeys(request.tried))
             result = ChartFailure(replace(result.error, details=details))
             self._log_global_exhaustion(session, call, result.error)
-        return Rendered(result, outcome.answer)
+        return RenderedCall(result, outcome.answer)
 
     def close(self) -> None:
         self.client.close()
 
     # --- the attempt ---
 
-    def _attempt(self, request: ChartRequest) -> Outcome:
+    def _attempt(self, request: ChartRequest) -> AttemptPass:
         outcome = self._try_once(request)
         request.last = outcome
         return outcome
 
-    def _try_once(self, request: ChartRequest) -> Outcome:
+    def _try_once(self, request: ChartRequest) -> AttemptPass:
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
         prepaid = None if request.tried else request.session.take_prepaid(request.call)
@@ -187,7 +187,7 @@ class RealChartApi:
         """How long an attempt may wait to start and still have its minimum time."""
         return request.budget.remaining() - self._policy.min_attempt_seconds
 
-    def _reserve_and_send(self, request: ChartRequest) -> Outcome:
+    def _reserve_and_send(self, request: ChartRequest) -> AttemptPass:
         max_wait = self._max_wait(request)
         if max_wait < 0:  # the wait for a connection took what was left
             return self._cannot_start(request, None)
@@ -207,13 +207,13 @@ class RealChartApi:
                 stepId=request.call.step_id,
                 errorKind=type(exc).__name__,
             )
-            return Outcome(Disposition.RETRY, ChartFailure(error))
+            return AttemptPass(Disposition.RETRY, ChartFailure(error))
         if isinstance(lease, NoAccount):
             return self._cannot_start(request, lease)
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> Outcome:
+    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> AttemptPass:
         call = request.call
         timeout = min(self._request_timeout, request.budget.remaining())
         log = get_logger().bind(
@@ -240,18 +240,18 @@ class RealChartApi:
             self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
             if looks_like_png(answer.content):
                 self._log_request(log, started, 200, None)
-                return Outcome(None, ChartSuccess(answer.content, lease.account_id), answer)
+                return AttemptPass(None, ChartSuccess(answer.content, lease.account_id), answer)
             error = not_a_png(answer.content_type, len(answer.content))
             self._log_request(log, started, 200, error)
-            return Outcome(None, ChartFailure(error))  # not recorded as a fixture
+            return AttemptPass(None, ChartFailure(error))  # not recorded as a fixture
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
         self._log_request(log, started, answer.status, error)
         next_step = None if disposition is Disposition.FINAL else disposition
-        refused = Outcome(next_step, ChartFailure(error), answer)
+        refused = AttemptPass(next_step, ChartFailure(error), answer)
         seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
         return tell_limiter(self.limiter, request, lease, refused, seen, log)
 
-    def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> Outcome:
+    def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> AttemptPass:
         """No answer: transient. When the call provably never left (no connection was made),
         CHART-IMG cannot have counted it, so its unit is given back."""
         kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
@@ -267,9 +267,9 @@ class RealChartApi:
             details,
         )
         self._log_request(log, started, None, error, refund=refund)
-        return Outcome(Disposition.RETRY, ChartFailure(error))
+        return AttemptPass(Disposition.RETRY, ChartFailure(error))
 
-    def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> Outcome:
+    def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
         return cannot_start(
             request.last, refusal, remaining=request.budget.remaining(), disabled=self._disabled_accounts
         )

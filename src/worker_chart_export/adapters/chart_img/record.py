@@ -9,7 +9,7 @@ from worker_chart_export.adapters.chart_img.api import RealChartApi
 from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.adapters.fixtures import FixtureLibrary, replay
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img_answers import NOT_ABOUT_THE_REQUEST, classify, error_message
+from worker_chart_export.core.chart_img.answers import NOT_ABOUT_THE_REQUEST, classify, error_message
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 from worker_chart_export.logs import get_logger
 

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
-from worker_chart_export.adapters.limiter import AccountLimiter, Lease
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import ChartCall, ChartResult
 
 
 @dataclass(frozen=True)
-class Rendered:
+class RenderedCall:
     result: ChartResult
     answer: HttpAnswer | None  # set when the result is exactly what one HTTP answer said
 
@@ -40,7 +40,7 @@ class Rendered:
 class Renderer(Protocol):
     """What renders a call within a session: RealChartApi's attempt loop."""
 
-    def render_in(self, session: StepSession, call: ChartCall) -> Rendered: ...
+    def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall: ...
 
 
 def _key(call: ChartCall) -> tuple[str, str, str]:
@@ -72,7 +72,7 @@ class StepSession:
         """Never raises for API-level failures: they come back as ChartFailure."""
         return self._renderer.render_in(self, call).result
 
-    def render_with_answer(self, call: ChartCall) -> Rendered:
+    def render_with_answer(self, call: ChartCall) -> RenderedCall:
         return self._renderer.render_in(self, call)
 
     def take_prepaid(self, call: ChartCall) -> Lease | None:

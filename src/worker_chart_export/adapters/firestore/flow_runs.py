@@ -1,5 +1,5 @@
 """FlowRunStore over `flow_runs/{runId}`: executes the core's claim and finalize plans
-(core/step_rules.py), each as a compare-and-set: no transaction, no read lock on the run
+(core/step/step_rules.py), each as a compare-and-set: no transaction, no read lock on the run
 document (error model, "Firestore contention notes"; docs/design.md, "Claim").
 
 A plan is made from one version of the run document and committed, with the step's lease
@@ -30,10 +30,10 @@ from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, advance_update
 from worker_chart_export.adapters.firestore.step_claim import ClaimRequest, StepClaim
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.flow_rules import AdvancePlan
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION
-from worker_chart_export.core.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
-from worker_chart_export.core.types import ClaimOutcome, FinalizeOutcome, JsonDict, StepFinal
+from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, JsonDict, StepFinal
 
 
 class FirestoreFlowRunStore:
@@ -72,10 +72,10 @@ class FirestoreFlowRunStore:
         now: datetime,
         lease_expires_at: datetime,
         seen: RunVersion | None = None,
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         return self._claim.claim(ClaimRequest(run_id, step_id, token, now, lease_expires_at), seen)
 
-    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeOutcome:
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
         return step_finalize.finalize_step(
             self._docs, run_id, step_id, token=token, final=final, max_attempts=self._max_attempts
         )

@@ -1,6 +1,6 @@
 """The reaper's view of Firestore: `step_leases` (one document per claimed step, written by the
 claim and deleted by the finalize, each in its commit on the run document) and the conditional
-write that takes an expired step back (core/reaping.py `decide_reap`).
+write that takes an expired step back (core/step/reaping.py `decide_reap`).
 
 The query `expiresAt <= now` uses the single-field index Firestore keeps on `expiresAt` by
 default (deploy/firestore.indexes.json states it explicitly); it touches only leases, never
@@ -39,7 +39,7 @@ from worker_chart_export.core.naming import (
     STEP_LEASES_COLLECTION,
     rfc3339_utc,
 )
-from worker_chart_export.core.reaping import ExpiredLease, ReapOutcome, decide_reap
+from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap
 
 
 def reap_update(step_id: str, set_fields: dict[str, Any], delete_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ class FirestoreLeaseReaper:
             lease for s in snapshots if (lease := ExpiredLease.from_document(s.id, s.to_dict())) is not None
         ]
 
-    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> ReapOutcome:
+    def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
         """`max_attempts`: the step's (REAPER_MAX_ATTEMPTS), not this write's tries."""
         operation = f"reap of step {lease.step_id} in flow_runs/{lease.run_id}"
         run_ref = self._runs.document(lease.run_id)
@@ -109,7 +109,7 @@ class FirestoreLeaseReaper:
         *,
         now: datetime,
         max_attempts: int,
-    ) -> ReapOutcome | None:
+    ) -> LeaseFate | None:
         """The decision from these versions, committed only while both are current: its
         outcome, or None when either document changed before the commit (read and decide again)."""
         decision = decide_reap(lease, lease_version.doc, run_version.doc, now=now, max_attempts=max_attempts)

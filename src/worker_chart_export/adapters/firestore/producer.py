@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.flow_rules import as_new_run
+from worker_chart_export.core.flow.flow_rules import as_new_run
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from google.cloud.firestore_v1.field_path import FieldPath
 
 from worker_chart_export.adapters.firestore.client import BatchCommitter, RpcOptions, Version, version_of
 from worker_chart_export.adapters.firestore.exception_map import CHANGED_MEANWHILE
-from worker_chart_export.core.flow_rules import AdvancePlan
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import lease_document_id
-from worker_chart_export.core.step_rules import ClaimPlan, FinalizePlan
+from worker_chart_export.core.step.step_rules import ClaimPlan, FinalizePlan
 
 # what a store's commit adds to the batch besides the run document's update
 BatchWrites = Callable[[firestore.WriteBatch], None]

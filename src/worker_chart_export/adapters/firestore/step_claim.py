@@ -23,15 +23,15 @@ from worker_chart_export.adapters.firestore.exception_map import outage_error, t
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
-from worker_chart_export.core.reaping import lease_document
-from worker_chart_export.core.step_rules import (
+from worker_chart_export.core.step.reaping import lease_document
+from worker_chart_export.core.step.step_rules import (
     ClaimPlan,
     RunVersion,
     claim_retry_wait,
     plan_claim,
     settled_claim,
 )
-from worker_chart_export.core.types import ClaimOutcome, ClaimStatus, JsonDict
+from worker_chart_export.core.types import ClaimResult, ClaimStatus, JsonDict
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ class ClaimRequest:
     now: datetime
     lease_expires_at: datetime
 
-    def plan(self, document: JsonDict | None) -> ClaimPlan | ClaimOutcome:
+    def plan(self, document: JsonDict | None) -> ClaimPlan | ClaimResult:
         return plan_claim(document, self.run_id, self.step_id, **self._claim())
 
-    def settled(self, document: JsonDict | None) -> ClaimOutcome | None:
+    def settled(self, document: JsonDict | None) -> ClaimResult | None:
         return settled_claim(document, self.run_id, self.step_id, **self._claim())
 
     def _claim(self) -> dict[str, Any]:
@@ -66,12 +66,12 @@ class StepClaim:
     tries: int
     clock: Clock
 
-    def claim(self, request: ClaimRequest, seen: RunVersion | None) -> ClaimOutcome:
+    def claim(self, request: ClaimRequest, seen: RunVersion | None) -> ClaimResult:
         ref = self.docs.run_ref(request.run_id)
         # the event's document, in the values a read gives; without one, read first
         version = Version(plain(seen.document), seen.update_time) if seen is not None else None
 
-        def one_try() -> ClaimOutcome | None:
+        def one_try() -> ClaimResult | None:
             nonlocal version
             if version is None:
                 version = self._read_for(request, ref, "read")
@@ -85,7 +85,7 @@ class StepClaim:
             sleep=self.clock.sleep,
             retry_error_callback=_still_ready,
         )
-        outcome: ClaimOutcome | None = retrying(one_try)
+        outcome: ClaimResult | None = retrying(one_try)
         if outcome is None:
             raise ClaimContended(
                 f"{request.operation}: the step is still READY after {self.tries} commits "
@@ -95,11 +95,11 @@ class StepClaim:
 
     def _claim_on(
         self, version: Version, ref: firestore.DocumentReference, request: ClaimRequest
-    ) -> tuple[ClaimOutcome | None, Version | None]:
+    ) -> tuple[ClaimResult | None, Version | None]:
         """One claim commit planned from `version`: (the outcome, None) once settled, else
         (None, the version read after the commit lost: the step is still READY in it)."""
         plan = request.plan(version.doc)
-        if isinstance(plan, ClaimOutcome):
+        if isinstance(plan, ClaimResult):
             return plan, None
         lease = self.docs.lease_ref(request.run_id, request.step_id)
         try:
@@ -125,7 +125,7 @@ class StepClaim:
         with translated(f"{request.operation} ({why})", contention=False):
             return self.docs.read_version(ref)
 
-    def _settled(self, request: ClaimRequest, fresh: Version) -> ClaimOutcome | None:
+    def _settled(self, request: ClaimRequest, fresh: Version) -> ClaimResult | None:
         outcome = request.settled(fresh.doc)
         if outcome is not None and outcome.status is ClaimStatus.CLAIMED:
             self.docs.written.remember(request.run_id, fresh)  # ours: the finalize writes on it
@@ -133,7 +133,7 @@ class StepClaim:
 
     def _settled_after_outage(
         self, ref: firestore.DocumentReference, request: ClaimRequest, outage: TransientStoreError
-    ) -> ClaimOutcome:
+    ) -> ClaimResult:
         try:
             fresh = self.docs.read_version(ref)
         except Exception as exc:

@@ -18,13 +18,13 @@ from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, finalize_update
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.step_rules import FinalizePlan, finalized, plan_finalize
-from worker_chart_export.core.types import FinalizeOutcome, StepFinal
+from worker_chart_export.core.step.step_rules import FinalizePlan, finalized, plan_finalize
+from worker_chart_export.core.types import FinalizeResult, StepFinal
 
 
 def finalize_step(
     docs: RunDocuments, run_id: str, step_id: str, *, token: str, final: StepFinal, max_attempts: int
-) -> FinalizeOutcome:
+) -> FinalizeResult:
     operation = f"finalize of step {step_id} in flow_runs/{run_id}"
     ref = docs.run_ref(run_id)
     lease = docs.lease_ref(run_id, step_id)
@@ -34,7 +34,7 @@ def finalize_step(
             version, fresh = docs.read_version(ref), True
         for _ in range(max_attempts):
             decided = plan_finalize(version.doc, run_id, step_id, token=token, final=final)
-            if isinstance(decided, FinalizeOutcome):
+            if isinstance(decided, FinalizeResult):
                 if fresh:
                     docs.written.forget(run_id)
                     return decided

@@ -1,5 +1,5 @@
 """TemplateSource over `chart_templates/{id}`, with a per-instance TTL cache; each stored
-version is checked once (core.template_check.StoredTemplate, kept while update_time stays)."""
+version is checked once (core.templates.template_check.StoredTemplate, kept while update_time stays)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
-from worker_chart_export.core.template_check import StoredTemplate, TemplateCheck, template_problems
+from worker_chart_export.core.templates.template_check import StoredTemplate, TemplateCheck, template_problems
 
 
 class FirestoreTemplateSource:

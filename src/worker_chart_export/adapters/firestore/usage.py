@@ -1,6 +1,6 @@
 """UsageStore over `chart_img_accounts_usage/{accountId}` (contract §14.4).
 
-The window and pacing rules are core.usage's; this class applies them atomically. A
+The window and pacing rules are core.chart_img.usage's; this class applies them atomically. A
 reservation is a compare-and-set on one document: compute the new fields from the version
 read, then write them with the precondition "the document is still that version" (its
 `update_time`; `create` when it did not exist). Firestore commits such a write only if no
@@ -45,11 +45,8 @@ from worker_chart_export.adapters.firestore.client import (
     run_transaction,
 )
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
-from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
-from worker_chart_export.core.set_aside import cooling_fields, serving_again_fields
-from worker_chart_export.core.types import Reservation
-from worker_chart_export.core.usage import (
+from worker_chart_export.core.chart_img.set_aside import cooling_fields, serving_again_fields
+from worker_chart_export.core.chart_img.usage import (
     QUOTA_REFUSED,
     Pacing,
     Refund,
@@ -61,6 +58,9 @@ from worker_chart_export.core.usage import (
     reserve_many,
     reserve_one,
 )
+from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
+from worker_chart_export.core.types import Reservation
 
 T = TypeVar("T")
 
@@ -134,7 +134,7 @@ class FirestoreUsageStore:
         return self._apply(account_id, plan, f"reservation on account {account_id}")
 
     def refund(self, account_id: str, *, day: str) -> Refund:
-        """One unit reserved in the window `day` given back (core.usage.refund_one), as one
+        """One unit reserved in the window `day` given back (core.chart_img.usage.refund_one), as one
         compare-and-set on the account's document like a reservation; `tat` untouched."""
 
         def plan(doc: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, Refund]:

@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from worker_chart_export.core.exceptions import PoisonEvent
-from worker_chart_export.core.selection import ready_chart_export_step_ids
+from worker_chart_export.core.step.selection import ready_chart_export_step_ids
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.functions.decoding.names import CloudEventLike, resolve_run_id
 from worker_chart_export.functions.decoding.payload import PayloadFormat, split_event_payload
@@ -107,7 +107,7 @@ def decode_event(cloud_event: CloudEventLike) -> DecodedEvent:
 
 
 def _ready_step_ids(document: Any, *, serialized: bytes | None = None) -> tuple[str, ...]:
-    """READY CHART_EXPORT step ids of a `SkimDocument`, as `core.selection` chooses them from
+    """READY CHART_EXPORT step ids of a `SkimDocument`, as `core.step.selection` chooses them from
     the candidate steps' summaries. `serialized`, the document's bytes, lets most events skip
     the per-step scan.
 

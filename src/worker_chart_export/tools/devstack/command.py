@@ -21,8 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import bundled
-from worker_chart_export.adapters.flow_run_file import read_valid_flow_run
-from worker_chart_export.cli.surface import (
+from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -36,7 +35,7 @@ from worker_chart_export.cli.surface import (
     positive_number,
 )
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.run_progress import chart_manifests
+from worker_chart_export.core.flow.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
 
 if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
@@ -135,6 +134,7 @@ def run_stack(args: argparse.Namespace) -> int:
 
         raise UsageError(f"needs the development extras: {DEV_EXTRAS_HINT}") from None
 
+    from worker_chart_export.bootstrap.commands import read_valid_flow_run
     from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
     document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")

@@ -268,7 +268,7 @@ class LocalStack:
     def write_flow_run(self, document: dict[str, Any]) -> str:
         """Create the run as a producer does (`submit`'s way: create-only, status PENDING);
         advance_flow's trigger hears the creation, and nothing else is written."""
-        from worker_chart_export.adapters.firestore.producer import create_flow_run
+        from worker_chart_export.bootstrap.commands import create_flow_run
 
         return create_flow_run(self.db, document)
 

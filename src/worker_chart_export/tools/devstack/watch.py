@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from worker_chart_export.core.run_progress import StatusChange, is_finished, status_changes, steps_of
+from worker_chart_export.core.flow.run_progress import StatusChange, is_finished, status_changes
+from worker_chart_export.core.step.selection import steps_of
 
 if TYPE_CHECKING:
     from google.cloud import firestore

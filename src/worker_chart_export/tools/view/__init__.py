@@ -4,7 +4,7 @@
 `command` holds the plain API and the CLI pieces.
 """
 
-from worker_chart_export.cli.surface import EXIT_OK
+from worker_chart_export.command_surface import EXIT_OK
 from worker_chart_export.tools.view.command import (
     EXIT_BAD_INPUT,
     ViewResult,

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export import known_keys
-from worker_chart_export.cli.surface import EXIT_OK, EXIT_USAGE, USAGE_MEANING, add_command
+from worker_chart_export.command_surface import EXIT_OK, EXIT_USAGE, USAGE_MEANING, add_command
 from worker_chart_export.core.exceptions import UsageError
-from worker_chart_export.core.outcome import step_status
+from worker_chart_export.core.step.success import step_status
 from worker_chart_export.tools.view.model import StepState, ViewInputError
 from worker_chart_export.tools.view.render import render_page
 from worker_chart_export.tools.view.sources import LoadedRun, load_gcs, load_local, parse_state

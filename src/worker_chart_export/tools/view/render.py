@@ -23,8 +23,8 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.core.outcome import step_status
 from worker_chart_export.core.redaction import NO_SECRETS, Redaction
+from worker_chart_export.core.step.success import step_status
 from worker_chart_export.tools.view.model import ChartImage, StepState
 from worker_chart_export.tools.view.style import CSS
 

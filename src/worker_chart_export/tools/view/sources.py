@@ -187,11 +187,11 @@ def _storage_client() -> storage.Client:
     try:
         from google.auth.exceptions import DefaultCredentialsError
 
-        from worker_chart_export.adapters.gcs import make_storage_client  # only gs:// input pays
+        from worker_chart_export.bootstrap.commands import storage_client  # only gs:// input pays
     except ImportError as exc:
         raise ViewInputError(f"reading gs:// needs google-cloud-storage: {exc}") from exc
     try:
-        return make_storage_client(None)
+        return storage_client()
     except DefaultCredentialsError as exc:
         raise ViewInputError(
             "gs:// input needs Google credentials (gcloud auth application-default login) "

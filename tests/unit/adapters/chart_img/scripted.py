@@ -18,13 +18,13 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, FakeClock, chart_call, find_secrets, new_key
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.retry_policy import RetryPolicy
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.types import ChartFailure, ChartResult
 from worker_chart_export.settings import Settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 Answer = httpx.Response | Exception
 

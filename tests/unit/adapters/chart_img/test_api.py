@@ -16,16 +16,16 @@ import pytest
 
 from harness.chart_img_server import PNG, FakeClock, chart_call
 from unit.adapters.chart_img.scripted import KEYS, Rig, answer, failure, png
-from worker_chart_export.adapters.accounts_config import NO_ACCOUNTS_MESSAGE
-from worker_chart_export.adapters.chart_img import RealChartApi, Seams
+from worker_chart_export.adapters.chart_img.accounts_config import NO_ACCOUNTS_MESSAGE
+from worker_chart_export.adapters.chart_img.assembly import RealChartApi, Seams
 from worker_chart_export.adapters.fixtures import MockChartApi
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
 from worker_chart_export.core.types import ChartCall, ChartSuccess
 from worker_chart_export.settings import Settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 # --- the happy path ------------------------------------------------------------------------
 

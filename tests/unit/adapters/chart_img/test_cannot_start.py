@@ -3,10 +3,10 @@ what the step's manifest and error say, each case against the last real answer o
 
 from __future__ import annotations
 
+from worker_chart_export.adapters.chart_img.attempts import AttemptPass, cannot_start
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
-from worker_chart_export.adapters.chart_img.outcomes import Outcome, cannot_start
-from worker_chart_export.adapters.limiter import NoAccount, Refusal
-from worker_chart_export.core.chart_img_answers import Disposition
+from worker_chart_export.adapters.chart_img.limiter import NoAccount, NoAccountReason
+from worker_chart_export.core.chart_img.answers import Disposition
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.types import ChartFailure, ChartSuccess
 
@@ -14,12 +14,12 @@ ANSWER = HttpAnswer(503, b'{"message": "upstream busy"}', "application/json")
 LIMIT = HttpAnswer(429, b'{"message": "Limit Exceeded"}', "application/json")
 
 
-def last_failure(code: ErrorCode = ErrorCode.CHART_API_FAILED, answer: HttpAnswer = ANSWER) -> Outcome:
+def last_failure(code: ErrorCode = ErrorCode.CHART_API_FAILED, answer: HttpAnswer = ANSWER) -> AttemptPass:
     error = StepError(code, f"CHART-IMG answered {answer.status}", {"httpStatus": answer.status})
-    return Outcome(Disposition.RETRY, ChartFailure(error), answer)
+    return AttemptPass(Disposition.RETRY, ChartFailure(error), answer)
 
 
-def error_of(outcome: Outcome) -> StepError:
+def error_of(outcome: AttemptPass) -> StepError:
     assert outcome.disposition is None  # nothing more can be tried
     assert isinstance(outcome.result, ChartFailure)
     return outcome.result.error
@@ -31,7 +31,10 @@ def never_asked() -> list[str]:
 
 def test_every_key_refused_before_any_call_says_no_request_was_sent() -> None:
     outcome = cannot_start(
-        None, NoAccount(Refusal.NO_USABLE_KEY, ()), remaining=9.0, disabled=lambda: ["acct-a", "acct-b"]
+        None,
+        NoAccount(NoAccountReason.NO_USABLE_KEY, ()),
+        remaining=9.0,
+        disabled=lambda: ["acct-a", "acct-b"],
     )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_FAILED,
@@ -44,7 +47,7 @@ def test_every_key_refused_before_any_call_says_no_request_was_sent() -> None:
 def test_every_key_refused_after_an_answer_keeps_that_answer_and_names_the_disabled_accounts() -> None:
     last = last_failure()
     outcome = cannot_start(
-        last, NoAccount(Refusal.NO_USABLE_KEY, ()), remaining=9.0, disabled=lambda: ["acct-a"]
+        last, NoAccount(NoAccountReason.NO_USABLE_KEY, ()), remaining=9.0, disabled=lambda: ["acct-a"]
     )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_FAILED,
@@ -56,7 +59,7 @@ def test_every_key_refused_after_an_answer_keeps_that_answer_and_names_the_disab
 
 def test_every_account_exhausted_before_any_call() -> None:
     outcome = cannot_start(
-        None, NoAccount(Refusal.EXHAUSTED, ("b", "a")), remaining=9.0, disabled=never_asked
+        None, NoAccount(NoAccountReason.EXHAUSTED, ("b", "a")), remaining=9.0, disabled=never_asked
     )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_LIMIT_EXCEEDED,
@@ -68,7 +71,9 @@ def test_every_account_exhausted_before_any_call() -> None:
 
 def test_a_limit_answer_then_every_account_exhausted_keeps_that_answer() -> None:
     last = last_failure(ErrorCode.CHART_API_LIMIT_EXCEEDED, LIMIT)
-    outcome = cannot_start(last, NoAccount(Refusal.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked)
+    outcome = cannot_start(
+        last, NoAccount(NoAccountReason.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked
+    )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_LIMIT_EXCEEDED,
         "CHART-IMG answered 429",
@@ -79,7 +84,7 @@ def test_a_limit_answer_then_every_account_exhausted_keeps_that_answer() -> None
 
 def test_another_failure_then_every_account_exhausted_says_both() -> None:
     outcome = cannot_start(
-        last_failure(), NoAccount(Refusal.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked
+        last_failure(), NoAccount(NoAccountReason.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked
     )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_LIMIT_EXCEEDED,
@@ -97,8 +102,10 @@ def test_another_failure_then_every_account_exhausted_says_both() -> None:
 
 
 def test_a_success_then_every_account_exhausted_has_no_last_error() -> None:
-    last = Outcome(None, ChartSuccess(b"\x89PNG", "a"))
-    outcome = cannot_start(last, NoAccount(Refusal.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked)
+    last = AttemptPass(None, ChartSuccess(b"\x89PNG", "a"))
+    outcome = cannot_start(
+        last, NoAccount(NoAccountReason.EXHAUSTED, ("a",)), remaining=9.0, disabled=never_asked
+    )
     assert error_of(outcome).details == {"exhaustedAccounts": ["a"], "lastError": {}}
 
 
@@ -111,7 +118,9 @@ def test_out_of_time_after_an_answer_keeps_that_answer_and_says_the_budget_stopp
 
 
 def test_out_of_time_before_any_call_says_how_much_time_was_left() -> None:
-    outcome = cannot_start(None, NoAccount(Refusal.NO_TIME, ()), remaining=0.12345, disabled=never_asked)
+    outcome = cannot_start(
+        None, NoAccount(NoAccountReason.NO_TIME, ()), remaining=0.12345, disabled=never_asked
+    )
     assert error_of(outcome) == StepError(
         ErrorCode.CHART_API_FAILED,
         "the step's time budget ran out before CHART-IMG could be called",

@@ -14,9 +14,9 @@ import pytest
 
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Rig, failure, png
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.testing import InMemoryUsageStore
 
 NEVER_LEFT = [
     httpx.ConnectError("[Errno 111] Connection refused"),

@@ -21,15 +21,15 @@ from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, chart_call, connections_all_free, new_key
 from harness.logs import LogCapture
-from worker_chart_export.adapters.chart_img import Seams
+from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
 from worker_chart_export.bootstrap import LocalLayout, build_chart_api, chart_img_options, local_step
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.types import ChartCall, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings, load_settings
+from worker_chart_export.testing import InMemoryUsageStore
 
 # --- the semaphore -------------------------------------------------------------------------
 

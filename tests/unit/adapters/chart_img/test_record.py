@@ -15,7 +15,7 @@ import pytest
 
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Answer, Rig, answer, failure, png
-from worker_chart_export.adapters.chart_img import RecordChartApi
+from worker_chart_export.adapters.chart_img.assembly import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.core.types import ChartFailure, ChartSuccess
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Rig, answer, png
-from worker_chart_export.adapters.usage_local import InMemoryUsageStore
+from worker_chart_export.core.chart_img.key_history import Answer
+from worker_chart_export.core.chart_img.usage import ReservationRequest
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.key_history import Answer
 from worker_chart_export.core.types import ChartSuccess
-from worker_chart_export.core.usage import ReservationRequest
+from worker_chart_export.testing import InMemoryUsageStore
 
 
 def units(r: Rig) -> int:

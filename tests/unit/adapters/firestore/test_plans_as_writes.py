@@ -21,10 +21,10 @@ from worker_chart_export.adapters.firestore.run_documents import (
     step_field,
 )
 from worker_chart_export.adapters.firestore.step_claim import ClaimRequest, _still_ready
-from worker_chart_export.core.flow_graph import RunStatus
-from worker_chart_export.core.flow_rules import AdvancePlan
-from worker_chart_export.core.step_rules import ClaimPlan, FinalizePlan, plan_claim
-from worker_chart_export.core.types import Claim, ClaimOutcome, ClaimStatus
+from worker_chart_export.core.flow.flow_graph import RunStatus
+from worker_chart_export.core.flow.flow_rules import AdvancePlan
+from worker_chart_export.core.step.step_rules import ClaimPlan, FinalizePlan, plan_claim
+from worker_chart_export.core.types import Claim, ClaimResult, ClaimStatus
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 LEASE = NOW + timedelta(seconds=420)
@@ -32,7 +32,7 @@ DELETE = firestore.DELETE_FIELD
 
 
 def _claim() -> Claim:
-    return Claim("tok", 2, NOW, LEASE)
+    return Claim("tok", 2, LEASE)
 
 
 @pytest.mark.parametrize(
@@ -165,19 +165,19 @@ def test_a_claim_request_plans_with_its_own_token_time_and_lease() -> None:
     )
     plan = request.plan(doc)
     assert isinstance(plan, ClaimPlan)
-    assert plan.claim == Claim("tok-7", 2, NOW, LEASE)
-    assert request.plan(None) == ClaimOutcome(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist")
+    assert plan.claim == Claim("tok-7", 2, LEASE)
+    assert request.plan(None) == ClaimResult(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist")
 
 
 def test_a_claim_request_settles_on_a_version_read_after_its_commit() -> None:
     request = ClaimRequest("run1", "chart-1", "tok-7", NOW, LEASE)
     ours = request.settled(_document("RUNNING", claimToken="tok-7", attempt=3))
     assert ours is not None and ours.status is ClaimStatus.CLAIMED
-    assert ours.claim == Claim("tok-7", 3, NOW, LEASE)
+    assert ours.claim == Claim("tok-7", 3, LEASE)
     theirs = request.settled(_document("RUNNING", claimToken="other", attempt=3))
     assert theirs is not None and theirs.status is ClaimStatus.CONFLICT
     assert request.settled(_document("READY")) is None  # still READY: try again
-    gone = ClaimOutcome(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist (lost the claim race)")
+    gone = ClaimResult(ClaimStatus.NOT_FOUND, "flow_run run1 does not exist (lost the claim race)")
     assert request.settled(None) == gone
 
 

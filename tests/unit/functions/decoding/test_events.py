@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from harness.builders import SAMPLE_FLOW_RUN
 from worker_chart_export.core.exceptions import PoisonEvent
-from worker_chart_export.core.selection import ready_chart_export_step_ids
+from worker_chart_export.core.step.selection import ready_chart_export_step_ids
 from worker_chart_export.functions.decoding.events import decode_event
 from worker_chart_export.functions.decoding.names import resolve_run_id
 from worker_chart_export.functions.decoding.values import (

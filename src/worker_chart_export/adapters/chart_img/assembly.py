@@ -1,0 +1,73 @@
+"""The `real` and `record` ChartApi adapters (worker contract §13), assembled.
+
+`build_http_chart_api` assembles them from plain values; bootstrap/builders.py decides the mode and
+passes what the settings say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
+from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
+from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.limiter import AccountLimiter
+from worker_chart_export.adapters.chart_img.record import RecordChartApi
+from worker_chart_export.adapters.chart_img.usage_store import UsageStore
+from worker_chart_export.adapters.fixtures import FixtureLibrary
+from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
+from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+
+__all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]
+
+
+@dataclass(frozen=True)
+class ChartImgOptions:
+    base_url: str
+    request_timeout_seconds: float  # one HTTP call
+    max_attempts: int  # per chart, across accounts
+    max_connections: int  # every chart the process runs at once: steps at once x chart concurrency
+    # an account's pacing and daily limit, unless the account (its plan, or its usage doc) sets them
+    daily_limit: int
+    rate_per_second: float
+    burst: int
+    default_plan: str = DEFAULT_PLAN  # the plan of an account that declares none (CHART_IMG_PLAN)
+
+
+def build_http_chart_api(
+    options: ChartImgOptions,
+    accounts: Sequence[AccountConfig],
+    usage_store: UsageStore,
+    *,
+    record_into: FixtureLibrary | None = None,
+    retry_policy: RetryPolicy | None = None,
+    seams: Seams,
+) -> RealChartApi | RecordChartApi:
+    """Mode `real`, or `record` into `record_into` when it is given."""
+    defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
+    limiter = AccountLimiter(
+        accounts, usage_store, defaults=defaults, clock=seams.clock, default_plan=options.default_plan
+    )
+    client = ChartImgClient(
+        options.base_url,
+        max_connections=options.max_connections,
+        transport=seams.transport,
+        clock=seams.clock,
+    )
+    policy = retry_policy or RetryPolicy()
+    policy = replace(
+        policy,
+        max_attempts=options.max_attempts,
+        # an attempt never needs more than its own timeout
+        min_attempt_seconds=min(policy.min_attempt_seconds, options.request_timeout_seconds),
+    )
+    real = RealChartApi(
+        client,
+        limiter,
+        request_timeout=options.request_timeout_seconds,
+        policy=policy,
+        mode="real" if record_into is None else "record",
+        seams=seams,
+    )
+    return real if record_into is None else RecordChartApi(record_into, real)

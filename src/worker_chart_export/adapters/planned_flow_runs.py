@@ -1,0 +1,83 @@
+"""The claim, the finalize and the fence of a FlowRunStore that holds its runs in this
+process: core's plans (core/step/step_rules.py) applied to a document loaded and saved under
+one lock, written once for run-local's file store (adapters/local.py: load/save the state
+file) and the in-memory store of the tests (worker_chart_export.testing: dicts, with leases).
+Firestore needs a compare-and-set where these hold a lock.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from worker_chart_export.core.step.reaping import lease_document
+from worker_chart_export.core.step.step_rules import (
+    RunVersion,
+    apply_to_step,
+    claim_is_current,
+    finalized,
+    plan_claim,
+    plan_finalize,
+)
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
+
+
+class PlannedFlowRuns:
+    """A subclass supplies the lock and where a run is loaded from and saved to, and may keep
+    the step's lease (`_lease_written`, `_lease_deleted`: nothing by default)."""
+
+    def _locked(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _load(self, run_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _lease_written(self, run_id: str, step_id: str, lease: dict[str, Any]) -> None:
+        """The claim's lease document, written with the run."""
+
+    def _lease_deleted(self, run_id: str, step_id: str) -> None:
+        """The finalize deletes the step's lease with the run's write."""
+
+    def claim_step(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        token: str,
+        now: datetime,
+        lease_expires_at: datetime,
+        seen: RunVersion | None = None,
+    ) -> ClaimResult:
+        # `seen` is not needed here: the lock makes read, plan and write one step
+        with self._locked():
+            document = self._load(run_id)
+            plan = plan_claim(
+                document, run_id, step_id, token=token, now=now, lease_expires_at=lease_expires_at
+            )
+            if isinstance(plan, ClaimResult):
+                return plan
+            assert document is not None  # the plan found the step in it
+            apply_to_step(document["steps"][step_id], plan)
+            self._save(run_id, document)
+            self._lease_written(run_id, step_id, lease_document(run_id, plan))
+            return plan.outcome()
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
+        with self._locked():
+            document = self._load(run_id)
+            plan = plan_finalize(document, run_id, step_id, token=token, final=final)
+            if isinstance(plan, FinalizeResult):
+                return plan
+            assert document is not None
+            apply_to_step(document["steps"][step_id], plan)
+            self._save(run_id, document)
+            self._lease_deleted(run_id, step_id)
+            return finalized(step_id)
+
+    def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
+        with self._locked():
+            return claim_is_current(self._load(run_id), step_id, token)

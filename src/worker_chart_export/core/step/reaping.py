@@ -1,0 +1,104 @@
+"""The reaper's rules and plain values: the lease a claim writes, an expired lease as found,
+what to do with it given the lease and the run as they are now, and what became of it.
+Every lease store (Firestore's compare-and-set, the in-memory one) executes `decide_reap`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD
+from worker_chart_export.core.step.step_rules import ClaimPlan, ReapPlan, claim_is_current, plan_reap
+
+
+class LeaseFate(StrEnum):
+    RETRIED = "RETRIED"  # READY again, attempt kept: a worker claims it anew
+    FAILED = "FAILED"  # attempts used up: FAILED with STEP_LEASE_EXPIRED
+    NOT_EXPIRED = "NOT_EXPIRED"  # the lease was renewed or is still valid: untouched
+    SUPERSEDED = "SUPERSEDED"  # the step was claimed again meanwhile: untouched
+    CLEARED = "CLEARED"  # the step finished or vanished: the stray lease is deleted
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    document_id: str
+    run_id: str
+    step_id: str
+    token: str
+    expires_at: str
+
+    @classmethod
+    def from_document(cls, document_id: str, data: Mapping[str, Any] | None) -> ExpiredLease | None:
+        """None for a lease document that lacks what the reaper needs (never written by us)."""
+        values = [(data or {}).get(name) for name in ("runId", "stepId", "claimToken", "expiresAt")]
+        if not all(isinstance(value, str) and value for value in values):
+            return None
+        run_id, step_id, token, expires_at = (str(value) for value in values)
+        return cls(document_id, run_id, step_id, token, expires_at)
+
+
+def lease_document(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
+    """The step_leases document a claim writes: what the reaper needs, nothing else."""
+    return {
+        "runId": run_id,
+        "stepId": plan.step_id,
+        "claimToken": plan.claim.token,
+        LEASE_EXPIRY_FIELD: plan.set_fields["leaseExpiresAt"],
+        "attempt": plan.claim.attempt,
+    }
+
+
+@dataclass(frozen=True)
+class ReapDecision:
+    """What a reap does: `plan` is written on the run (None: the run is left as it is) and the
+    lease deleted when `delete_lease` (always, with a plan), both in one conditional write;
+    nothing is written when `delete_lease` is False."""
+
+    outcome: LeaseFate
+    plan: ReapPlan | None = None
+    delete_lease: bool = False
+
+
+def decide_reap(
+    lease: ExpiredLease,
+    lease_now: Mapping[str, Any] | None,
+    run_now: Mapping[str, Any] | None,
+    *,
+    now: datetime,
+    max_attempts: int,
+) -> ReapDecision:
+    """From the lease document and the run as they are now (None: absent)."""
+    if lease_now is None or lease_now.get("claimToken") != lease.token:
+        return ReapDecision(LeaseFate.SUPERSEDED)  # claimed again (a newer lease) or finalized
+    plan = plan_reap(run_now, lease.step_id, token=lease.token, now=now, max_attempts=max_attempts)
+    if plan is not None:
+        outcome = LeaseFate.RETRIED if plan.retried else LeaseFate.FAILED
+        return ReapDecision(outcome, plan, delete_lease=True)
+    if claim_is_current(run_now, lease.step_id, lease.token):
+        return ReapDecision(LeaseFate.NOT_EXPIRED)
+    return ReapDecision(LeaseFate.CLEARED, delete_lease=True)  # the step finished or vanished
+
+
+@dataclass
+class ReapReport:
+    """One reaper pass: each lease looked at, by outcome."""
+
+    outcomes: dict[LeaseFate, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, outcome: LeaseFate, lease: ExpiredLease) -> None:
+        self.outcomes.setdefault(outcome, []).append(f"{lease.run_id}/{lease.step_id}")
+
+    def count(self, outcome: LeaseFate) -> int:
+        return len(self.outcomes.get(outcome, []))
+
+    def to_summary(self) -> dict[str, Any]:
+        return {
+            "retried": self.outcomes.get(LeaseFate.RETRIED, []),
+            "failed": self.outcomes.get(LeaseFate.FAILED, []),
+            "counts": {o.value.lower(): len(v) for o, v in sorted(self.outcomes.items())},
+            "errors": self.errors,
+        }

@@ -1,0 +1,327 @@
+"""The state rules of one step, written once: what may be claimed, what a claim writes, when
+a finalize is ours (worker contract §3, error model: idempotency).
+
+Each store (Firestore as a compare-and-set on the version planned from, the local file under
+a lock) asks these functions for a plan from one version of the document, and executes it;
+a refusal is returned to the caller as it is. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.types import (
+    CHART_EXPORT,
+    Claim,
+    ClaimResult,
+    ClaimStatus,
+    FinalizeResult,
+    JsonDict,
+    StepFinal,
+    StepStatus,
+)
+
+if TYPE_CHECKING:
+    from tenacity.wait import wait_base
+
+# What a previous attempt left on the step that a new claim must not carry over.
+STALE_AFTER_CLAIM = ("finishedAt", "error")
+
+
+def step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, Any] | None:
+    """`steps[step_id]` when the document has a steps map holding a map there, else None."""
+    steps = (document or {}).get("steps")
+    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    return step if isinstance(step, Mapping) else None
+
+
+@dataclass(frozen=True)
+class RunVersion:
+    """One version of a flow_run as its caller saw it (an event carries one): the document
+    and the update time Firestore gave that version, which a compare-and-set names."""
+
+    document: JsonDict
+    update_time: datetime
+
+
+def is_ready_chart_export(step: Mapping[str, Any]) -> bool:
+    """The step this worker may take (contract §2.1)."""
+    return step.get("stepType") == CHART_EXPORT and step.get("status") == StepStatus.READY
+
+
+def attempt_of(step: Mapping[str, Any]) -> int:
+    """The attempts made so far; anything but a non-negative integer counts as none."""
+    attempt = step.get("attempt")
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0 else 0
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """READY -> RUNNING for one step: the fields to set and those to delete on it."""
+
+    step_id: str
+    set_fields: JsonDict
+    delete_fields: tuple[str, ...]
+    claim: Claim
+    # the document as it will be once the claim is written: the step's authoritative inputs
+    claimed_document: JsonDict
+
+    def outcome(self, how: str = "") -> ClaimResult:
+        return ClaimResult(
+            ClaimStatus.CLAIMED,
+            f"step {self.step_id} claimed (attempt {self.claim.attempt}{how})",
+            self.claimed_document,
+            self.claim,
+        )
+
+
+def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimResult | None:
+    """Why the step cannot be claimed, or None when it is a READY CHART_EXPORT step."""
+    if document is None:
+        return ClaimResult(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
+    step = step_of(document, step_id)
+    if step is None:
+        return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
+    if step.get("stepType") != CHART_EXPORT:
+        return ClaimResult(
+            ClaimStatus.CONFLICT, f"step {step_id} is a {step.get('stepType')} step, not {CHART_EXPORT}"
+        )
+    if not is_ready_chart_export(step):
+        return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} is {step.get('status')}, not READY")
+    return None
+
+
+def plan_claim(
+    document: Mapping[str, Any] | None,
+    run_id: str,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimPlan | ClaimResult:
+    """The claim to write, or the refusal (NOT_FOUND / CONFLICT) to return as it is."""
+    refusal = claim_refusal(run_id, step_id, document)
+    if refusal is not None:
+        return refusal
+    assert document is not None  # claim_refusal found the step in it
+    step = dict(step_of(document, step_id) or {})
+    attempt = attempt_of(step) + 1
+    set_fields: JsonDict = {
+        "status": StepStatus.RUNNING.value,
+        "startedAt": rfc3339_utc(now),
+        "attempt": attempt,
+        "claimToken": token,
+        "leaseExpiresAt": rfc3339_utc(lease_expires_at),
+    }
+    delete_fields = tuple(name for name in STALE_AFTER_CLAIM if name in step)
+    for name in delete_fields:
+        del step[name]
+    step.update(set_fields)
+    claimed = {**document, "steps": {**document["steps"], step_id: step}}
+    return ClaimPlan(step_id, set_fields, delete_fields, Claim(token, attempt, lease_expires_at), claimed)
+
+
+# Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter. A retry is
+# only for a step still READY after a commit that lost to another write of the run (another
+# step's claim or finalize, advance_flow): losers of a race for the same step stop at once.
+# The claim's layers and worst case, with the production constants: the tries below, at
+# most 0.5 s apart (claim_retry_wait): 4 x 0.5 = 2 s of sleep; a read first when no version
+# was seen, then per try a commit and, when it lost, a read: 1 + 2 x 5 = 11 RPCs, each under
+# 2T = 20 s (adapters/firestore/client.py: api_core's retry deadline
+# T = DEFAULT_RPC_TIMEOUT_SECONDS = 10 s; an attempt started in its last second gets T
+# again). Worst: 2 + 11 x 20 = 222 s. An outage ends the claim after one read back.
+CLAIM_TRIES = 5
+
+
+def claim_retry_wait() -> wait_base:
+    """Between two claim commits, at random (so contenders that lost together do not come
+    back together): 0.1-0.2 s, then 0.1-0.4 s, then 0.1-0.5 s."""
+    from tenacity import wait_random_exponential  # not on the no-op path, which imports this module
+
+    return wait_random_exponential(multiplier=0.2, min=0.1, max=0.5)
+
+
+def settled_claim(
+    document: Mapping[str, Any] | None,
+    run_id: str,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimResult | None:
+    """What a version read after a claim commit that did not go through as planned (its
+    precondition failed, or its answer was lost) says: the claim when the step is RUNNING
+    under our token (our commit landed), the no-op when it is not ours to take any more
+    (another execution won, or the step or the run went), None while it is still READY."""
+    confirmed = confirmed_claim(document, step_id, token=token, now=now, lease_expires_at=lease_expires_at)
+    if confirmed is not None:
+        return confirmed
+    refusal = claim_refusal(run_id, step_id, document)
+    if refusal is None:
+        return None
+    return ClaimResult(refusal.status, f"{refusal.reason} (lost the claim race)")
+
+
+def confirmed_claim(
+    document: Mapping[str, Any] | None,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    lease_expires_at: datetime,
+) -> ClaimResult | None:
+    """The claim, when the step is RUNNING under our token (the commit landed though its
+    answer was lost, or a retry of it found it landed), else None."""
+    step = step_of(document, step_id)
+    if step is None or step.get("claimToken") != token or step.get("status") != StepStatus.RUNNING:
+        return None
+    assert document is not None
+    attempt = attempt_of(step) or 1
+    return ClaimResult(
+        ClaimStatus.CLAIMED,
+        f"step {step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
+        dict(document),
+        Claim(token, attempt, lease_expires_at),
+    )
+
+
+@dataclass(frozen=True)
+class FinalizePlan:
+    """RUNNING (ours) -> SUCCEEDED/FAILED: fields to set on the step, one output at a time
+    (outputs other workers or earlier attempts wrote stay), and whether `error` goes."""
+
+    step_id: str
+    set_fields: JsonDict
+    set_outputs: JsonDict
+    delete_error: bool
+
+
+def finalize_refusal(
+    run_id: str, step_id: str, token: str, document: Mapping[str, Any] | None
+) -> FinalizeResult | None:
+    """Why finalize must not write, or None when the step is RUNNING under our token."""
+    if document is None:
+        return FinalizeResult(False, f"flow_run {run_id} deleted")
+    step = step_of(document, step_id)
+    if step is None:
+        return FinalizeResult(False, f"step {step_id} no longer exists")
+    status = step.get("status")
+    if status != StepStatus.RUNNING:
+        # Ours when an earlier finalize landed although its answer was lost (e.g. a timeout).
+        ours = " (finalized by this claim)" if step.get("claimToken") == token else ""
+        return FinalizeResult(False, f"step {step_id} is {status}, not RUNNING{ours}")
+    if step.get("claimToken") != token:
+        return FinalizeResult(False, "claim token differs: another execution owns the step")
+    return None
+
+
+def plan_finalize(
+    document: Mapping[str, Any] | None, run_id: str, step_id: str, *, token: str, final: StepFinal
+) -> FinalizePlan | FinalizeResult:
+    """The finalize to write, or the refusal (written=False) to return as it is."""
+    refusal = finalize_refusal(run_id, step_id, token, document)
+    if refusal is not None:
+        return refusal
+    set_fields: JsonDict = {
+        "status": final.status.value,
+        "finishedAt": rfc3339_utc(final.finished_at),
+    }
+    if final.error is not None:
+        set_fields["error"] = final.error.to_dict()
+    return FinalizePlan(step_id, set_fields, dict(final.outputs), delete_error=final.error is None)
+
+
+def finalized(step_id: str) -> FinalizeResult:
+    return FinalizeResult(True, f"step {step_id} finalized")
+
+
+def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
+    """Execute a plan on a plain step dict (the local and in-memory stores' documents)."""
+    if isinstance(plan, ClaimPlan | ReapPlan):
+        for name in plan.delete_fields:
+            step.pop(name, None)
+        step.update(plan.set_fields)
+        return
+    step.update(plan.set_fields)
+    if plan.delete_error:
+        step.pop("error", None)
+    if plan.set_outputs:
+        previous = step.get("outputs")
+        step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **plan.set_outputs}
+
+
+def claim_is_current(document: Mapping[str, Any] | None, step_id: str, token: str) -> bool:
+    """The fence before side effects that could override a newer execution: the step is
+    still RUNNING under our claim (not reaped, not finalized by someone else)."""
+    step = step_of(document, step_id)
+    return step is not None and step.get("status") == StepStatus.RUNNING and step.get("claimToken") == token
+
+
+# How far inside its lease a claim must be to be sure it still holds the step without asking
+# the store: the reaper takes a step back only once the lease expired by ITS clock, so this
+# covers the instances' clocks disagreeing (milliseconds on a managed platform) many times over.
+LEASE_SAFETY_MARGIN = timedelta(seconds=30)
+
+
+def lease_surely_held(
+    lease_expires_at: datetime, now: datetime, margin: timedelta = LEASE_SAFETY_MARGIN
+) -> bool:
+    """True when the claim cannot have been reaped yet, so the fence needs no read; False
+    means "ask the store" (claim_is_current), not "lost"."""
+    return now < lease_expires_at - margin
+
+
+# --- lease expiry (the reaper) -------------------------------------------------------------
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class ReapPlan:
+    """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
+
+    step_id: str
+    set_fields: JsonDict
+    delete_fields: tuple[str, ...]
+    retried: bool  # True: READY again; False: FAILED STEP_LEASE_EXPIRED
+
+
+def plan_reap(
+    document: Mapping[str, Any] | None,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> ReapPlan | None:
+    """What to write for an expired lease held by `token`, or None: the step finished, was
+    claimed again, or its lease is still valid. Never touches outputs."""
+    step = step_of(document, step_id)
+    if step is None or not claim_is_current(document, step_id, token):
+        return None
+    lease = step.get("leaseExpiresAt")
+    if not isinstance(lease, str) or lease > rfc3339_utc(now):
+        return None  # RFC 3339 UTC with fixed precision: string order is time order
+    attempt = attempt_of(step)
+    if attempt < max_attempts:
+        return ReapPlan(
+            step_id, {"status": StepStatus.READY.value}, ("claimToken", "leaseExpiresAt"), retried=True
+        )
+    error = StepError(
+        ErrorCode.STEP_LEASE_EXPIRED,
+        f"the step's lease expired {attempt} time(s) without a result (max {max_attempts} attempts)",
+        {"attempt": attempt, "maxAttempts": max_attempts, "leaseExpiresAt": lease},
+    )
+    return ReapPlan(
+        step_id,
+        {"status": StepStatus.FAILED.value, "finishedAt": rfc3339_utc(now), "error": error.to_dict()},
+        ("leaseExpiresAt",),
+        retried=False,
+    )

@@ -1,0 +1,163 @@
+"""Account config parsing and loading (contract §11.1); the limiter: test_limiter.py."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from harness.chart_img_server import new_key
+from harness.secret_scan import leaks
+from worker_chart_export import known_keys
+from worker_chart_export.adapters.chart_img.accounts_config import (
+    load_accounts,
+    parse_accounts,
+    secret_version_name,
+)
+from worker_chart_export.core.exceptions import ConfigError
+
+KEY = new_key()
+
+
+def test_parses_accounts_and_hides_keys() -> None:
+    text = json.dumps(
+        [
+            {"id": "acc1", "apiKey": KEY, "dailyLimit": 44, "ratePerSecond": 10, "burst": 15},
+            {"id": "acc.2_b-c", "apiKey": KEY + "x"},
+        ]
+    )
+    accounts = parse_accounts(text)
+    assert [a.id for a in accounts] == ["acc1", "acc.2_b-c"]
+    assert accounts[0].api_key.get_secret_value() == KEY
+    assert (accounts[0].daily_limit, accounts[0].rate_per_second, accounts[0].burst) == (44, 10.0, 15)
+    assert accounts[1].daily_limit is None
+    assert KEY not in repr(accounts) and KEY not in str(accounts)
+
+
+MALFORMED = [
+    ([{"id": "acc1", "apiKey": KEY}, {"id": "acc2"}], "CHART_IMG_ACCOUNTS_JSON: item 2: missing 'apiKey'"),
+    ('[{"id": "acc1", "apiKey": "' + KEY + '"', "not valid JSON at line 1 column"),
+    ("[{'id': 'acc1'}]", "not valid JSON at line 1 column 3"),
+    ([{"id": "acc1", "apiKey": KEY}, {"id": "acc1", "apiKey": KEY}], "duplicate account id 'acc1'"),
+    ([], "empty list"),
+    ({"id": "acc1", "apiKey": KEY}, "expected a JSON array"),
+    ([{"id": "bad id!", "apiKey": KEY}], "id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"),
+    ([{"id": "acc1", "apiKey": KEY, "apikey": KEY}], "item 1: field 3 is unknown (its name is not shown"),
+    ([{"id": "acc1", "apiKey": ""}], "item 1: 'apiKey' must be a non-empty string"),
+    ([{"id": "acc1", "apiKey": KEY + " \n"}], "'apiKey' must be a non-empty string of printable"),
+    ([{"id": "acc1", "apiKey": 12345678901234}], "item 1: 'apiKey'"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": 0}], "'dailyLimit' must be at least 1"),
+    ([{"id": "acc1", "apiKey": KEY, "dailyLimit": "44"}], "'dailyLimit' must be a whole number"),
+    ([{"id": "acc1", "apiKey": KEY, "ratePerSecond": -1}], "'ratePerSecond'"),
+    (["acc1"], "item 1: expected an object, got string"),
+]
+
+
+@pytest.mark.parametrize(("config", "expected"), MALFORMED)
+def test_malformed_config_names_the_problem_never_the_key(config: Any, expected: str) -> None:
+    text = config if isinstance(config, str) else json.dumps(config)
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(text)
+    message = str(caught.value)
+    assert expected in message
+    assert KEY not in message
+    assert text not in message
+
+
+def test_a_key_typed_as_a_field_name_is_named_by_its_position() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY}, {"id": "acc2", KEY: "x", "plan": "PRO"}]))
+    message = str(caught.value)
+    assert message == (
+        "CHART_IMG_ACCOUNTS_JSON: item 2: missing 'apiKey'; item 2: field 2 is unknown (its name is not "
+        "shown; known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
+    )
+    assert not leaks([message], [KEY])
+
+
+def test_a_duplicate_id_is_named_unless_it_is_a_key() -> None:
+    long_id = "account-number-one"
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": long_id, "apiKey": KEY}, {"id": long_id, "apiKey": KEY + "2"}]))
+    assert str(caught.value) == f"CHART_IMG_ACCOUNTS_JSON: duplicate account id '{long_id}'"
+    key_as_id = "abcdefgh0123456789"
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": key_as_id, "apiKey": key_as_id}] * 2))
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: duplicate account id '<redacted>'"
+
+
+def test_a_value_that_could_be_a_key_is_redacted_in_any_form() -> None:
+    with pytest.raises(ConfigError) as caught:  # the plan's message names the value it refuses
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY, "plan": KEY[:20]}]))
+    assert "unknown CHART-IMG plan '<redacted>'" in str(caught.value)
+    assert not leaks([str(caught.value)], [KEY])
+
+
+def test_parsed_keys_become_known_to_the_process() -> None:
+    assert KEY not in known_keys.redaction().keys
+    parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY}]))
+    assert known_keys.redaction().text(f"echo {KEY}") == "echo <redacted>"
+
+
+def test_a_key_that_lands_in_an_id_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": KEY + "/oops", "apiKey": KEY}]))
+    assert KEY not in str(caught.value)
+
+
+class FakeSecrets:
+    def __init__(self, payload: str | None = None, error: Exception | None = None) -> None:
+        self.payload, self.error, self.names = payload, error, []
+
+    def access_secret_version(self, *, name: str) -> Any:
+        self.names.append(name)
+        if self.error:
+            raise self.error
+        return SimpleNamespace(payload=SimpleNamespace(data=(self.payload or "").encode()))
+
+
+def test_env_json_wins_over_the_secret() -> None:
+    secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
+    accounts_json = SecretStr(json.dumps([{"id": "from-env", "apiKey": KEY}]))
+    secret = "projects/p/secrets/chart-img-accounts/versions/3"
+    assert [a.id for a in load_accounts(accounts_json, secret, None, secret_client=secrets)] == ["from-env"]
+    assert secrets.names == []
+
+
+def test_secret_read_when_json_absent() -> None:
+    secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
+    loaded = load_accounts(None, "chart-img-accounts", "proj", secret_client=secrets)
+    assert [a.id for a in loaded] == ["from-secret"]
+    assert secrets.names == ["projects/proj/secrets/chart-img-accounts/versions/latest"]
+
+
+def test_nothing_configured_gives_no_accounts() -> None:
+    assert load_accounts(None, None, None, secret_client=FakeSecrets()) == ()
+
+
+def test_unreadable_secret_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot read projects/p/secrets/s/versions/latest: "):
+        load_accounts(
+            None, "projects/p/secrets/s", None, secret_client=FakeSecrets(error=PermissionError("denied"))
+        )
+
+
+def test_malformed_secret_names_its_source() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_accounts(
+            None,
+            "projects/p/secrets/s/versions/1",
+            None,
+            secret_client=FakeSecrets(json.dumps([{"id": "a"}])),
+        )
+    assert "CHART_IMG_ACCOUNTS_SECRET projects/p/secrets/s/versions/1: item 1: missing 'apiKey'" in str(
+        caught.value
+    )
+
+
+def test_bare_secret_id_needs_a_project() -> None:
+    with pytest.raises(ConfigError, match="GOOGLE_CLOUD_PROJECT"):
+        secret_version_name("chart-img-accounts", None)

@@ -1,0 +1,86 @@
+"""core/templates/chart_request.body_digest: one digest per request body as sent, the identity a PNG
+is reused by (core/step/reuse.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from worker_chart_export.core.naming import symbol_slug
+from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
+
+TEMPLATE = {
+    "width": 800,
+    "height": 600,
+    "theme": "dark",
+    "studies": [{"name": "Parabolic SAR", "input": {"in_0": 0.02}}, {"name": "Accumulation/Distribution"}],
+}
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    sent = build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Etc/UTC")
+    sent.update(changes)
+    return sent
+
+
+def test_the_digest_is_the_sha256_of_the_canonical_json_sorted_compact_ascii() -> None:
+    sent = {"symbol": "BINANCE:BTCUSDT", "b": [2, 1], "a": {"z": "é", "y": 0.5}}
+    canonical = '{"a":{"y":0.5,"z":"\\u00e9"},"b":[2,1],"symbol":"BINANCE:BTCUSDT"}'
+    assert body_digest(sent) == hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    assert len(body_digest(sent)) == 64 and int(body_digest(sent), 16) >= 0
+
+
+@given(st.permutations(list(body().items())))
+def test_key_order_never_changes_the_digest(items: list[tuple[str, Any]]) -> None:
+    reordered = dict(items)
+    reordered["studies"] = [dict(reversed(list(s.items()))) for s in reordered["studies"]]
+    assert body_digest(reordered) == body_digest(body())
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        body(symbol="BINANCE:ETHUSDT"),
+        body(interval="4h"),
+        body(timezone="Europe/Berlin"),
+        body(theme="light"),
+        body(width=640),
+        body(studies=list(reversed(TEMPLATE["studies"]))),  # the panes' order is the chart's
+        body(studies=[{"name": "Parabolic SAR", "input": {"in_0": 0.03}}, TEMPLATE["studies"][1]]),
+        body(studies=[{"name": "Volume"}]),
+        body(width=800.0 + 0.5),
+    ],
+)
+def test_any_difference_in_what_is_sent_changes_the_digest(changed: dict[str, Any]) -> None:
+    assert changed != body() and body_digest(changed) != body_digest(body())
+
+
+def test_the_digest_is_of_the_body_after_its_defaults_are_filled_in() -> None:
+    # a template that leaves the timezone to the worker's default sends what one naming it sends
+    named = build_request_body({**TEMPLATE, "timezone": "Etc/UTC"}, "BINANCE:BTCUSDT", "1h", "Europe/Berlin")
+    assert body_digest(named) == body_digest(body())
+    assert body_digest(build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Asia/Tokyo")) != body_digest(
+        body()
+    )
+
+
+def test_symbols_whose_slugs_collide_have_different_digests() -> None:
+    first, second = "BINANCE_US:BTCUSD", "BINANCE:US_BTCUSD"
+    assert symbol_slug(first) == symbol_slug(second) == "BINANCE-US-BTCUSD"
+    assert body_digest(body(symbol=first)) != body_digest(body(symbol=second))
+
+
+def test_a_body_that_is_not_json_is_refused_rather_than_digested_loosely() -> None:
+    with pytest.raises(ValueError):
+        body_digest(body(width=float("nan")))
+    with pytest.raises(TypeError):
+        body_digest(body(width={1, 2}))
+
+
+def test_the_digest_of_a_body_is_stable_across_copies() -> None:
+    assert body_digest(json.loads(json.dumps(body()))) == body_digest(body())
