@@ -7,7 +7,7 @@ Every attempt holds one of the client's connection permits (permits.py) from bef
 reserves until its answer is read: a reservation never waits for a connection.
 `for_step` opens a step's session (session.py): it takes as many permits as are free (no
 waiting) for the step's first wave and reserves that many first attempts in one round trip
-(AccountLimiter.acquire_many, slots at most PREPAID_HOLD_SECONDS ahead); each render of the
+(AccountLimiter.acquire_many, slots at most UNIT_HOLD_SECONDS ahead); each render of the
 step takes one of those leases, with its permit, for its first attempt (unless CHART-IMG has
 refused that account meanwhile), and acquires permit and lease one by one after.
 Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
@@ -34,7 +34,7 @@ from worker_chart_export.adapters.chart_img.attempts import (
     tell_limiter,
 )
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
+from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import (
@@ -58,12 +58,6 @@ from worker_chart_export.logs import get_logger
 # the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
 # A read timeout, a reset or a write error may come after the request left: its unit stays.
 NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# A first wave's lease is taken only when its slot is at most this far ahead: a unit must not
-# wait long for its call (an instance dying meanwhile leaves it counted for a call that never
-# left: issue 27, units == calls); a call the wave leaves out waits for its slot before it
-# reserves (AccountLimiter.acquire). A fraction of a slot at BASIC's pace, most of a burst on
-# the faster plans, whose slots are a few tens of ms apart once the burst is spent.
-PREPAID_HOLD_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -127,7 +121,7 @@ class RealChartApi:
     def _reserve_first_wave(
         self, calls: Sequence[ChartCall], budget: Budget
     ) -> list[tuple[ChartCall, Lease]]:
-        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, PREPAID_HOLD_SECONDS)
+        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
         if max_wait < 0:
             return []
         try:

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from harness.chart_img_server import FakeClock, new_key
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.limiter import (
+    LATER_PICKS_PER_ACCOUNT,
     AccountLimiter,
     Lease,
     NoAccount,
@@ -542,18 +543,22 @@ def test_a_slot_taken_meanwhile_by_another_instance_is_no_time_not_exhaustion() 
 def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
     """This process knows nothing of a's pacing; the store's slot is 2.5 s away. Cooling
     2 s with 2.4 s to wait, the cooldown is waited out first (no unit held through it), then
-    the store is asked for a slot within the 0.4 s left: 0.5 s away, none; with 3 s to wait
-    the 0.5 s fit, 2.5 s in all (issue 27)."""
+    the store shows the slot 0.5 s away, more than the 0.4 s left: none. With 3 s to wait it
+    fits: the unit is not taken then (0.5 s is more than UNIT_HOLD_SECONDS) but when the
+    slot comes, 2.5 s in all (issue 27)."""
     for max_wait, fits in ((2.4, False), (3.0, True)):
         clock = FakeClock(NOON)
         store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
         chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
         chosen.rate_limited("a", TOO_MANY, 2.0)
         lease = chosen.acquire(max_wait=max_wait)
-        assert store.reserves == ["a"] and clock.sleeps[0] == 2.0  # the cooldown, before reserving
+        assert clock.sleeps[0] == 2.0  # the cooldown, before reserving
         if fits:
+            assert store.reserves == ["a", "a"] and clock.sleeps == [2.0, 0.5]
             assert isinstance(lease, Lease) and lease.paced_seconds == pytest.approx(2.5)
+            assert lease.reservation.send_at == NOON + timedelta(seconds=2.5)
         else:
+            assert store.reserves == ["a"]
             assert lease == NoAccount(NoAccountReason.NO_TIME, ())
             assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
 
@@ -680,3 +685,42 @@ def test_a_call_whose_serving_keys_are_all_disabled_is_told_so() -> None:
     assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(NoAccountReason.NO_USABLE_KEY, ())
     assert chosen.usable_accounts({"PRO"}) == () and chosen.usable_accounts() == ("basic",)
     assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) == "basic"
+
+
+def test_a_slot_another_instance_took_sends_the_call_to_the_sooner_key_not_into_a_held_unit() -> None:
+    """This process has never seen a or b; another instance has taken a's slots for 2 s and
+    b's for 0.6 s. The old way reserved a at once and held its unit 2 s (lost if the
+    instance died meanwhile; the call queued on a while b came sooner: bench_fleet's uneven
+    spread). Now a unit is taken only when its slot is at most UNIT_HOLD_SECONDS away: the
+    store's answer on a shows other instances reserving, so every account is read once;
+    the pick chooses b, waits 0.6 s with no unit held, and reserves b at its slot."""
+    clock = FakeClock(NOON)
+    slot = NOON.timestamp()
+    store = CountingStore({"a": usage(1, tat=slot + 2.0), "b": usage(1, tat=slot + 0.6)})
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    lease = chosen.acquire(max_wait=5.0)
+    assert isinstance(lease, Lease) and lease.account_id == "b"
+    assert store.reserves == ["a", "b"]  # a too far: nothing taken; b at its slot
+    assert clock.sleeps == [pytest.approx(0.6)]  # before the reservation, none after it
+    assert lease.reservation.send_at == clock.now()  # reserved at its slot
+    assert lease.paced_seconds == pytest.approx(0.6)
+    assert (store.snapshot()["a"]["usageToday"], store.snapshot()["b"]["usageToday"]) == (1, 2)
+
+
+def test_choosing_again_after_slots_taken_meanwhile_ends() -> None:
+    """Every slot further than the hold, yet within the wait: each account is chosen again
+    at most LATER_PICKS_PER_ACCOUNT times, then the call has no time (never a loop)."""
+
+    class AlwaysLater(CountingStore):
+        def reserve(self, account_id: str, **kwargs: Any) -> Any:
+            # another instance takes the slot each time this one comes for it
+            with self._transaction() as docs:
+                docs[account_id] = usage(1, tat=kwargs["now"].timestamp() + 1.0)
+            return super().reserve(account_id, **kwargs)
+
+    clock = FakeClock(NOON)
+    store = AlwaysLater({"a": usage(1), "b": usage(1)})
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    assert chosen.acquire(max_wait=30.0) == NoAccount(NoAccountReason.NO_TIME, ())
+    assert len(store.reserves) == 2 * LATER_PICKS_PER_ACCOUNT + 2  # then each refused once
+    assert store.snapshot()["a"]["usageToday"] == 1 and store.snapshot()["b"]["usageToday"] == 1
