@@ -50,6 +50,7 @@ from chaos.counting import (  # noqa: E402
     KeyWatch,
     Step,
     explanations,
+    held_at_kills,
     judge_manifest,
     killed_holding,
     manifest_writers,
@@ -159,6 +160,7 @@ def count(
     figures.units = units_by_key(stack)
     calls = stack.stand_in.requests()
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
+    figures.held_at_kills = dict(held_at_kills(stack.incarnations))
     figures.answers = Counter(f"{c['status']} {c.get('message') or ''}".strip() for c in calls)
     figures.calls_by_window = Counter(str(c["chaos"]).split("#")[0] for c in calls if c.get("chaos"))
     figures.really_exhausted = really_exhausted(stack.stand_in.accounts(), figures.calls)

@@ -17,6 +17,7 @@ details carry the account id, the HTTP status and the API's message, never a key
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -128,7 +129,15 @@ class RealChartApi:
             leases = self.limiter.acquire_many([c.serving_plans for c in calls], max_wait=max_wait)
         except TransientStoreError:
             return []  # each call then tries on its own, and says so if the store stays away
-        return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
+        prepaid = [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
+        if prepaid:  # the units the step holds from now on, before any attempt's line says so
+            get_logger().info(
+                "chart-img first wave reserved",
+                runId=calls[0].run_id,
+                stepId=calls[0].step_id,
+                units=dict(Counter(lease.account_id for _, lease in prepaid)),
+            )
+        return prepaid
 
     def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
         request = ChartRequest(call, session)
@@ -172,7 +181,7 @@ class RealChartApi:
         try:
             if prepaid is not None:
                 request.tried.append(prepaid.account_id)
-                return self._send(request, self.limiter.wait_for_slot(prepaid), attempt=1)
+                return self._send(request, prepaid, attempt=1, prepaid=True)
             return self._reserve_and_send(request)
         finally:
             self._permits.release()
@@ -207,9 +216,16 @@ class RealChartApi:
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> AttemptPass:
+    def _send(
+        self, request: ChartRequest, lease: Lease, *, attempt: int, prepaid: bool = False
+    ) -> AttemptPass:
+        """The lease's call, once its slot comes. "chart api attempt started" is written
+        before that wait: from the moment its unit is taken, every attempt has a line, so the
+        log of an instance that died tells the units it held (`prepaid`: its unit was taken
+        with the step's first wave, whose line said so)."""
         call = request.call
-        timeout = min(self._request_timeout, request.budget.remaining())
+        ahead = lease.slot_in(self._clock.now())
+        timeout = min(self._request_timeout, request.budget.remaining() - ahead)
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -220,7 +236,13 @@ class RealChartApi:
             attempt=attempt,
             chartsApi=self._log_context(call, lease.account_id),
         )
-        log.info("chart api attempt started", timeoutSeconds=round(timeout, 3))
+        started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
+        if ahead > 0:
+            started_fields["slotInSeconds"] = round(ahead, 3)
+        if prepaid:
+            started_fields["prepaid"] = True
+        log.info("chart api attempt started", **started_fields)
+        lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)

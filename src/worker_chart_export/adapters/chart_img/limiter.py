@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import SecretStr
@@ -49,6 +50,11 @@ class Lease:
     api_key: SecretStr
     reservation: Reservation
     paced_seconds: float  # how long we waited for the send slot
+
+    def slot_in(self, now: datetime) -> float:
+        """Seconds until the send slot (0 when it has come)."""
+        assert self.reservation.send_at is not None  # a reservation always says when
+        return max(0.0, (self.reservation.send_at - now).total_seconds())
 
 
 class NoAccountReason(StrEnum):
@@ -124,8 +130,9 @@ class AccountLimiter(KeyVerdicts):
         self, *, tried: Collection[str] = (), max_wait: float, plans: Collection[str] | None = None
     ) -> Lease | NoAccount:
         """Reserve quota and a send slot on the best account whose plan serves the call
-        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order, then wait
-        for the slot. A refused account costs one transaction and the next is tried. An
+        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order. The slot may
+        still be up to UNIT_HOLD_SECONDS ahead: `wait_for_slot` before sending. A refused
+        account costs one transaction and the next is tried. An
         account whose slot another instance took meanwhile (`_Later`: the store's slot is
         more than UNIT_HOLD_SECONDS away, yet within `max_wait`) is not held to: its real
         slot is known now, and the pick chooses again among every account, so a fleet's
@@ -212,12 +219,12 @@ class AccountLimiter(KeyVerdicts):
         self._views.caught_up(docs)
 
     def wait_for_slot(self, lease: Lease) -> Lease:
-        """Sleeps until the lease's send slot; the lease, saying how long that was."""
-        assert lease.reservation.send_at is not None  # a reservation always says when
-        wait = (lease.reservation.send_at - self._clock.now()).total_seconds()
+        """Sleeps until the lease's send slot (at most UNIT_HOLD_SECONDS away); the lease,
+        saying how long that was."""
+        wait = lease.slot_in(self._clock.now())
         if wait > 0:
             self._clock.sleep(wait)
-        return replace(lease, paced_seconds=lease.paced_seconds + max(0.0, wait))
+        return replace(lease, paced_seconds=lease.paced_seconds + wait)
 
     def _try(self, account_id: str, max_wait: float) -> Lease | ReservationRefusal | _Later:
         """One reservation on the account, its unit taken only when its slot is at most
@@ -242,11 +249,9 @@ class AccountLimiter(KeyVerdicts):
             refusal = reservation.refusal or ReservationRefusal.EXHAUSTED
             later = refusal is ReservationRefusal.BUSY and self._slot_within(account_id, max_wait - waited)
             return _Later(waited) if later else refusal
-        assert reservation.send_at is not None  # a reservation always says when
-        wait = (reservation.send_at - self._clock.now()).total_seconds()  # at most UNIT_HOLD_SECONDS
-        if wait > SLOT_GRAIN:
-            self._clock.sleep(wait)
-        return Lease(account_id, view.config.api_key, reservation, waited + max(0.0, wait))
+        # its slot may still be up to UNIT_HOLD_SECONDS ahead: the caller says it holds the
+        # unit (its log line), then `wait_for_slot`
+        return Lease(account_id, view.config.api_key, reservation, waited)
 
     def _slot_within(self, account_id: str, seconds: float) -> bool:
         """The account's next send slot, as the store just said, is at most `seconds` away."""
