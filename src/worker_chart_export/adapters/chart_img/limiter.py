@@ -72,9 +72,6 @@ SLOT_GRAIN = 1e-3
 # slots come sooner (bench_fleet: 23 to 26 calls per key where 24 is even). A fraction of a
 # slot at BASIC's pace, most of a burst on the faster plans.
 UNIT_HOLD_SECONDS = 0.25
-# How often one acquire may choose again after the store showed a slot later than it knew,
-# per account: the view learns each time, so more would only mean the fleet keeps racing.
-LATER_PICKS_PER_ACCOUNT = 2
 
 
 @dataclass(frozen=True)
@@ -136,23 +133,25 @@ class AccountLimiter(KeyVerdicts):
         account whose slot another instance took meanwhile (`_Later`: the store's slot is
         more than UNIT_HOLD_SECONDS away, yet within `max_wait`) is not held to: its real
         slot is known now, and the pick chooses again among every account, so a fleet's
-        calls go to the soonest slots wherever they are.
+        calls go to the soonest slots wherever they are (threads of this process racing for
+        one key's slot lose to each other without a round trip: the version they plan on is
+        the one this process wrote).
         """
         started, busy, refused = self._clock.monotonic(), False, set[str]()
-        later_left, waited_before = LATER_PICKS_PER_ACCOUNT * len(self._views.account_ids), 0.0
+        waited_before = 0.0
         while (account_id := self._views.pick(tried, refused, plans)) is not None:
             outcome = self._try(account_id, max_wait - (self._clock.monotonic() - started))
             if isinstance(outcome, Lease):
                 return replace(outcome, paced_seconds=waited_before + outcome.paced_seconds)
             if isinstance(outcome, _Later):
+                # The view has learned that slot, so choosing this account again waits for
+                # it first: every round moves the clock on, and `max_wait` ends the rounds.
                 waited_before += outcome.waited
-                if later_left > 0:
-                    later_left -= 1
-                    self._views.fell_behind()  # other instances are reserving: read them all
-                    self._catch_up()
-                    continue
+                self._views.fell_behind()  # other instances are reserving: read them all
+                self._catch_up()
+                continue
             refused.add(account_id)
-            busy = busy or not isinstance(outcome, ReservationRefusal) or outcome is ReservationRefusal.BUSY
+            busy = busy or outcome is ReservationRefusal.BUSY
         return self._no_account(busy, plans)
 
     def acquire_many(self, wave: Sequence[Collection[str] | None], *, max_wait: float) -> list[Lease | None]:
