@@ -42,8 +42,8 @@ from worker_chart_export.core.step.manifest import (
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.step.selection import choose_step, steps_of
-from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.selection import choose_step
+from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held, steps_of
 from worker_chart_export.core.step.success import insufficient_images_error, step_status
 from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (

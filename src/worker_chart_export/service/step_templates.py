@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker_chart_export.core.exceptions import RedeliverEvent, TransientStoreError
-from worker_chart_export.core.step.selection import steps_of
-from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.step.step_rules import RunVersion, steps_of
 from worker_chart_export.core.step.validation import requested_template_ids
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.service.step_context import StepContext

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker_chart_export.core.flow.flow_rules import TERMINAL_RUN_STATUSES
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import steps_of
 from worker_chart_export.core.types import CHART_EXPORT
 
 MANIFEST_OUTPUT = "outputsManifestGcsUri"

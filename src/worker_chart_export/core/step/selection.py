@@ -6,13 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker_chart_export.core.exceptions import StepSelectionError
-from worker_chart_export.core.step.step_rules import is_ready_chart_export
+from worker_chart_export.core.step.step_rules import is_ready_chart_export, steps_of
 from worker_chart_export.core.types import CHART_EXPORT
-
-
-def steps_of(flow_run: Mapping[str, Any]) -> Mapping[str, Any]:
-    steps = flow_run.get("steps")
-    return steps if isinstance(steps, Mapping) else {}
 
 
 def ready_chart_export_step_ids(flow_run: Mapping[str, Any]) -> list[str]:

@@ -33,10 +33,16 @@ if TYPE_CHECKING:
 STALE_AFTER_CLAIM = ("finishedAt", "error")
 
 
+def steps_of(flow_run: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The run's steps map; empty when the document has none, or something else there (a
+    document read from a store is untrusted: its steps are looked at before they are used)."""
+    steps = flow_run.get("steps") if flow_run is not None else None
+    return steps if isinstance(steps, Mapping) else {}
+
+
 def step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, Any] | None:
     """`steps[step_id]` when the document has a steps map holding a map there, else None."""
-    steps = (document or {}).get("steps")
-    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    step = steps_of(document).get(step_id)
     return step if isinstance(step, Mapping) else None
 
 

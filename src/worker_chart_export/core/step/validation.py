@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
+from worker_chart_export.core.step.step_rules import step_of
 from worker_chart_export.core.templates.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.templates.symbols import base_symbol_problem, symbol_problem
 from worker_chart_export.core.templates.template_check import StoredTemplate
@@ -106,10 +107,9 @@ def validate_step(
     such accounts), before any call."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
-    steps = flow_run.get("steps")
-    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    step = step_of(flow_run, step_id)
     prefix = f"steps.{step_id}"
-    if not isinstance(step, Mapping):
+    if step is None:
         return _failed([*problems, f"{prefix}: step not found"])
     timeframe = step.get("timeframe")
     timeframe_problem = interval_problem(timeframe)

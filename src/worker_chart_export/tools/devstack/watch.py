@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from worker_chart_export.core.flow.run_progress import StatusChange, is_finished, status_changes
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import steps_of
 
 if TYPE_CHECKING:
     from google.cloud import firestore
