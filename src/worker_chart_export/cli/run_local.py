@@ -39,6 +39,7 @@ from worker_chart_export.settings import RunLocalSettings, load_settings
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.core.documents import FlowRunDocument
     from worker_chart_export.service.execute import StepReport
 
 DESCRIPTION = """\
@@ -184,7 +185,7 @@ def run_local(args: argparse.Namespace) -> int:
     return EXIT_OK if report.outcome == "SUCCEEDED" else EXIT_FAILED
 
 
-def _how_to_go_on(original: dict[str, Any], args: argparse.Namespace, layout: LocalLayout) -> str:
+def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: LocalLayout) -> str:
     """After NOOP: the state is what has no READY step once a run wrote it (deleting it starts
     over from the file); a file of PENDING steps waits for advance_flow."""
     if layout.flow_run_state.exists():
@@ -199,7 +200,7 @@ def _how_to_go_on(original: dict[str, Any], args: argparse.Namespace, layout: Lo
     return ""
 
 
-def _has_pending_chart_step(flow_run: dict[str, Any]) -> bool:
+def _has_pending_chart_step(flow_run: FlowRunDocument) -> bool:
     steps = flow_run.get("steps")
     return isinstance(steps, dict) and any(
         isinstance(step, dict)

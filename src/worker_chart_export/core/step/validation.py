@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
 from worker_chart_export.core.error_codes import ErrorCode, StepError
@@ -20,6 +20,13 @@ from worker_chart_export.core.templates.symbols import base_symbol_problem, symb
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.templates.template_rules import interval_problem, shown
 from worker_chart_export.core.types import ChartCall
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import (
+        ChartExportInputs,
+        FlowRunDocument,
+        StepDocument,
+    )
 
 # Far above any real step (an account renders 44 charts a day), low enough that a step's
 # error and manifest stay small documents.
@@ -41,9 +48,9 @@ class ValidatedStep:
     calls: list[ChartCall]  # one per request, in request order
 
 
-def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
+def requested_template_ids(step: StepDocument | None) -> list[str]:
     """The chartTemplateIds worth fetching; tolerant of malformed input (validation reports it)."""
-    inputs = step.get("inputs")
+    inputs = step.get("inputs") if step is not None else None
     requests = inputs.get("requests") if isinstance(inputs, Mapping) else None
     if not isinstance(requests, list):
         return []
@@ -94,7 +101,7 @@ def _unservable(where: str, template: StoredTemplate, plans: AccountPlans) -> li
 
 
 def validate_step(
-    flow_run: Mapping[str, Any],
+    flow_run: FlowRunDocument,
     run_id: str,
     step_id: str,
     templates: Mapping[str, StoredTemplate],
@@ -149,7 +156,7 @@ def validate_step(
     )
 
 
-def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list[str]:
+def _id_problems(flow_run: FlowRunDocument, run_id: str, step_id: str) -> list[str]:
     """Ids that become paths are untrusted input; the stored id must be the document's."""
     problems = [
         f"{name}: {value!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')"
@@ -162,7 +169,7 @@ def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list
     return problems
 
 
-def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
+def _symbol(flow_run: FlowRunDocument, problems: list[str]) -> str | None:
     """scope.symbol when it is a base symbol (core/templates/symbols.py), else None and a problem."""
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
@@ -207,7 +214,7 @@ def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str,
     return kept
 
 
-def _min_images(prefix: str, inputs: Mapping[str, Any], problems: list[str]) -> int | None:
+def _min_images(prefix: str, inputs: ChartExportInputs, problems: list[str]) -> int | None:
     min_images = inputs.get("minImages")
     requests = inputs.get("requests")
     if isinstance(min_images, bool) or not isinstance(min_images, int):
