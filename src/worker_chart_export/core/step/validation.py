@@ -24,6 +24,7 @@ from worker_chart_export.core.types import ChartCall
 if TYPE_CHECKING:
     from worker_chart_export.core.documents import (
         ChartExportInputs,
+        ChartRequestInput,
         FlowRunDocument,
         StepDocument,
     )
@@ -43,7 +44,7 @@ class ValidatedStep:
     symbol: str
     timeframe: str
     min_images: int
-    requests: list[dict[str, Any]]  # inputs.requests[] as given, for manifest.requested[]
+    requests: list[ChartRequestInput]  # inputs.requests[] as given, for manifest.requested[]
     templates: dict[str, Mapping[str, Any]]
     calls: list[ChartCall]  # one per request, in request order
 
@@ -184,7 +185,7 @@ def _symbol(flow_run: FlowRunDocument, problems: list[str]) -> str | None:
     return symbol
 
 
-def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str, Any]]:
+def _requests(prefix: str, requests: Any, problems: list[str]) -> list[ChartRequestInput]:
     """The valid requests, in order; each problem named by its index."""
     if not isinstance(requests, list) or not requests:
         problems.append(f"{prefix}.inputs.requests: must be a non-empty list")
@@ -192,7 +193,7 @@ def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str,
     if len(requests) > MAX_REQUESTS:
         problems.append(f"{prefix}.inputs.requests: {len(requests)} requests, at most {MAX_REQUESTS} allowed")
         return []
-    kept: list[dict[str, Any]] = []
+    kept: list[ChartRequestInput] = []
     seen: set[str] = set()
     for index, request in enumerate(requests):
         where = f"{prefix}.inputs.requests[{index}]"
@@ -210,7 +211,8 @@ def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str,
             problems.append(f"{where}: must hold plain JSON values only (it is copied into the manifest)")
         else:
             seen.add(template_id)
-            kept.append(dict(request))
+            # a ChartRequestInput: a map of plain JSON values with a safe chartTemplateId (checked above)
+            kept.append(dict(request))  # type: ignore[arg-type]
     return kept
 
 
