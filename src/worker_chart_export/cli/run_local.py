@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from worker_chart_export.command_surface import (
     error_line,
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
+from worker_chart_export.core.step.step_rules import steps_of
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
@@ -201,12 +203,11 @@ def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: L
 
 
 def _has_pending_chart_step(flow_run: FlowRunDocument) -> bool:
-    steps = flow_run.get("steps")
-    return isinstance(steps, dict) and any(
-        isinstance(step, dict)
+    return any(
+        isinstance(step, Mapping)
         and step.get("stepType") == CHART_EXPORT
         and step.get("status") == StepStatus.PENDING
-        for step in steps.values()
+        for step in steps_of(flow_run).values()
     )
 
 
