@@ -117,7 +117,8 @@ def plan_claim(
     if refusal is not None:
         return refusal
     found = step_of(document, step_id)
-    assert document is not None and found is not None  # claim_refusal found the step in it
+    assert document is not None  # claim_refusal found the step in it
+    assert found is not None
     step: StepDocument = {**found}
     attempt = attempt_of(step) + 1
     set_fields: StepUpdate = {
@@ -263,7 +264,9 @@ def apply_to_step(step: StepDocument, plan: ClaimPlan | FinalizePlan | ReapPlan)
     if isinstance(plan, ClaimPlan | ReapPlan):
         _write_fields(step, plan.set_fields, plan.delete_fields)
         return
-    _write_fields(step, plan.set_fields, ("error",) if plan.delete_error else ())
+    _write_fields(step, plan.set_fields, ())
+    if plan.delete_error:
+        step.pop("error", None)
     if plan.set_outputs:
         previous = step.get("outputs")
         step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **plan.set_outputs}
