@@ -33,5 +33,8 @@ def test_the_first_read_waits_its_deadline_once_and_says_so(hanging_firestore: B
     )
     [call] = hanging_firestore.calls  # not retried: the library's policy would send it again
     assert call.method == BATCH_GET
-    # the deadline left when the server's thread read it: on a busy machine it may have run out
-    assert call.deadline is not None and call.deadline <= PROBE_SECONDS == 5.0
+    # the deadline left when the server's thread read it: on a busy machine it may have run
+    # out; the grpc-timeout header rounds up by a few ms (5.0085 s seen under load), as
+    # BrokenFirestore.gave_up_within allows
+    assert PROBE_SECONDS == 5.0
+    assert call.deadline is not None and call.deadline <= PROBE_SECONDS + 0.1
