@@ -625,8 +625,9 @@ def check_any_brace_text(entry: Equivalent, text: str) -> None:
 
 @checks
 def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
-    """SO_REUSEADDR is on for any non-zero value, and protocol 0 is TCP for a stream socket:
-    the same verdict on a free port, a port in use and another machine's address."""
+    """SO_REUSEADDR is on for any non-zero value, protocol 0 is TCP for a stream socket, and
+    AI_PASSIVE changes nothing for a host given as text: the same verdict on a free port, a
+    port in use, another machine's address, a name and the default host."""
     import socket as sockets
 
     from worker_chart_export.functions import serve
@@ -638,7 +639,8 @@ def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
         with sockets.socket() as holder:
             holder.bind(("127.0.0.1", 0))
             free = holder.getsockname()[1]
-        for host, port in (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy)):
+        hosts = (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy))
+        for host, port in (*hosts, ("localhost", busy), ("0.0.0.0", free)):
             assert_same(entry, late(serve, "listen_problem", host, port))
 
 
@@ -826,8 +828,8 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
 
 @checks
 def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
-    """A string falls through to `getattr(raw, kind)` when not checked first; the CHART_EXPORT
-    filter before the summaries only spares work (the summaries are judged again); an update
+    """A string falls through to `getattr(raw, kind)` when not checked first; the READY and
+    CHART_EXPORT filters before the summaries only spare work (the summaries are judged again); an update
     always carries its document's bytes: every kind of value, and events with every mix of
     steps, decode the same."""
     from google.protobuf import json_format
@@ -848,3 +850,44 @@ def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
             json_format.MessageToDict(build_document_event_data(name, flow_run_fields(steps))),
         ):
             assert_same(entry, late(events, "decode_event", cloud_event(data)), reaches=False)
+
+
+@checks
+def test_a_request_is_logged_alike_whatever_the_status_of_an_app_that_answered_nothing(
+    entry: Equivalent,
+) -> None:
+    """The status the middleware assumes for an app that failed before answering is read for
+    its code only, and text without a leading code is a 500 too: the line of such a request,
+    and of every answered one, is the same."""
+    for status in (None, "200 OK", "404 NOT FOUND", "500 INTERNAL SERVER ERROR", "503 SERVICE UNAVAILABLE"):
+        assert_same(entry, partial(middleware_lines, status))
+
+
+def middleware_lines(status: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The lines RequestLogMiddleware leaves for an app answering `status` (None: it raises
+    before answering), and what the app's caller got."""
+    from worker_chart_export.functions import serve
+
+    lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Recorder:
+        def __getattr__(self, method: str) -> Callable[..., None]:
+            return lambda message, **fields: lines.append((method, message, fields))
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if status is None:
+            raise RuntimeError("failed before answering")
+        start_response(status, [])
+        return [b"body"]
+
+    original = serve._logger
+    serve._logger = Recorder  # type: ignore[assignment]
+    try:
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/"}
+        body = serve.RequestLogMiddleware(app)(environ, lambda *args: None)
+        lines.append(("answered", "", {"body": list(body)}))
+    except RuntimeError as exc:
+        lines.append(("raised", str(exc), {}))
+    finally:
+        serve._logger = original  # type: ignore[assignment]
+    return lines

@@ -93,6 +93,15 @@ def test_base64_with_trailing_newline_is_accepted() -> None:
     assert decode_event(subject_event(encoded)).ready_step_ids == ("s",)
 
 
+def test_base64_with_a_character_outside_its_alphabet_is_poison_not_read_without_it() -> None:
+    """The emulator sends plain base64: text with another character in it was damaged on the
+    way, and is refused rather than read as the event its other characters spell."""
+    encoded = base64.b64encode(protobuf_payload(flow_run_fields({"s": step()})))
+    damaged = encoded[:8] + b"*" + encoded[8:]
+    with pytest.raises(PoisonEvent, match="neither a DocumentEventData protobuf, nor base64 of one"):
+        decode_event(subject_event(damaged))
+
+
 def test_json_payload_with_typed_rest_values() -> None:
     payload = json_payload(flow_run_fields({"charts_1h": step(inputs={"minImages": 2})}))
     # the REST shape really is what we think it is: camelCase, integers as strings
@@ -491,8 +500,9 @@ def test_a_corrupt_candidate_step_makes_the_event_poison_not_a_crash() -> None:
     payload = SkimEventData(value=[document.SerializeToString()]).SerializeToString()
     with pytest.raises(DecodeError):
         DocumentEventData.deserialize(payload)
-    with pytest.raises(PoisonEvent, match="a steps entry does not parse"):
+    with pytest.raises(PoisonEvent) as raised:
         decode_event(subject_event(payload))
+    assert raised.value.reason == "document is corrupt: a steps entry does not parse"
 
 
 # --- the whole version, for advance_flow -------------------------------------------------
@@ -521,6 +531,15 @@ def test_a_created_document_is_a_version_marked_created() -> None:
     version = decode_document_version(subject_event(versioned_payload(fields, None)))
     assert (version.run_id, version.created, version.document) == (RUN_ID, True, fields)
     assert version.update_time == UPDATE_TIME
+
+
+def test_a_creation_whose_old_value_is_present_but_empty_is_still_a_creation() -> None:
+    """An empty oldValue names no document (as an empty value names no new one): no old
+    version, so the event is the document's creation and advance_flow starts the run."""
+    fields = flow_run_fields({"s": step(status="PENDING")}, status="PENDING")
+    event_data = build_document_event_data(DOC_NAME, fields, None)
+    event_data.old_value.SetInParent()  # present but empty: name == ""
+    assert decode_document_version(subject_event(event_data.SerializeToString())).created is True
 
 
 def test_an_updated_document_is_a_version_not_created() -> None:
