@@ -891,3 +891,58 @@ def middleware_lines(status: str | None) -> list[tuple[str, str, dict[str, Any]]
     finally:
         serve._logger = original  # type: ignore[assignment]
     return lines
+
+
+@checks
+@MANY
+@given(text=st.text(st.characters(exclude_categories=())) | st.text(alphabet="%25AaÃ©é€\xe9 ", max_size=8))
+def test_an_attributes_readings_are_the_same_for_any_text(entry: Equivalent, text: str) -> None:
+    """Python's codec names are case-insensitive: "LATIN-1" and "UTF-8" are the same codecs."""
+    from worker_chart_export.functions.decoding import names
+
+    assert_same(entry, late(names, "attribute_readings", text))
+
+
+@checks
+def test_a_payloads_documents_are_the_same_whichever_parser_splits_them(entry: Equivalent) -> None:
+    """A payload with one old document read by the full parser instead of the fast splitter
+    gives the same documents (the same name, update time and fields; only the fast path
+    keeps the very bytes): every mix of no, one and two pieces of each document."""
+    from worker_chart_export.functions.decoding import payload
+    from worker_chart_export.functions.decoding.skim import RawDocument
+    from worker_chart_export.functions.decoding.values import document_to_python
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    pieces = [{"flowKey": "daily", "n": 2}, {"steps": {"s": chart_step()}, "flowKey": "weekly"}]
+
+    def serialized(fields: dict[str, Any] | None, old: dict[str, Any] | None) -> bytes:
+        data: bytes = build_document_event_data(name, fields, old).SerializeToString()
+        return data
+
+    def documents(data: bytes) -> tuple[Any, ...]:
+        new, old, shape = payload.split_event_payload(data)
+        read = [None if b is None else RawDocument.FromString(b) for b in (new, old)]
+        return shape, [None if d is None else (d.name, d.update_time, document_to_python(d)) for d in read]
+
+    for new_pieces, old_pieces in product(range(3), repeat=2):
+        data = b"".join(serialized(pieces[i], None) for i in range(new_pieces)) + b"".join(
+            serialized(None, pieces[i]) for i in range(old_pieces)
+        )
+        if data:
+            assert_same(entry, partial(documents, data), reaches=False)
+    assert_same(entry, partial(documents, serialized(pieces[0], pieces[1])))  # reaches the mutant
+
+
+@checks
+@MANY
+@given(
+    text=st.text(st.characters(exclude_categories=()), max_size=40)
+    | st.text(alphabet="Cg+/=AQé{", max_size=12)
+)
+@example(text="CgA=")
+def test_a_text_payload_splits_alike(entry: Equivalent, text: str) -> None:
+    """Python's codec names are case-insensitive: "ASCII" is the same codec."""
+    from worker_chart_export.functions.decoding import payload
+
+    assert_same(entry, late(payload, "split_event_payload", text))
