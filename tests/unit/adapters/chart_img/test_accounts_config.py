@@ -56,7 +56,9 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("config", "expected"), MALFORMED)
+# ids of their own: a case's default id would quote KEY, drawn anew by each session (mutmut
+# finds the tests of a mutant by their ids, kept from one run to the next)
+@pytest.mark.parametrize(("config", "expected"), MALFORMED, ids=[f"case{i}" for i, _ in enumerate(MALFORMED)])
 def test_malformed_config_names_the_problem_never_the_key(config: Any, expected: str) -> None:
     text = config if isinstance(config, str) else json.dumps(config)
     with pytest.raises(ConfigError) as caught:
@@ -161,3 +163,15 @@ def test_malformed_secret_names_its_source() -> None:
 def test_bare_secret_id_needs_a_project() -> None:
     with pytest.raises(ConfigError, match="GOOGLE_CLOUD_PROJECT"):
         secret_version_name("chart-img-accounts", None)
+
+
+def test_each_json_type_that_is_no_account_is_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([[], "acc1", True, None, 7, 2.5, {"id": "acc1", "apiKey": KEY}]))
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: " + "; ".join(
+        f"item {i}: expected an object, got {kind}"
+        for i, kind in enumerate(["array", "string", "boolean", "null", "number", "number"], start=1)
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts("null")
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: expected a JSON array of accounts, got null"

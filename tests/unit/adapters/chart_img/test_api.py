@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,18 @@ def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callabl
     assert failure(r.render(symbol="BINANCE:OTHERUSDT"))["details"]["errorKind"] == "request_refused"
     assert r.api.limiter.usable_accounts() == ("acc1",)  # the success between: never disabled
     assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
+def test_the_only_key_refused_for_a_second_request_is_disabled_at_once(rig: Callable[..., Rig]) -> None:
+    """On the only key, the second request refused with no success between disables it then
+    and there: the failure says the key is out of service, not that the request was refused."""
+    r = rig([answer(401, "Invalid Request")])
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
+    error = failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert error["details"]["disabledAccounts"] == ["acc1"] and "refusedBy" not in error["details"]
+    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 2
+    (disabled,) = r.logs.events("chart-img account key refused: account disabled")
+    assert disabled["rule"] == "key refused for two requests"
 
 
 def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
@@ -525,6 +538,21 @@ def test_a_request_every_account_of_its_plan_refused_fails_alone(rig: Callable[.
     assert list(r.api.limiter.usable_accounts()) == ["acc1", "acc2"]  # both keys stay in service
 
 
+def test_a_call_whose_plan_is_out_of_quota_raises_no_alert_while_other_accounts_serve(
+    rig: Callable[..., Rig],
+) -> None:
+    """The alert says every account is out: the only PRO account used up its day, the BASIC
+    one still serves, so a PRO-only chart fails on its limit without the ERROR event."""
+    r = rig(
+        [answer(429, "Limit Exceeded")], accounts=("acc1", "acc2"), plans={"acc1": "PRO", "acc2": "BASIC"}
+    )
+    with r.session() as step:
+        error = failure(step.render(pro_only()))
+    assert error["code"] == "CHART_API_LIMIT_EXCEEDED" and r.transport.accounts == ["acc1"]
+    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+    assert r.logs.events("chart-img accounts exhausted") == []
+
+
 def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[..., Rig]) -> None:
     """Disabled for refusing two requests, the key is probed once its hold passes; refused on
     that probe, it is disabled again at once, and the ERROR line says it was the probe."""
@@ -539,3 +567,59 @@ def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[...,
     rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
     assert rules == ["key refused for two requests", "key refused on its probe"]
     assert len(r.transport.seen) == 3
+
+
+def disabled_then_probed(r: Rig) -> None:
+    """acc1 refused for two requests (disabled), then its hold passed: the next call probes it."""
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert r.api.limiter.usable_accounts() == ()
+    r.clock.advance(16 * 60)
+
+
+def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    (aside,) = r.logs.events("chart-img key keeps answering 429: set aside, then probed")
+    assert aside["accountId"] == "acc1" and aside["answers"] == [
+        {"httpStatus": 429, "message": "Too Many Requests"}
+    ]
+    assert r.logs.events("chart-img key rate-limited: cooling down") == []  # set aside, not cooled
+
+
+def test_a_probe_answered_without_a_word_on_the_key_says_so(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    (said,) = r.logs.events("chart-img probe answered without a verdict on the key")
+    assert (said["severity"], said["httpStatus"], said["accountId"]) == ("INFO", 503, "acc1")
+
+
+def test_a_dated_retry_after_is_logged_to_the_millisecond(rig: Callable[..., Rig]) -> None:
+    from email.utils import format_datetime
+
+    r = rig([], accounts=("acc1", "acc2"))
+    r.clock.advance(0.25049)  # the date has whole seconds: what is left of it is not
+    later = format_datetime(r.clock.now().replace(microsecond=0) + timedelta(seconds=3), usegmt=True)
+    r.transport.answers = [
+        httpx.Response(429, json={"message": "Too Many Requests"}, headers={"Retry-After": later}),
+        png(),
+    ]
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["cooldownSeconds"], cooling["retryAfterSeconds"]) == (2.75, pytest.approx(2.74951))
+
+
+def test_a_retry_goes_to_an_account_the_request_has_not_tried_even_a_busier_one(
+    rig: Callable[..., Rig],
+) -> None:
+    today = FakeClock().now().strftime("%Y-%m-%dT00:00:00Z")
+    store = InMemoryUsageStore({"acc2": {"usageToday": 10, "windowStart": today}})
+    answers = [png(), answer(500, "Something Went Wrong"), png()]
+    r = rig(answers, accounts=("acc1", "acc2"), store=store, plans={"acc1": "BASIC", "acc2": "PRO"})
+    with r.session() as step:
+        assert step.render(pro_only()) == ChartSuccess(PNG, "acc2")  # acc2's day: 11 units used
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    # the least used first, then the one it has not tried: not acc1 again
+    assert r.transport.accounts == ["acc2", "acc1", "acc2"]
