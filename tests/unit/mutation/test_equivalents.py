@@ -946,3 +946,20 @@ def test_a_text_payload_splits_alike(entry: Equivalent, text: str) -> None:
     from worker_chart_export.functions.decoding import payload
 
     assert_same(entry, late(payload, "split_event_payload", text))
+
+
+@checks
+def test_a_permit_is_handed_out_alike_whatever_falsy_value_says_not_to_block(entry: Equivalent) -> None:
+    """threading.Semaphore reads `blocking` for its truth: None does not block, as False does.
+    Every pool size and number taken: the same answer, the same permits left, nobody waiting."""
+    from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
+
+    def acquire(size: int, taken: int) -> tuple[bool, int, int]:
+        permits = ConnectionPermits(size)
+        permits.take_available(taken)
+        got = permits.acquire(timeout=0)
+        return got, permits.take_available(size), permits.waiting
+
+    for size in range(1, 4):
+        for taken in range(size + 1):
+            assert_same(entry, partial(acquire, size, taken))
