@@ -111,14 +111,15 @@ def test_a_key_that_lands_in_an_id_is_not_echoed() -> None:
 
 
 class FakeSecrets:
-    def __init__(self, payload: str | None = None, error: Exception | None = None) -> None:
+    def __init__(self, payload: str | bytes | None = None, error: Exception | None = None) -> None:
         self.payload, self.error, self.names = payload, error, []
 
     def access_secret_version(self, *, name: str) -> Any:
         self.names.append(name)
         if self.error:
             raise self.error
-        return SimpleNamespace(payload=SimpleNamespace(data=(self.payload or "").encode()))
+        data = self.payload if isinstance(self.payload, bytes) else (self.payload or "").encode()
+        return SimpleNamespace(payload=SimpleNamespace(data=data))
 
 
 def test_env_json_wins_over_the_secret() -> None:
@@ -141,10 +142,33 @@ def test_nothing_configured_gives_no_accounts() -> None:
 
 
 def test_unreadable_secret_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="cannot read projects/p/secrets/s/versions/latest: "):
+    with pytest.raises(ConfigError) as caught:
         load_accounts(
             None, "projects/p/secrets/s", None, secret_client=FakeSecrets(error=PermissionError("denied"))
         )
+    assert str(caught.value) == (
+        "CHART_IMG_ACCOUNTS_SECRET: cannot read projects/p/secrets/s/versions/latest: PermissionError"
+    )
+
+
+def test_a_secret_that_is_no_utf8_text_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_accounts(None, "projects/p/secrets/s/versions/2", None, secret_client=FakeSecrets(b"\xff\xfe[]"))
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_SECRET: projects/p/secrets/s/versions/2 is not UTF-8 text"
+
+
+def test_without_a_client_secret_managers_own_is_made_and_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud import secretmanager
+
+    made: list[FakeSecrets] = []
+
+    def client() -> FakeSecrets:
+        made.append(FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}])))
+        return made[-1]
+
+    monkeypatch.setattr(secretmanager, "SecretManagerServiceClient", client)
+    assert [a.id for a in load_accounts(None, "s", "proj")] == ["from-secret"]
+    assert [m.names for m in made] == [["projects/proj/secrets/s/versions/latest"]]
 
 
 def test_malformed_secret_names_its_source() -> None:
@@ -161,8 +185,30 @@ def test_malformed_secret_names_its_source() -> None:
 
 
 def test_bare_secret_id_needs_a_project() -> None:
-    with pytest.raises(ConfigError, match="GOOGLE_CLOUD_PROJECT"):
+    with pytest.raises(ConfigError) as caught:
         secret_version_name("chart-img-accounts", None)
+    assert str(caught.value) == (
+        "CHART_IMG_ACCOUNTS_SECRET: 'chart-img-accounts' is not a full resource name "
+        "(projects/<p>/secrets/<s>/versions/<v>) and GOOGLE_CLOUD_PROJECT is not set"
+    )
+
+
+@pytest.mark.parametrize(
+    ("secret", "project", "name"),
+    [
+        ("projects/p/secrets/s/versions/4", None, "projects/p/secrets/s/versions/4"),
+        ("projects/p/secrets/s", "other", "projects/p/secrets/s/versions/latest"),
+        ("s", "proj", "projects/proj/secrets/s/versions/latest"),
+        ("s", "", None),
+    ],
+    ids=["version", "secret", "bare-id", "bare-id-no-project"],
+)
+def test_a_secret_is_named_as_a_version_of_it(secret: str, project: str | None, name: str | None) -> None:
+    if name is None:
+        with pytest.raises(ConfigError):
+            secret_version_name(secret, project)
+    else:
+        assert secret_version_name(secret, project) == name
 
 
 def test_each_json_type_that_is_no_account_is_named() -> None:

@@ -38,8 +38,11 @@ def test_text_error_body_is_kept_as_text(rig: Callable[..., Rig]) -> None:
     assert failure(r.render())["details"]["message"] == "Forbidden by WAF"
 
 
-def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(401, json={"message": f"Unknown key {KEYS['acc1']}"})])
+@pytest.mark.parametrize("status", [401, 201, 500], ids=["refused", "another-success", "server-error"])
+def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig], status: int) -> None:
+    r = rig(
+        [httpx.Response(status, json={"message": f"Unknown key {KEYS['acc1']}"})], chart_img_max_attempts=1
+    )
     assert failure(r.render())["details"]["message"] == "Unknown key <redacted>"
 
 
@@ -103,6 +106,23 @@ def test_a_body_trickling_past_the_deadline_is_a_timeout(rig: Callable[..., Rig]
     r.transport.answers = [httpx.Response(200, content=body, headers={"content-type": "image/png"})]
     error = failure(r.render())
     assert (error["details"]["errorKind"], error["details"]["exception"]) == ("timeout", "ReadTimeout")
+
+
+def test_a_body_past_the_deadline_is_not_read_further(rig: Callable[..., Rig]) -> None:
+    """The answer is read as it arrives: once the deadline has passed, the rest of a trickling
+    body is not waited for (httpx alone would read it all before handing it over)."""
+    r = rig([], chart_img_request_timeout_seconds=4.0, chart_img_max_attempts=1)
+    asked: list[bytes] = []
+
+    def body() -> Iterator[bytes]:
+        for part in (PNG[:5], PNG[5:9], PNG[9:]):
+            asked.append(part)
+            r.clock.advance(5.0)  # each part comes after the whole timeout
+            yield part
+
+    r.transport.answers = [httpx.Response(200, content=body(), headers={"content-type": "image/png"})]
+    assert failure(r.render())["details"]["exception"] == "ReadTimeout"
+    assert asked == [PNG[:5]]
 
 
 def test_a_200_that_is_no_png_and_names_no_type_says_so(rig: Callable[..., Rig]) -> None:

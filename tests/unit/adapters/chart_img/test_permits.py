@@ -45,6 +45,28 @@ def test_permits_are_handed_out_up_to_their_number() -> None:
     assert permits.acquire(timeout=0)
 
 
+class RecordingSemaphore(threading.BoundedSemaphore):
+    """The permits' semaphore, recording how each acquire was asked to wait."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.asked: list[tuple[bool, float | None]] = []
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.asked.append((blocking, timeout))
+        return super().acquire(blocking, timeout)
+
+
+def test_a_caller_waits_for_a_permit_no_longer_than_it_has_and_no_longer_counts_as_waiting() -> None:
+    permits = ConnectionPermits(1)
+    permits._free = semaphore = RecordingSemaphore(1)
+    assert permits.acquire(timeout=5.0) and semaphore.asked == [(False, None)]  # free: no wait
+    assert not permits.acquire(timeout=-2.0)  # no time left: not even a moment's wait
+    assert not permits.acquire(timeout=0.01)
+    assert semaphore.asked[1:] == [(False, None), (True, 0.0), (False, None), (True, 0.01)]
+    assert permits.waiting == 0  # whoever waited is no longer waiting
+
+
 def test_giving_back_more_than_was_taken_is_a_bug() -> None:
     permits = ConnectionPermits(2)
     permits.take_available(1)
