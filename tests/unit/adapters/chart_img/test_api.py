@@ -401,10 +401,11 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.api.limiter.exhausted_accounts() == ()
 
 
+@pytest.mark.parametrize("status", [403, 201])
 def test_the_daily_limit_wording_under_another_status_cools_without_exhausting(
-    rig: Callable[..., Rig],
+    rig: Callable[..., Rig], status: int
 ) -> None:
-    r = rig([answer(403, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
+    r = rig([answer(status, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert r.api.limiter.exhausted_accounts() == () and "exhaustedUntil" not in r.store.snapshot()["acc1"]
 
@@ -623,3 +624,14 @@ def test_a_retry_goes_to_an_account_the_request_has_not_tried_even_a_busier_one(
     assert r.render() == ChartSuccess(PNG, "acc2")
     # the least used first, then the one it has not tried: not acc1 again
     assert r.transport.accounts == ["acc2", "acc1", "acc2"]
+
+
+def test_a_probe_answered_200_puts_the_key_back_in_service_for_every_instance(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [png()], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
+    (back,) = r.logs.events("chart-img key serves again: its probe answered 200")
+    assert back["accountId"] == "acc1" and r.api.limiter.usable_accounts() == ("acc1",)
+    assert r.store.snapshot()["acc1"]["disabled"] is False  # persisted: other instances use it again
