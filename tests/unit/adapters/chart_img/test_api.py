@@ -635,3 +635,33 @@ def test_a_probe_answered_200_puts_the_key_back_in_service_for_every_instance(
     (back,) = r.logs.events("chart-img key serves again: its probe answered 200")
     assert back["accountId"] == "acc1" and r.api.limiter.usable_accounts() == ("acc1",)
     assert r.store.snapshot()["acc1"]["disabled"] is False  # persisted: other instances use it again
+
+
+def test_a_request_two_keys_refused_while_another_remains_is_the_requests_fault(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(401, "Invalid Request")], accounts=("acc1", "acc2", "acc3"), chart_img_max_attempts=2)
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    (said,) = r.logs.events("chart-img request refused by more than one key: the request's, no key blamed")
+    assert (said["severity"], said["refusedBy"]) == ("INFO", ["acc1", "acc2"])
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # the same two keys, another request: still no blame
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2", "acc3")
+
+
+def test_a_key_refused_for_a_request_that_failed_elsewhere_counts_against_the_key(
+    rig: Callable[..., Rig],
+) -> None:
+    """Refused by one key only, the request was not shown to be at fault: the refusal counts,
+    so the same key refusing the next request is disabled."""
+    answers = [
+        answer(401, "Invalid Request"),
+        answer(500, "Something Went Wrong"),
+        answer(401, "Invalid Request"),
+        png(),
+    ]
+    r = rig(answers, accounts=("acc1", "acc2"), chart_img_max_attempts=2)
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["httpStatus"] == 500
+    assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2"]
+    (disabled,) = r.logs.events("chart-img account key refused: account disabled")
+    assert (disabled["accountId"], disabled["rule"]) == ("acc1", "key refused for two requests")
