@@ -785,9 +785,10 @@ def test_a_first_wave_is_prepaid_alike_however_its_leases_are_zipped(
 @checks
 def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Path) -> None:
     """httpx upper-cases a method and matches header names in any case; a timeout's own words
-    and request are read by nobody (a failure names the exception's type): every kind of
-    exchange ends the same, as the chart API reports it, with the same requests sent and
-    waits made."""
+    and request are read by nobody (a failure names the exception's type); a 200's body is
+    never read; FINAL is handled as None; tenacity reads `reraise` only without an error
+    callback: every kind of exchange (a bug in an attempt and retries run out included) ends
+    the same, as the chart API reports it, with the same requests sent and waits made."""
     from email.utils import format_datetime
 
     import httpx
@@ -816,13 +817,15 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
             "refused": [httpx.Response(422, json={"message": "Invalid Symbol"})],
             "dated": [httpx.Response(429, json=TOO_MANY, headers={"Retry-After": later})],
             "seconds": [httpx.Response(429, json=TOO_MANY, headers={"retry-after": "2"})],
+            "5xx": [httpx.Response(500, json={"message": "Something Went Wrong"})] * 3,
+            "bug": [RuntimeError("a bug in the attempt")],
         }[kind]
         r.transport.answers = [*answers, httpx.Response(200, content=PNG, headers=PNG_TYPE)]
         result = r.render()
         sent = [(q.method, q.headers.get("x-api-key") is not None, q.url.path) for q in r.transport.seen]
         return result, sent, [s for s in r.clock.sleeps if s]
 
-    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds"):
+    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds", "5xx", "bug"):
         assert_same(entry, partial(exchange, kind))
 
 
