@@ -48,6 +48,7 @@ from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
 from worker_chart_export.core import clock, naming
+from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img import account_status, set_aside, usage
 from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
 from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
@@ -787,8 +788,10 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
     """httpx upper-cases a method and matches header names in any case; a timeout's own words
     and request are read by nobody (a failure names the exception's type); a 200's body is
     never read; FINAL is handled as None; tenacity reads `reraise` only without an error
-    callback: every kind of exchange (a bug in an attempt and retries run out included) ends
-    the same, as the chart API reports it, with the same requests sent and waits made."""
+    callback, and calls that callback with an outcome; httpx follows no redirect unless told
+    (None is falsy); the assembly always names the mode: every kind of exchange (a redirect,
+    a bug in an attempt and retries run out included) ends the same, as the chart API reports
+    it, with the same requests sent and waits made."""
     from email.utils import format_datetime
 
     import httpx
@@ -818,6 +821,7 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
             "dated": [httpx.Response(429, json=TOO_MANY, headers={"Retry-After": later})],
             "seconds": [httpx.Response(429, json=TOO_MANY, headers={"retry-after": "2"})],
             "5xx": [httpx.Response(500, json={"message": "Something Went Wrong"})] * 3,
+            "redirect": [httpx.Response(302, headers={"location": "https://elsewhere.test/"})] * 3,
             "bug": [RuntimeError("a bug in the attempt")],
         }[kind]
         r.transport.answers = [*answers, httpx.Response(200, content=PNG, headers=PNG_TYPE)]
@@ -825,7 +829,20 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
         sent = [(q.method, q.headers.get("x-api-key") is not None, q.url.path) for q in r.transport.seen]
         return result, sent, [s for s in r.clock.sleeps if s]
 
-    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds", "5xx", "bug"):
+    kinds = (
+        "png",
+        "chunks",
+        "edge",
+        "trickle",
+        "untyped",
+        "refused",
+        "dated",
+        "seconds",
+        "5xx",
+        "redirect",
+        "bug",
+    )
+    for kind in kinds:
         assert_same(entry, partial(exchange, kind))
 
 
@@ -966,3 +983,60 @@ def test_a_permit_is_handed_out_alike_whatever_falsy_value_says_not_to_block(ent
     for size in range(1, 4):
         for taken in range(size + 1):
             assert_same(entry, partial(acquire, size, taken))
+
+
+@checks
+def test_the_pool_is_the_same_for_any_size(entry: Equivalent) -> None:
+    """httpx keeps alive as many connections as the pool holds when no keep-alive limit is
+    named (None: no limit of its own): the same pool for every size."""
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+    from worker_chart_export.testing import FakeClock as Clock
+
+    def pool(size: int) -> tuple[int, int]:
+        client = ChartImgClient("https://chart-img.test", max_connections=size, clock=Clock())
+        made = client._client._transport._pool
+        client.close()
+        return made._max_connections, made._max_keepalive_connections
+
+    for size in (1, 2, 8, 19, 20, 21, 32, 64, 1000):
+        assert_same(entry, partial(pool, size))
+
+
+@checks
+def test_a_first_wave_call_is_rendered_alike(entry: Equivalent, tmp_path: Path) -> None:
+    """A call's prepaid lease is taken on its first attempt, and asking again on a retry finds
+    none: whatever its answers, a first-wave call ends the same, on the same accounts."""
+    import httpx
+
+    from harness.chart_img_server import PNG, chart_call
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    def render(answers: list[httpx.Response]) -> tuple[Any, ...]:
+        r = make_rig(answers, LogCapture(), tmp_path, accounts=("acc1", "acc2"))
+        call = chart_call("tpl_a")
+        with r.api.for_step([call], Budget.starting_now(60.0, r.clock)) as step:
+            result = step.render(call)
+        return result, r.transport.accounts, [s for s in r.clock.sleeps if s]
+
+    png = httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
+    failing = httpx.Response(500, json={"message": "Something Went Wrong"})
+    limited = httpx.Response(429, json={"message": "Limit Exceeded"})
+    for answers in ([png], [failing, png], [failing], [limited, png], [limited]):
+        assert_same(entry, partial(render, answers))
+
+
+@checks
+def test_a_step_logs_its_exhaustion_once_whatever_falsy_value_it_starts_with(
+    entry: Equivalent, tmp_path: Path
+) -> None:
+    """`exhaustion_logged` is read for its truth only: None says "not yet" as False does."""
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    def firsts() -> tuple[bool, list[bool]]:
+        r = make_rig([], LogCapture(), tmp_path)
+        with r.api.for_step([], Budget.starting_now(60.0, r.clock)) as step:
+            return bool(step.exhaustion_logged), [step.first_to_log_exhaustion() for _ in range(3)]
+
+    assert_same(entry, firsts)

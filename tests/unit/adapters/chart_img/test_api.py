@@ -665,3 +665,58 @@ def test_a_key_refused_for_a_request_that_failed_elsewhere_counts_against_the_ke
     assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2"]
     (disabled,) = r.logs.events("chart-img account key refused: account disabled")
     assert (disabled["accountId"], disabled["rule"]) == ("acc1", "key refused for two requests")
+
+
+def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(500, "Something Went Wrong")])
+    call = chart_call("tpl_a")
+    with r.api.for_step([call], r.budget()) as step:  # its first attempt prepaid
+        error = failure(step.render(call))
+    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (3, ["acc1"])
+    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3]
+
+
+def test_a_render_with_less_than_an_attempt_left_sends_nothing(rig: Callable[..., Rig]) -> None:
+    r = rig([png()])
+    error = failure(r.render(budget_seconds=0.5))  # an attempt needs 1 s (the policy's minimum)
+    assert (error["details"]["errorKind"], error["details"]["attempts"]) == ("budget", 0)
+    assert r.transport.seen == [] and r.store.snapshot() == {}
+
+
+def test_an_attempt_needs_no_more_time_than_its_own_timeout(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], chart_img_request_timeout_seconds=0.5)
+    assert r.render(budget_seconds=0.8) == ChartSuccess(PNG, "acc1")  # under the policy's 1 s
+
+
+def test_an_account_without_a_plan_of_its_own_has_chart_img_plans(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], chart_img_plan="PRO")
+    with r.session() as step:
+        assert step.render(pro_only()) == ChartSuccess(PNG, "acc1")
+
+
+def test_a_redirect_is_not_followed_so_the_key_goes_nowhere_else(rig: Callable[..., Rig]) -> None:
+    r = rig(
+        [httpx.Response(302, headers={"location": "https://elsewhere.test/steal"})], chart_img_max_attempts=1
+    )
+    assert failure(r.render())["details"]["httpStatus"] == 302
+    assert [str(q.url) for q in r.transport.seen] == ["https://chart-img.test/v2/tradingview/advanced-chart"]
+
+
+@pytest.mark.parametrize("trailing", ["", "/", "//"])
+def test_the_base_url_is_used_as_given_with_its_path(rig: Callable[..., Rig], trailing: str) -> None:
+    r = rig([png()], chart_img_base_url="https://chart-img.test/proX" + trailing)
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert [str(q.url) for q in r.transport.seen] == [
+        "https://chart-img.test/proX/v2/tradingview/advanced-chart"
+    ]
+
+
+def test_the_connection_pool_holds_and_keeps_alive_one_connection_per_permit() -> None:
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+
+    client = ChartImgClient("https://chart-img.test", max_connections=32, clock=FakeClock())  # 4 x 8
+    pool = client._client._transport._pool  # httpx's own transport, built from the limits
+    assert (pool._max_connections, pool._max_keepalive_connections, client.permits.size) == (32, 32, 32)
+    client.close()

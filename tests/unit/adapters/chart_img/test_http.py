@@ -144,3 +144,25 @@ def test_a_retry_after_date_is_waited_out_on_the_only_key(rig: Callable[..., Rig
     r.transport.answers = [limited, png()]
     assert r.render() == ChartSuccess(PNG, "acc1")
     assert [s for s in r.clock.sleeps if s] == [pytest.approx(3.0)]
+
+
+@pytest.mark.parametrize(
+    "base_url", ["https://chart-img.test/p", "https://chart-img.test/p/", "https://chart-img.test/p//"]
+)
+def test_the_client_joins_its_base_url_and_path_without_an_empty_segment(base_url: str) -> None:
+    from pydantic import SecretStr
+
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(204)
+
+    client = ChartImgClient(
+        base_url, max_connections=1, transport=httpx.MockTransport(answer), clock=FakeClock()
+    )
+    assert client.post_chart({}, SecretStr("k"), timeout=1.0).status == 204
+    client.close()
+    assert seen == ["https://chart-img.test/p/v2/tradingview/advanced-chart"]
