@@ -29,6 +29,7 @@ test's (tests/e2e/test_chaos_short.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -49,6 +50,7 @@ from chaos.counting import (  # noqa: E402
     KeyWatch,
     Step,
     explanations,
+    held_at_kills,
     judge_manifest,
     killed_holding,
     manifest_writers,
@@ -158,6 +160,7 @@ def count(
     figures.units = units_by_key(stack)
     calls = stack.stand_in.requests()
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
+    figures.held_at_kills = dict(held_at_kills(stack.incarnations))
     figures.answers = Counter(f"{c['status']} {c.get('message') or ''}".strip() for c in calls)
     figures.calls_by_window = Counter(str(c["chaos"]).split("#")[0] for c in calls if c.get("chaos"))
     figures.really_exhausted = really_exhausted(stack.stand_in.accounts(), figures.calls)
@@ -195,6 +198,15 @@ def judge_charts(stack: ChaosStack, steps: list[Step], figures: Figures) -> None
             figures.verdicts[verdict.value] += 1
             if verdict.value == "wrong":
                 figures.wrong.append(f"{step.run_id}/{template}")
+
+
+def keep_for_replay(stack: ChaosStack, conductor: Conductor, log_dir: Path) -> None:
+    """The stand-in's request log (times: the system's monotonic clock) and the windows as
+    applied, beside the processes' logs: a missed target can be read call by call."""
+    assert stack.stand_in is not None
+    (log_dir / "stand_in_requests.json").write_text(json.dumps(stack.stand_in.requests(), indent=1))
+    spans = [dataclasses.asdict(span) for span in spans_of(conductor.applied)]
+    (log_dir / "windows_applied.json").write_text(json.dumps(spans, indent=1, default=str))
 
 
 def schedule_for(seed: int, profile: Profile, instances: int = FleetConfig.instances) -> Schedule:
@@ -237,6 +249,7 @@ def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | 
             watch.stop()
         figures = count(stack, schedule, traffic, conductor, watch)
         figures.wall = time.monotonic() - origin
+        keep_for_replay(stack, conductor, log_dir)
     figures.load = f"{load_before} -> {load_average()}"
     return figures
 

@@ -123,7 +123,7 @@ class Counters:
 
     worker_cpu: float
     emulator_cpu: float
-    rpcs: int
+    rpcs: Counter[str]  # by method (the claim's own written claim:<method>)
     units: int
     calls: int
 
@@ -139,9 +139,9 @@ class Fleet:
 
     def counters(self) -> Counters:
         try:
-            rpcs = len(self.rpc_file.read_text().split())
+            rpcs = Counter(self.rpc_file.read_text().split())
         except FileNotFoundError:
-            rpcs = 0
+            rpcs = Counter()
         units = sum(self.stack.usage(a.account_id).get("usageToday", 0) for a in self.accounts)
         return Counters(
             sum(tree_cpu_seconds(w.process.pid) for w in self.stack.workers),
@@ -226,7 +226,8 @@ def measure(fleet: Fleet, run: int) -> dict[str, Any]:
         "total_p50": statistics.median(d.ended - released for d in deliveries),
         "total_p95": percentile([d.ended - released for d in deliveries], 0.95),
         "charts_per_second": charts / wall,
-        "rpcs_per_chart": (after.rpcs - before.rpcs) / charts,
+        "rpcs_per_chart": (after.rpcs.total() - before.rpcs.total()) / charts,
+        "rpcs_by_method": {m: n / charts for m, n in (after.rpcs - before.rpcs).most_common()},
         "worker_cpu_ms": (after.worker_cpu - before.worker_cpu) * 1000 / charts,
         "emulator_cpu_ms": (after.emulator_cpu - before.emulator_cpu) * 1000 / charts,
         "peak_in_flight": peak_in_flight_of(calls),
@@ -285,7 +286,8 @@ def report(run: int, result: dict[str, Any], bound: float) -> bool:
         f"{result['peak_in_flight']}"
     )
     print(
-        f"  per chart: Firestore RPCs {result['rpcs_per_chart']:.2f}, worker CPU "
+        f"  per chart: Firestore RPCs {result['rpcs_per_chart']:.2f} "
+        f"({', '.join(f'{m} {n:.2f}' for m, n in result['rpcs_by_method'].items())}), worker CPU "
         f"{result['worker_cpu_ms']:.1f} ms (3 instances), emulator CPU {result['emulator_cpu_ms']:.1f} ms; "
         f"load average {result['load']}"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -119,6 +119,37 @@ def units_by_key(stack: ChaosStack) -> dict[str, int]:
         if doc.get("windowStart") == today:
             units[snapshot.id] = int(doc.get("usageToday", 0))
     return units
+
+
+def units_in_hand(lines: list[dict[str, Any]]) -> Counter[str]:
+    """Per account, the units an instance's log says it held and had not yet accounted for
+    when its log ends: taken with a step's first wave ("chart-img first wave reserved") or by
+    an attempt of its own ("chart api attempt started" without `prepaid`), less those whose
+    attempt ended ("chartsApi.request": the call answered, or never left and its unit given
+    back) and the prepaid leases dropped (a drop whose unit could not be given back is a unit
+    counted for no call, but not one a kill took: not in hand). For an instance killed
+    mid-step, the units that died with it: each one counted by the usage documents, and a
+    call the stand-in counted only if it had left (the worker's log says when a unit is
+    taken, docs/design.md, "A unit pays for a call that left")."""
+    held: Counter[str] = Counter()
+    for line in lines:
+        message = line.get("message")
+        if message == "chart-img first wave reserved":
+            held.update({str(k): int(n) for k, n in line.get("units", {}).items()})
+        elif message == "chart api attempt started" and not line.get("prepaid"):
+            held[str(line.get("accountId"))] += 1
+        elif message in ("chartsApi.request", "chart-img prepaid lease dropped"):
+            held[str(line.get("accountId"))] -= 1
+    return +held  # only what is positive
+
+
+def held_at_kills(incarnations: list[Incarnation]) -> Counter[str]:
+    """Per account, the units the killed instances held when they died (`units_in_hand`)."""
+    held: Counter[str] = Counter()
+    for incarnation in incarnations:
+        if incarnation.killed:
+            held += units_in_hand(incarnation.log_lines())
+    return held
 
 
 def manifest_writers(incarnations: list[Incarnation]) -> dict[str, Incarnation]:

@@ -75,6 +75,7 @@ class Incarnation:
     generation: int
     child: Child
     started: datetime
+    killed: bool = False  # SIGKILLed by the schedule: whatever it held died with it
 
     def log_lines(self) -> list[dict[str, Any]]:
         lines = []
@@ -209,7 +210,9 @@ class ChaosStack(LocalStack):
         """SIGKILL the instance's whole process group: a crash, requests in flight lost."""
         assert self.eventarc is not None
         self.eventarc.services[WORKER_TRIGGER].set_up(name, False)
-        child = self.current(name).child
+        incarnation = self.current(name)
+        incarnation.killed = True
+        child = incarnation.child
         child.kill()
         with contextlib.suppress(Exception):
             child.process.wait(timeout=10)

@@ -12,7 +12,7 @@ from harness.builders import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from chaos.counting import uncalled_failure
+from chaos.counting import uncalled_failure, units_in_hand
 from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
 from chaos.targets import Figures, checks, really_exhausted
 
@@ -117,6 +117,37 @@ def test_each_target_can_be_missed() -> None:
     assert failed_targets(figures(set_aside_end={"b": "cooling until 12:00:03"})) == []
     assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", [])})) == ["every FAILED"]
     assert failed_targets(figures(failed={"run": ("CHART_API_FAILED", ["refuse#1"])})) == []
+
+
+def test_only_units_a_killed_instance_held_as_it_died_may_exceed_the_calls() -> None:
+    """a: 2 units more than calls, its killed instance held 2 (or 3: some of them had left)
+    as it died: within the target. 3 more than the 2 held, or fewer units than calls (a
+    call with no unit counted), or units beyond calls on a key no killed instance held:
+    missed."""
+    assert failed_targets(figures(units={"a": 7, "b": 4}, held_at_kills={"a": 2})) == []
+    assert failed_targets(figures(units={"a": 7, "b": 4}, held_at_kills={"a": 3})) == []
+    assert failed_targets(figures(units={"a": 8, "b": 4}, held_at_kills={"a": 2})) == ["units =="]
+    assert failed_targets(figures(units={"a": 4, "b": 4}, held_at_kills={"a": 2})) == ["units =="]
+    assert failed_targets(figures(units={"a": 5, "b": 5}, held_at_kills={"a": 2})) == ["units =="]
+
+
+def test_the_units_in_hand_are_read_from_the_lines_that_take_and_account_for_them() -> None:
+    """Taken: a first wave's units, an attempt's own; accounted for: an attempt's end
+    (answered, or never left and given back) and a prepaid lease dropped. A drop whose unit
+    could not be given back stays counted for no call, but not because of a kill: it is not
+    in hand, so it cannot excuse a count above the calls."""
+    lines = [
+        {"message": "chart-img first wave reserved", "units": {"a": 2, "b": 1}},
+        {"message": "chart api attempt started", "accountId": "a", "prepaid": True},
+        {"message": "chartsApi.request", "accountId": "a"},
+        {"message": "chart-img prepaid lease dropped", "accountId": "b", "unitGivenBack": True},
+        {"message": "chart api attempt started", "accountId": "b"},  # its own unit, in flight
+        {"message": "chart-img prepaid lease dropped", "accountId": "a", "unitGivenBack": False},
+        {"message": "chart api attempt started", "accountId": "c"},
+        {"message": "chartsApi.request", "accountId": "c"},
+    ]
+    assert units_in_hand(lines) == Counter({"b": 1})
+    assert units_in_hand(lines[:1]) == Counter({"a": 2, "b": 1}) and units_in_hand([]) == Counter()
 
 
 def test_a_key_is_really_exhausted_by_the_stand_ins_count_or_by_our_calls() -> None:

@@ -7,7 +7,7 @@ Every attempt holds one of the client's connection permits (permits.py) from bef
 reserves until its answer is read: a reservation never waits for a connection.
 `for_step` opens a step's session (session.py): it takes as many permits as are free (no
 waiting) for the step's first wave and reserves that many first attempts in one round trip
-(AccountLimiter.acquire_many, slots at most PREPAID_HOLD_SECONDS ahead); each render of the
+(AccountLimiter.acquire_many, slots at most UNIT_HOLD_SECONDS ahead); each render of the
 step takes one of those leases, with its permit, for its first attempt (unless CHART-IMG has
 refused that account meanwhile), and acquires permit and lease one by one after.
 Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
@@ -17,6 +17,7 @@ details carry the account id, the HTTP status and the API's message, never a key
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,7 +35,7 @@ from worker_chart_export.adapters.chart_img.attempts import (
     tell_limiter,
 )
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
-from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount
+from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import (
@@ -58,12 +59,6 @@ from worker_chart_export.logs import get_logger
 # the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
 # A read timeout, a reset or a write error may come after the request left: its unit stays.
 NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# A first wave's lease is taken only when its slot is at most this far ahead: a unit must not
-# wait long for its call (an instance dying meanwhile leaves it counted for a call that never
-# left: issue 27, units == calls); a call the wave leaves out waits for its slot before it
-# reserves (AccountLimiter.acquire). A fraction of a slot at BASIC's pace, most of a burst on
-# the faster plans, whose slots are a few tens of ms apart once the burst is spent.
-PREPAID_HOLD_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -127,14 +122,22 @@ class RealChartApi:
     def _reserve_first_wave(
         self, calls: Sequence[ChartCall], budget: Budget
     ) -> list[tuple[ChartCall, Lease]]:
-        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, PREPAID_HOLD_SECONDS)
+        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
         if max_wait < 0:
             return []
         try:
             leases = self.limiter.acquire_many([c.serving_plans for c in calls], max_wait=max_wait)
         except TransientStoreError:
             return []  # each call then tries on its own, and says so if the store stays away
-        return [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
+        prepaid = [(call, lease) for call, lease in zip(calls, leases, strict=True) if lease is not None]
+        if prepaid:  # the units the step holds from now on, before any attempt's line says so
+            get_logger().info(
+                "chart-img first wave reserved",
+                runId=calls[0].run_id,
+                stepId=calls[0].step_id,
+                units=dict(Counter(lease.account_id for _, lease in prepaid)),
+            )
+        return prepaid
 
     def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
         request = ChartRequest(call, session)
@@ -178,7 +181,7 @@ class RealChartApi:
         try:
             if prepaid is not None:
                 request.tried.append(prepaid.account_id)
-                return self._send(request, self.limiter.wait_for_slot(prepaid), attempt=1)
+                return self._send(request, prepaid, attempt=1, prepaid=True)
             return self._reserve_and_send(request)
         finally:
             self._permits.release()
@@ -213,9 +216,16 @@ class RealChartApi:
         request.tried.append(lease.account_id)
         return self._send(request, lease, attempt=len(request.tried))
 
-    def _send(self, request: ChartRequest, lease: Lease, *, attempt: int) -> AttemptPass:
+    def _send(
+        self, request: ChartRequest, lease: Lease, *, attempt: int, prepaid: bool = False
+    ) -> AttemptPass:
+        """The lease's call, once its slot comes. "chart api attempt started" is written
+        before that wait: from the moment its unit is taken, every attempt has a line, so the
+        log of an instance that died tells the units it held (`prepaid`: its unit was taken
+        with the step's first wave, whose line said so)."""
         call = request.call
-        timeout = min(self._request_timeout, request.budget.remaining())
+        ahead = lease.slot_in(self._clock.now())
+        timeout = min(self._request_timeout, request.budget.remaining() - ahead)
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -226,7 +236,13 @@ class RealChartApi:
             attempt=attempt,
             chartsApi=self._log_context(call, lease.account_id),
         )
-        log.info("chart api attempt started", timeoutSeconds=round(timeout, 3))
+        started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
+        if ahead > 0:
+            started_fields["slotInSeconds"] = round(ahead, 3)
+        if prepaid:
+            started_fields["prepaid"] = True
+        log.info("chart api attempt started", **started_fields)
+        lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
             answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import SecretStr
@@ -38,7 +39,7 @@ from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 from worker_chart_export.logs import get_logger
 
-__all__ = ["AccountLimiter", "Lease", "NoAccount", "NoAccountReason", "PacingMargins"]
+__all__ = ["UNIT_HOLD_SECONDS", "AccountLimiter", "Lease", "NoAccount", "NoAccountReason", "PacingMargins"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Lease:
     reservation: Reservation
     paced_seconds: float  # how long we waited for the send slot
 
+    def slot_in(self, now: datetime) -> float:
+        """Seconds until the send slot (0 when it has come)."""
+        assert self.reservation.send_at is not None  # a reservation always says when
+        return max(0.0, (self.reservation.send_at - now).total_seconds())
+
 
 class NoAccountReason(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
@@ -60,6 +66,21 @@ class NoAccountReason(StrEnum):
 # a wait shorter than this is no wait: float rounding between the slot this process computed
 # and the one the store wrote, far inside the pacing's arrival jitter
 SLOT_GRAIN = 1e-3
+# The longest a reserved unit waits for its call. A unit held through a wait is lost with the
+# instance if it dies meanwhile (counted, though no call left: issue 27, units == calls), and
+# a call held to a slot another instance took meanwhile queues there while other keys'
+# slots come sooner (bench_fleet: 23 to 26 calls per key where 24 is even). A fraction of a
+# slot at BASIC's pace, most of a burst on the faster plans.
+UNIT_HOLD_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class _Later:
+    """The account's slot, as the store knows it, is further than UNIT_HOLD_SECONDS but
+    within the wait allowed: choose again (the view knows that slot now). `waited`: the
+    seconds this try slept before it asked."""
+
+    waited: float
 
 
 @dataclass(frozen=True)
@@ -106,14 +127,29 @@ class AccountLimiter(KeyVerdicts):
         self, *, tried: Collection[str] = (), max_wait: float, plans: Collection[str] | None = None
     ) -> Lease | NoAccount:
         """Reserve quota and a send slot on the best account whose plan serves the call
-        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order, then wait
-        for the slot. A refused account costs one transaction and the next is tried.
+        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order. The slot may
+        still be up to UNIT_HOLD_SECONDS ahead: `wait_for_slot` before sending. A refused
+        account costs one transaction and the next is tried. An
+        account whose slot another instance took meanwhile (`_Later`: the store's slot is
+        more than UNIT_HOLD_SECONDS away, yet within `max_wait`) is not held to: its real
+        slot is known now, and the pick chooses again among every account, so a fleet's
+        calls go to the soonest slots wherever they are (threads of this process racing for
+        one key's slot lose to each other without a round trip: the version they plan on is
+        the one this process wrote).
         """
-        busy, refused = False, set[str]()
+        started, busy, refused = self._clock.monotonic(), False, set[str]()
+        waited_before = 0.0
         while (account_id := self._views.pick(tried, refused, plans)) is not None:
-            outcome = self._try(account_id, max_wait)
+            outcome = self._try(account_id, max_wait - (self._clock.monotonic() - started))
             if isinstance(outcome, Lease):
-                return outcome
+                return replace(outcome, paced_seconds=waited_before + outcome.paced_seconds)
+            if isinstance(outcome, _Later):
+                # The view has learned that slot, so choosing this account again waits for
+                # it first: every round moves the clock on, and `max_wait` ends the rounds.
+                waited_before += outcome.waited
+                self._views.fell_behind()  # other instances are reserving: read them all
+                self._catch_up()
+                continue
             refused.add(account_id)
             busy = busy or outcome is ReservationRefusal.BUSY
         return self._no_account(busy, plans)
@@ -182,14 +218,16 @@ class AccountLimiter(KeyVerdicts):
         self._views.caught_up(docs)
 
     def wait_for_slot(self, lease: Lease) -> Lease:
-        """Sleeps until the lease's send slot; the lease, saying how long that was."""
-        assert lease.reservation.send_at is not None  # a reservation always says when
-        wait = (lease.reservation.send_at - self._clock.now()).total_seconds()
+        """Sleeps until the lease's send slot (at most UNIT_HOLD_SECONDS away); the lease,
+        saying how long that was."""
+        wait = lease.slot_in(self._clock.now())
         if wait > 0:
             self._clock.sleep(wait)
-        return replace(lease, paced_seconds=lease.paced_seconds + max(0.0, wait))
+        return replace(lease, paced_seconds=lease.paced_seconds + wait)
 
-    def _try(self, account_id: str, max_wait: float) -> Lease | ReservationRefusal:
+    def _try(self, account_id: str, max_wait: float) -> Lease | ReservationRefusal | _Later:
+        """One reservation on the account, its unit taken only when its slot is at most
+        UNIT_HOLD_SECONDS away (the slot this process knows of is waited out first)."""
         view = self._views[account_id]
         try:
             waited = self._wait_before_reserving(account_id, max_wait)
@@ -201,18 +239,23 @@ class AccountLimiter(KeyVerdicts):
                     default_limit=view.daily_limit,
                     now=self._clock.now(),
                     pacing=view.pacing,
-                    max_wait=max_wait - waited,
+                    max_wait=min(max_wait - waited, UNIT_HOLD_SECONDS),
                 )
                 self._views.learn(account_id, reservation, units=int(reservation.reserved))
         finally:
             self._views.release(account_id)
         if not reservation.reserved:
-            return reservation.refusal or ReservationRefusal.EXHAUSTED
-        assert reservation.send_at is not None  # a reservation always says when
-        wait = (reservation.send_at - self._clock.now()).total_seconds()  # another instance's slot
-        if wait > SLOT_GRAIN:
-            self._clock.sleep(wait)
-        return Lease(account_id, view.config.api_key, reservation, waited + max(0.0, wait))
+            refusal = reservation.refusal or ReservationRefusal.EXHAUSTED
+            later = refusal is ReservationRefusal.BUSY and self._slot_within(account_id, max_wait - waited)
+            return _Later(waited) if later else refusal
+        # its slot may still be up to UNIT_HOLD_SECONDS ahead: the caller says it holds the
+        # unit (its log line), then `wait_for_slot`
+        return Lease(account_id, view.config.api_key, reservation, waited)
+
+    def _slot_within(self, account_id: str, seconds: float) -> bool:
+        """The account's next send slot, as the store just said, is at most `seconds` away."""
+        view, now = self._views[account_id], self._clock.now().timestamp()
+        return view.pacing.send_time(view.tat, now) - now <= seconds
 
     def _wait_before_reserving(self, account_id: str, max_wait: float) -> float | None:
         """Sleeps out the key's cooldown and the send slot this process knows of, BEFORE its

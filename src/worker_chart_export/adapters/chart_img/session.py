@@ -29,6 +29,7 @@ from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.types import ChartCall, ChartResult
+from worker_chart_export.logs import get_logger
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,9 @@ class StepSession:
     def _drop(self, lease: Lease) -> None:
         """A lease no call will use: its permit back, and its unit (nothing was sent)."""
         self._permits.release()
-        self._limiter.give_back(lease)
+        refund = self._limiter.give_back(lease)
+        get_logger().info(
+            "chart-img prepaid lease dropped",
+            accountId=lease.account_id,
+            unitGivenBack=refund is not None and refund.given_back,
+        )

@@ -3,6 +3,7 @@ exhaustion, pacing, waves, refused keys."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from pydantic import SecretStr
 from harness.chart_img_server import FakeClock, new_key
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.limiter import (
+    SLOT_GRAIN,
     AccountLimiter,
     Lease,
     NoAccount,
@@ -22,6 +24,7 @@ from worker_chart_export.adapters.chart_img.limiter import (
 )
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.plans import AccountLimits
+from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.testing import InMemoryUsageStore
 
 NOON = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
@@ -542,18 +545,22 @@ def test_a_slot_taken_meanwhile_by_another_instance_is_no_time_not_exhaustion() 
 def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
     """This process knows nothing of a's pacing; the store's slot is 2.5 s away. Cooling
     2 s with 2.4 s to wait, the cooldown is waited out first (no unit held through it), then
-    the store is asked for a slot within the 0.4 s left: 0.5 s away, none; with 3 s to wait
-    the 0.5 s fit, 2.5 s in all (issue 27)."""
+    the store shows the slot 0.5 s away, more than the 0.4 s left: none. With 3 s to wait it
+    fits: the unit is not taken then (0.5 s is more than UNIT_HOLD_SECONDS) but when the
+    slot comes, 2.5 s in all (issue 27)."""
     for max_wait, fits in ((2.4, False), (3.0, True)):
         clock = FakeClock(NOON)
         store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 2.5)})
         chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
         chosen.rate_limited("a", TOO_MANY, 2.0)
         lease = chosen.acquire(max_wait=max_wait)
-        assert store.reserves == ["a"] and clock.sleeps[0] == 2.0  # the cooldown, before reserving
+        assert clock.sleeps[0] == 2.0  # the cooldown, before reserving
         if fits:
+            assert store.reserves == ["a", "a"] and clock.sleeps == [2.0, 0.5]
             assert isinstance(lease, Lease) and lease.paced_seconds == pytest.approx(2.5)
+            assert lease.reservation.send_at == NOON + timedelta(seconds=2.5)
         else:
+            assert store.reserves == ["a"]
             assert lease == NoAccount(NoAccountReason.NO_TIME, ())
             assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
 
@@ -680,3 +687,92 @@ def test_a_call_whose_serving_keys_are_all_disabled_is_told_so() -> None:
     assert chosen.acquire(max_wait=1, plans={"PRO"}) == NoAccount(NoAccountReason.NO_USABLE_KEY, ())
     assert chosen.usable_accounts({"PRO"}) == () and chosen.usable_accounts() == ("basic",)
     assert lease_id(chosen.acquire(max_wait=1, plans={"BASIC", "PRO"})) == "basic"
+
+
+def test_a_slot_another_instance_took_sends_the_call_to_the_sooner_key_not_into_a_held_unit() -> None:
+    """This process has never seen a or b; another instance has taken a's slots for 2 s and
+    b's for 0.6 s. The old way reserved a at once and held its unit 2 s (lost if the
+    instance died meanwhile; the call queued on a while b came sooner: bench_fleet's uneven
+    spread). Now a unit is taken only when its slot is at most UNIT_HOLD_SECONDS away: the
+    store's answer on a shows other instances reserving, so every account is read once;
+    the pick chooses b, waits 0.6 s with no unit held, and reserves b at its slot."""
+    clock = FakeClock(NOON)
+    slot = NOON.timestamp()
+    store = CountingStore({"a": usage(1, tat=slot + 2.0), "b": usage(1, tat=slot + 0.6)})
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    lease = chosen.acquire(max_wait=5.0)
+    assert isinstance(lease, Lease) and lease.account_id == "b"
+    assert store.reserves == ["a", "b"]  # a too far: nothing taken; b at its slot
+    assert clock.sleeps == [pytest.approx(0.6)]  # before the reservation, none after it
+    assert lease.reservation.send_at == clock.now()  # reserved at its slot
+    assert lease.paced_seconds == pytest.approx(0.6)
+    assert (store.snapshot()["a"]["usageToday"], store.snapshot()["b"]["usageToday"]) == (1, 2)
+
+
+def test_choosing_again_after_slots_taken_meanwhile_ends_when_the_wait_allowed_does() -> None:
+    """Another instance takes each slot just as this one comes for it: every round this
+    process learns the slot, waits for it (no unit held), and finds it taken again. The
+    rounds end when `max_wait` does: no time, nothing taken, never a wait past it."""
+
+    class AlwaysLater(CountingStore):
+        def reserve(self, account_id: str, **kwargs: Any) -> Any:
+            with self._transaction() as docs:
+                docs[account_id] = usage(1, tat=kwargs["now"].timestamp() + 1.0)
+            return super().reserve(account_id, **kwargs)
+
+    clock = FakeClock(NOON)
+    store = AlwaysLater({"a": usage(1), "b": usage(1)})
+    chosen = limiter(store, accounts("a", "b"), clock, rate=1.0, burst=1)
+    assert chosen.acquire(max_wait=30.0) == NoAccount(NoAccountReason.NO_TIME, ())
+    assert 20 <= len(store.reserves) <= 64 and sum(clock.sleeps) <= 30.0
+    assert store.snapshot()["a"]["usageToday"] == 1 and store.snapshot()["b"]["usageToday"] == 1
+
+
+def test_threads_racing_for_one_keys_slots_each_get_one_in_turn() -> None:
+    """One key paced at 2/s (a slot every 0.56 s, more than UNIT_HOLD_SECONDS), 4 threads
+    of this process acquiring at once, on the real clock (the outage and shared-key steps):
+    each loser of a slot learns the next one and waits for it; every thread gets a lease,
+    the slots at least one interval apart, one unit each. Judged by the store's slots, not
+    by how long it took (a busy machine only makes the slots later)."""
+    store = CountingStore()  # today, on the real clock, nothing used yet
+    chosen = AccountLimiter(accounts("a"), store, defaults=AccountLimits(44, 2.0, 1), clock=SYSTEM_CLOCK)
+    barrier = threading.Barrier(4)
+    leases: list[Lease | NoAccount] = []
+
+    def acquire() -> None:
+        barrier.wait()
+        leases.append(chosen.acquire(max_wait=120.0))
+
+    threads = [threading.Thread(target=acquire) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(isinstance(lease, Lease) for lease in leases), leases
+    sends = sorted(lease.reservation.send_at for lease in leases if isinstance(lease, Lease))
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(sends)]
+    assert all(gap >= 1 / (2.0 * 0.9) - SLOT_GRAIN for gap in gaps), gaps
+    assert store.snapshot()["a"]["usageToday"] == 4
+
+
+def test_a_key_whose_slot_is_taken_again_and_again_is_still_waited_for_while_time_remains() -> None:
+    """The only account: another instance takes its slot the first 3 times this process
+    comes for it (a shared BASIC key under three instances, or an outage's retries). Each
+    time the slot is learned and waited for, no unit held; the 4th time it is this one's.
+    Giving up after a count of rounds instead of when `max_wait` ends failed such steps
+    with "no time" 8 s before their budget did."""
+
+    class TakenThrice(CountingStore):
+        def reserve(self, account_id: str, **kwargs: Any) -> Any:
+            if len(self.reserves) < 3:
+                with self._transaction() as docs:
+                    docs[account_id] = usage(1, tat=kwargs["now"].timestamp() + 1.0)
+            return super().reserve(account_id, **kwargs)
+
+    clock = FakeClock(NOON)
+    store = TakenThrice({"a": usage(1)})
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    lease = chosen.acquire(max_wait=10.0)
+    assert isinstance(lease, Lease) and store.reserves == ["a"] * 4
+    assert clock.sleeps == [pytest.approx(1.0)] * 3 and lease.paced_seconds == pytest.approx(3.0)
+    assert store.snapshot()["a"]["usageToday"] == 2

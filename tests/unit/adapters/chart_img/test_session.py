@@ -5,11 +5,15 @@ and a FakeClock (scripted.py).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
+import pytest
+
+from harness.builders import REPO
 from harness.chart_img_server import PNG, chart_call
 from unit.adapters.chart_img.scripted import Rig, answer, png
 from worker_chart_export.core.chart_img.key_history import Answer
@@ -17,6 +21,10 @@ from worker_chart_export.core.chart_img.usage import ReservationRequest
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.types import ChartSuccess
 from worker_chart_export.testing import InMemoryUsageStore
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from chaos.counting import units_in_hand  # the chaos benchmark's reading of a killed instance's log
 
 
 def units(r: Rig) -> int:
@@ -137,3 +145,50 @@ def test_a_call_with_exactly_an_attempts_time_left_is_still_made(rig: Callable[.
         r = rig([png()], accounts=("acc1",))
         assert r.render(budget_seconds=seconds) == ChartSuccess(PNG, "acc1")
         assert units(r) == 1 and len(r.transport.seen) == 1
+
+
+def held_by_the_log(r: Rig) -> int:
+    """The units the log says this instance holds now (what the chaos benchmark reads from
+    the log of an instance it killed)."""
+    return sum(units_in_hand(r.logs.lines()).values())
+
+
+def test_the_log_says_every_unit_the_step_holds_at_every_moment(rig: Callable[..., Rig]) -> None:
+    """Were the instance killed at any point of a step, its log would tell the units that
+    died with it: counted units minus calls made is what the log holds, from the first
+    wave's reservation through a render, a dropped lease, an own attempt and the session's
+    end (issue 27: units == calls, but for units a killed instance held)."""
+    r = rig([png()], accounts=("acc1", "acc2"))
+    calls = [chart_call(f"tpl_{i}") for i in range(3)]
+    with r.api.for_step(calls, r.budget()) as step:
+        assert units(r) - len(r.transport.seen) == held_by_the_log(r) == 3  # the wave, no call yet
+        assert step.render(calls[0]) == ChartSuccess(PNG, "acc1")
+        assert units(r) - len(r.transport.seen) == held_by_the_log(r) == 2
+        r.api.limiter.mark_exhausted("acc2", Answer(429, "Limit Exceeded"))  # call 1's lease is on acc2
+        assert step.render(calls[1]) == ChartSuccess(PNG, "acc1")  # dropped, then its own attempt
+        assert units(r) - len(r.transport.seen) == held_by_the_log(r) == 1
+    assert units(r) - len(r.transport.seen) == held_by_the_log(r) == 0  # call 2's lease dropped
+    assert units(r) == len(r.transport.seen) == 2
+
+
+def test_an_attempt_says_it_holds_its_unit_before_it_waits_for_the_slot(rig: Callable[..., Rig]) -> None:
+    """A prepaid lease whose slot is 0.222 s ahead (BASIC-like pacing, 5/s at 0.9, no
+    burst): its "attempt started" line, with the wait ahead, is written before the sleep, so
+    a kill during the wait leaves the unit in the log."""
+    r = rig([png()], chart_img_rate_per_second=5.0, chart_img_burst=1)
+    calls = [chart_call("tpl_a"), chart_call("tpl_b")]
+    said_before_sleeping: list[int] = []
+    sleep = r.clock.sleep
+
+    def noted_sleep(seconds: float) -> None:
+        said_before_sleeping.append(len(r.logs.events("chart api attempt started")))
+        sleep(seconds)
+
+    r.clock.sleep = noted_sleep  # type: ignore[method-assign]
+    with r.api.for_step(calls, r.budget()) as step:
+        assert len(step.prepaid) == 2 and held_by_the_log(r) == 2
+        assert [step.render(call) for call in calls] == [ChartSuccess(PNG, "acc1")] * 2
+    first, second = r.logs.events("chart api attempt started")
+    assert first["prepaid"] is True and "slotInSeconds" not in first
+    assert second["prepaid"] is True and second["slotInSeconds"] == pytest.approx(1 / 4.5, abs=1e-3)
+    assert said_before_sleeping == [2]  # one sleep, for the second slot, after its line
