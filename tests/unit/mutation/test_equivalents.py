@@ -1040,3 +1040,33 @@ def test_a_step_logs_its_exhaustion_once_whatever_falsy_value_it_starts_with(
             return bool(step.exhaustion_logged), [step.first_to_log_exhaustion() for _ in range(3)]
 
     assert_same(entry, firsts)
+
+
+@checks
+def test_an_accounts_problem_is_described_alike(entry: Equivalent) -> None:
+    """Pydantic gives every error of an item its `loc` (the field, never empty: the model has
+    no validator of its own) and its `type`; an unknown field is named only by its position,
+    and always among the item's names; only an extra field is outside our field names; field
+    names are never shown, so whether they are searched for keys changes no message: every
+    malformed accounts list (fields given by alias or by name, key-like names included) is
+    described the same, and a secret is read the same ("UTF-8" is "utf-8")."""
+    from unit.adapters.chart_img.test_accounts_config import KEY, MALFORMED, FakeSecrets
+    from worker_chart_export.adapters.chart_img import accounts_config
+
+    key_like = "abcdefgh0123456789"
+    configs = [config if isinstance(config, str) else json.dumps(config) for config, _ in MALFORMED] + [
+        json.dumps(items)
+        for items in (
+            [{"id": "acc1", "api_key": KEY, "daily_limit": 0}],
+            [{"id": "acc1", "apiKey": KEY, key_like: 1, "burst": "x"}],
+            [{"id": 7, "apiKey": KEY, "rate_per_second": "fast", "plan": key_like}],
+            [{"id": "a b", "apiKey": 5, "extra": None}, {"id": "ok", "apiKey": KEY, "dailyLimit": 2.5}],
+            [{"id": key_like, "apiKey": key_like, key_like: key_like}],
+            [{"apiKey": KEY}, {}, {"id": ""}],
+        )
+    ]
+    for text in configs:
+        assert_same(entry, late(accounts_config, "parse_accounts", text), reaches=False)
+    for payload in (json.dumps([{"id": "é", "apiKey": KEY}]).encode(), "ü".encode(), b"\xff"):
+        read = late(accounts_config, "read_secret", "projects/p/secrets/s/versions/1", FakeSecrets(payload))
+        assert_same(entry, read, reaches=False)

@@ -221,3 +221,29 @@ def test_each_json_type_that_is_no_account_is_named() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_accounts("null")
     assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: expected a JSON array of accounts, got null"
+
+
+def test_an_id_that_is_no_string_is_named_as_such_not_as_a_pattern_mismatch() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": 123, "apiKey": KEY}]))
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: item 1: 'id' must be a string"
+
+
+def test_a_value_exactly_as_long_as_a_key_can_be_is_redacted() -> None:
+    from worker_chart_export.core.redaction import MIN_RUN
+
+    shortest = "k" * MIN_RUN  # a key this short is still a key
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY, "plan": shortest}]))
+    assert "unknown CHART-IMG plan '<redacted>'" in str(caught.value) and shortest not in str(caught.value)
+
+
+def test_a_field_given_by_its_python_name_with_a_bad_value_is_named_by_position_only() -> None:
+    """`daily_limit` is accepted for `dailyLimit`, but a problem with it never prints a name
+    that is not one of ours (it might be a key typed in the wrong place)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY, "daily_limit": 0}]))
+    assert str(caught.value) == (
+        "CHART_IMG_ACCOUNTS_JSON: item 1: field 3 is unknown (its name is not shown; "
+        "known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
+    )

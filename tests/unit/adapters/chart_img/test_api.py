@@ -644,6 +644,7 @@ def test_a_request_two_keys_refused_while_another_remains_is_the_requests_fault(
     failure(r.render(symbol="BINANCE:AAAUSDT"))
     (said,) = r.logs.events("chart-img request refused by more than one key: the request's, no key blamed")
     assert (said["severity"], said["refusedBy"]) == ("INFO", ["acc1", "acc2"])
+    assert (said["runId"], said["stepId"]) == ("run-1", "step-1")  # whose request it was
     failure(r.render(symbol="BINANCE:BBBUSDT"))  # the same two keys, another request: still no blame
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2", "acc3")
 
