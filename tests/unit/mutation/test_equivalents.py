@@ -1049,7 +1049,8 @@ def test_an_accounts_problem_is_described_alike(entry: Equivalent) -> None:
     and always among the item's names; only an extra field is outside our field names; field
     names are never shown, so whether they are searched for keys changes no message: every
     malformed accounts list (fields given by alias or by name, key-like names included) is
-    described the same, and a secret is read the same ("UTF-8" is "utf-8")."""
+    described the same, loaded from the environment or not (JSON_SOURCE is parse_accounts'
+    default), and a secret is read the same ("UTF-8" is "utf-8")."""
     from unit.adapters.chart_img.test_accounts_config import KEY, MALFORMED, FakeSecrets
     from worker_chart_export.adapters.chart_img import accounts_config
 
@@ -1067,6 +1068,10 @@ def test_an_accounts_problem_is_described_alike(entry: Equivalent) -> None:
     ]
     for text in configs:
         assert_same(entry, late(accounts_config, "parse_accounts", text), reaches=False)
+        loaded = late(
+            accounts_config, "load_accounts", SecretStr(text), None, None, secret_client=FakeSecrets()
+        )
+        assert_same(entry, loaded, reaches=False)
     for payload in (json.dumps([{"id": "é", "apiKey": KEY}]).encode(), "ü".encode(), b"\xff"):
         read = late(accounts_config, "read_secret", "projects/p/secrets/s/versions/1", FakeSecrets(payload))
         assert_same(entry, read, reaches=False)

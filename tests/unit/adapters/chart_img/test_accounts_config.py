@@ -247,3 +247,26 @@ def test_a_field_given_by_its_python_name_with_a_bad_value_is_named_by_position_
         "CHART_IMG_ACCOUNTS_JSON: item 1: field 3 is unknown (its name is not shown; "
         "known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
     )
+
+
+def test_an_accounts_own_values_win_over_the_defaults() -> None:
+    from worker_chart_export.core.chart_img.plans import AccountLimits
+
+    (account,) = parse_accounts(
+        json.dumps([{"id": "a", "apiKey": KEY, "dailyLimit": 9, "ratePerSecond": 2.5, "burst": 4}])
+    )
+    assert account.limits(AccountLimits(44, 1.0, 3)) == AccountLimits(9, 2.5, 4)
+
+
+def test_an_empty_list_says_to_configure_an_account() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_accounts("[]")
+    assert str(caught.value) == "CHART_IMG_ACCOUNTS_JSON: empty list: configure at least one account"
+
+
+def test_required_accounts_read_a_bare_secret_id_in_the_project() -> None:
+    from worker_chart_export.adapters.chart_img.accounts_config import require_accounts
+
+    secrets = FakeSecrets(json.dumps([{"id": "from-secret", "apiKey": KEY}]))
+    assert [a.id for a in require_accounts(None, "s", "proj", secret_client=secrets)] == ["from-secret"]
+    assert secrets.names == ["projects/proj/secrets/s/versions/latest"]

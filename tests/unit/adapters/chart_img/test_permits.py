@@ -75,8 +75,9 @@ def test_giving_back_more_than_was_taken_is_a_bug() -> None:
 
 
 def test_a_pool_needs_a_connection() -> None:
-    with pytest.raises(ValueError, match="at least one permit"):
+    with pytest.raises(ValueError) as raised:
         ConnectionPermits(0)
+    assert str(raised.value) == "ConnectionPermits needs at least one permit"
 
 
 # --- sized from the settings ---------------------------------------------------------------
@@ -277,6 +278,42 @@ def test_a_chart_whose_connection_came_after_its_time_ran_out_sends_nothing(
         assert (late.error.details["errorKind"], late.error.details["attempts"]) == ("budget", 0)
         assert late.error.message == "the step's time budget ran out before CHART-IMG could be called"
         assert store.snapshot()["acc0"]["usageToday"] == 1 and connections_all_free(api)  # one call only
+    finally:
+        answers.release.set()
+        pool.shutdown(wait=True)
+        api.close()
+
+
+def test_a_chart_whose_connection_never_came_within_its_time_sends_nothing(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    """Its wait for a connection may last what the budget leaves over an attempt's minimum
+    (0.5 s here): the only connection stays busy, the chart fails saying the budget ran out."""
+    clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
+    settings = Settings(
+        charts_api_mode="real",
+        chart_img_base_url="https://chart-img.test",
+        chart_img_accounts_json=SecretStr(json.dumps([{"id": "acc0", "apiKey": new_key()}])),
+        chart_img_rate_per_second=100.0,
+        chart_concurrency=1,
+        threads=1,
+        charts_fixtures_dir=tmp_path,
+    )
+    api: Any = build_chart_api(
+        settings, store, seams=Seams(clock, transport=httpx.MockTransport(answers.handler))
+    )
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        with api.for_step([], Budget.starting_now(30.0, clock)) as busy:
+            first = pool.submit(busy.render, chart_call("tpl_a"))
+            assert answers.arrived.acquire(timeout=HANG_GUARD)  # the only connection is busy
+            with api.for_step([], Budget.starting_now(1.5, clock)) as step:
+                late = step.render(chart_call("tpl_b"))
+            answers.release.set()
+            assert first.result(HANG_GUARD) == ChartSuccess(PNG, "acc0")
+        assert isinstance(late, ChartFailure)
+        assert (late.error.details["errorKind"], late.error.details["attempts"]) == ("budget", 0)
+        assert store.snapshot()["acc0"]["usageToday"] == 1 and connections_all_free(api)
     finally:
         answers.release.set()
         pool.shutdown(wait=True)
