@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from worker_chart_export.core.documents import FlowRunDocument, as_flow_run
 from worker_chart_export.core.exceptions import UsageError
 
 _SHOWN_PROBLEMS = 3
 
 
-def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
+def read_flow_run(path: Path, flag: str = "--flow-run-path") -> FlowRunDocument:
     """The flow_run at `path`, checked enough to be run: an object with a runId and steps.
     Problems name `flag`, the option the path came from."""
     try:
@@ -27,12 +27,12 @@ def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
         raise UsageError(f"{flag} {path}: the flow_run has no runId")
     if not isinstance(document.get("steps"), dict):
         raise UsageError(f"{flag} {path}: steps must be a map of stepId to step")
-    return document
+    return as_flow_run(document)
 
 
 def read_valid_flow_run(
     path: Path, flag: str = "--flow-run-path", *, run_id: str | None = None
-) -> dict[str, Any]:
+) -> FlowRunDocument:
     """The flow_run at `path` (its runId replaced by `run_id` when given), checked against
     contracts/flow_run.schema.json: what a producer may write into Firestore."""
     from worker_chart_export.bundled.contracts import FLOW_RUN, schema_errors

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export.adapters.planned_flow_runs import PlannedFlowRuns
+from worker_chart_export.core.documents import FlowRunDocument, as_flow_run
 from worker_chart_export.core.exceptions import (
     ArtifactListError,
     ArtifactReadError,
@@ -46,12 +47,12 @@ class LocalFlowRunStore(PlannedFlowRuns):
         self.state = state
         self._thread_lock = threading.Lock()
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> FlowRunDocument:
         path = self.state if self.state.exists() else self.source
         document = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(document, dict):
             raise ValueError(f"{path}: a flow_run must be a JSON object")
-        return document
+        return as_flow_run(document)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -68,18 +69,18 @@ class LocalFlowRunStore(PlannedFlowRuns):
     def _write(self, document: Mapping[str, Any]) -> None:
         _atomic_write(self.state, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode())
 
-    def _document_of(self, run_id: str) -> dict[str, Any] | None:
+    def _document_of(self, run_id: str) -> FlowRunDocument | None:
         document = self.read()
         return document if document.get("runId") == run_id else None
 
     # the claim, the finalize and the fence: PlannedFlowRuns', over the state file
-    def _load(self, run_id: str) -> dict[str, Any] | None:
+    def _load(self, run_id: str) -> FlowRunDocument | None:
         return self._document_of(run_id)
 
-    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+    def _save(self, run_id: str, document: FlowRunDocument) -> None:
         self._write(document)
 
-    def read_version(self, run_id: str) -> tuple[dict[str, Any], datetime] | None:
+    def read_version(self, run_id: str) -> tuple[FlowRunDocument, datetime] | None:
         """The run and its version (the modification time of the file read: the state, else
         the source), as an event would carry them; None when the file holds another run."""
         document = self._document_of(run_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.step.reaping import lease_document
 from worker_chart_export.core.step.step_rules import (
@@ -22,6 +22,9 @@ from worker_chart_export.core.step.step_rules import (
 )
 from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
 
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
+
 
 class PlannedFlowRuns:
     """A subclass supplies the lock and where a run is loaded from and saved to, and may keep
@@ -30,10 +33,10 @@ class PlannedFlowRuns:
     def _locked(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def _load(self, run_id: str) -> dict[str, Any] | None:
+    def _load(self, run_id: str) -> FlowRunDocument | None:
         raise NotImplementedError
 
-    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+    def _save(self, run_id: str, document: FlowRunDocument) -> None:
         raise NotImplementedError
 
     def _lease_written(self, run_id: str, step_id: str, lease: dict[str, Any]) -> None:

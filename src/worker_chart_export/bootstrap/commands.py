@@ -17,12 +17,13 @@ if TYPE_CHECKING:
     from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
     from worker_chart_export.adapters.firestore.template_catalog import FirestoreTemplateCatalog
     from worker_chart_export.adapters.local import LocalFlowRunStore
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
 # --- a flow_run JSON file (run-local, advance, submit, stack up)
 
 
-def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
+def read_flow_run(path: Path, flag: str = "--flow-run-path") -> FlowRunDocument:
     """The flow_run at `path`, checked enough to be run (adapters/flow_run_file)."""
     from worker_chart_export.adapters.flow_run_file import read_flow_run as read
 
@@ -31,7 +32,7 @@ def read_flow_run(path: Path, flag: str = "--flow-run-path") -> dict[str, Any]:
 
 def read_valid_flow_run(
     path: Path, flag: str = "--flow-run-path", *, run_id: str | None = None
-) -> dict[str, Any]:
+) -> FlowRunDocument:
     """The flow_run at `path` checked against its schema (adapters/flow_run_file)."""
     from worker_chart_export.adapters.flow_run_file import read_valid_flow_run as read
 
@@ -77,7 +78,7 @@ def checked_firestore(project: str | None, emulator_host: str | None) -> Iterato
         yield client
 
 
-def create_flow_run(client: firestore.Client, document: dict[str, Any]) -> str:
+def create_flow_run(client: firestore.Client, document: FlowRunDocument) -> str:
     """A new run, created once as a producer does (status PENDING); its runId."""
     from worker_chart_export.adapters.firestore.producer import create_flow_run as create
 
@@ -86,17 +87,18 @@ def create_flow_run(client: firestore.Client, document: dict[str, Any]) -> str:
 
 def run_reader(
     client: firestore.Client, run_id: str, *, timeout: float
-) -> Callable[[], dict[str, Any] | None]:
+) -> Callable[[], FlowRunDocument | None]:
     """A function reading `flow_runs/{runId}` as it is now (None: no such document), each
     read bounded by `timeout` seconds and retried within it."""
     from worker_chart_export.adapters.firestore import bounded_retry
+    from worker_chart_export.core.documents import as_flow_run
     from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 
     reference = client.collection(FLOW_RUNS_COLLECTION).document(run_id)
 
-    def read() -> dict[str, Any] | None:
+    def read() -> FlowRunDocument | None:
         snapshot = reference.get(retry=bounded_retry(timeout), timeout=timeout)
-        return (snapshot.to_dict() or {}) if snapshot.exists else None
+        return as_flow_run(snapshot.to_dict() or {}) if snapshot.exists else None
 
     return read
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from worker_chart_export.command_surface import (
     error_line,
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
+from worker_chart_export.core.step.step_rules import steps_of
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
@@ -39,6 +41,7 @@ from worker_chart_export.settings import RunLocalSettings, load_settings
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
+    from worker_chart_export.core.documents import FlowRunDocument
     from worker_chart_export.service.execute import StepReport
 
 DESCRIPTION = """\
@@ -184,7 +187,7 @@ def run_local(args: argparse.Namespace) -> int:
     return EXIT_OK if report.outcome == "SUCCEEDED" else EXIT_FAILED
 
 
-def _how_to_go_on(original: dict[str, Any], args: argparse.Namespace, layout: LocalLayout) -> str:
+def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: LocalLayout) -> str:
     """After NOOP: the state is what has no READY step once a run wrote it (deleting it starts
     over from the file); a file of PENDING steps waits for advance_flow."""
     if layout.flow_run_state.exists():
@@ -199,13 +202,12 @@ def _how_to_go_on(original: dict[str, Any], args: argparse.Namespace, layout: Lo
     return ""
 
 
-def _has_pending_chart_step(flow_run: dict[str, Any]) -> bool:
-    steps = flow_run.get("steps")
-    return isinstance(steps, dict) and any(
-        isinstance(step, dict)
+def _has_pending_chart_step(flow_run: FlowRunDocument) -> bool:
+    return any(
+        isinstance(step, Mapping)
         and step.get("stepType") == CHART_EXPORT
         and step.get("status") == StepStatus.PENDING
-        for step in steps.values()
+        for step in steps_of(flow_run).values()
     )
 
 

@@ -36,6 +36,7 @@ from worker_chart_export.settings import load_settings
 
 if TYPE_CHECKING:
     pass
+    from worker_chart_export.core.documents import FlowRunDocument
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 0.5
@@ -112,31 +113,30 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def follow(
-    read: Callable[[], dict[str, Any] | None],
+    read: Callable[[], FlowRunDocument | None],
     timeout: float,
     say: Callable[[str], None],
     *,
     poll_seconds: float = POLL_SECONDS,
-) -> dict[str, Any]:
+) -> FlowRunDocument | None:
     """Read the run every `poll_seconds` until it is finished or `timeout` passed, saying each
-    status change; returns the last version read (empty if the run was deleted). `read`:
+    status change; returns the last version read (None if the run was deleted). `read`:
     the run as it is now, None when there is no such document."""
     started = time.monotonic()
-    seen: dict[str, Any] = {}
+    seen: FlowRunDocument | None = None
     while True:
         found = read()
-        current = found or {}
         elapsed = time.monotonic() - started
-        for change in status_changes(seen, current):
+        for change in status_changes(seen, found):
             say(f"{elapsed:6.1f}s  {change.describe()}  {change.attempt_text}".rstrip())
-        seen = current
-        if found is None or is_finished(current) or elapsed > timeout:
-            return current
+        seen = found
+        if found is None or is_finished(found) or elapsed > timeout:
+            return found
         time.sleep(poll_seconds)
 
 
-def _report(run_id: str, final: dict[str, Any], timeout: float) -> int:
-    status = final.get("status")
+def _report(run_id: str, final: FlowRunDocument | None, timeout: float) -> int:
+    status = final.get("status") if final is not None else None
     if not final:
         print(f"run {run_id}: the document was deleted")
     elif is_finished(final):

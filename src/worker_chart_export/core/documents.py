@@ -5,12 +5,14 @@ test_documents.py holds them to the schema). The schema allows other keys, which
 leaves as they are; a document read from a store is untrusted until checked, so the rules
 that take one still look before they use a value.
 
+`as_flow_run` is where a document read from a store or an event becomes a FlowRunDocument.
 Imported for types only on the no-op path (annotations are not evaluated there). No
 `from __future__ import annotations` here: Python 3.11's TypedDict sees `Required` only in
 evaluated annotations.
 """
 
-from typing import Any, Required, TypedDict
+from collections.abc import Mapping
+from typing import Any, Required, TypedDict, overload
 
 
 class ErrorDocument(TypedDict, total=False):
@@ -58,6 +60,19 @@ class StepDocument(TypedDict, total=False):
     leaseExpiresAt: str
 
 
+class StepUpdate(TypedDict, total=False):
+    """The fields of a step a claim, a finalize or a reap sets (`core.step.step_rules`'s
+    plans): a part of a `StepDocument`, merged into it."""
+
+    status: str
+    startedAt: str
+    finishedAt: str
+    attempt: int
+    claimToken: str
+    leaseExpiresAt: str
+    error: ErrorDocument
+
+
 class RunScope(TypedDict, total=False):
     """What the run is about: `scope.symbol` is what `{symbol}` stands for in a template."""
 
@@ -76,3 +91,18 @@ class FlowRunDocument(TypedDict, total=False):
     updatedAt: str
     cancelRequested: bool
     error: ErrorDocument
+
+
+@overload
+def as_flow_run(document: Mapping[str, Any]) -> FlowRunDocument: ...
+@overload
+def as_flow_run(document: Mapping[str, Any] | None) -> FlowRunDocument | None: ...
+def as_flow_run(document: Any) -> Any:
+    """A flow_run as a store or an event gave it (None: absent), typed for the rules that take
+    it: the one place a map becomes a FlowRunDocument (typed by the overloads above). Not a
+    check, and nothing is dropped: the store or the decoder made sure it is a map (a local
+    file, that it has a runId and a steps map), and every rule that takes a FlowRunDocument
+    looks at a value before it trusts it (`core.step.step_rules.steps_of` and `step_of` take
+    only maps, `attempt_of` only counts, `core.flow.flow_graph.find_problems` and
+    `core.step.validation.validate_step` report what is malformed)."""
+    return document

@@ -6,9 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.error_codes import StepError
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument, StepOutputs
 
 JsonDict = dict[str, Any]
 
@@ -83,8 +86,12 @@ class ClaimResult:
     status: ClaimStatus
     reason: str
     # the flow_run as read inside the winning transaction: the authoritative inputs
-    flow_run: JsonDict | None = None
+    flow_run: FlowRunDocument | None = None
     claim: Claim | None = None
+
+
+def _no_outputs() -> StepOutputs:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ class StepFinal:
 
     status: StepStatus  # SUCCEEDED or FAILED
     finished_at: datetime
-    outputs: JsonDict = field(default_factory=dict)  # e.g. {"outputsManifestGcsUri": ...}
+    outputs: StepOutputs = field(default_factory=_no_outputs)  # e.g. {"outputsManifestGcsUri": ...}
     error: StepError | None = None
 
 

@@ -10,13 +10,15 @@ too, and plans to nothing: that is where the chain of events stops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from worker_chart_export.core.flow.flow_rules import AdvancePlan, plan_advance
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
 class AdvanceStore(Protocol):
@@ -49,7 +51,7 @@ class AdvanceResult:
 
 
 def advance_version(
-    run_id: str, document: Mapping[str, Any], update_time: datetime, store: AdvanceStore
+    run_id: str, document: FlowRunDocument, update_time: datetime, store: AdvanceStore
 ) -> AdvanceResult:
     plan = plan_advance(document)
     if not plan.changed:

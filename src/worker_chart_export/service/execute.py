@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 from structlog.typing import FilteringBoundLogger
@@ -42,8 +42,8 @@ from worker_chart_export.core.step.manifest import (
     build_manifest,
     manifest_bytes,
 )
-from worker_chart_export.core.step.selection import choose_step, steps_of
-from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held
+from worker_chart_export.core.step.selection import choose_step
+from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held, step_of
 from worker_chart_export.core.step.success import insufficient_images_error, step_status
 from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (
@@ -64,6 +64,9 @@ from worker_chart_export.service.step_context import (
     new_claim_token,
 )
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument, StepOutputs
 
 __all__ = ["StepReport", "execute_chosen_step", "execute_step"]
 
@@ -112,7 +115,7 @@ def execute_step(
 
 
 def execute_chosen_step(
-    flow_run: dict[str, Any],
+    flow_run: FlowRunDocument,
     step_id: str | None,
     *,
     ports: Ports,
@@ -183,7 +186,7 @@ def _noop(ctx: StepContext, claim: ClaimResult, claim_ms: float) -> StepReport:
 
 
 def _run_claimed_or_record_crash(
-    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, templates: TemplatesRead | None
+    ctx: StepContext, flow_run: FlowRunDocument, claim: Claim | None, templates: TemplatesRead | None
 ) -> StepReport:
     try:
         return _run_claimed(ctx, flow_run, claim, templates)
@@ -203,9 +206,9 @@ def _run_claimed_or_record_crash(
 
 
 def _run_claimed(
-    ctx: StepContext, flow_run: dict[str, Any], claim: Claim | None, read: TemplatesRead | None
+    ctx: StepContext, flow_run: FlowRunDocument, claim: Claim | None, read: TemplatesRead | None
 ) -> StepReport:
-    step = steps_of(flow_run).get(ctx.step_id) or {}
+    step = step_of(flow_run, ctx.step_id)
     validated = validate_step(
         flow_run,
         ctx.run_id,
@@ -299,7 +302,7 @@ def _write_manifest_and_decide(
             len(validated.requests),
             [f.error.code for f in rendered.failures],
         )
-    outputs = {"outputsManifestGcsUri": manifest_uri}
+    outputs: StepOutputs = {"outputsManifestGcsUri": manifest_uri}
     return ctx.report(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), **counts)
 
 

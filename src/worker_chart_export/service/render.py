@@ -8,7 +8,7 @@ import contextvars
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import ArtifactWriteError
@@ -22,6 +22,9 @@ from worker_chart_export.core.types import ChartCall, ChartFailure
 from worker_chart_export.service.ports import ChartSession
 from worker_chart_export.service.reuse import Reuse
 from worker_chart_export.service.step_context import StepContext
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import ChartRequestInput
 
 
 @dataclass
@@ -86,7 +89,7 @@ def _render_one(
     ctx: StepContext,
     charts: ChartSession,
     call: ChartCall,
-    request: dict[str, Any],
+    request: ChartRequestInput,
     templates: Mapping[str, Mapping[str, Any]],
 ) -> ManifestItem | ManifestFailure:
     log = ctx.log.bind(

@@ -5,9 +5,9 @@ each PNG it would reuse; which PNGs qualify is core/step/reuse.py's rule."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.naming import gcs_uri, rfc3339_utc
@@ -27,6 +27,9 @@ from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall
 from worker_chart_export.service.step_context import StepContext
 
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import StepDocument
+
 # the skipped objects one WARNING names at most (a step has 100 charts at most)
 MAX_SKIPPED_NAMED = 20
 
@@ -44,7 +47,7 @@ class _Found:
 
 
 def reuse_earlier_charts(
-    ctx: StepContext, validated: ValidatedStep, attempt: int | None, step: Mapping[str, Any]
+    ctx: StepContext, validated: ValidatedStep, attempt: int | None, step: StepDocument | None
 ) -> Reuse:
     """`attempt`: the claim's; `step`: the step as the claim returned it. A reused chart
     keeps its own URI and generatedAt, costs no quota and no call, and is said once in the
@@ -82,7 +85,7 @@ def reuse_earlier_charts(
 
 
 def _look(
-    ctx: StepContext, calls: Sequence[ChartCall], attempt: int | None, step: Mapping[str, Any]
+    ctx: StepContext, calls: Sequence[ChartCall], attempt: int | None, step: StepDocument | None
 ) -> _Found:
     max_age = ctx.limits.chart_reuse_max_age_seconds
     if not calls or not should_look(max_age, attempt, step):

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import RedeliverEvent, TransientStoreError
-from worker_chart_export.core.step.selection import steps_of
-from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.step.step_rules import RunVersion, step_of
 from worker_chart_export.core.step.validation import requested_template_ids
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.service.step_context import StepContext
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import StepDocument
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,8 @@ class TemplatesRead:
 
 def read_before_claim(ctx: StepContext, seen: RunVersion | None) -> TemplatesRead | None:
     """The templates the step asks for in the event's version; None without one."""
-    step = steps_of(seen.document).get(ctx.step_id) if seen is not None else None
-    if not isinstance(step, Mapping):
+    step = step_of(seen.document, ctx.step_id) if seen is not None else None
+    if step is None:
         return None
     template_ids = requested_template_ids(step)
     found = _read(ctx, template_ids, f"before its claim: step {ctx.step_id} not claimed")
@@ -53,7 +55,7 @@ def read_before_claim(ctx: StepContext, seen: RunVersion | None) -> TemplatesRea
 
 
 def templates_of(
-    ctx: StepContext, step: Mapping[str, Any], before: TemplatesRead | None
+    ctx: StepContext, step: StepDocument | None, before: TemplatesRead | None
 ) -> Mapping[str, StoredTemplate]:
     """The templates the claimed `step` asks for: those read before the claim when they are
     all of them, else read now (the step is claimed: a blip leaves it to its lease)."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 import copy
 import threading
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.adapters.planned_flow_runs import PlannedFlowRuns
 from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, lease_document_id, rfc3339_utc
 from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap
 from worker_chart_export.core.step.step_rules import apply_to_step
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
 class InMemoryFlowRuns(PlannedFlowRuns):
@@ -25,8 +28,8 @@ class InMemoryFlowRuns(PlannedFlowRuns):
     (lease_document_id -> step_leases document). Both are plain dicts a test may read, or
     write to set up what no method makes (a stray lease, a renewed one)."""
 
-    def __init__(self, runs: dict[str, dict[str, Any]] | None = None) -> None:
-        self.runs: dict[str, dict[str, Any]] = copy.deepcopy(runs or {})
+    def __init__(self, runs: dict[str, FlowRunDocument] | None = None) -> None:
+        self.runs: dict[str, FlowRunDocument] = copy.deepcopy(runs or {})
         self.leases: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -38,10 +41,10 @@ class InMemoryFlowRuns(PlannedFlowRuns):
     def _locked(self) -> threading.Lock:
         return self._lock
 
-    def _load(self, run_id: str) -> dict[str, Any] | None:
+    def _load(self, run_id: str) -> FlowRunDocument | None:
         return self.runs.get(run_id)
 
-    def _save(self, run_id: str, document: dict[str, Any]) -> None:
+    def _save(self, run_id: str, document: FlowRunDocument) -> None:
         """Nothing to do: the plan was applied to the document in `runs` itself."""
 
     def _lease_written(self, run_id: str, step_id: str, lease: dict[str, Any]) -> None:

@@ -55,3 +55,19 @@ def test_a_key_the_schema_lacks_is_found() -> None:
     Wider = TypedDict("Wider", fields, total=False)  # type: ignore[misc]  # evaluated: sees Required
     properties, required = keys_of(DEFS["error"])
     assert set(get_type_hints(Wider)) != properties and set(Wider.__required_keys__) != required
+
+
+def test_a_step_update_holds_only_step_keys_of_the_step_s_types() -> None:
+    # core.step.step_rules merges a StepUpdate into a StepDocument as a plain dict: each of its
+    # keys must be a key of the step, of the same type, or the merge writes what the schema lacks
+    step = get_type_hints(documents.StepDocument)
+    update = get_type_hints(documents.StepUpdate)
+    assert update and {key: step.get(key) for key in update} == update
+    assert not documents.StepUpdate.__required_keys__
+
+
+def test_as_flow_run_checks_nothing_and_keeps_every_key() -> None:
+    # the rules read a typed document defensively; the boundary neither drops nor adds a key
+    document: dict[str, Any] = {"steps": "not a map", "extra": 1}
+    assert documents.as_flow_run(document) is document
+    assert documents.as_flow_run(None) is None

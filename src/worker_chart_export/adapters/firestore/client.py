@@ -136,7 +136,7 @@ class Version:
     """One version of a document: its fields (None: absent) and the update time Firestore
     gave it, which a write made on the condition "still this version" names."""
 
-    doc: dict[str, Any] | None
+    doc: Mapping[str, Any] | None
     update_time: Any  # a protobuf Timestamp or datetime, as the client returns and takes it
 
 

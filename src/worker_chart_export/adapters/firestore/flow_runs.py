@@ -30,10 +30,11 @@ from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, advance_update
 from worker_chart_export.adapters.firestore.step_claim import ClaimRequest, StepClaim
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.documents import FlowRunDocument, as_flow_run
 from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION
 from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
-from worker_chart_export.core.types import ClaimResult, FinalizeResult, JsonDict, StepFinal
+from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
 
 
 class FirestoreFlowRunStore:
@@ -85,7 +86,7 @@ class FirestoreFlowRunStore:
     def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
         with translated(f"check of the claim on step {step_id} in flow_runs/{run_id}", contention=False):
             document = snapshot_dict(self._docs.rpc.get(self._docs.run_ref(run_id)))
-        return claim_is_current(document, step_id, token)
+        return claim_is_current(as_flow_run(document), step_id, token)
 
     def write_advance(self, run_id: str, plan: AdvancePlan, *, last_update_time: datetime) -> bool:
         """advance_flow's one write, only onto the version the plan was made from: False when
@@ -100,10 +101,10 @@ class FirestoreFlowRunStore:
             return False
         return True
 
-    def read_version(self, run_id: str) -> tuple[JsonDict, datetime] | None:
+    def read_version(self, run_id: str) -> tuple[FlowRunDocument, datetime] | None:
         """The document and its update time (what an event would carry); None if absent."""
         with translated(f"read of flow_runs/{run_id}", contention=False):
             snapshot = self._docs.rpc.get(self._docs.run_ref(run_id))
         if not snapshot.exists:
             return None
-        return snapshot.to_dict() or {}, snapshot.update_time
+        return as_flow_run(snapshot.to_dict() or {}), snapshot.update_time

@@ -16,7 +16,7 @@ meanwhile), both are read again and the plan made again.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -32,6 +32,7 @@ from worker_chart_export.adapters.firestore.client import (
 )
 from worker_chart_export.adapters.firestore.exception_map import CHANGED_MEANWHILE, translated
 from worker_chart_export.adapters.firestore.run_documents import step_field
+from worker_chart_export.core.documents import as_flow_run
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import (
     FLOW_RUNS_COLLECTION,
@@ -41,8 +42,11 @@ from worker_chart_export.core.naming import (
 )
 from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, decide_reap
 
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import StepUpdate
 
-def reap_update(step_id: str, set_fields: dict[str, Any], delete_fields: tuple[str, ...]) -> dict[str, Any]:
+
+def reap_update(step_id: str, set_fields: StepUpdate, delete_fields: tuple[str, ...]) -> dict[str, Any]:
     fields: dict[str, Any] = {step_field(step_id, k): v for k, v in set_fields.items()}
     fields.update({step_field(step_id, k): firestore.DELETE_FIELD for k in delete_fields})
     return fields
@@ -112,7 +116,8 @@ class FirestoreLeaseReaper:
     ) -> LeaseFate | None:
         """The decision from these versions, committed only while both are current: its
         outcome, or None when either document changed before the commit (read and decide again)."""
-        decision = decide_reap(lease, lease_version.doc, run_version.doc, now=now, max_attempts=max_attempts)
+        run_now = as_flow_run(run_version.doc)
+        decision = decide_reap(lease, lease_version.doc, run_now, now=now, max_attempts=max_attempts)
         if not decision.delete_lease:
             return decision.outcome  # nothing to write
         batch = self._client.batch()

@@ -3,7 +3,7 @@ dev stack do, as any producer of runs would."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.flow.flow_rules import as_new_run
@@ -12,10 +12,12 @@ from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION
 if TYPE_CHECKING:
     from google.cloud import firestore
 
+    from worker_chart_export.core.documents import FlowRunDocument
+
 _RPC_SECONDS = 10.0
 
 
-def create_flow_run(client: firestore.Client, document: dict[str, Any]) -> str:
+def create_flow_run(client: firestore.Client, document: FlowRunDocument) -> str:
     """`flow_runs/{runId}` created as a new run (status PENDING), only if it does not exist:
     its creation is the event advance_flow starts the run from. Returns the runId."""
     from google.api_core.exceptions import AlreadyExists, Conflict
@@ -24,7 +26,7 @@ def create_flow_run(client: firestore.Client, document: dict[str, Any]) -> str:
     reference = client.collection(FLOW_RUNS_COLLECTION).document(run_id)
     try:
         # not retried: a retry after a lost answer would report our own creation as a conflict
-        reference.create(as_new_run(document), retry=None, timeout=_RPC_SECONDS)
+        reference.create(dict(as_new_run(document)), retry=None, timeout=_RPC_SECONDS)
     except (AlreadyExists, Conflict):
         raise UsageError(
             f"{FLOW_RUNS_COLLECTION}/{run_id} already exists: a run is created once; pick another --run-id"

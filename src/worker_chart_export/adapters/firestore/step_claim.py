@@ -11,6 +11,7 @@ reading back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from worker_chart_export.adapters.firestore.client import Version, plain
 from worker_chart_export.adapters.firestore.exception_map import outage_error, translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, claim_update
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.documents import as_flow_run
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
 from worker_chart_export.core.step.reaping import lease_document
 from worker_chart_export.core.step.step_rules import (
@@ -31,7 +33,7 @@ from worker_chart_export.core.step.step_rules import (
     plan_claim,
     settled_claim,
 )
-from worker_chart_export.core.types import ClaimResult, ClaimStatus, JsonDict
+from worker_chart_export.core.types import ClaimResult, ClaimStatus
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,11 @@ class ClaimRequest:
     now: datetime
     lease_expires_at: datetime
 
-    def plan(self, document: JsonDict | None) -> ClaimPlan | ClaimResult:
-        return plan_claim(document, self.run_id, self.step_id, **self._claim())
+    def plan(self, document: Mapping[str, Any] | None) -> ClaimPlan | ClaimResult:
+        return plan_claim(as_flow_run(document), self.run_id, self.step_id, **self._claim())
 
-    def settled(self, document: JsonDict | None) -> ClaimResult | None:
-        return settled_claim(document, self.run_id, self.step_id, **self._claim())
+    def settled(self, document: Mapping[str, Any] | None) -> ClaimResult | None:
+        return settled_claim(as_flow_run(document), self.run_id, self.step_id, **self._claim())
 
     def _claim(self) -> dict[str, Any]:
         return {"token": self.token, "now": self.now, "lease_expires_at": self.lease_expires_at}

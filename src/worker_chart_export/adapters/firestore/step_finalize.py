@@ -17,6 +17,7 @@ from google.cloud import firestore
 from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.adapters.firestore.exception_map import translated
 from worker_chart_export.adapters.firestore.run_documents import RunDocuments, finalize_update
+from worker_chart_export.core.documents import as_flow_run
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.step.step_rules import FinalizePlan, finalized, plan_finalize
 from worker_chart_export.core.types import FinalizeResult, StepFinal
@@ -33,7 +34,7 @@ def finalize_step(
         if version is None:
             version, fresh = docs.read_version(ref), True
         for _ in range(max_attempts):
-            decided = plan_finalize(version.doc, run_id, step_id, token=token, final=final)
+            decided = plan_finalize(as_flow_run(version.doc), run_id, step_id, token=token, final=final)
             if isinstance(decided, FinalizeResult):
                 if fresh:
                     docs.written.forget(run_id)

@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from worker_chart_export.core.types import StepStatus
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
 class RunStatus(StrEnum):
@@ -24,7 +27,7 @@ class RunStatus(StrEnum):
 
 RUN_STATUSES = frozenset(s.value for s in RunStatus)
 STEP_STATUSES = frozenset(s.value for s in StepStatus)
-CANCEL_FLAG = "cancelRequested"
+CANCEL_FLAG: Final = "cancelRequested"
 
 
 def is_one_of(value: object, allowed: frozenset[str]) -> bool:
@@ -65,7 +68,7 @@ class GraphProblems:
         return details
 
 
-def _depends_on(step: Mapping[str, Any]) -> list[str] | None:
+def _depends_on(step: Mapping[str, object]) -> list[str] | None:
     """The step's dependencies; None when `dependsOn` is present but not a list of strings."""
     deps = step.get("dependsOn", [])
     if isinstance(deps, list) and all(isinstance(d, str) for d in deps):
@@ -83,7 +86,7 @@ def dependency_map(steps: Mapping[Any, Any]) -> dict[str, list[str]]:
     return out
 
 
-def _malformed_fields(flow_run: Mapping[str, Any]) -> list[str]:
+def _malformed_fields(flow_run: FlowRunDocument) -> list[str]:
     bad: list[str] = []
     if not is_one_of(flow_run.get("status"), RUN_STATUSES):
         bad.append("status")
@@ -156,7 +159,7 @@ def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]
             return component
 
 
-def find_problems(flow_run: Mapping[str, Any]) -> GraphProblems:
+def find_problems(flow_run: FlowRunDocument) -> GraphProblems:
     """Malformed fields, unknown ids in dependsOn, and cycles; empty (falsy) when valid."""
     steps = flow_run.get("steps")
     deps = dependency_map(steps) if isinstance(steps, Mapping) else {}

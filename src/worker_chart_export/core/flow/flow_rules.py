@@ -17,7 +17,7 @@ from worker_chart_export.core.flow.flow_graph import CANCEL_FLAG, RunStatus, fin
 from worker_chart_export.core.types import StepStatus
 
 if TYPE_CHECKING:
-    from worker_chart_export.core.documents import ErrorDocument
+    from worker_chart_export.core.documents import ErrorDocument, FlowRunDocument, StepDocument
 
 DONE_STEP_STATUSES = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 ACTIVE_STEP_STATUSES = frozenset({StepStatus.READY, StepStatus.RUNNING})
@@ -85,7 +85,7 @@ def settled_run_status(step_statuses: Mapping[str, str]) -> RunStatus:
     return RunStatus.CANCELLED
 
 
-def satisfiable_step_ids(steps: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+def satisfiable_step_ids(steps: Mapping[str, StepDocument]) -> tuple[str, ...]:
     """PENDING steps whose dependsOn are all SUCCEEDED or SKIPPED, sorted. Expects a valid graph."""
     return tuple(
         sorted(
@@ -97,7 +97,7 @@ def satisfiable_step_ids(steps: Mapping[str, Mapping[str, Any]]) -> tuple[str, .
     )
 
 
-def plan_advance(flow_run: Mapping[str, Any]) -> AdvancePlan:
+def plan_advance(flow_run: FlowRunDocument) -> AdvancePlan:
     """The plan for one flow_run snapshot. Precedence: terminal run (final) > cancel flag >
     invalid document > a FAILED step > advancing. Never raises on a malformed document."""
     current = flow_run.get("status")
@@ -109,7 +109,7 @@ def plan_advance(flow_run: Mapping[str, Any]) -> AdvancePlan:
     if problems:
         error = StepError(ErrorCode.FLOW_RUN_INVALID, problems.message(), problems.details())
         return AdvancePlan(error.message, run_status=RunStatus.FAILED, run_error=error.to_dict())
-    steps: Mapping[str, Mapping[str, Any]] = flow_run["steps"]
+    steps = flow_run["steps"]  # find_problems found a steps map of valid steps
     failed = sorted(sid for sid, step in steps.items() if step["status"] == StepStatus.FAILED)
     if failed:
         return AdvancePlan(f"step(s) FAILED: {', '.join(failed)}", run_status=RunStatus.FAILED)
@@ -124,19 +124,19 @@ def plan_advance(flow_run: Mapping[str, Any]) -> AdvancePlan:
     )
 
 
-def apply_plan(flow_run: Mapping[str, Any], plan: AdvancePlan) -> dict[str, Any]:
+def apply_plan(flow_run: FlowRunDocument, plan: AdvancePlan) -> FlowRunDocument:
     """A copy of `flow_run` with the plan applied; the input is left untouched.
 
     Meant for the snapshot the plan was made from (local store, tests). Each move is still
     checked against the document, so it never regresses one: nothing on a terminal run, a step
     only PENDING -> READY, the run status only forward, the run error only with FAILED.
     """
-    out = dict(flow_run)
+    out: FlowRunDocument = {**flow_run}
     if is_one_of(out.get("status"), TERMINAL_RUN_STATUSES):
         return out
     steps = flow_run.get("steps")
     if plan.ready_step_ids and isinstance(steps, Mapping):
-        new_steps = dict(steps)
+        new_steps = {**steps}
         for step_id in plan.ready_step_ids:
             step = steps.get(step_id)
             if isinstance(step, Mapping) and step.get("status") == StepStatus.PENDING:
@@ -145,14 +145,14 @@ def apply_plan(flow_run: Mapping[str, Any], plan: AdvancePlan) -> dict[str, Any]
     if plan.run_status is not None and is_forward(out.get("status"), plan.run_status):
         out["status"] = plan.run_status.value
         if plan.run_error is not None and plan.run_status is RunStatus.FAILED:
-            out["error"] = dict(plan.run_error)
+            out["error"] = {**plan.run_error}
     return out
 
 
 NEW_RUN_STATUS = RunStatus.PENDING  # a run advance_flow has not looked at yet
 
 
-def as_new_run(document: dict[str, Any]) -> dict[str, Any]:
+def as_new_run(document: FlowRunDocument) -> FlowRunDocument:
     """The document as a new run is created: status PENDING, whatever it says. advance_flow
     owns the run status, and its first write (PENDING -> RUNNING) is the update that brings
     the run's READY steps to their workers, whose triggers fire on updates only."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.flow.flow_rules import TERMINAL_RUN_STATUSES
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import steps_of
 from worker_chart_export.core.types import CHART_EXPORT
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 MANIFEST_OUTPUT = "outputsManifestGcsUri"
 
@@ -34,27 +37,33 @@ class StatusChange:
         return "" if self.attempt in (None, 0) else f"(attempt {self.attempt})"
 
 
-def is_finished(flow_run: Mapping[str, Any]) -> bool:
-    """The run's status is terminal: SUCCEEDED, FAILED or CANCELLED."""
-    return flow_run.get("status") in TERMINAL_RUN_STATUSES
+def _status(flow_run: FlowRunDocument | None) -> str | None:
+    return flow_run.get("status") if flow_run is not None else None
 
 
-def status_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[StatusChange]:
-    """The run's status change, then each step's (status or attempt), steps by id."""
+def is_finished(flow_run: FlowRunDocument | None) -> bool:
+    """The run's status is terminal: SUCCEEDED, FAILED or CANCELLED (None: no such run)."""
+    return _status(flow_run) in TERMINAL_RUN_STATUSES
+
+
+def status_changes(before: FlowRunDocument | None, after: FlowRunDocument | None) -> list[StatusChange]:
+    """The run's status change, then each step's (status or attempt), steps by id (None: no
+    such run, as before the first read or once it is deleted)."""
     changes = []
-    if before.get("status") != after.get("status"):
-        changes.append(StatusChange(None, before.get("status"), after.get("status")))
+    if _status(before) != _status(after):
+        changes.append(StatusChange(None, _status(before), _status(after)))
     old_steps = steps_of(before)
     for step_id, step in sorted(steps_of(after).items()):
-        old = old_steps.get(step_id, {})
-        if not isinstance(step, Mapping) or not isinstance(old, Mapping):
+        old = old_steps.get(step_id)
+        if not isinstance(step, Mapping) or not isinstance(old, Mapping | None):
             continue
-        if old.get("status") != step.get("status") or old.get("attempt") != step.get("attempt"):
-            changes.append(StatusChange(step_id, old.get("status"), step.get("status"), step.get("attempt")))
+        old_status, old_attempt = (old.get("status"), old.get("attempt")) if old is not None else (None, None)
+        if old_status != step.get("status") or old_attempt != step.get("attempt"):
+            changes.append(StatusChange(step_id, old_status, step.get("status"), step.get("attempt")))
     return changes
 
 
-def chart_manifests(flow_run: Mapping[str, Any]) -> dict[str, str]:
+def chart_manifests(flow_run: FlowRunDocument | None) -> dict[str, str]:
     """CHART_EXPORT step id -> the manifest URI its outputs name, for the steps that have one."""
     found = {}
     for step_id, step in sorted(steps_of(flow_run).items()):

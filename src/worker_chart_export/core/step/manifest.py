@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.error_codes import StepError
 from worker_chart_export.core.exceptions import InvalidManifestError
 from worker_chart_export.core.naming import rfc3339_utc
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import ChartRequestInput
 
 SCHEMA_VERSION = 1
 
@@ -41,7 +44,7 @@ class ManifestItem:
 
 @dataclass(frozen=True)
 class ManifestFailure:
-    request: dict[str, Any]
+    request: ChartRequestInput
     error: StepError
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,7 +60,7 @@ class ManifestHeader:
     symbol: str
     timeframe: str
     min_images: int
-    requested: list[dict[str, Any]]
+    requested: list[ChartRequestInput]
     charts_api_mode: str
 
 

@@ -8,10 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD
 from worker_chart_export.core.step.step_rules import ClaimPlan, ReapPlan, claim_is_current, plan_reap
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
 class LeaseFate(StrEnum):
@@ -65,7 +68,7 @@ class ReapDecision:
 def decide_reap(
     lease: ExpiredLease,
     lease_now: Mapping[str, Any] | None,
-    run_now: Mapping[str, Any] | None,
+    run_now: FlowRunDocument | None,
     *,
     now: datetime,
     max_attempts: int,

@@ -22,11 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.naming import compact_utc, parse_png_object_path, step_prefix
 from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ListedObject
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import StepDocument
 
 # CHART_REUSE_MAX_AGE_SECONDS' default. A crashed step comes back after its lease
 # (REQUEST_TIMEOUT_SECONDS, 300 s by default) and the reaper's next pass (every 5 min as
@@ -76,7 +79,7 @@ def is_png(head: bytes) -> bool:
     return head.startswith(PNG_SIGNATURE)
 
 
-def should_look(max_age_seconds: float, attempt: int | None, step: Mapping[str, Any] | None) -> bool:
+def should_look(max_age_seconds: float, attempt: int | None, step: StepDocument | None) -> bool:
     """Whether listing the step's folder may find anything, known without a call: reuse is
     on, and an earlier execution may have written PNGs there: the claim is not the step's
     first (a reaped or retried execution), or the step already names a manifest (it ran to
@@ -85,7 +88,7 @@ def should_look(max_age_seconds: float, attempt: int | None, step: Mapping[str, 
         return False
     if attempt is not None and attempt > 1:
         return True
-    outputs = (step or {}).get("outputs")
+    outputs = step.get("outputs") if step is not None else None
     return isinstance(outputs, Mapping) and bool(outputs.get("outputsManifestGcsUri"))
 
 

@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import StepSelectionError
-from worker_chart_export.core.step.step_rules import is_ready_chart_export
+from worker_chart_export.core.step.step_rules import is_ready_chart_export, steps_of
 from worker_chart_export.core.types import CHART_EXPORT
 
-
-def steps_of(flow_run: Mapping[str, Any]) -> Mapping[str, Any]:
-    steps = flow_run.get("steps")
-    return steps if isinstance(steps, Mapping) else {}
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
 
 
-def ready_chart_export_step_ids(flow_run: Mapping[str, Any]) -> list[str]:
+def ready_chart_export_step_ids(flow_run: FlowRunDocument) -> list[str]:
     """READY CHART_EXPORT steps in the deterministic order: step id, plain string sort."""
+    return ready_step_ids_in(steps_of(flow_run))
+
+
+def ready_step_ids_in(steps: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """The same, of a steps map (an event's skim has only that)."""
     return sorted(
         step_id
-        for step_id, step in steps_of(flow_run).items()
+        for step_id, step in steps.items()
         if isinstance(step, Mapping) and is_ready_chart_export(step)
     )
 
 
-def choose_step(flow_run: Mapping[str, Any], step_id: str | None = None) -> str | None:
+def choose_step(flow_run: FlowRunDocument, step_id: str | None = None) -> str | None:
     """The step to run: `step_id` if given (it must be a CHART_EXPORT step, any status —
     the claim decides whether it is still READY), else the first READY CHART_EXPORT step,
     else None."""

@@ -8,10 +8,10 @@ a refusal is returned to the caller as it is. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
@@ -21,7 +21,6 @@ from worker_chart_export.core.types import (
     ClaimResult,
     ClaimStatus,
     FinalizeResult,
-    JsonDict,
     StepFinal,
     StepStatus,
 )
@@ -29,14 +28,22 @@ from worker_chart_export.core.types import (
 if TYPE_CHECKING:
     from tenacity.wait import wait_base
 
+    from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepOutputs, StepUpdate
+
 # What a previous attempt left on the step that a new claim must not carry over.
 STALE_AFTER_CLAIM = ("finishedAt", "error")
 
 
-def step_of(document: Mapping[str, Any] | None, step_id: str) -> Mapping[str, Any] | None:
+def steps_of(flow_run: FlowRunDocument | None) -> Mapping[str, StepDocument]:
+    """The run's steps map; empty when the document has none, or something else there (a
+    document read from a store is untrusted: its steps are looked at before they are used)."""
+    steps = flow_run.get("steps") if flow_run is not None else None
+    return steps if isinstance(steps, Mapping) else {}
+
+
+def step_of(document: FlowRunDocument | None, step_id: str) -> StepDocument | None:
     """`steps[step_id]` when the document has a steps map holding a map there, else None."""
-    steps = (document or {}).get("steps")
-    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    step = steps_of(document).get(step_id)
     return step if isinstance(step, Mapping) else None
 
 
@@ -45,16 +52,16 @@ class RunVersion:
     """One version of a flow_run as its caller saw it (an event carries one): the document
     and the update time Firestore gave that version, which a compare-and-set names."""
 
-    document: JsonDict
+    document: FlowRunDocument
     update_time: datetime
 
 
-def is_ready_chart_export(step: Mapping[str, Any]) -> bool:
-    """The step this worker may take (contract §2.1)."""
+def is_ready_chart_export(step: Mapping[str, object]) -> bool:
+    """The step this worker may take (contract §2.1); any map, as an event's skim of a step."""
     return step.get("stepType") == CHART_EXPORT and step.get("status") == StepStatus.READY
 
 
-def attempt_of(step: Mapping[str, Any]) -> int:
+def attempt_of(step: StepDocument) -> int:
     """The attempts made so far; anything but a non-negative integer counts as none."""
     attempt = step.get("attempt")
     return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0 else 0
@@ -65,11 +72,11 @@ class ClaimPlan:
     """READY -> RUNNING for one step: the fields to set and those to delete on it."""
 
     step_id: str
-    set_fields: JsonDict
+    set_fields: StepUpdate
     delete_fields: tuple[str, ...]
     claim: Claim
     # the document as it will be once the claim is written: the step's authoritative inputs
-    claimed_document: JsonDict
+    claimed_document: FlowRunDocument
 
     def outcome(self, how: str = "") -> ClaimResult:
         return ClaimResult(
@@ -80,7 +87,7 @@ class ClaimPlan:
         )
 
 
-def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None) -> ClaimResult | None:
+def claim_refusal(run_id: str, step_id: str, document: FlowRunDocument | None) -> ClaimResult | None:
     """Why the step cannot be claimed, or None when it is a READY CHART_EXPORT step."""
     if document is None:
         return ClaimResult(ClaimStatus.NOT_FOUND, f"flow_run {run_id} does not exist")
@@ -97,7 +104,7 @@ def claim_refusal(run_id: str, step_id: str, document: Mapping[str, Any] | None)
 
 
 def plan_claim(
-    document: Mapping[str, Any] | None,
+    document: FlowRunDocument | None,
     run_id: str,
     step_id: str,
     *,
@@ -109,10 +116,12 @@ def plan_claim(
     refusal = claim_refusal(run_id, step_id, document)
     if refusal is not None:
         return refusal
+    found = step_of(document, step_id)
     assert document is not None  # claim_refusal found the step in it
-    step = dict(step_of(document, step_id) or {})
+    assert found is not None
+    step: StepDocument = {**found}
     attempt = attempt_of(step) + 1
-    set_fields: JsonDict = {
+    set_fields: StepUpdate = {
         "status": StepStatus.RUNNING.value,
         "startedAt": rfc3339_utc(now),
         "attempt": attempt,
@@ -120,10 +129,8 @@ def plan_claim(
         "leaseExpiresAt": rfc3339_utc(lease_expires_at),
     }
     delete_fields = tuple(name for name in STALE_AFTER_CLAIM if name in step)
-    for name in delete_fields:
-        del step[name]
-    step.update(set_fields)
-    claimed = {**document, "steps": {**document["steps"], step_id: step}}
+    _write_fields(step, set_fields, delete_fields)
+    claimed: FlowRunDocument = {**document, "steps": {**steps_of(document), step_id: step}}
     return ClaimPlan(step_id, set_fields, delete_fields, Claim(token, attempt, lease_expires_at), claimed)
 
 
@@ -148,7 +155,7 @@ def claim_retry_wait() -> wait_base:
 
 
 def settled_claim(
-    document: Mapping[str, Any] | None,
+    document: FlowRunDocument | None,
     run_id: str,
     step_id: str,
     *,
@@ -170,7 +177,7 @@ def settled_claim(
 
 
 def confirmed_claim(
-    document: Mapping[str, Any] | None,
+    document: FlowRunDocument | None,
     step_id: str,
     *,
     token: str,
@@ -187,7 +194,7 @@ def confirmed_claim(
     return ClaimResult(
         ClaimStatus.CLAIMED,
         f"step {step_id} claimed (attempt {attempt}; commit confirmed by a re-read)",
-        dict(document),
+        {**document},
         Claim(token, attempt, lease_expires_at),
     )
 
@@ -198,13 +205,13 @@ class FinalizePlan:
     (outputs other workers or earlier attempts wrote stay), and whether `error` goes."""
 
     step_id: str
-    set_fields: JsonDict
-    set_outputs: JsonDict
+    set_fields: StepUpdate
+    set_outputs: StepOutputs
     delete_error: bool
 
 
 def finalize_refusal(
-    run_id: str, step_id: str, token: str, document: Mapping[str, Any] | None
+    run_id: str, step_id: str, token: str, document: FlowRunDocument | None
 ) -> FinalizeResult | None:
     """Why finalize must not write, or None when the step is RUNNING under our token."""
     if document is None:
@@ -223,33 +230,41 @@ def finalize_refusal(
 
 
 def plan_finalize(
-    document: Mapping[str, Any] | None, run_id: str, step_id: str, *, token: str, final: StepFinal
+    document: FlowRunDocument | None, run_id: str, step_id: str, *, token: str, final: StepFinal
 ) -> FinalizePlan | FinalizeResult:
     """The finalize to write, or the refusal (written=False) to return as it is."""
     refusal = finalize_refusal(run_id, step_id, token, document)
     if refusal is not None:
         return refusal
-    set_fields: JsonDict = {
+    set_fields: StepUpdate = {
         "status": final.status.value,
         "finishedAt": rfc3339_utc(final.finished_at),
     }
     if final.error is not None:
         set_fields["error"] = final.error.to_dict()
-    return FinalizePlan(step_id, set_fields, dict(final.outputs), delete_error=final.error is None)
+    outputs: StepOutputs = {**final.outputs}
+    return FinalizePlan(step_id, set_fields, outputs, delete_error=final.error is None)
 
 
 def finalized(step_id: str) -> FinalizeResult:
     return FinalizeResult(True, f"step {step_id} finalized")
 
 
-def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
+def _write_fields(step: StepDocument, set_fields: StepUpdate, delete_fields: Iterable[str]) -> None:
+    # StepUpdate's keys are StepDocument's, of the same types (tests/unit/core/
+    # test_documents.py), which mypy cannot see across two TypedDicts: the step as the dict it is
+    fields: dict[str, object] = step  # type: ignore[assignment]
+    for name in delete_fields:
+        fields.pop(name, None)
+    fields.update(set_fields)
+
+
+def apply_to_step(step: StepDocument, plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
     """Execute a plan on a plain step dict (the local and in-memory stores' documents)."""
     if isinstance(plan, ClaimPlan | ReapPlan):
-        for name in plan.delete_fields:
-            step.pop(name, None)
-        step.update(plan.set_fields)
+        _write_fields(step, plan.set_fields, plan.delete_fields)
         return
-    step.update(plan.set_fields)
+    _write_fields(step, plan.set_fields, ())
     if plan.delete_error:
         step.pop("error", None)
     if plan.set_outputs:
@@ -257,7 +272,7 @@ def apply_to_step(step: dict[str, Any], plan: ClaimPlan | FinalizePlan | ReapPla
         step["outputs"] = {**(previous if isinstance(previous, dict) else {}), **plan.set_outputs}
 
 
-def claim_is_current(document: Mapping[str, Any] | None, step_id: str, token: str) -> bool:
+def claim_is_current(document: FlowRunDocument | None, step_id: str, token: str) -> bool:
     """The fence before side effects that could override a newer execution: the step is
     still RUNNING under our claim (not reaped, not finalized by someone else)."""
     step = step_of(document, step_id)
@@ -288,13 +303,13 @@ class ReapPlan:
     """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
 
     step_id: str
-    set_fields: JsonDict
+    set_fields: StepUpdate
     delete_fields: tuple[str, ...]
     retried: bool  # True: READY again; False: FAILED STEP_LEASE_EXPIRED
 
 
 def plan_reap(
-    document: Mapping[str, Any] | None,
+    document: FlowRunDocument | None,
     step_id: str,
     *,
     token: str,

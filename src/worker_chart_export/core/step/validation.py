@@ -9,16 +9,25 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
+from worker_chart_export.core.step.step_rules import step_of
 from worker_chart_export.core.templates.chart_request import build_request_body, resolve_chart_img_symbol
 from worker_chart_export.core.templates.symbols import base_symbol_problem, symbol_problem
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.templates.template_rules import interval_problem, shown
 from worker_chart_export.core.types import ChartCall
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import (
+        ChartExportInputs,
+        ChartRequestInput,
+        FlowRunDocument,
+        StepDocument,
+    )
 
 # Far above any real step (an account renders 44 charts a day), low enough that a step's
 # error and manifest stay small documents.
@@ -35,14 +44,14 @@ class ValidatedStep:
     symbol: str
     timeframe: str
     min_images: int
-    requests: list[dict[str, Any]]  # inputs.requests[] as given, for manifest.requested[]
+    requests: list[ChartRequestInput]  # inputs.requests[] as given, for manifest.requested[]
     templates: dict[str, Mapping[str, Any]]
     calls: list[ChartCall]  # one per request, in request order
 
 
-def requested_template_ids(step: Mapping[str, Any]) -> list[str]:
+def requested_template_ids(step: StepDocument | None) -> list[str]:
     """The chartTemplateIds worth fetching; tolerant of malformed input (validation reports it)."""
-    inputs = step.get("inputs")
+    inputs = step.get("inputs") if step is not None else None
     requests = inputs.get("requests") if isinstance(inputs, Mapping) else None
     if not isinstance(requests, list):
         return []
@@ -93,7 +102,7 @@ def _unservable(where: str, template: StoredTemplate, plans: AccountPlans) -> li
 
 
 def validate_step(
-    flow_run: Mapping[str, Any],
+    flow_run: FlowRunDocument,
     run_id: str,
     step_id: str,
     templates: Mapping[str, StoredTemplate],
@@ -106,10 +115,9 @@ def validate_step(
     such accounts), before any call."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
-    steps = flow_run.get("steps")
-    step = steps.get(step_id) if isinstance(steps, Mapping) else None
+    step = step_of(flow_run, step_id)
     prefix = f"steps.{step_id}"
-    if not isinstance(step, Mapping):
+    if step is None:
         return _failed([*problems, f"{prefix}: step not found"])
     timeframe = step.get("timeframe")
     timeframe_problem = interval_problem(timeframe)
@@ -149,7 +157,7 @@ def validate_step(
     )
 
 
-def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list[str]:
+def _id_problems(flow_run: FlowRunDocument, run_id: str, step_id: str) -> list[str]:
     """Ids that become paths are untrusted input; the stored id must be the document's."""
     problems = [
         f"{name}: {value!r} is not a safe path segment ({SAFE_SEGMENT.pattern}, no '..')"
@@ -162,7 +170,7 @@ def _id_problems(flow_run: Mapping[str, Any], run_id: str, step_id: str) -> list
     return problems
 
 
-def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
+def _symbol(flow_run: FlowRunDocument, problems: list[str]) -> str | None:
     """scope.symbol when it is a base symbol (core/templates/symbols.py), else None and a problem."""
     scope = flow_run.get("scope")
     symbol = scope.get("symbol") if isinstance(scope, Mapping) else None
@@ -177,7 +185,7 @@ def _symbol(flow_run: Mapping[str, Any], problems: list[str]) -> str | None:
     return symbol
 
 
-def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str, Any]]:
+def _requests(prefix: str, requests: Any, problems: list[str]) -> list[ChartRequestInput]:
     """The valid requests, in order; each problem named by its index."""
     if not isinstance(requests, list) or not requests:
         problems.append(f"{prefix}.inputs.requests: must be a non-empty list")
@@ -185,7 +193,7 @@ def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str,
     if len(requests) > MAX_REQUESTS:
         problems.append(f"{prefix}.inputs.requests: {len(requests)} requests, at most {MAX_REQUESTS} allowed")
         return []
-    kept: list[dict[str, Any]] = []
+    kept: list[ChartRequestInput] = []
     seen: set[str] = set()
     for index, request in enumerate(requests):
         where = f"{prefix}.inputs.requests[{index}]"
@@ -203,11 +211,12 @@ def _requests(prefix: str, requests: Any, problems: list[str]) -> list[dict[str,
             problems.append(f"{where}: must hold plain JSON values only (it is copied into the manifest)")
         else:
             seen.add(template_id)
-            kept.append(dict(request))
+            # a ChartRequestInput: a map of plain JSON values with a safe chartTemplateId (checked above)
+            kept.append(dict(request))  # type: ignore[arg-type]
     return kept
 
 
-def _min_images(prefix: str, inputs: Mapping[str, Any], problems: list[str]) -> int | None:
+def _min_images(prefix: str, inputs: ChartExportInputs, problems: list[str]) -> int | None:
     min_images = inputs.get("minImages")
     requests = inputs.get("requests")
     if isinstance(min_images, bool) or not isinstance(min_images, int):

@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from worker_chart_export.core.exceptions import PoisonEvent
-from worker_chart_export.core.step.selection import ready_chart_export_step_ids
+from worker_chart_export.core.step.selection import ready_step_ids_in
 from worker_chart_export.core.types import CHART_EXPORT, StepStatus
 from worker_chart_export.functions.decoding.names import CloudEventLike, resolve_run_id
 from worker_chart_export.functions.decoding.payload import PayloadFormat, split_event_payload
@@ -122,7 +122,7 @@ def _ready_step_ids(document: Any, *, serialized: bytes | None = None) -> tuple[
         return ()  # neither word anywhere: no step can match (the usual no-op)
     candidates = map(_parse_step_entry, _candidate_entries(steps_value.map_value))
     steps = {step_id: _summary(step_fields) for step_id, step_fields in candidates}
-    return tuple(ready_chart_export_step_ids({"steps": steps}))
+    return tuple(ready_step_ids_in(steps))
 
 
 def _candidate_entries(skim_map: Any) -> list[bytes]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from worker_chart_export.core.documents import FlowRunDocument, as_flow_run
 from worker_chart_export.core.exceptions import PoisonEvent, UndecodableValue
 from worker_chart_export.functions.decoding.names import CloudEventLike, resolve_run_id
 from worker_chart_export.functions.decoding.payload import split_event_payload
@@ -21,7 +21,7 @@ class DocumentVersion:
     """One version of a flow_run as an event carries it (advance_flow reads all of it)."""
 
     run_id: str
-    document: dict[str, Any] | None  # None: the document was deleted
+    document: FlowRunDocument | None  # None: the document was deleted
     update_time: datetime | None  # the version's update time, for a precondition (None: deleted, or not sent)
     created: bool = False  # the event is the document's creation (it carries no old version)
 
@@ -50,7 +50,7 @@ def decode_document_version(cloud_event: CloudEventLike) -> DocumentVersion:
         return DocumentVersion(run_id, None, None)
     try:
         updated = timestamp_to_datetime(current.update_time) if current.HasField("update_time") else None
-        document = document_to_python(current)
+        document = as_flow_run(document_to_python(current))
     except UndecodableValue as exc:
         raise PoisonEvent(f"the document holds a timestamp Firestore never writes: {exc}") from None
     return DocumentVersion(run_id, document, updated, created=previous is None)

@@ -38,6 +38,9 @@ from worker_chart_export.core.exceptions import UsageError
 from worker_chart_export.core.flow.run_progress import chart_manifests
 from worker_chart_export.tools.devstack.processes import Child, StackError
 
+if TYPE_CHECKING:
+    from worker_chart_export.core.documents import FlowRunDocument
+
 if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
     from rich.console import Console
 
@@ -180,7 +183,7 @@ def _fresh_log_dir(path: Path) -> Path:
     return path
 
 
-def _run(console: Console, stack: LocalStack, document: dict[str, Any], args: argparse.Namespace) -> int:
+def _run(console: Console, stack: LocalStack, document: FlowRunDocument, args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from worker_chart_export.tools.devstack.watch import RunWatch

@@ -44,6 +44,8 @@ from worker_chart_export.tools.devstack.router import TriggerRouter
 if TYPE_CHECKING:
     from google.cloud import firestore
 
+    from worker_chart_export.core.documents import FlowRunDocument
+
 PROJECT = "demo-worker-chart-export"
 STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"
 WORKER_TARGET, ADVANCE_TARGET, REAPER_TARGET = "on_flow_run_updated", "advance_flow", "reap_expired_leases"
@@ -265,7 +267,7 @@ class LocalStack:
     def flow_run_ref(self, run_id: str) -> firestore.DocumentReference:
         return self.db.collection("flow_runs").document(run_id)
 
-    def write_flow_run(self, document: dict[str, Any]) -> str:
+    def write_flow_run(self, document: FlowRunDocument) -> str:
         """Create the run as a producer does (`submit`'s way: create-only, status PENDING);
         advance_flow's trigger hears the creation, and nothing else is written."""
         from worker_chart_export.bootstrap.commands import create_flow_run

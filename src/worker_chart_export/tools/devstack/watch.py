@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from worker_chart_export.core.documents import FlowRunDocument, StepDocument, as_flow_run
 from worker_chart_export.core.flow.run_progress import StatusChange, is_finished, status_changes
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import steps_of
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -57,25 +58,25 @@ class RunWatch:
     reference: firestore.DocumentReference
     simulate_other_steps: bool = True
     started: float = field(default_factory=time.monotonic)
-    document: dict[str, Any] = field(default_factory=dict)
+    document: FlowRunDocument | None = None  # None: not read yet, or no such run
     simulated: set[str] = field(default_factory=set)
 
     @property
     def run_status(self) -> str | None:
-        status = self.document.get("status")
+        status = self.document.get("status") if self.document is not None else None
         return str(status) if status is not None else None
 
     @property
     def settled(self) -> bool:
         return is_finished(self.document)
 
-    def steps(self) -> Mapping[str, Mapping[str, Any]]:
+    def steps(self) -> Mapping[str, StepDocument]:
         return steps_of(self.document)
 
     def poll(self) -> list[Change]:
         """Read the run once; what changed since the last read (and simulate, if asked)."""
         snapshot = self.reference.get()
-        before, self.document = self.document, snapshot.to_dict() or {}
+        before, self.document = self.document, as_flow_run(snapshot.to_dict()) if snapshot.exists else None
         seconds = time.monotonic() - self.started
         changes = [Change(seconds, change) for change in status_changes(before, self.document)]
         if self.simulate_other_steps:
@@ -86,7 +87,7 @@ class RunWatch:
 
     def table(self) -> Table:
         elapsed = time.monotonic() - self.started
-        run_id = self.document.get("runId", self.reference.id)
+        run_id = self.document.get("runId", self.reference.id) if self.document else self.reference.id
         title = Text(f"flow_run {run_id}  ")
         title.append(self.run_status or "-", style=_STYLES.get(self.run_status or "", ""))
         title.append(f"  {elapsed:.1f}s", style="dim")
@@ -130,8 +131,8 @@ def complete_other_step(snapshot: Any) -> str | None:
     handles, taken READY -> RUNNING -> SUCCEEDED on this version of its run (a Firestore
     DocumentSnapshot). Its id; None when there is none, the run is finished, or the
     document moved on first (the next read looks again)."""
-    document = snapshot.to_dict() or {}
-    if not snapshot.exists or is_finished(document):
+    document = as_flow_run(snapshot.to_dict()) if snapshot.exists else None
+    if document is None or is_finished(document):
         return None
     for step_id, step in sorted(steps_of(document).items()):
         if step.get("stepType") in HANDLED_STEP_TYPES or step.get("status") != "READY":

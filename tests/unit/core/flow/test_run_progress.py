@@ -12,7 +12,7 @@ from worker_chart_export.core.flow.run_progress import (
     is_finished,
     status_changes,
 )
-from worker_chart_export.core.step.selection import steps_of
+from worker_chart_export.core.step.step_rules import steps_of
 
 
 def run(status: str | None, **steps: Any) -> dict[str, Any]:
@@ -64,6 +64,18 @@ def test_a_new_step_changes_from_nothing_and_malformed_steps_are_skipped() -> No
     after = run("RUNNING", new={"status": "READY"}, bad="not a mapping")
     assert status_changes(before, after) == [StatusChange("new", None, "READY", None)]
     assert status_changes(run("RUNNING", s="junk"), run("RUNNING", s={"status": "READY"})) == []
+
+
+def test_no_run_is_none_a_run_seen_after_or_before_it_changes_from_or_to_nothing() -> None:
+    # None: not read yet, or deleted (submit --wait, the stack's watch)
+    seen = run("RUNNING", a={"status": "READY", "attempt": 1})
+    assert status_changes(None, seen) == [
+        StatusChange(None, None, "RUNNING"),
+        StatusChange("a", None, "READY", 1),
+    ]
+    assert status_changes(seen, None) == [StatusChange(None, "RUNNING", None)]
+    assert status_changes(None, None) == []
+    assert is_finished(None) is False and chart_manifests(None) == {} and steps_of(None) == {}
 
 
 def test_a_change_describes_itself_as_a_person_reads_it() -> None:

@@ -335,6 +335,7 @@ def test_requested_template_ids_tolerates_garbage() -> None:
         }
     ) == ["a", "b"]
     assert requested_template_ids({"inputs": None}) == []
+    assert requested_template_ids(None) == []  # no such step: nothing to fetch
 
 
 def test_too_many_requests() -> None:
