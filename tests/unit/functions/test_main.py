@@ -493,6 +493,12 @@ def test_a_request_that_fails_before_the_function_is_a_400_with_one_warning(
         "request rejected: not a decodable CloudEvent",
     )
     assert warning["httpStatus"] == 400 and warning["reason"]
+    # the line says which request was refused: an operator finds its sender by it
+    assert (warning["httpMethod"], warning["httpPath"], warning["contentType"]) == (
+        "POST",
+        "/",
+        headers["content-type"],
+    )
     assert "exception" not in warning and "Traceback" not in log_capture.text
     assert fake_execution.calls == []
 

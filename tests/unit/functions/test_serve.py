@@ -192,3 +192,26 @@ def test_an_http_entry_that_raises_is_a_500_with_one_error_line(log_capture: Log
     assert "RuntimeError: store unavailable" in failed["exception"]
     assert (failed["reason"], failed["httpStatus"]) == ("RuntimeError: store unavailable", 500)
     assert (failed["httpMethod"], failed["httpPath"]) == ("POST", "/")  # what identifies the request
+
+
+def test_a_streamed_answer_is_passed_on_as_it_comes_not_read_into_memory() -> None:
+    """A body the view streams (a generator) reaches the client chunk by chunk: the redaction
+    of answers reads whole bodies only, and leaves such a body to be sent as it is."""
+    import flask
+
+    from worker_chart_export.functions.serve import install_request_logging
+
+    produced: list[bytes] = []
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in (b"first ", b"second"):
+            produced.append(chunk)
+            yield chunk
+
+    app = flask.Flask("streamer")
+    app.add_url_rule("/", "stream", lambda: flask.Response(chunks()))
+    install_request_logging(app)
+    response = app.test_client().get("/", buffered=False)
+    # answered with the first chunk (werkzeug's client reads one to see the status), not all
+    assert response.status_code == 200 and produced == [b"first "]
+    assert response.get_data() == b"first second" and produced == [b"first ", b"second"]

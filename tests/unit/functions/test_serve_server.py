@@ -4,6 +4,7 @@ socket that keeps what it is sent. (The integration tests serve the real thing.)
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -146,3 +147,24 @@ def test_a_host_that_is_no_address_is_named() -> None:
     host = "a" * 64 + ".x"  # a label longer than DNS allows: refused before any lookup
     problem = listen_problem(host, 8080)
     assert problem is not None and problem.startswith(f"--host {host!r} is not an address (")
+
+
+@pytest.mark.parametrize(
+    ("refusal", "words"),
+    [
+        (OSError(errno.ENOBUFS, "No buffer space available"), "No buffer space available"),
+        (OSError("the system gave no errno"), "the system gave no errno"),
+    ],
+    ids=["system-words", "no-errno"],
+)
+def test_any_other_refusal_is_named_in_the_systems_words(
+    monkeypatch: pytest.MonkeyPatch, refusal: OSError, words: str
+) -> None:
+    """A refusal none of the known causes explain is quoted as the system words it (its
+    strerror, not Python's "[Errno ...]" prefix), or as the error itself when it has none."""
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        raise refusal
+
+    monkeypatch.setattr(socket.socket, "bind", refuse)  # the kernel's answer, chosen
+    assert listen_problem("127.0.0.1", 8080) == f"cannot listen on 127.0.0.1:8080: {words}"

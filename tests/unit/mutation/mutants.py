@@ -66,13 +66,26 @@ def mutant_source(entry: Equivalent) -> str:
     lines = textwrap.dedent(inspect.getsource(function)).splitlines()
     removed = [line[2:] for line in entry.lines if line.startswith("- ")]
     added = [line[2:] for line in entry.lines if line.startswith("+ ")]
-    assert len(removed) == len(added), f"{entry}: only line-for-line changes can be applied"
-    for old, new in zip(removed, added, strict=True):
-        at = [i for i, line in enumerate(lines) if line.strip() == old]
-        assert len(at) == 1, f"{entry}: {old!r} is {len(at)} times in {entry.function}: the entry is stale"
-        line = lines[at[0]]
-        lines[at[0]] = line[: len(line) - len(line.lstrip())] + new
+    if len(removed) == len(added):
+        for old, new in zip(removed, added, strict=True):
+            at = _block_at(entry, lines, [old])
+            lines[at] = _indent(lines[at]) + new
+    else:  # a call spread over lines, joined into one by the mutant: the block is replaced
+        at = _block_at(entry, lines, removed)
+        lines[at : at + len(removed)] = [_indent(lines[at]) + new for new in added]
     return "\n".join(lines) + "\n"
+
+
+def _block_at(entry: Equivalent, lines: list[str], block: list[str]) -> int:
+    """Where `block` (stripped lines, one after the other) is in the function, once."""
+    size = len(block)
+    at = [i for i in range(len(lines) - size + 1) if [line.strip() for line in lines[i : i + size]] == block]
+    assert len(at) == 1, f"{entry}: {block!r} is {len(at)} times in {entry.function}: the entry is stale"
+    return at[0]
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
 
 
 @functools.cache

@@ -48,6 +48,7 @@ from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
 from worker_chart_export.core import clock, naming
+from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img import account_status, set_aside, usage
 from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
 from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
@@ -625,8 +626,9 @@ def check_any_brace_text(entry: Equivalent, text: str) -> None:
 
 @checks
 def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
-    """SO_REUSEADDR is on for any non-zero value, and protocol 0 is TCP for a stream socket:
-    the same verdict on a free port, a port in use and another machine's address."""
+    """SO_REUSEADDR is on for any non-zero value, protocol 0 is TCP for a stream socket, and
+    AI_PASSIVE changes nothing for a host given as text: the same verdict on a free port, a
+    port in use, another machine's address, a name and the default host."""
     import socket as sockets
 
     from worker_chart_export.functions import serve
@@ -638,7 +640,8 @@ def test_a_listening_problem_is_found_alike(entry: Equivalent) -> None:
         with sockets.socket() as holder:
             holder.bind(("127.0.0.1", 0))
             free = holder.getsockname()[1]
-        for host, port in (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy)):
+        hosts = (("127.0.0.1", free), ("127.0.0.1", busy), ("192.0.2.1", 8080), ("::1", busy))
+        for host, port in (*hosts, ("localhost", busy), ("0.0.0.0", free)):
             assert_same(entry, late(serve, "listen_problem", host, port))
 
 
@@ -783,9 +786,12 @@ def test_a_first_wave_is_prepaid_alike_however_its_leases_are_zipped(
 @checks
 def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Path) -> None:
     """httpx upper-cases a method and matches header names in any case; a timeout's own words
-    and request are read by nobody (a failure names the exception's type): every kind of
-    exchange ends the same, as the chart API reports it, with the same requests sent and
-    waits made."""
+    and request are read by nobody (a failure names the exception's type); a 200's body is
+    never read; FINAL is handled as None; tenacity reads `reraise` only without an error
+    callback, and calls that callback with an outcome; httpx follows no redirect unless told
+    (None is falsy); the assembly always names the mode: every kind of exchange (a redirect,
+    a bug in an attempt and retries run out included) ends the same, as the chart API reports
+    it, with the same requests sent and waits made."""
     from email.utils import format_datetime
 
     import httpx
@@ -814,20 +820,36 @@ def test_the_exchanges_with_chart_img_end_alike(entry: Equivalent, tmp_path: Pat
             "refused": [httpx.Response(422, json={"message": "Invalid Symbol"})],
             "dated": [httpx.Response(429, json=TOO_MANY, headers={"Retry-After": later})],
             "seconds": [httpx.Response(429, json=TOO_MANY, headers={"retry-after": "2"})],
+            "5xx": [httpx.Response(500, json={"message": "Something Went Wrong"})] * 3,
+            "redirect": [httpx.Response(302, headers={"location": "https://elsewhere.test/"})] * 3,
+            "bug": [RuntimeError("a bug in the attempt")],
         }[kind]
         r.transport.answers = [*answers, httpx.Response(200, content=PNG, headers=PNG_TYPE)]
         result = r.render()
         sent = [(q.method, q.headers.get("x-api-key") is not None, q.url.path) for q in r.transport.seen]
         return result, sent, [s for s in r.clock.sleeps if s]
 
-    for kind in ("png", "chunks", "edge", "trickle", "untyped", "refused", "dated", "seconds"):
+    kinds = (
+        "png",
+        "chunks",
+        "edge",
+        "trickle",
+        "untyped",
+        "refused",
+        "dated",
+        "seconds",
+        "5xx",
+        "redirect",
+        "bug",
+    )
+    for kind in kinds:
         assert_same(entry, partial(exchange, kind))
 
 
 @checks
 def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
-    """A string falls through to `getattr(raw, kind)` when not checked first; the CHART_EXPORT
-    filter before the summaries only spares work (the summaries are judged again); an update
+    """A string falls through to `getattr(raw, kind)` when not checked first; the READY and
+    CHART_EXPORT filters before the summaries only spare work (the summaries are judged again); an update
     always carries its document's bytes: every kind of value, and events with every mix of
     steps, decode the same."""
     from google.protobuf import json_format
@@ -848,3 +870,208 @@ def test_events_and_documents_decode_alike(entry: Equivalent) -> None:
             json_format.MessageToDict(build_document_event_data(name, flow_run_fields(steps))),
         ):
             assert_same(entry, late(events, "decode_event", cloud_event(data)), reaches=False)
+
+
+@checks
+def test_a_request_is_logged_alike_whatever_the_status_of_an_app_that_answered_nothing(
+    entry: Equivalent,
+) -> None:
+    """The status the middleware assumes for an app that failed before answering is read for
+    its code only, and text without a leading code is a 500 too: the line of such a request,
+    and of every answered one, is the same."""
+    for status in (None, "200 OK", "404 NOT FOUND", "500 INTERNAL SERVER ERROR", "503 SERVICE UNAVAILABLE"):
+        assert_same(entry, partial(middleware_lines, status))
+
+
+def middleware_lines(status: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The lines RequestLogMiddleware leaves for an app answering `status` (None: it raises
+    before answering), and what the app's caller got."""
+    from worker_chart_export.functions import serve
+
+    lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Recorder:
+        def __getattr__(self, method: str) -> Callable[..., None]:
+            return lambda message, **fields: lines.append((method, message, fields))
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if status is None:
+            raise RuntimeError("failed before answering")
+        start_response(status, [])
+        return [b"body"]
+
+    original = serve._logger
+    serve._logger = Recorder  # type: ignore[assignment]
+    try:
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/"}
+        body = serve.RequestLogMiddleware(app)(environ, lambda *args: None)
+        lines.append(("answered", "", {"body": list(body)}))
+    except RuntimeError as exc:
+        lines.append(("raised", str(exc), {}))
+    finally:
+        serve._logger = original  # type: ignore[assignment]
+    return lines
+
+
+@checks
+@MANY
+@given(text=st.text(st.characters(exclude_categories=())) | st.text(alphabet="%25AaÃ©é€\xe9 ", max_size=8))
+def test_an_attributes_readings_are_the_same_for_any_text(entry: Equivalent, text: str) -> None:
+    """Python's codec names are case-insensitive: "LATIN-1" and "UTF-8" are the same codecs."""
+    from worker_chart_export.functions.decoding import names
+
+    assert_same(entry, late(names, "attribute_readings", text))
+
+
+@checks
+def test_a_payloads_documents_are_the_same_whichever_parser_splits_them(entry: Equivalent) -> None:
+    """A payload with one old document read by the full parser instead of the fast splitter
+    gives the same documents (the same name, update time and fields; only the fast path
+    keeps the very bytes): every mix of no, one and two pieces of each document."""
+    from worker_chart_export.functions.decoding import payload
+    from worker_chart_export.functions.decoding.skim import RawDocument
+    from worker_chart_export.functions.decoding.values import document_to_python
+    from worker_chart_export.testing import build_document_event_data
+
+    name = "projects/p/databases/(default)/documents/flow_runs/R"
+    pieces = [{"flowKey": "daily", "n": 2}, {"steps": {"s": chart_step()}, "flowKey": "weekly"}]
+
+    def serialized(fields: dict[str, Any] | None, old: dict[str, Any] | None) -> bytes:
+        data: bytes = build_document_event_data(name, fields, old).SerializeToString()
+        return data
+
+    def documents(data: bytes) -> tuple[Any, ...]:
+        new, old, shape = payload.split_event_payload(data)
+        read = [None if b is None else RawDocument.FromString(b) for b in (new, old)]
+        return shape, [None if d is None else (d.name, d.update_time, document_to_python(d)) for d in read]
+
+    for new_pieces, old_pieces in product(range(3), repeat=2):
+        data = b"".join(serialized(pieces[i], None) for i in range(new_pieces)) + b"".join(
+            serialized(None, pieces[i]) for i in range(old_pieces)
+        )
+        if data:
+            assert_same(entry, partial(documents, data), reaches=False)
+    assert_same(entry, partial(documents, serialized(pieces[0], pieces[1])))  # reaches the mutant
+
+
+@checks
+@MANY
+@given(
+    text=st.text(st.characters(exclude_categories=()), max_size=40)
+    | st.text(alphabet="Cg+/=AQé{", max_size=12)
+)
+@example(text="CgA=")
+def test_a_text_payload_splits_alike(entry: Equivalent, text: str) -> None:
+    """Python's codec names are case-insensitive: "ASCII" is the same codec."""
+    from worker_chart_export.functions.decoding import payload
+
+    assert_same(entry, late(payload, "split_event_payload", text))
+
+
+@checks
+def test_a_permit_is_handed_out_alike_whatever_falsy_value_says_not_to_block(entry: Equivalent) -> None:
+    """threading.Semaphore reads `blocking` for its truth: None does not block, as False does.
+    Every pool size and number taken: the same answer, the same permits left, nobody waiting."""
+    from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
+
+    def acquire(size: int, taken: int) -> tuple[bool, int, int]:
+        permits = ConnectionPermits(size)
+        permits.take_available(taken)
+        got = permits.acquire(timeout=0)
+        return got, permits.take_available(size), permits.waiting
+
+    for size in range(1, 4):
+        for taken in range(size + 1):
+            assert_same(entry, partial(acquire, size, taken))
+
+
+@checks
+def test_the_pool_is_the_same_for_any_size(entry: Equivalent) -> None:
+    """httpx keeps alive as many connections as the pool holds when no keep-alive limit is
+    named (None: no limit of its own): the same pool for every size."""
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+    from worker_chart_export.testing import FakeClock as Clock
+
+    def pool(size: int) -> tuple[int, int]:
+        client = ChartImgClient("https://chart-img.test", max_connections=size, clock=Clock())
+        made = client._client._transport._pool
+        client.close()
+        return made._max_connections, made._max_keepalive_connections
+
+    for size in (1, 2, 8, 19, 20, 21, 32, 64, 1000):
+        assert_same(entry, partial(pool, size))
+
+
+@checks
+def test_a_first_wave_call_is_rendered_alike(entry: Equivalent, tmp_path: Path) -> None:
+    """A call's prepaid lease is taken on its first attempt, and asking again on a retry finds
+    none: whatever its answers, a first-wave call ends the same, on the same accounts."""
+    import httpx
+
+    from harness.chart_img_server import PNG, chart_call
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    def render(answers: list[httpx.Response]) -> tuple[Any, ...]:
+        r = make_rig(answers, LogCapture(), tmp_path, accounts=("acc1", "acc2"))
+        call = chart_call("tpl_a")
+        with r.api.for_step([call], Budget.starting_now(60.0, r.clock)) as step:
+            result = step.render(call)
+        return result, r.transport.accounts, [s for s in r.clock.sleeps if s]
+
+    png = httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
+    failing = httpx.Response(500, json={"message": "Something Went Wrong"})
+    limited = httpx.Response(429, json={"message": "Limit Exceeded"})
+    for answers in ([png], [failing, png], [failing], [limited, png], [limited]):
+        assert_same(entry, partial(render, answers))
+
+
+@checks
+def test_a_step_logs_its_exhaustion_once_whatever_falsy_value_it_starts_with(
+    entry: Equivalent, tmp_path: Path
+) -> None:
+    """`exhaustion_logged` is read for its truth only: None says "not yet" as False does."""
+    from harness.logs import LogCapture
+    from unit.adapters.chart_img.scripted import make_rig
+
+    def firsts() -> tuple[bool, list[bool]]:
+        r = make_rig([], LogCapture(), tmp_path)
+        with r.api.for_step([], Budget.starting_now(60.0, r.clock)) as step:
+            return bool(step.exhaustion_logged), [step.first_to_log_exhaustion() for _ in range(3)]
+
+    assert_same(entry, firsts)
+
+
+@checks
+def test_an_accounts_problem_is_described_alike(entry: Equivalent) -> None:
+    """Pydantic gives every error of an item its `loc` (the field, never empty: the model has
+    no validator of its own) and its `type`; an unknown field is named only by its position,
+    and always among the item's names; only an extra field is outside our field names; field
+    names are never shown, so whether they are searched for keys changes no message: every
+    malformed accounts list (fields given by alias or by name, key-like names included) is
+    described the same, loaded from the environment or not (JSON_SOURCE is parse_accounts'
+    default), and a secret is read the same ("UTF-8" is "utf-8")."""
+    from unit.adapters.chart_img.test_accounts_config import KEY, MALFORMED, FakeSecrets
+    from worker_chart_export.adapters.chart_img import accounts_config
+
+    key_like = "abcdefgh0123456789"
+    configs = [config if isinstance(config, str) else json.dumps(config) for config, _ in MALFORMED] + [
+        json.dumps(items)
+        for items in (
+            [{"id": "acc1", "api_key": KEY, "daily_limit": 0}],
+            [{"id": "acc1", "apiKey": KEY, key_like: 1, "burst": "x"}],
+            [{"id": 7, "apiKey": KEY, "rate_per_second": "fast", "plan": key_like}],
+            [{"id": "a b", "apiKey": 5, "extra": None}, {"id": "ok", "apiKey": KEY, "dailyLimit": 2.5}],
+            [{"id": key_like, "apiKey": key_like, key_like: key_like}],
+            [{"apiKey": KEY}, {}, {"id": ""}],
+        )
+    ]
+    for text in configs:
+        assert_same(entry, late(accounts_config, "parse_accounts", text), reaches=False)
+        loaded = late(
+            accounts_config, "load_accounts", SecretStr(text), None, None, secret_client=FakeSecrets()
+        )
+        assert_same(entry, loaded, reaches=False)
+    for payload in (json.dumps([{"id": "é", "apiKey": KEY}]).encode(), "ü".encode(), b"\xff"):
+        read = late(accounts_config, "read_secret", "projects/p/secrets/s/versions/1", FakeSecrets(payload))
+        assert_same(entry, read, reaches=False)

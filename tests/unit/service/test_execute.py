@@ -721,3 +721,39 @@ def test_a_step_renders_on_at_most_chart_concurrency_threads_and_leaves_late_cha
     [pool] = RecordingPool.made
     assert pool.asked == {"max_workers": workers, "thread_name_prefix": "chart"}
     assert pool.shutdowns == [{"wait": False, "cancel_futures": True}]
+
+
+def test_run_local_on_a_run_without_a_ready_step_reports_a_noop(tmp_path: Path, log_capture: Any) -> None:
+    from worker_chart_export.service.execute import execute_chosen_step
+    from worker_chart_export.service.step_context import StepReport
+
+    doc = flow_run({"charts": chart_step(status="PENDING")})
+    world = make_world(tmp_path, doc)
+    report = execute_chosen_step(doc, None, ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert report == StepReport(
+        "run1",
+        "",
+        "NOOP",
+        "mock",
+        error_code="NO_READY_STEP",
+        message="no READY CHART_EXPORT step in the flow_run",
+    )
+    [noop] = log_capture.events("no READY CHART_EXPORT step: no-op")
+    assert picked(noop, "runId", "code") == {"runId": "run1", "code": "NO_READY_STEP"}
+    assert not world.store.state.exists()
+
+
+def test_a_step_failed_before_rendering_reports_no_items_and_no_failures(tmp_path: Path) -> None:
+    world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
+    assert (report.outcome, report.items_count, report.failures_count) == ("FAILED", 0, 0)
+
+
+def test_a_manifest_write_failure_reports_the_failed_charts_too(tmp_path: Path) -> None:
+    doc = flow_run({"charts": chart_step()}, symbol="BROKENUSDT")  # no chart renders: 3 failures
+    base = make_world(tmp_path, doc)
+    world = make_world(tmp_path, doc, artifacts=FailingArtifacts(base.artifacts, manifest=True))
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
+    assert report.error_code == "MANIFEST_WRITE_FAILED"
+    assert (report.items_count, report.failures_count, report.min_images) == (0, 3, 2)
+    assert world.step()["error"]["details"] == {"itemsCount": 0, "failuresCount": 3, "minImages": 2}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,18 @@ def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callabl
     assert r.logs.events("chart-img account key refused: account disabled") == []
 
 
+def test_the_only_key_refused_for_a_second_request_is_disabled_at_once(rig: Callable[..., Rig]) -> None:
+    """On the only key, the second request refused with no success between disables it then
+    and there: the failure says the key is out of service, not that the request was refused."""
+    r = rig([answer(401, "Invalid Request")])
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
+    error = failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert error["details"]["disabledAccounts"] == ["acc1"] and "refusedBy" not in error["details"]
+    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 2
+    (disabled,) = r.logs.events("chart-img account key refused: account disabled")
+    assert disabled["rule"] == "key refused for two requests"
+
+
 def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
     """Refused by every key that could serve it, a request leaves no key to tell it from
     revoked keys: each refusal counts (judged once the request ends), as it always did."""
@@ -388,10 +401,11 @@ def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig
     assert r.api.limiter.exhausted_accounts() == ()
 
 
+@pytest.mark.parametrize("status", [403, 201])
 def test_the_daily_limit_wording_under_another_status_cools_without_exhausting(
-    rig: Callable[..., Rig],
+    rig: Callable[..., Rig], status: int
 ) -> None:
-    r = rig([answer(403, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
+    r = rig([answer(status, "Limit Exceeded"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert r.api.limiter.exhausted_accounts() == () and "exhaustedUntil" not in r.store.snapshot()["acc1"]
 
@@ -525,6 +539,21 @@ def test_a_request_every_account_of_its_plan_refused_fails_alone(rig: Callable[.
     assert list(r.api.limiter.usable_accounts()) == ["acc1", "acc2"]  # both keys stay in service
 
 
+def test_a_call_whose_plan_is_out_of_quota_raises_no_alert_while_other_accounts_serve(
+    rig: Callable[..., Rig],
+) -> None:
+    """The alert says every account is out: the only PRO account used up its day, the BASIC
+    one still serves, so a PRO-only chart fails on its limit without the ERROR event."""
+    r = rig(
+        [answer(429, "Limit Exceeded")], accounts=("acc1", "acc2"), plans={"acc1": "PRO", "acc2": "BASIC"}
+    )
+    with r.session() as step:
+        error = failure(step.render(pro_only()))
+    assert error["code"] == "CHART_API_LIMIT_EXCEEDED" and r.transport.accounts == ["acc1"]
+    assert r.api.limiter.exhausted_accounts() == ("acc1",)
+    assert r.logs.events("chart-img accounts exhausted") == []
+
+
 def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[..., Rig]) -> None:
     """Disabled for refusing two requests, the key is probed once its hold passes; refused on
     that probe, it is disabled again at once, and the ERROR line says it was the probe."""
@@ -539,3 +568,156 @@ def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[...,
     rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
     assert rules == ["key refused for two requests", "key refused on its probe"]
     assert len(r.transport.seen) == 3
+
+
+def disabled_then_probed(r: Rig) -> None:
+    """acc1 refused for two requests (disabled), then its hold passed: the next call probes it."""
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert r.api.limiter.usable_accounts() == ()
+    r.clock.advance(16 * 60)
+
+
+def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    (aside,) = r.logs.events("chart-img key keeps answering 429: set aside, then probed")
+    assert aside["accountId"] == "acc1" and aside["answers"] == [
+        {"httpStatus": 429, "message": "Too Many Requests"}
+    ]
+    assert r.logs.events("chart-img key rate-limited: cooling down") == []  # set aside, not cooled
+
+
+def test_a_probe_answered_without_a_word_on_the_key_says_so(rig: Callable[..., Rig]) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    failure(r.render(symbol="BINANCE:CCCUSDT"))
+    (said,) = r.logs.events("chart-img probe answered without a verdict on the key")
+    assert (said["severity"], said["httpStatus"], said["accountId"]) == ("INFO", 503, "acc1")
+
+
+def test_a_dated_retry_after_is_logged_to_the_millisecond(rig: Callable[..., Rig]) -> None:
+    from email.utils import format_datetime
+
+    r = rig([], accounts=("acc1", "acc2"))
+    r.clock.advance(0.25049)  # the date has whole seconds: what is left of it is not
+    later = format_datetime(r.clock.now().replace(microsecond=0) + timedelta(seconds=3), usegmt=True)
+    r.transport.answers = [
+        httpx.Response(429, json={"message": "Too Many Requests"}, headers={"Retry-After": later}),
+        png(),
+    ]
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    (cooling,) = r.logs.events("chart-img key rate-limited: cooling down")
+    assert (cooling["cooldownSeconds"], cooling["retryAfterSeconds"]) == (2.75, pytest.approx(2.74951))
+
+
+def test_a_retry_goes_to_an_account_the_request_has_not_tried_even_a_busier_one(
+    rig: Callable[..., Rig],
+) -> None:
+    today = FakeClock().now().strftime("%Y-%m-%dT00:00:00Z")
+    store = InMemoryUsageStore({"acc2": {"usageToday": 10, "windowStart": today}})
+    answers = [png(), answer(500, "Something Went Wrong"), png()]
+    r = rig(answers, accounts=("acc1", "acc2"), store=store, plans={"acc1": "BASIC", "acc2": "PRO"})
+    with r.session() as step:
+        assert step.render(pro_only()) == ChartSuccess(PNG, "acc2")  # acc2's day: 11 units used
+    assert r.render() == ChartSuccess(PNG, "acc2")
+    # the least used first, then the one it has not tried: not acc1 again
+    assert r.transport.accounts == ["acc2", "acc1", "acc2"]
+
+
+def test_a_probe_answered_200_puts_the_key_back_in_service_for_every_instance(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(403, "Forbidden")] * 2 + [png()], chart_img_max_attempts=1)
+    disabled_then_probed(r)
+    assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
+    (back,) = r.logs.events("chart-img key serves again: its probe answered 200")
+    assert back["accountId"] == "acc1" and r.api.limiter.usable_accounts() == ("acc1",)
+    assert r.store.snapshot()["acc1"]["disabled"] is False  # persisted: other instances use it again
+
+
+def test_a_request_two_keys_refused_while_another_remains_is_the_requests_fault(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(401, "Invalid Request")], accounts=("acc1", "acc2", "acc3"), chart_img_max_attempts=2)
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    (said,) = r.logs.events("chart-img request refused by more than one key: the request's, no key blamed")
+    assert (said["severity"], said["refusedBy"]) == ("INFO", ["acc1", "acc2"])
+    assert (said["runId"], said["stepId"]) == ("run-1", "step-1")  # whose request it was
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # the same two keys, another request: still no blame
+    assert r.api.limiter.usable_accounts() == ("acc1", "acc2", "acc3")
+
+
+def test_a_key_refused_for_a_request_that_failed_elsewhere_counts_against_the_key(
+    rig: Callable[..., Rig],
+) -> None:
+    """Refused by one key only, the request was not shown to be at fault: the refusal counts,
+    so the same key refusing the next request is disabled."""
+    answers = [
+        answer(401, "Invalid Request"),
+        answer(500, "Something Went Wrong"),
+        answer(401, "Invalid Request"),
+        png(),
+    ]
+    r = rig(answers, accounts=("acc1", "acc2"), chart_img_max_attempts=2)
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["httpStatus"] == 500
+    assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2"]
+    (disabled,) = r.logs.events("chart-img account key refused: account disabled")
+    assert (disabled["accountId"], disabled["rule"]) == ("acc1", "key refused for two requests")
+
+
+def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig([answer(500, "Something Went Wrong")])
+    call = chart_call("tpl_a")
+    with r.api.for_step([call], r.budget()) as step:  # its first attempt prepaid
+        error = failure(step.render(call))
+    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (3, ["acc1"])
+    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3]
+
+
+def test_a_render_with_less_than_an_attempt_left_sends_nothing(rig: Callable[..., Rig]) -> None:
+    r = rig([png()])
+    error = failure(r.render(budget_seconds=0.5))  # an attempt needs 1 s (the policy's minimum)
+    assert (error["details"]["errorKind"], error["details"]["attempts"]) == ("budget", 0)
+    assert r.transport.seen == [] and r.store.snapshot() == {}
+
+
+def test_an_attempt_needs_no_more_time_than_its_own_timeout(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], chart_img_request_timeout_seconds=0.5)
+    assert r.render(budget_seconds=0.8) == ChartSuccess(PNG, "acc1")  # under the policy's 1 s
+
+
+def test_an_account_without_a_plan_of_its_own_has_chart_img_plans(rig: Callable[..., Rig]) -> None:
+    r = rig([png()], chart_img_plan="PRO")
+    with r.session() as step:
+        assert step.render(pro_only()) == ChartSuccess(PNG, "acc1")
+
+
+def test_a_redirect_is_not_followed_so_the_key_goes_nowhere_else(rig: Callable[..., Rig]) -> None:
+    r = rig(
+        [httpx.Response(302, headers={"location": "https://elsewhere.test/steal"})], chart_img_max_attempts=1
+    )
+    assert failure(r.render())["details"]["httpStatus"] == 302
+    assert [str(q.url) for q in r.transport.seen] == ["https://chart-img.test/v2/tradingview/advanced-chart"]
+
+
+@pytest.mark.parametrize("trailing", ["", "/", "//"])
+def test_the_base_url_is_used_as_given_with_its_path(rig: Callable[..., Rig], trailing: str) -> None:
+    r = rig([png()], chart_img_base_url="https://chart-img.test/proX" + trailing)
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert [str(q.url) for q in r.transport.seen] == [
+        "https://chart-img.test/proX/v2/tradingview/advanced-chart"
+    ]
+
+
+def test_the_connection_pool_holds_and_keeps_alive_one_connection_per_permit() -> None:
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+
+    client = ChartImgClient("https://chart-img.test", max_connections=32, clock=FakeClock())  # 4 x 8
+    pool = client._client._transport._pool  # httpx's own transport, built from the limits
+    assert (pool._max_connections, pool._max_keepalive_connections, client.permits.size) == (32, 32, 32)
+    client.close()

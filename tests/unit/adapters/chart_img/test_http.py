@@ -38,8 +38,11 @@ def test_text_error_body_is_kept_as_text(rig: Callable[..., Rig]) -> None:
     assert failure(r.render())["details"]["message"] == "Forbidden by WAF"
 
 
-def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(401, json={"message": f"Unknown key {KEYS['acc1']}"})])
+@pytest.mark.parametrize("status", [401, 201, 500], ids=["refused", "another-success", "server-error"])
+def test_a_key_echoed_in_an_error_body_is_redacted(rig: Callable[..., Rig], status: int) -> None:
+    r = rig(
+        [httpx.Response(status, json={"message": f"Unknown key {KEYS['acc1']}"})], chart_img_max_attempts=1
+    )
     assert failure(r.render())["details"]["message"] == "Unknown key <redacted>"
 
 
@@ -105,6 +108,23 @@ def test_a_body_trickling_past_the_deadline_is_a_timeout(rig: Callable[..., Rig]
     assert (error["details"]["errorKind"], error["details"]["exception"]) == ("timeout", "ReadTimeout")
 
 
+def test_a_body_past_the_deadline_is_not_read_further(rig: Callable[..., Rig]) -> None:
+    """The answer is read as it arrives: once the deadline has passed, the rest of a trickling
+    body is not waited for (httpx alone would read it all before handing it over)."""
+    r = rig([], chart_img_request_timeout_seconds=4.0, chart_img_max_attempts=1)
+    asked: list[bytes] = []
+
+    def body() -> Iterator[bytes]:
+        for part in (PNG[:5], PNG[5:9], PNG[9:]):
+            asked.append(part)
+            r.clock.advance(5.0)  # each part comes after the whole timeout
+            yield part
+
+    r.transport.answers = [httpx.Response(200, content=body(), headers={"content-type": "image/png"})]
+    assert failure(r.render())["details"]["exception"] == "ReadTimeout"
+    assert asked == [PNG[:5]]
+
+
 def test_a_200_that_is_no_png_and_names_no_type_says_so(rig: Callable[..., Rig]) -> None:
     r = rig([httpx.Response(200, content=b"<html/>")])
     error = failure(r.render())
@@ -124,3 +144,25 @@ def test_a_retry_after_date_is_waited_out_on_the_only_key(rig: Callable[..., Rig
     r.transport.answers = [limited, png()]
     assert r.render() == ChartSuccess(PNG, "acc1")
     assert [s for s in r.clock.sleeps if s] == [pytest.approx(3.0)]
+
+
+@pytest.mark.parametrize(
+    "base_url", ["https://chart-img.test/p", "https://chart-img.test/p/", "https://chart-img.test/p//"]
+)
+def test_the_client_joins_its_base_url_and_path_without_an_empty_segment(base_url: str) -> None:
+    from pydantic import SecretStr
+
+    from worker_chart_export.adapters.chart_img.http import ChartImgClient
+
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(204)
+
+    client = ChartImgClient(
+        base_url, max_connections=1, transport=httpx.MockTransport(answer), clock=FakeClock()
+    )
+    assert client.post_chart({}, SecretStr("k"), timeout=1.0).status == 204
+    client.close()
+    assert seen == ["https://chart-img.test/p/v2/tradingview/advanced-chart"]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from harness.chart_img_server import PNG, chart_call, connections_all_free, new_key
+from harness.chart_img_server import PNG, FakeClock, chart_call, connections_all_free, new_key
 from harness.logs import LogCapture
 from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
@@ -27,7 +27,7 @@ from worker_chart_export.bootstrap import LocalLayout, build_chart_api, chart_im
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ConfigError
-from worker_chart_export.core.types import ChartCall, ChartResult, ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings, load_settings
 from worker_chart_export.testing import InMemoryUsageStore
 
@@ -45,6 +45,28 @@ def test_permits_are_handed_out_up_to_their_number() -> None:
     assert permits.acquire(timeout=0)
 
 
+class RecordingSemaphore(threading.BoundedSemaphore):
+    """The permits' semaphore, recording how each acquire was asked to wait."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.asked: list[tuple[bool, float | None]] = []
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.asked.append((blocking, timeout))
+        return super().acquire(blocking, timeout)
+
+
+def test_a_caller_waits_for_a_permit_no_longer_than_it_has_and_no_longer_counts_as_waiting() -> None:
+    permits = ConnectionPermits(1)
+    permits._free = semaphore = RecordingSemaphore(1)
+    assert permits.acquire(timeout=5.0) and semaphore.asked == [(False, None)]  # free: no wait
+    assert not permits.acquire(timeout=-2.0)  # no time left: not even a moment's wait
+    assert not permits.acquire(timeout=0.01)
+    assert semaphore.asked[1:] == [(False, None), (True, 0.0), (False, None), (True, 0.01)]
+    assert permits.waiting == 0  # whoever waited is no longer waiting
+
+
 def test_giving_back_more_than_was_taken_is_a_bug() -> None:
     permits = ConnectionPermits(2)
     permits.take_available(1)
@@ -53,8 +75,9 @@ def test_giving_back_more_than_was_taken_is_a_bug() -> None:
 
 
 def test_a_pool_needs_a_connection() -> None:
-    with pytest.raises(ValueError, match="at least one permit"):
+    with pytest.raises(ValueError) as raised:
         ConnectionPermits(0)
+    assert str(raised.value) == "ConnectionPermits needs at least one permit"
 
 
 # --- sized from the settings ---------------------------------------------------------------
@@ -220,3 +243,78 @@ def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., R
         assert step.render(calls[0]) == ChartSuccess(PNG, "acc0")
     assert connections_all_free(r.api) and r.units() == 1  # the two unused units given back
     assert r.store.snapshot()["acc0"]["refundedToday"] == 2
+
+
+def test_a_chart_whose_connection_came_after_its_time_ran_out_sends_nothing(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    """The wait for a connection took what the step had left: the chart reserves nothing and
+    fails saying the budget ran out, instead of sending a call it has no time to read."""
+    clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
+    settings = Settings(
+        charts_api_mode="real",
+        chart_img_base_url="https://chart-img.test",
+        chart_img_accounts_json=SecretStr(json.dumps([{"id": "acc0", "apiKey": new_key()}])),
+        chart_img_rate_per_second=100.0,
+        chart_concurrency=1,
+        threads=1,
+        charts_fixtures_dir=tmp_path,
+    )
+    api: Any = build_chart_api(
+        settings, store, seams=Seams(clock, transport=httpx.MockTransport(answers.handler))
+    )
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        with api.for_step([], Budget.starting_now(30.0, clock)) as step:
+            first = pool.submit(step.render, chart_call("tpl_a"))
+            assert answers.arrived.acquire(timeout=HANG_GUARD)  # the only connection is busy
+            second = pool.submit(step.render, chart_call("tpl_b"))
+            until(lambda: api.client.permits.waiting == 1, "the second chart waiting for the connection")
+            clock.advance(30.0)  # the step's time is spent meanwhile
+            answers.release.set()
+            assert first.result(HANG_GUARD) == ChartSuccess(PNG, "acc0")
+            late = second.result(HANG_GUARD)
+        assert isinstance(late, ChartFailure)
+        assert (late.error.details["errorKind"], late.error.details["attempts"]) == ("budget", 0)
+        assert late.error.message == "the step's time budget ran out before CHART-IMG could be called"
+        assert store.snapshot()["acc0"]["usageToday"] == 1 and connections_all_free(api)  # one call only
+    finally:
+        answers.release.set()
+        pool.shutdown(wait=True)
+        api.close()
+
+
+def test_a_chart_whose_connection_never_came_within_its_time_sends_nothing(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    """Its wait for a connection may last what the budget leaves over an attempt's minimum
+    (0.5 s here): the only connection stays busy, the chart fails saying the budget ran out."""
+    clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
+    settings = Settings(
+        charts_api_mode="real",
+        chart_img_base_url="https://chart-img.test",
+        chart_img_accounts_json=SecretStr(json.dumps([{"id": "acc0", "apiKey": new_key()}])),
+        chart_img_rate_per_second=100.0,
+        chart_concurrency=1,
+        threads=1,
+        charts_fixtures_dir=tmp_path,
+    )
+    api: Any = build_chart_api(
+        settings, store, seams=Seams(clock, transport=httpx.MockTransport(answers.handler))
+    )
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        with api.for_step([], Budget.starting_now(30.0, clock)) as busy:
+            first = pool.submit(busy.render, chart_call("tpl_a"))
+            assert answers.arrived.acquire(timeout=HANG_GUARD)  # the only connection is busy
+            with api.for_step([], Budget.starting_now(1.5, clock)) as step:
+                late = step.render(chart_call("tpl_b"))
+            answers.release.set()
+            assert first.result(HANG_GUARD) == ChartSuccess(PNG, "acc0")
+        assert isinstance(late, ChartFailure)
+        assert (late.error.details["errorKind"], late.error.details["attempts"]) == ("budget", 0)
+        assert store.snapshot()["acc0"]["usageToday"] == 1 and connections_all_free(api)
+    finally:
+        answers.release.set()
+        pool.shutdown(wait=True)
+        api.close()

@@ -93,6 +93,15 @@ def test_base64_with_trailing_newline_is_accepted() -> None:
     assert decode_event(subject_event(encoded)).ready_step_ids == ("s",)
 
 
+def test_base64_with_a_character_outside_its_alphabet_is_poison_not_read_without_it() -> None:
+    """The emulator sends plain base64: text with another character in it was damaged on the
+    way, and is refused rather than read as the event its other characters spell."""
+    encoded = base64.b64encode(protobuf_payload(flow_run_fields({"s": step()})))
+    damaged = encoded[:8] + b"*" + encoded[8:]
+    with pytest.raises(PoisonEvent, match="neither a DocumentEventData protobuf, nor base64 of one"):
+        decode_event(subject_event(damaged))
+
+
 def test_json_payload_with_typed_rest_values() -> None:
     payload = json_payload(flow_run_fields({"charts_1h": step(inputs={"minImages": 2})}))
     # the REST shape really is what we think it is: camelCase, integers as strings
@@ -324,10 +333,46 @@ def test_undecodable_payloads_are_poison(data: Any, reason: str) -> None:
 )
 def test_documents_outside_flow_runs_are_poison(path: str, reason: str) -> None:
     payload = protobuf_payload(flow_run_fields({"s": step()}), name=document_resource_name("p", path))
-    with pytest.raises(PoisonEvent, match=reason):
+    with pytest.raises(PoisonEvent) as raised:
         decode_event(cloud_event(payload, subject=f"documents/{path}"))
-    with pytest.raises(PoisonEvent, match=reason):  # same verdict from the payload alone
+    assert raised.value.reason == f"subject {path!r} {reason}"  # the reason names where it read the path
+    with pytest.raises(PoisonEvent) as raised:  # same verdict from the payload alone
         decode_event(cloud_event(payload))
+    assert raised.value.reason == f"payload document {path!r} {reason}"
+    with pytest.raises(PoisonEvent) as raised:
+        decode_event(cloud_event(payload, document=path))
+    assert raised.value.reason == f"document attribute {path!r} {reason}"
+
+
+def test_a_flow_runs_collection_under_another_document_is_not_the_flow_runs() -> None:
+    path = "tenants/documents/flow_runs/RUN1"  # a document named "documents", then flow_runs
+    payload = protobuf_payload(flow_run_fields({"s": step()}), name=document_resource_name("p", path))
+    with pytest.raises(PoisonEvent) as raised:
+        decode_event(cloud_event(payload))
+    assert raised.value.reason == f"payload document {path!r} is not a flow_runs/{{runId}} document"
+
+
+def test_a_document_attribute_naming_another_run_is_poison() -> None:
+    payload = protobuf_payload(flow_run_fields({"s": step()}))  # names flow_runs/RUN1
+    with pytest.raises(PoisonEvent) as raised:
+        decode_event(cloud_event(payload, document="flow_runs/OTHER"))
+    assert raised.value.reason == (
+        "document attribute names flow_runs/OTHER but the payload is flow_runs/RUN1"
+    )
+
+
+@pytest.mark.parametrize("attribute", ["subject", "document"])
+def test_a_path_attribute_that_is_no_text_is_not_read(attribute: str) -> None:
+    """A structured-mode event may carry any JSON value: only text names a document."""
+    payload = protobuf_payload(flow_run_fields({"s": step()}))
+    event = CloudEvent({"type": UPDATED, "source": "//firestore.googleapis.com/test", attribute: 7}, payload)
+    assert (decode_event(event).run_id, decode_event(event).chosen_step_id) == (RUN_ID, "s")
+
+
+def test_an_event_naming_no_document_anywhere_is_poison_saying_so() -> None:
+    with pytest.raises(PoisonEvent) as raised:
+        resolve_run_id(cloud_event(b""), "")
+    assert raised.value.reason == "event names no document (no subject, document attribute or name)"
 
 
 def test_subject_that_is_not_a_document_is_poison() -> None:
@@ -336,10 +381,20 @@ def test_subject_that_is_not_a_document_is_poison() -> None:
         decode_event(cloud_event(payload, subject="buckets/b/objects/o"))
 
 
-def test_malformed_resource_name_is_poison() -> None:
-    payload = protobuf_payload(flow_run_fields({}), name="flow_runs/RUN1")
-    with pytest.raises(PoisonEvent, match="not a Firestore resource name"):
+@pytest.mark.parametrize(
+    "name",
+    [
+        "flow_runs/RUN1",
+        "projects/p/documents/flow_runs/RUN1",  # no database
+        "tenants/p/databases/(default)/documents/flow_runs/RUN1",  # no project
+    ],
+    ids=["relative", "no-database", "no-project"],
+)
+def test_malformed_resource_name_is_poison(name: str) -> None:
+    payload = protobuf_payload(flow_run_fields({}), name=name)
+    with pytest.raises(PoisonEvent) as raised:
         decode_event(cloud_event(payload))
+    assert raised.value.reason == f"document name {name!r} is not a Firestore resource name"
 
 
 def test_document_without_steps_is_not_a_flow_run() -> None:
@@ -447,6 +502,14 @@ def test_a_value_split_over_two_wire_fields_is_merged_as_protobuf_does() -> None
     assert (decoded.flow_key, decoded.ready_step_ids) == ("daily", ("s",))
 
 
+def test_an_old_value_split_over_two_wire_fields_is_merged_as_protobuf_does() -> None:
+    # a deletion whose name comes in the second piece: read alone, the first names nothing
+    first = build_document_event_data("", None, {"flowKey": "daily"}).SerializeToString()
+    second = build_document_event_data(DOC_NAME, None, {"steps": {}}).SerializeToString()
+    decoded = decode_event(cloud_event(first + second))
+    assert (decoded.deleted, decoded.run_id, decoded.document_name) == (True, RUN_ID, DOC_NAME)
+
+
 def test_unknown_top_level_fields_are_tolerated() -> None:
     unknown_field = b"\x22\x03abc"  # field 4, length-delimited: not in DocumentEventData
     payload = protobuf_payload(flow_run_fields({"s": step()})) + unknown_field
@@ -491,8 +554,9 @@ def test_a_corrupt_candidate_step_makes_the_event_poison_not_a_crash() -> None:
     payload = SkimEventData(value=[document.SerializeToString()]).SerializeToString()
     with pytest.raises(DecodeError):
         DocumentEventData.deserialize(payload)
-    with pytest.raises(PoisonEvent, match="a steps entry does not parse"):
+    with pytest.raises(PoisonEvent) as raised:
         decode_event(subject_event(payload))
+    assert raised.value.reason == "document is corrupt: a steps entry does not parse"
 
 
 # --- the whole version, for advance_flow -------------------------------------------------
@@ -521,6 +585,15 @@ def test_a_created_document_is_a_version_marked_created() -> None:
     version = decode_document_version(subject_event(versioned_payload(fields, None)))
     assert (version.run_id, version.created, version.document) == (RUN_ID, True, fields)
     assert version.update_time == UPDATE_TIME
+
+
+def test_a_creation_whose_old_value_is_present_but_empty_is_still_a_creation() -> None:
+    """An empty oldValue names no document (as an empty value names no new one): no old
+    version, so the event is the document's creation and advance_flow starts the run."""
+    fields = flow_run_fields({"s": step(status="PENDING")}, status="PENDING")
+    event_data = build_document_event_data(DOC_NAME, fields, None)
+    event_data.old_value.SetInParent()  # present but empty: name == ""
+    assert decode_document_version(subject_event(event_data.SerializeToString())).created is True
 
 
 def test_an_updated_document_is_a_version_not_created() -> None:

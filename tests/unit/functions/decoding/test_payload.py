@@ -90,3 +90,30 @@ def test_json_deeper_than_the_stack_allows_is_poison_not_a_crash() -> None:
     finally:
         sys.setrecursionlimit(limit)
     assert reason == "JSON payload is nested too deeply to be a DocumentEventData"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (None, "empty payload"),
+        (b"", "empty payload"),
+        ("", "empty payload"),
+        (bytearray(), "empty payload"),
+        (memoryview(b""), "empty payload"),
+        ("  \n", "empty payload"),  # blank text: nothing once stripped
+        ("ünïcødé text", "text payload is neither JSON nor base64"),
+        ([1, 2], "unsupported payload type list"),
+        (b"A", "payload (1 bytes) is neither a DocumentEventData protobuf, nor base64 of one, nor JSON"),
+    ],
+    ids=["none", "bytes", "text", "bytearray", "memoryview", "blank-text", "not-ascii", "list", "one-byte"],
+)
+def test_what_is_no_payload_is_poison_saying_why(data: Any, reason: str) -> None:
+    assert poison_reason(data) == reason
+
+
+@pytest.mark.parametrize("as_text", [False, True], ids=["bytes", "text"])
+def test_json_with_text_beyond_ascii_is_read_as_json(as_text: bool) -> None:
+    text = '{"value": {"name": "' + NAME + 'é"}}'
+    new, old, shape = split_event_payload(text if as_text else text.encode())
+    assert (shape, old) == ("json", None)
+    assert new is not None and NAME.encode() + "é".encode() in new
