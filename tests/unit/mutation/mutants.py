@@ -66,13 +66,29 @@ def mutant_source(entry: Equivalent) -> str:
     lines = textwrap.dedent(inspect.getsource(function)).splitlines()
     removed = [line[2:] for line in entry.lines if line.startswith("- ")]
     added = [line[2:] for line in entry.lines if line.startswith("+ ")]
-    assert len(removed) == len(added), f"{entry}: only line-for-line changes can be applied"
+    if len(removed) != len(added):  # one statement over several lines, replaced as a block
+        return "\n".join(_block_replaced(entry, lines, removed, added)) + "\n"
     for old, new in zip(removed, added, strict=True):
-        at = [i for i, line in enumerate(lines) if line.strip() == old]
-        assert len(at) == 1, f"{entry}: {old!r} is {len(at)} times in {entry.function}: the entry is stale"
-        line = lines[at[0]]
-        lines[at[0]] = line[: len(line) - len(line.lstrip())] + new
+        at = _found_once(entry, lines, old)
+        line = lines[at]
+        lines[at] = line[: len(line) - len(line.lstrip())] + new
     return "\n".join(lines) + "\n"
+
+
+def _found_once(entry: Equivalent, lines: list[str], old: str) -> int:
+    at = [i for i, line in enumerate(lines) if line.strip() == old]
+    assert len(at) == 1, f"{entry}: {old!r} is {len(at)} times in {entry.function}: the entry is stale"
+    return at[0]
+
+
+def _block_replaced(entry: Equivalent, lines: list[str], removed: list[str], added: list[str]) -> list[str]:
+    """The removed lines, found one after the other, replaced by the added ones (indented as
+    the first removed line): mutmut's mutant of a statement written over several lines."""
+    first = _found_once(entry, lines, removed[0])
+    block = [line.strip() for line in lines[first : first + len(removed)]]
+    assert block == removed, f"{entry}: the removed lines are not one block of {entry.function}"
+    indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+    return [*lines[:first], *(indent + new for new in added), *lines[first + len(removed) :]]
 
 
 @functools.cache

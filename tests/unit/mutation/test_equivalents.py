@@ -30,6 +30,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
+import unit.mutation.test_redaction_equivalents  # noqa: F401  (registers its checks)
 from harness.builders import chart_step, flow_run, load_templates
 from unit.mutation.mutants import (
     CHECKS,
