@@ -30,8 +30,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-import unit.mutation.test_redaction_equivalents  # noqa: F401  (registers its checks)
 from harness.builders import chart_step, flow_run, load_templates
+from unit.mutation import test_core_equivalents, test_redaction_equivalents  # noqa: F401  (their checks)
 from unit.mutation.mutants import (
     CHECKS,
     ENTRIES,
