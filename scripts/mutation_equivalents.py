@@ -4,9 +4,9 @@ scripts/mutation_score.py and tests/unit/mutation/ both read it through this mod
 An entry names a mutant by what stays true across runs (its module, function and changed
 lines, not mutmut's numbers, which shift whenever a function changes), says why no test can
 tell it from the code, and names the check that shows it: a test function of
-tests/unit/mutation/test_equivalents.py that applies exactly these changed lines to the
-function and compares it with the original over the inputs that matter (exhaustively where
-the domain is small, else with hypothesis):
+tests/unit/mutation/ (test_equivalents.py, or a test_*_equivalents.py it imports) that
+applies exactly these changed lines to the function and compares it with the original over
+the inputs that matter (exhaustively where the domain is small, else with hypothesis):
 
     worker_chart_export.core.chart_img.usage.window_start
       - return now.astimezone(UTC).strftime("%Y-%m-%dT00:00:00Z")
@@ -29,7 +29,7 @@ class Equivalent:
     function: str  # module.function or module.Class.method
     lines: tuple[str, ...]  # "- original" and "+ mutant", stripped, as `mutmut show` prints them
     why: str
-    check: str  # the test function of tests/unit/mutation/test_equivalents.py that shows it
+    check: str  # the test function of tests/unit/mutation/ that shows it
     line: int  # where the entry starts in the file
 
     @property

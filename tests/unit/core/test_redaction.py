@@ -126,3 +126,129 @@ def test_a_short_key_behind_a_stray_escape_character_is_found() -> None:
         assert leaks([Redaction([key]).text(text)], [key]) == [], text
     assert Redaction([key]).text('%0000000\\"') == "%" + REDACTED
     assert Redaction([key]).text("%0000000%22 and more") == "%" + REDACTED + " and more"
+
+
+# --- every escape decoded as what it stands for, and no more -------------------------------
+
+
+@pytest.mark.parametrize("hex_case", ["04x", "04X"])
+def test_a_key_cut_short_and_written_in_unicode_escapes_is_found(hex_case: str) -> None:
+    """Only its first 10 characters, each a JSON `\\uXXXX` escape: no whole form of the key
+    matches, the text is found decoded, and the escapes go whole."""
+    escaped = "".join(f"\\u{ord(c):{hex_case}}" for c in PLAIN[:10])
+    assert Redaction([PLAIN]).text(f"id {escaped} end") == f"id {REDACTED} end"
+
+
+def test_a_key_cut_short_with_every_character_percent_encoded_is_found() -> None:
+    """Every character as `%XX` (no 4 characters of the key stand in the text as written)."""
+    encoded = "".join(f"%{ord(c):02X}" for c in PLAIN[:12])
+    assert Redaction([PLAIN]).text(f"x {encoded} y") == f"x {REDACTED} y"
+
+
+def test_a_key_cut_short_percent_encoded_then_three_more_times_is_found() -> None:
+    """Four layers of percent-encoding (`%74` -> `%2574` -> ...): decoded four times."""
+    encoded = "".join(f"%{ord(c):02X}" for c in PLAIN[:12])
+    for _ in range(3):
+        encoded = encoded.replace("%", "%25")
+    assert encoded.startswith("%25252574%25252565")
+    assert Redaction([PLAIN]).text(f"x {encoded} y") == f"x {REDACTED} y"
+
+
+def test_a_run_with_one_character_in_a_unicode_escape_is_found() -> None:
+    """`-key-` then `\\u0030` (a 0) then `12`: a run of 8 once decoded, though no 4
+    characters of the key stand where a quick look would read them as written."""
+    assert Redaction([PLAIN]).text("xx-key-\\u003012") == f"xx{REDACTED}"
+
+
+def test_escapes_of_other_characters_are_not_taken_for_a_keys() -> None:
+    """`\\u1041` is not an A, a JSON `\\n` is a newline (not an n): nothing to redact."""
+    text = "\\u1041" * 8
+    assert Redaction(["AAAAAAAA"]).text(text) is text
+    text = json.dumps("abcd\nefgh\tij")[1:-1]  # abcd\nefgh\tij
+    assert Redaction(["abcdnefghtij"]).text(text) is text
+
+
+def test_a_text_that_is_exactly_eight_characters_of_a_key_is_redacted() -> None:
+    assert Redaction([PLAIN]).text(PLAIN[:MIN_RUN]) == REDACTED
+    assert Redaction([PLAIN]).text(PLAIN[-MIN_RUN:]) == REDACTED
+
+
+# --- a short key behind stray escape characters: its whole forms, as written ----------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "%0000000%2F",  # quote(key, safe=""): a '/' encoded too
+        "%0000000%2f",  # the same in lower-case hex
+        "%0000000%252F",  # percent-encoded twice
+        "%0000000\\/",  # JSON with '/' escaped
+    ],
+)
+def test_a_short_key_behind_a_stray_percent_sign_is_found_in_each_written_form(text: str) -> None:
+    """The stray `%` makes the decoder take `%00`, eating the key's first character: only
+    the whole key's form, searched as written, finds it."""
+    key = "0000000/"
+    assert Redaction([key]).text(text) == "%" + REDACTED
+    assert leaks([Redaction([key]).text(text)], [key]) == []
+
+
+@pytest.mark.parametrize("hex_case", ["04x", "04X"])
+def test_a_short_key_in_unicode_escapes_escaped_four_more_times_is_found(hex_case: str) -> None:
+    """`\\u0030...\\u002F` JSON-encoded four more times: four decodings leave the escapes,
+    which the whole key's `\\u` form (either case) finds."""
+    key = "0000000/"
+    text = "".join(f"\\u{ord(c):{hex_case}}" for c in key)
+    for _ in range(4):
+        text = json.dumps(text)[1:-1]
+    assert text.startswith("\\" * 16 + "u0030")
+    assert Redaction([key]).text(text + " and") == f"{REDACTED} and"
+
+
+# --- base64 -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("before", [b"", b"a", b"ab"], ids=["aligned", "one-byte-before", "two-bytes-before"])
+def test_the_end_of_a_key_inside_a_base64_blob_is_found(before: bytes) -> None:
+    blob = base64.b64encode(before + KEY[-12:].encode()).decode()
+    assert leaks([blob], [KEY])
+    redacted = Redaction([KEY]).text(blob)
+    assert REDACTED in redacted and leaks([redacted], [KEY]) == []
+
+
+@pytest.mark.parametrize("before", [b"", b"a", b"ab"], ids=["aligned", "one-byte-before", "two-bytes-before"])
+def test_a_key_whose_base64_is_full_of_plus_signs_is_found_in_url_safe_base64(before: bytes) -> None:
+    """'~~~' is `fn5+` in base64, `fn5-` in its URL-safe alphabet: every run holds one."""
+    key = "~" * 12
+    blob = base64.urlsafe_b64encode(before + key.encode()).decode()
+    assert "+" not in blob and leaks([blob], [key])
+    redacted = Redaction([key]).text(blob)
+    assert REDACTED in redacted and leaks([redacted], [key]) == []
+
+
+def test_a_short_keys_base64_is_found_from_eight_characters_on() -> None:
+    """A key of 6 characters is 8 characters of base64 (found); one of 5 is 6 or 7 (too
+    short to tell from other text: kept)."""
+    assert base64.b64encode(b"abc123") == b"YWJjMTIz"
+    assert Redaction(["abc123"]).text("token YWJjMTIz.") == f"token {REDACTED}."
+    assert Redaction(["abc12"]).text("YWJjMTI= FiYzEy") == "YWJjMTI= FiYzEy"
+
+
+# --- several keys ---------------------------------------------------------------------------
+
+
+def test_a_short_key_that_starts_another_keys_run_is_found_on_its_own() -> None:
+    redaction = Redaction(["abc12", "abc12xyz99"])
+    assert redaction.text("id abc12 end") == f"id {REDACTED} end"
+    assert redaction.text("id abc12xyz9 end") == f"id {REDACTED} end"
+
+
+def test_no_keys_make_a_redaction_that_is_false_and_changes_nothing() -> None:
+    for redaction in (Redaction([]), Redaction(["", ""])):
+        assert not redaction and redaction.text(PLAIN) == PLAIN and redaction.content(b"\xff") == b"\xff"
+
+
+def test_joining_a_redaction_with_the_same_keys_compiles_nothing_new() -> None:
+    redaction = Redaction([PLAIN, KEY])
+    assert (redaction | Redaction([KEY, PLAIN])) is redaction
+    assert (redaction | redaction) is redaction

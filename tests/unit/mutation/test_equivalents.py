@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from harness.builders import chart_step, flow_run, load_templates
+from unit.mutation import test_core_equivalents, test_redaction_equivalents  # noqa: F401  (their checks)
 from unit.mutation.mutants import (
     CHECKS,
     ENTRIES,

@@ -266,6 +266,15 @@ def test_an_exhausted_key_is_refused_until_its_moment_then_served_again() -> Non
     assert reserve_one("acc", early, default_limit=44, at=ReservationTime(NOW))[1].reserved
 
 
+def test_a_keys_exhaustion_ends_at_its_moment() -> None:
+    """exhaustedUntil is the first moment the key serves again: exhausted a microsecond
+    before it, served at it."""
+    doc = {"windowStart": TODAY, "usageToday": 3, "exhaustedUntil": "2026-11-23T12:00:00Z"}  # NOW
+    assert exhausted_now(doc, NOW - timedelta(microseconds=1)) == NOW
+    assert exhausted_now(doc, NOW) is None
+    assert reserve_one("acc", doc, default_limit=44, at=ReservationTime(NOW))[1].reserved
+
+
 # --- what CHART-IMG said about the key, as the document keeps it -----------------------------
 
 
