@@ -352,3 +352,13 @@ def test_plans_filter_what_is_disabled_and_usable() -> None:
         "basic",
     )
     assert accounts.exhausted_accounts({"PRO"}) == ()
+
+
+def test_a_catch_up_read_sets_aside_a_key_chart_img_said_was_spent_though_our_count_is_not() -> None:
+    """Another instance heard CHART-IMG's quota answer for a (its document says
+    exhaustedUntil midnight) with only 3 of 44 units counted: the read sets a aside here too."""
+    clock = FakeClock(NOON)
+    accounts = views("a", "b", clock=clock)
+    accounts.caught_up({"a": usage(3, exhaustedUntil="2025-03-11T00:00:00Z"), "b": usage(3)})
+    assert accounts.exhausted_accounts() == ("a",)
+    assert accounts.pick((), ()) == "b"

@@ -776,3 +776,54 @@ def test_a_key_whose_slot_is_taken_again_and_again_is_still_waited_for_while_tim
     assert isinstance(lease, Lease) and store.reserves == ["a"] * 4
     assert clock.sleeps == [pytest.approx(1.0)] * 3 and lease.paced_seconds == pytest.approx(3.0)
     assert store.snapshot()["a"]["usageToday"] == 2
+
+
+def test_a_slot_beyond_the_time_a_cooldown_leaves_is_no_time_at_once() -> None:
+    """Cooling 0.2 s, 0.3 s to wait, and the store's slot 0.4 s away (0.2 s after the
+    cooldown, more than the 0.1 s left): no unit is taken, though the slot is within
+    UNIT_HOLD_SECONDS of the reservation; and no second round (no read of every account),
+    since the slot is beyond the time left."""
+    clock = FakeClock(NOON)
+    store = ReadCountingStore({"a": usage(1, tat=NOON.timestamp() + 0.4)})
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    chosen.rate_limited("a", TOO_MANY, 0.2)
+    assert chosen.acquire(max_wait=0.3) == NoAccount(NoAccountReason.NO_TIME, ())
+    assert store.reads == []
+    assert clock.sleeps == [pytest.approx(0.2)] and store.snapshot()["a"]["usageToday"] == 1
+
+
+def test_a_slot_exactly_as_far_as_the_time_left_is_still_waited_for() -> None:
+    """Exact binary times: the store's slot 0.5 s away, 0.5 s to wait. It is further than
+    the hold, so nothing is taken then; it is within the wait (at its very end), so the call
+    waits for it and reserves it. Known ahead by this process, the same: waited for."""
+    clock = FakeClock(NOON)
+    store = CountingStore({"a": usage(1, tat=NOON.timestamp() + 0.5)})
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    lease = chosen.acquire(max_wait=0.5)
+    assert isinstance(lease, Lease) and lease.reservation.send_at == NOON + timedelta(seconds=0.5)
+    assert store.reserves == ["a", "a"] and clock.sleeps == [0.5]
+    known = chosen.acquire(max_wait=1.0)  # this process's own slot, exactly 1 s on
+    assert isinstance(known, Lease) and known.reservation.send_at == NOON + timedelta(seconds=1.5)
+    assert clock.sleeps == [0.5, 1.0] and store.reserves == ["a", "a", "a"]
+
+
+def test_each_wait_before_a_reservation_counts_towards_the_time_waited() -> None:
+    """While this call waits for its known slot (1 s), another thread of this process takes
+    that slot: the call waits a second time for the next one. Its lease says 2 s waited,
+    both waits, and that is what the step's budget was charged."""
+    clock = FakeClock(NOON)
+    store = CountingStore()
+    chosen = limiter(store, accounts("a"), clock, rate=1.0, burst=1)
+    assert lease_id(chosen.acquire(max_wait=0)) == "a"  # the slot of NOON, the next at +1 s
+    sleep, others = clock.sleep, []
+
+    def sleep_while_another_thread_reserves(seconds: float) -> None:
+        sleep(seconds)
+        if not others:
+            others.append(chosen.acquire(max_wait=0))  # takes the slot this call waited for
+
+    clock.sleep = sleep_while_another_thread_reserves  # type: ignore[method-assign]
+    lease = chosen.acquire(max_wait=5.0)
+    assert isinstance(others[0], Lease) and others[0].reservation.send_at == NOON + timedelta(seconds=1)
+    assert isinstance(lease, Lease) and lease.reservation.send_at == NOON + timedelta(seconds=2)
+    assert lease.paced_seconds == 2.0 and store.reserves == ["a", "a", "a"]
