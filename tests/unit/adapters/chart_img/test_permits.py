@@ -245,12 +245,10 @@ def test_what_a_wave_did_not_use_gives_its_connections_back(rig: Callable[..., R
     assert r.store.snapshot()["acc0"]["refundedToday"] == 2
 
 
-def test_a_chart_whose_connection_came_after_its_time_ran_out_sends_nothing(
-    tmp_path: Path, log_capture: LogCapture
-) -> None:
-    """The wait for a connection took what the step had left: the chart reserves nothing and
-    fails saying the budget ran out, instead of sending a call it has no time to read."""
-    clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
+def one_connection_api(
+    tmp_path: Path, clock: FakeClock, answers: HeldAnswers, store: InMemoryUsageStore
+) -> Any:
+    """The real chart API with one account and one connection (CHART_CONCURRENCY=1, THREADS=1)."""
     settings = Settings(
         charts_api_mode="real",
         chart_img_base_url="https://chart-img.test",
@@ -260,9 +258,18 @@ def test_a_chart_whose_connection_came_after_its_time_ran_out_sends_nothing(
         threads=1,
         charts_fixtures_dir=tmp_path,
     )
-    api: Any = build_chart_api(
+    return build_chart_api(
         settings, store, seams=Seams(clock, transport=httpx.MockTransport(answers.handler))
     )
+
+
+def test_a_chart_whose_connection_came_after_its_time_ran_out_sends_nothing(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    """The wait for a connection took what the step had left: the chart reserves nothing and
+    fails saying the budget ran out, instead of sending a call it has no time to read."""
+    clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
+    api = one_connection_api(tmp_path, clock, answers, store)
     pool = ThreadPoolExecutor(max_workers=2)
     try:
         with api.for_step([], Budget.starting_now(30.0, clock)) as step:
@@ -290,18 +297,7 @@ def test_a_chart_whose_connection_never_came_within_its_time_sends_nothing(
     """Its wait for a connection may last what the budget leaves over an attempt's minimum
     (0.5 s here): the only connection stays busy, the chart fails saying the budget ran out."""
     clock, answers, store = FakeClock(), HeldAnswers(), InMemoryUsageStore()
-    settings = Settings(
-        charts_api_mode="real",
-        chart_img_base_url="https://chart-img.test",
-        chart_img_accounts_json=SecretStr(json.dumps([{"id": "acc0", "apiKey": new_key()}])),
-        chart_img_rate_per_second=100.0,
-        chart_concurrency=1,
-        threads=1,
-        charts_fixtures_dir=tmp_path,
-    )
-    api: Any = build_chart_api(
-        settings, store, seams=Seams(clock, transport=httpx.MockTransport(answers.handler))
-    )
+    api = one_connection_api(tmp_path, clock, answers, store)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         with api.for_step([], Budget.starting_now(30.0, clock)) as busy:
