@@ -13,6 +13,9 @@ mkdir -p out
 # needs Java; fail here with a clear message rather than deep inside a fixture.
 JAR=${FIRESTORE_EMULATOR_JAR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar}
 command -v java >/dev/null || { echo "java not found: the Firestore emulator needs a JRE (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+# the deploy tests are judged by the installed CLI's own parser: without it they would skip,
+# checking nothing, so the test command refuses to run instead
+command -v gcloud >/dev/null || { echo "gcloud not found: the deploy tests need the Google Cloud CLI (its parser judges every deploy call)" >&2; exit 1; }
 [ -f "$JAR" ] || { echo "Firestore emulator not found at $JAR: install the Google Cloud CLI component cloud-firestore-emulator (or set FIRESTORE_EMULATOR_JAR)" >&2; exit 1; }
 .venv/bin/ruff check src tests scripts benchmarks
 .venv/bin/mypy
