@@ -565,6 +565,25 @@ def test_a_cooling_keys_slot_must_fit_in_the_time_the_cooldown_leaves() -> None:
             assert store.snapshot()["a"]["usageToday"] == 1  # nothing taken
 
 
+class ClockFromZero(FakeClock):
+    """Monotonic time from 0, so a cooldown of exactly SLOT_GRAIN reads back exactly (from
+    1000.0 the addition rounds)."""
+
+    MONOTONIC_START = 0.0
+
+
+def test_a_wait_of_exactly_the_grain_is_no_wait() -> None:
+    """SLOT_GRAIN is the rounding between two computations of one slot: a cooldown that far
+    away is not slept out before reserving; a cooldown twice as far is."""
+    for cooldown, sleeps in ((SLOT_GRAIN, []), (2 * SLOT_GRAIN, [2 * SLOT_GRAIN])):
+        clock = ClockFromZero()
+        chosen = limiter(InMemoryUsageStore({"a": usage(0)}), accounts("a"), clock)
+        chosen.rate_limited("a", TOO_MANY, cooldown)
+        assert chosen.rate_limited("a", TOO_MANY, cooldown).cooling == cooldown  # exactly
+        assert lease_id(chosen.acquire(max_wait=1)) == "a"
+        assert clock.sleeps == sleeps, cooldown
+
+
 def test_a_wave_skips_a_key_cooling_under_a_second_and_goes_on_to_the_next() -> None:
     clock = FakeClock(NOON)
     store = WaveCountingStore()
