@@ -188,3 +188,33 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         burst=6,
         default_plan="PRO",
     )
+
+
+def test_the_worker_takes_its_accounts_from_chart_img_accounts_secret(
+    settings_environment: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real mode without CHART_IMG_ACCOUNTS_JSON: the step's accounts are the secret's, the
+    name CHART_IMG_ACCOUNTS_SECRET gives completed with GOOGLE_CLOUD_PROJECT."""
+    import json
+    from types import SimpleNamespace
+
+    from google.cloud import secretmanager
+
+    from worker_chart_export.bootstrap.builders import chart_img_accounts
+
+    asked: list[str] = []
+    payload = json.dumps([{"id": "from-secret", "apiKey": "test-key-" + "5" * 32}]).encode()
+
+    class Secrets:
+        def access_secret_version(self, *, name: str) -> Any:
+            asked.append(name)
+            return SimpleNamespace(payload=SimpleNamespace(data=payload))
+
+    monkeypatch.setattr(secretmanager, "SecretManagerServiceClient", Secrets)
+    settings_environment(
+        CHARTS_API_MODE="real",
+        CHART_IMG_ACCOUNTS_SECRET="worker-accounts",
+        GOOGLE_CLOUD_PROJECT="acme-charts",
+    )
+    assert [account.id for account in chart_img_accounts(load_settings())] == ["from-secret"]
+    assert asked == ["projects/acme-charts/secrets/worker-accounts/versions/latest"]

@@ -219,3 +219,36 @@ def test_a_key_in_a_stored_reason_never_reaches_the_output(
     table_code, table, table_err = run(capsys, *flags)
     assert table_code == 0 and "acc1" in table
     assert leaks([out, err, table, table_err], [key]) == []
+
+
+def test_the_accounts_come_from_the_secret_chart_img_accounts_secret_names(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    settings_environment: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No JSON in the environment: the worker's own wiring reads CHART_IMG_ACCOUNTS_SECRET,
+    a bare secret id completed with GOOGLE_CLOUD_PROJECT (a wiring that dropped either would
+    show no account, or ask another name)."""
+    from types import SimpleNamespace
+
+    from google.cloud import secretmanager
+
+    asked: list[str] = []
+
+    class Secrets:
+        def access_secret_version(self, *, name: str) -> Any:
+            asked.append(name)
+            return SimpleNamespace(payload=SimpleNamespace(data=accounts_file(tmp_path).read_bytes()))
+
+    monkeypatch.setattr(secretmanager, "SecretManagerServiceClient", Secrets)
+    write_usage(tmp_path / "out")
+    settings_environment(
+        CHART_IMG_ACCOUNTS_SECRET="chart-img-accounts-staging",
+        GOOGLE_CLOUD_PROJECT="acme-charts",
+        CHARTS_LOCAL_OUTPUT_DIR=str(tmp_path / "out"),
+    )
+    code, out, _ = run(capsys, "--local", "--json")
+    assert code == 0
+    assert [row["accountId"] for row in json.loads(out)["accounts"]] == ["acc1", "acc2"]
+    assert asked == ["projects/acme-charts/secrets/chart-img-accounts-staging/versions/latest"]
