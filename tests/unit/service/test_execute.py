@@ -29,6 +29,7 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step.step_rules import LEASE_SAFETY_MARGIN, RunVersion
+from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimResult, ClaimStatus
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
@@ -93,23 +94,27 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
         assert expected in messages
     assert all(line["runId"] == "run1" and line["stepId"] == "charts" for line in log_capture.lines())
     # what an operator reads of the step in the logs, field by field
+    mock = {"mode": "mock"}  # every line of the step names the chart API it runs against
     [claimed] = log_capture.events("claim succeeded")
-    assert picked(claimed, "attempt", "flowKey", "durationMs") == {
+    assert picked(claimed, "chartsApi", "attempt", "flowKey", "durationMs") == {
+        "chartsApi": mock,
         "attempt": 1,
         "flowKey": "test_flow",
         "durationMs": 0.0,
     }
     uri = "gs://bkt/charts/run1/charts/manifest.json"
     [written] = log_capture.events("manifest written")
-    assert picked(written, "gcsUri", "itemsCount", "failuresCount", "minImages") == {
+    assert picked(written, "chartsApi", "gcsUri", "itemsCount", "failuresCount", "minImages") == {
+        "chartsApi": mock,
         "gcsUri": uri,
         "itemsCount": 3,
         "failuresCount": 0,
         "minImages": 2,
     }
     [completed] = log_capture.events("step completed")
-    counts = ("itemsCount", "failuresCount", "minImages")
-    assert picked(completed, "status", "error", *counts, "outputsManifestGcsUri", "finalized") == {
+    fields = ("chartsApi", "status", "error", "itemsCount", "failuresCount", "minImages")
+    assert picked(completed, *fields, "outputsManifestGcsUri", "finalized") == {
+        "chartsApi": mock,
         "status": "SUCCEEDED",
         "error": None,
         "itemsCount": 3,
@@ -210,13 +215,21 @@ def test_min_images_zero_succeeds_even_with_no_image(tmp_path: Path) -> None:
     assert report.outcome == "SUCCEEDED" and report.items_count == 0 and report.failures_count == 3
 
 
-def test_validation_failure_finalizes_failed_without_writing_artifacts(tmp_path: Path) -> None:
+def test_validation_failure_finalizes_failed_without_writing_artifacts(
+    tmp_path: Path, log_capture: Any
+) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step(timeframe="7h")}))
     report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     step = world.step()
     assert step["status"] == "FAILED" and "steps.charts.timeframe" in step["error"]["message"]
     assert not (tmp_path / "gcs").exists()
+    [invalid] = log_capture.events("step inputs invalid")  # says what the step records
+    assert picked(invalid, "severity", "chartsApi", "error") == {
+        "severity": "WARNING",
+        "chartsApi": {"mode": "mock"},
+        "error": step["error"],
+    }
 
 
 def test_run_id_escaping_the_prefix_fails_validation_and_writes_nothing(tmp_path: Path) -> None:
@@ -458,10 +471,110 @@ class UnavailableStore:
         raise AssertionError("finalize must not run when nothing was claimed")
 
 
-def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path) -> None:
+def test_claim_store_unavailable_asks_for_redelivery(tmp_path: Path, log_capture: Any) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=UnavailableStore())
     with pytest.raises(RedeliverEvent, match="could not reach the store"):
         execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
+    [failed] = log_capture.events("claim failed")  # the store's own words, as UnavailableStore says them
+    error = {"code": "FIRESTORE_CLAIM_FAILED", "message": "claim: 503 Service Unavailable"}
+    assert picked(failed, "severity", "chartsApi", "error") == {
+        "severity": "ERROR",
+        "chartsApi": {"mode": "mock"},
+        "error": error,
+    }
+
+
+@dataclass
+class SlowClaimStore:
+    """The local store, each claim taking `seconds` of the FakeClock's time."""
+
+    inner: LocalFlowRunStore
+    clock: FakeClock
+    seconds: float
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        self.clock.advance(self.seconds)
+        return self.inner.claim_step(*args, **kwargs)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_the_claims_duration_is_logged_in_milliseconds_to_a_tenth(tmp_path: Path, log_capture: Any) -> None:
+    clock = FakeClock()
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    slow = SlowClaimStore(base.store, clock, seconds=0.01234)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=slow)
+    first = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
+    again = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=clock)
+    assert (first.outcome, again.outcome) == ("SUCCEEDED", "NOOP")
+    [claimed] = log_capture.events("claim succeeded")
+    [refused] = log_capture.events("claim not taken: no-op")
+    assert claimed["durationMs"] == refused["durationMs"] == 12.3  # 12.34 ms each
+
+
+@dataclass
+class RefusalWithTheRunStore:
+    """Refuses the claim and hands back the run it read with the refusal (a ClaimResult may
+    carry a document whatever its status)."""
+
+    document: dict[str, Any]
+
+    def claim_step(self, run_id: str, step_id: str, **_: Any) -> ClaimResult:
+        return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} is RUNNING, not READY", self.document)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        raise AssertionError("nothing was claimed: there is no manifest to fence")
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("finalize must not run when nothing was claimed")
+
+
+def test_a_refused_claim_that_carries_the_run_is_still_a_noop(tmp_path: Path, log_capture: Any) -> None:
+    document = flow_run({"charts": chart_step()})
+    chart_api = WaveRecordingChartApi()
+    world = make_world(tmp_path, document, flow_runs=RefusalWithTheRunStore(document), chart_api=chart_api)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert (report.outcome, report.error_code) == ("NOOP", "STEP_CLAIM_CONFLICT")
+    assert report.message == "step charts is RUNNING, not READY"
+    assert chart_api.waves == [] and chart_api.rendered_in_wave == []  # no quota, no call
+    assert not (tmp_path / "gcs").exists() and log_capture.events("claim succeeded") == []
+
+
+@dataclass
+class LeaselessClaimStore:
+    """Claims through the local store but answers with the run alone, no Claim (a
+    ClaimResult's `claim` is optional): neither the attempt nor the lease is known."""
+
+    inner: LocalFlowRunStore
+    fence_reads: int = 0
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> ClaimResult:
+        return dataclasses.replace(self.inner.claim_step(*args, **kwargs), claim=None)
+
+    def claim_is_current(self, *args: Any) -> bool:
+        self.fence_reads += 1
+        return self.inner.claim_is_current(*args)
+
+    def finalize_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.finalize_step(*args, **kwargs)
+
+
+def test_a_claim_without_its_lease_runs_the_step_and_fences_the_manifest_by_a_read(
+    tmp_path: Path, log_capture: Any
+) -> None:
+    base = make_world(tmp_path, flow_run({"charts": chart_step()}))
+    leaseless = LeaselessClaimStore(base.store)
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), flow_runs=leaseless)
+    report = execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=FakeClock())
+    assert (report.outcome, report.items_count, report.finalized) == ("SUCCEEDED", 3, True)
+    assert leaseless.fence_reads == 1  # no lease known: the store says whether the step is still ours
+    assert base.store.read()["steps"]["charts"]["status"] == "SUCCEEDED"
+    [claimed] = log_capture.events("claim succeeded")
+    assert picked(claimed, "attempt", "flowKey") == {"attempt": None, "flowKey": "test_flow"}
 
 
 @dataclass
@@ -593,11 +706,18 @@ def test_interrupt_finalizes_the_step_failed_before_propagating(tmp_path: Path) 
     assert "KeyboardInterrupt" in step["error"]["message"]
 
 
-def test_crash_message_names_the_cause(tmp_path: Path) -> None:
+def test_crash_message_names_the_cause(tmp_path: Path, log_capture: Any) -> None:
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=CrashingChartApi())
     with pytest.raises(KeyError):
         execute_step("run1", "charts", ports=world.ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     assert world.step()["error"]["message"] == "the worker failed unexpectedly: KeyError: 'a defect'"
+    [crashed] = log_capture.events("step crashed")  # with the traceback an operator debugs from
+    assert picked(crashed, "severity", "chartsApi", "error") == {
+        "severity": "ERROR",
+        "chartsApi": {"mode": "mock"},
+        "error": {"code": "WORKER_INTERNAL_ERROR"},
+    }
+    assert crashed["exception"].endswith("KeyError: 'a defect'")
 
 
 def test_cancelled_budget_has_no_time_left() -> None:
@@ -741,6 +861,43 @@ def test_run_local_on_a_run_without_a_ready_step_reports_a_noop(tmp_path: Path, 
     [noop] = log_capture.events("no READY CHART_EXPORT step: no-op")
     assert picked(noop, "runId", "code") == {"runId": "run1", "code": "NO_READY_STEP"}
     assert not world.store.state.exists()
+
+
+class BodyRecordingChartApi(ChartApiDouble):
+    """The mock CHART-IMG, keeping the body each chart was asked with."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
+
+    def render(self, call: ChartCall) -> ChartResult:
+        self.bodies[call.chart_template_id] = call.body
+        return self.inner.render(call)
+
+
+def test_a_template_without_a_timezone_is_rendered_in_the_default_timezone_setting(tmp_path: Path) -> None:
+    """CHARTS_DEFAULT_TIMEZONE (StepLimits.default_timezone) goes into the body of every chart
+    whose template names none, and so into the digest its manifest item carries."""
+    template_id = "price_psar_adi_v1"
+    stored = json.loads((REPO / "chart-templates" / f"{template_id}.json").read_text())
+    del stored["request"]["timezone"]
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / f"{template_id}.json").write_text(json.dumps(stored))
+    step = chart_step(inputs={"minImages": 1, "requests": [{"chartTemplateId": template_id}]})
+    chart_api = BodyRecordingChartApi()
+    world = make_world(
+        tmp_path,
+        flow_run({"charts": step}),
+        templates=LocalTemplateSource(tmp_path / "templates"),
+        chart_api=chart_api,
+    )
+    limits = dataclasses.replace(LIMITS, default_timezone="America/New_York")
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
+    assert report.outcome == "SUCCEEDED"
+    assert chart_api.bodies[template_id]["timezone"] == "America/New_York"
+    sent = build_request_body(stored["request"], "BINANCE:BTCUSDT", "1h", "America/New_York")
+    [item] = world.manifest()["items"]
+    assert item["meta"]["requestDigest"] == body_digest(sent)
 
 
 def test_a_step_failed_before_rendering_reports_no_items_and_no_failures(tmp_path: Path) -> None:

@@ -9,12 +9,13 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from harness.builders import REPO, chart_step, flow_run
 from harness.logs import LogCapture
+from unit.service.test_execute import picked
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
@@ -283,3 +284,74 @@ def test_every_png_written_carries_the_digest_of_its_body_and_the_claim_that_wro
         assert stored.content_type == "image/png"
         assert stored.metadata == {"requestDigest": digest, "claimToken": token}
         assert item["meta"]["requestDigest"] == digest
+
+
+def test_a_reused_chart_is_said_in_the_log_and_in_its_item_as_the_earlier_execution_wrote_it(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    """Field by field, what an operator reads of a reused chart: its "chart reused" line and
+    its manifest item keep the earlier PNG's own URI and moment, and the item names the
+    template's description, the chart's symbol and the digest of the body this step sends."""
+    retry = retry_of(tmp_path)
+    template = TEMPLATES[0]
+    uri = retry.earlier_png(template, seconds_ago=120.25)  # 10:00:00 - 120.25 s = 09:57:59.750
+    retry.clock.advance(0.000456)  # the retry begins a fraction of a millisecond later
+
+    assert retry.run().outcome == "SUCCEEDED"
+
+    [line] = log_capture.events("chart reused")
+    fields = ("severity", "chartsApi", "chartTemplateId", "gcsUri", "generatedAt", "ageSeconds")
+    assert picked(line, *fields) == {
+        "severity": "INFO",
+        "chartsApi": {"mode": "mock"},
+        "chartTemplateId": template,
+        "gcsUri": uri,
+        "generatedAt": "2026-11-22T09:57:59.750Z",
+        "ageSeconds": 120.25,  # 120.250456 s, to the millisecond
+    }
+    stored = json.loads((REPO / "chart-templates" / f"{template}.json").read_text())
+    items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
+    assert items[template] == {
+        "chartTemplateId": template,
+        "kind": stored["description"],
+        "generatedAt": "2026-11-22T09:57:59.750Z",
+        "png_gcs_uri": uri,
+        "meta": {
+            "chartImgSymbol": "BINANCE:BTCUSDT",
+            "requestDigest": body_digest(sent_body(template)),
+            "reused": True,
+        },
+    }
+
+
+def test_the_one_listing_starts_at_the_oldest_moment_a_chart_may_be_reused_from(tmp_path: Path) -> None:
+    """A step's folder keeps every execution's PNGs: the listing skips those too old to be
+    reused (their names begin with their moment), and keeps every one young enough."""
+    retry = retry_of(tmp_path)
+    retry.clock.advance(0.000456)  # not on a millisecond: names are cut to one
+    oldest = retry.clock.now() - timedelta(seconds=LIMITS.chart_reuse_max_age_seconds)
+
+    assert retry.run().outcome == "SUCCEEDED"
+
+    [(prefix, start)] = retry.artifacts.listings
+    assert prefix == "charts/run1/charts/"
+
+    def named(moment: datetime) -> str:
+        return png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", TEMPLATES[0])
+
+    assert named(oldest) >= start > named(oldest - timedelta(milliseconds=1))
+
+
+def test_a_first_claim_of_a_step_that_already_names_a_manifest_reuses_its_charts(tmp_path: Path) -> None:
+    """A step that ran to its end once and was made READY again (its attempts not counted)
+    still names its manifest: its folder is listed and what it holds is reused."""
+    manifest_uri = "gs://bkt/charts/run1/charts/manifest.json"
+    retry = retry_of(tmp_path, attempt=0, outputs={"outputsManifestGcsUri": manifest_uri})
+    earlier = retry.earlier_png(TEMPLATES[0], seconds_ago=60)
+
+    report = retry.run()
+
+    assert report.outcome == "SUCCEEDED" and retry.store.read()["steps"]["charts"]["attempt"] == 1
+    assert len(retry.artifacts.listings) == 1 and sorted(retry.charts.rendered) == sorted(TEMPLATES[1:])
+    items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
+    assert items[TEMPLATES[0]]["png_gcs_uri"] == earlier and items[TEMPLATES[0]]["meta"]["reused"] is True
