@@ -31,7 +31,11 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from harness.builders import chart_step, flow_run, load_templates
-from unit.mutation import test_core_equivalents, test_redaction_equivalents  # noqa: F401  (their checks)
+from unit.mutation import (  # noqa: F401  (their checks)
+    test_core_equivalents,
+    test_finalize_equivalents,
+    test_redaction_equivalents,
+)
 from unit.mutation.mutants import (
     CHECKS,
     ENTRIES,
