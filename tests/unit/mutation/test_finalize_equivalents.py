@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -25,22 +26,25 @@ SAID = ("message", "severity", "attempt", "reason", "error", "intendedStatus", "
 
 def finalized(store_of: Callable[[Any, FakeClock], Any], budget_seconds: float) -> Callable[[], Any]:
     """A finalize of a claimed step through `store_of(store, clock)`: what it gives (its
-    value or exception, by assert_same), the step it leaves, the lines it logs and how many
-    sleeps it took (their lengths are jittered at random, so not compared)."""
+    value or exception, by assert_same), the step it leaves, the lines it logs and the sleeps
+    it took, their jitter drawn from `random` seeded alike for the code and the mutant."""
 
     def run() -> Any:
         store, clock, stream = claimed_store(), FakeClock(), io.StringIO()
         configure_logging(service="worker-chart-export", env="test", stream=stream)
+        state = random.getstate()
+        random.seed(20261126)
         ctx = context(store_of(store, clock), clock, budget_seconds=budget_seconds)
         try:
             given = late(finalize, "finalize", ctx, succeeded(clock))()
         except Exception as exc:  # an exception is part of what the finalize gives
             given = (type(exc).__name__, str(exc))
         finally:
+            random.setstate(state)
             configure_logging(service="worker-chart-export", env="test")
         lines = [json.loads(line) for line in stream.getvalue().splitlines()]
         said = [{key: line[key] for key in SAID if key in line} for line in lines]
-        return given, step_of(store)["status"], said, len(clock.sleeps)
+        return given, step_of(store)["status"], said, clock.sleeps
 
     return run
 

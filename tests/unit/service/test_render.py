@@ -10,7 +10,7 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +70,30 @@ class UnstoringArtifacts(LocalArtifactStore):
         return super().create_png(object_path, data, metadata=metadata)
 
 
-def test_each_chart_says_what_it_asked_what_it_got_and_how_long_it_took(
-    tmp_path: Path, log_capture: LogCapture
-) -> None:
+@dataclasses.dataclass
+class Rendered:
+    """A step of the three charts run through execute_step, and what it left."""
+
+    clock: FakeClock
+    chart_api: TimedChartApi
+    bucket: Path
+    logs: LogCapture
+
+    def lines(self, message: str, template: str) -> list[dict[str, Any]]:
+        return [line for line in self.logs.events(message) if line.get("chartTemplateId") == template]
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.bucket / "bkt" / "charts" / "run1" / "charts" / "manifest.json"
+        return dict(json.loads(path.read_text()))
+
+    def written_at(self, template: str) -> datetime:
+        """When `template`'s chart came back: the charts ran one after the other, in order."""
+        order = [DRAWN, REFUSED, UNSTORED]
+        taken = sum(TAKES[t] for t in order[: order.index(template) + 1])
+        return self.clock.start + timedelta(seconds=taken)
+
+
+def rendered(tmp_path: Path, logs: LogCapture) -> Rendered:
     clock = FakeClock()
     chart_api = TimedChartApi(clock)
     steps = {"charts": chart_step_for([DRAWN, REFUSED, UNSTORED], min_images=1)}
@@ -85,74 +106,91 @@ def test_each_chart_says_what_it_asked_what_it_got_and_how_long_it_took(
     )
     report = execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=clock)
     assert (report.outcome, report.items_count, report.failures_count) == ("SUCCEEDED", 1, 2)
+    return Rendered(clock, chart_api, bucket, logs)
 
-    def lines(message: str, template: str) -> list[dict[str, Any]]:
-        return [line for line in log_capture.events(message) if line.get("chartTemplateId") == template]
 
+def api_of(template: str) -> dict[str, str]:
+    """The chartsApi field of a chart's lines: the mode and the fixture it would be recorded as."""
+    return {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{template}"}
+
+
+def test_each_chart_says_what_it_asked_what_it_got_and_how_long_it_took(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    step = rendered(tmp_path, log_capture)
     for template in (DRAWN, REFUSED, UNSTORED):
-        [started] = lines("chart api call started", template)
+        [started] = step.lines("chart api call started", template)
         assert picked(started, "severity", "runId", "stepId", "chartsApi", "symbol", "interval") == {
             "severity": "INFO",
             "runId": "run1",
             "stepId": "charts",
-            "chartsApi": {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{template}"},
+            "chartsApi": api_of(template),
             "symbol": SYMBOL,
             "interval": INTERVAL,
         }
     # durations in ms to a tenth: 1.23456 s is 1234.6 ms, 0.04321 s 43.2 ms, 2.5 s 2500.0 ms
-    [drawn] = lines("chart api call finished", DRAWN)
+    [drawn] = step.lines("chart api call finished", DRAWN)
     assert picked(drawn, "severity", "chartsApi", "status", "durationMs", "bytes") == {
         "severity": "INFO",
-        "chartsApi": {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{DRAWN}"},
+        "chartsApi": api_of(DRAWN),
         "status": "succeeded",
         "durationMs": 1234.6,
         "bytes": len(PNGS[DRAWN]),
     }
-    [refused] = lines("chart api call finished", REFUSED)
+    [refused] = step.lines("chart api call finished", REFUSED)
     assert picked(refused, "severity", "chartsApi", "status", "durationMs", "error") == {
         "severity": "WARNING",
-        "chartsApi": {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{REFUSED}"},
+        "chartsApi": api_of(REFUSED),
         "status": "failed",
         "durationMs": 43.2,
         "error": {"code": "CHART_API_FAILED", "message": REFUSAL.message, "details": {"httpStatus": 500}},
     }
-    [unstored] = lines("chart api call finished", UNSTORED)
+    [unstored] = step.lines("chart api call finished", UNSTORED)
     assert picked(unstored, "status", "durationMs", "bytes") == {
         "status": "succeeded",
         "durationMs": 2500.0,
         "bytes": len(PNGS[UNSTORED]),
     }
-    # the charts ran one after the other: each PNG is named for the clock when it came back
-    drawn_at = clock.start + timedelta(seconds=TAKES[DRAWN])
-    unstored_at = drawn_at + timedelta(seconds=TAKES[REFUSED] + TAKES[UNSTORED])
-    unstored_path = png_object_path("run1", "charts", unstored_at, SYMBOL, INTERVAL, UNSTORED)
+
+
+def test_a_chart_not_rendered_or_not_stored_is_a_failure_that_says_why(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    step = rendered(tmp_path, log_capture)
+    path = png_object_path("run1", "charts", step.written_at(UNSTORED), SYMBOL, INTERVAL, UNSTORED)
     write_failure = {
         "code": "GCS_WRITE_FAILED",
         "message": f"PNG could not be written: {WRITE_ERROR}",
-        "details": {"objectPath": unstored_path},
+        "details": {"objectPath": path},
     }
     [write_failed] = log_capture.events("png write failed")
     assert picked(write_failed, "severity", "chartTemplateId", "chartsApi", "error") == {
         "severity": "ERROR",
         "chartTemplateId": UNSTORED,
-        "chartsApi": {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{UNSTORED}"},
+        "chartsApi": api_of(UNSTORED),
         "error": write_failure,
     }
+    assert step.manifest()["failures"] == [
+        {"request": {"chartTemplateId": REFUSED}, "error": REFUSAL.to_dict()},
+        {"request": {"chartTemplateId": UNSTORED}, "error": write_failure},
+    ]
 
-    manifest = json.loads((bucket / "bkt" / "charts" / "run1" / "charts" / "manifest.json").read_text())
+
+def test_a_stored_chart_is_listed_with_its_templates_description_symbol_and_request(
+    tmp_path: Path, log_capture: LogCapture
+) -> None:
+    step = rendered(tmp_path, log_capture)
     template = json.loads((REPO / "chart-templates" / f"{DRAWN}.json").read_text())
-    drawn_path = png_object_path("run1", "charts", drawn_at, SYMBOL, INTERVAL, DRAWN)
-    assert manifest["items"] == [
+    drawn_at = step.written_at(DRAWN)
+    path = png_object_path("run1", "charts", drawn_at, SYMBOL, INTERVAL, DRAWN)
+    assert step.manifest()["items"] == [
         {
             "chartTemplateId": DRAWN,
             "kind": template["description"],
             "generatedAt": drawn_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
-            "png_gcs_uri": f"gs://bkt/{drawn_path}",
-            "meta": {"chartImgSymbol": SYMBOL, "requestDigest": body_digest(chart_api.sent[DRAWN])},
+            "png_gcs_uri": f"gs://bkt/{path}",
+            # of the very body CHART-IMG was sent
+            "meta": {"chartImgSymbol": SYMBOL, "requestDigest": body_digest(step.chart_api.sent[DRAWN])},
         }
     ]
-    assert (bucket / "bkt" / drawn_path).read_bytes() == PNGS[DRAWN]
-    assert manifest["failures"] == [
-        {"request": {"chartTemplateId": REFUSED}, "error": refused["error"]},
-        {"request": {"chartTemplateId": UNSTORED}, "error": write_failure},
-    ]
+    assert (step.bucket / "bkt" / path).read_bytes() == PNGS[DRAWN]
