@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -35,3 +35,8 @@ def log_capture(request: pytest.FixtureRequest) -> Iterator[LogCapture]:
     yield capture
     configure_logging(service="worker-chart-export", env="test")
     scan_text(capture.text, f"{request.node.nodeid} [log_capture]")
+
+
+def picked(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """These fields of a log line, to compare field by field; a field missing fails the test."""
+    return {key: line[key] for key in keys}

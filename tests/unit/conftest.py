@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import tenacity.nap
 
 from harness.builders import SAMPLE_FLOW_RUN, load_templates
 from worker_chart_export.logs import configure_logging
@@ -18,6 +19,24 @@ def _logging_on_this_tests_stdout() -> None:
     the test ended: the next test to log would fail on it, in any order but the files' own
     (`mutmut` runs a mutant's tests in another order)."""
     configure_logging(service="worker-chart-export", env="test")
+
+
+class _NoRealTime:
+    """Stands for `time` in tenacity's own sleep (tenacity.nap.sleep), its default `sleep=`."""
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pytest.fail(f"a tenacity retry slept {seconds}s of real time: its sleep= is not the injected clock's")
+
+
+@pytest.fixture(autouse=True)
+def _retries_sleep_on_the_injected_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every retry of ours sleeps on the clock it was given (`sleep=clock.sleep`). One that
+    fell back to tenacity's default would sleep real time, and under a FakeClock, whose
+    budget then never ends, for ever: it fails at its first sleep instead (pytest.fail, which
+    no `except Exception` of the code swallows). mutmut's mutants dropping a `sleep=` are
+    then killed at once, not timed out."""
+    monkeypatch.setattr(tenacity.nap, "time", _NoRealTime)
 
 
 @pytest.fixture

@@ -89,16 +89,11 @@ class StepContext:
         )
 
     def report(
-        self,
-        final: StepFinal,
-        *,
-        items_count: int = 0,
-        failures_count: int = 0,
-        min_images: int | None = None,
+        self, final: StepFinal, *, items_count: int, failures_count: int, min_images: int | None
     ) -> StepReport:
-        """The report of this claimed step, from what it came to (not recorded yet)."""
+        """The report of this claimed step, from what it came to (not recorded yet): every
+        caller knows its counts, so none is assumed here."""
         error = final.error
-        uri = final.outputs.get("outputsManifestGcsUri") if final.outputs else None
         return StepReport(
             self.run_id,
             self.step_id,
@@ -106,7 +101,7 @@ class StepContext:
             self.mode,
             error_code=error.code.value if error else None,
             message=error.message if error else "",
-            manifest_uri=uri if isinstance(uri, str) else None,
+            manifest_uri=final.outputs.get("outputsManifestGcsUri"),  # None: no manifest written
             items_count=items_count,
             failures_count=failures_count,
             min_images=min_images,

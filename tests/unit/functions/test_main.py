@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from google.protobuf import json_format
 
 from harness.builders import REPO
-from harness.logs import LogCapture
+from harness.logs import LogCapture, picked
 from worker_chart_export.core.exceptions import FinalizeFailed, RedeliverEvent, StorageUnavailable
 from worker_chart_export.functions.serve import create_function_app
 from worker_chart_export.testing import build_document_event_data, document_resource_name
@@ -83,11 +83,6 @@ def received(body: bytes, path: str = f"flow_runs/{RUN_ID}") -> dict[str, Any]:
         "eventTime": "2026-11-22T04:12:03.123Z",
         "payloadSize": len(body),
     }
-
-
-def picked(line: dict[str, Any], keys: Any) -> dict[str, Any]:
-    """These fields of a log line; a field missing from it fails the test."""
-    return {key: line[key] for key in keys}
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +151,7 @@ def test_no_ready_step_is_a_200_with_an_info_line(
     assert noop["eventSubject"] == f"documents/flow_runs/{RUN_ID}"
     assert (noop["severity"], noop["runId"], noop["code"]) == ("INFO", RUN_ID, "NO_READY_STEP")
     assert noop["service"] == "worker-chart-export"
-    assert picked(noop, received(body)) == received(body)
+    assert picked(noop, *received(body)) == received(body)
     assert noop["flowKey"] == "daily"
     assert fake_execution.calls == []
 
@@ -197,7 +192,7 @@ def test_poison_events_are_acknowledged_with_a_warning_naming_the_reason(
     assert reason in warning["reason"]
     assert warning["code"] == "FLOW_RUN_INVALID"
     assert warning["message"] == "event ignored: not a decodable flow_run event"
-    assert picked(warning, received(body, path)) == received(body, path)  # the received event
+    assert picked(warning, *received(body, path)) == received(body, path)  # the received event
     assert fake_execution.calls == []
 
 
@@ -209,7 +204,7 @@ def test_deleted_flow_run_is_a_noop(
     deleted = only(log_capture.events("event received: flow_run deleted, nothing to do"))
     assert deleted["code"] == "FLOW_RUN_NOT_FOUND"
     body = protobuf_body(None)
-    assert (deleted["runId"], picked(deleted, received(body))) == (RUN_ID, received(body))
+    assert (deleted["runId"], picked(deleted, *received(body))) == (RUN_ID, received(body))
     assert fake_execution.calls == []
 
 
@@ -241,7 +236,7 @@ def test_the_smallest_ready_chart_export_step_is_executed(
     first = only(log_capture.events("event received"))
     # a JSON body reaches the function parsed: its size is not known there
     attributes = {**received(body), "payloadSize": None if shape == "json" else len(body)}
-    assert picked(first, attributes) == attributes and first["eventId"] == "evt-1"
+    assert picked(first, *attributes) == attributes and first["eventId"] == "evt-1"
     handled = only(log_capture.events("event handled"))
     assert (handled["outcome"], handled["stepId"]) == ("FAILED", "charts_1h")
     assert (handled["errorCode"], handled["runId"]) == ("CHART_API_MOCK_MISSING", RUN_ID)
@@ -443,7 +438,7 @@ def test_a_decoder_defect_is_acknowledged_with_an_error_not_redelivered_forever(
     assert error["reason"] == "RuntimeError: decoder bug"
     assert "RuntimeError: decoder bug" in error["exception"]
     body = protobuf_body({"s": chart_step()})
-    assert (error["code"], picked(error, received(body))) == ("FLOW_RUN_INVALID", received(body))
+    assert (error["code"], picked(error, *received(body))) == ("FLOW_RUN_INVALID", received(body))
     assert fake_execution.calls == []
 
 

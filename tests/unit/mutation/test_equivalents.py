@@ -33,6 +33,7 @@ from pydantic import SecretStr
 from harness.builders import chart_step, flow_run, load_templates
 from unit.mutation import (  # noqa: F401  (their checks)
     test_core_equivalents,
+    test_finalize_equivalents,
     test_redaction_equivalents,
     test_service_equivalents,
 )

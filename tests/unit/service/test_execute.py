@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from harness.builders import REPO, chart_step, flow_run
+from harness.logs import picked
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
@@ -125,11 +126,6 @@ def test_success_writes_pngs_manifest_and_finalizes(tmp_path: Path, log_capture:
     }
     assert (report.manifest_uri, report.min_images, report.finalized) == (uri, 2, True)
     assert (report.run_id, report.message, report.error_code) == ("run1", "", None)
-
-
-def picked(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
-    """These fields of a log line; a field missing from it fails the test."""
-    return {key: line[key] for key in keys}
 
 
 def test_second_execution_is_a_claim_conflict_noop(tmp_path: Path, log_capture: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.builders import chart_step, flow_run
-from harness.logs import LogCapture
+from harness.logs import LogCapture, picked
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
@@ -145,8 +145,38 @@ def test_a_store_that_fails_then_recovers_is_retried(log_capture: LogCapture) ->
     assert down.calls > 1 and step_of(store)["status"] == "SUCCEEDED"
     assert clock.sleeps and 3.0 <= clock.elapsed < 30.0  # waited the outage out, within the budget
     retries = log_capture.events("finalize retrying")
-    assert len(retries) == down.calls - 1
+    assert [line["attempt"] for line in retries] == list(range(1, down.calls))  # the attempts that failed
     assert all(line["severity"] == "WARNING" and "503" in line["reason"] for line in retries)
+
+
+@dataclass
+class Blipping:
+    """The flow_runs store unavailable for its first `blips` finalize calls, then itself."""
+
+    inner: InMemoryFlowRuns
+    blips: int
+    calls: int = 0
+
+    def finalize_step(self, run_id: str, step_id: str, *, token: str, final: StepFinal) -> FinalizeResult:
+        self.calls += 1
+        if self.calls <= self.blips:
+            raise TransientStoreError(f"finalize: 503 Service Unavailable (call {self.calls})")
+        return self.inner.finalize_step(run_id, step_id, token=token, final=final)
+
+
+def test_each_retry_waits_on_the_steps_clock_and_is_named_in_the_log(log_capture: LogCapture) -> None:
+    store, clock = claimed_store(), FakeClock(START)
+    blipping = Blipping(store, blips=2)
+    assert finalize(context(blipping, clock), succeeded(clock)) is True
+    assert blipping.calls == 3 and step_of(store)["status"] == "SUCCEEDED"
+    # FINALIZE_WAIT: 0.2 s doubling, plus up to 1 s of jitter, slept on the injected clock
+    [first, second] = clock.sleeps
+    assert 0.2 <= first <= 1.2 and 0.4 <= second <= 1.4 and clock.elapsed == first + second
+    retries = log_capture.events("finalize retrying")
+    assert [picked(line, "severity", "attempt", "reason") for line in retries] == [
+        {"severity": "WARNING", "attempt": 1, "reason": "finalize: 503 Service Unavailable (call 1)"},
+        {"severity": "WARNING", "attempt": 2, "reason": "finalize: 503 Service Unavailable (call 2)"},
+    ]
 
 
 @pytest.mark.parametrize(

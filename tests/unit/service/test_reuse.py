@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.builders import REPO, chart_step, flow_run
-from harness.logs import LogCapture
-from unit.service.test_execute import picked
+from harness.logs import LogCapture, picked
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget

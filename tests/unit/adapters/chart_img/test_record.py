@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from harness.chart_img_server import PNG, chart_call
+from harness.logs import picked
 from unit.adapters.chart_img.scripted import Answer, Rig, answer, failure, png
 from worker_chart_export.adapters.chart_img.assembly import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
@@ -54,11 +54,6 @@ def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp
         "status": "succeeded",
         "errorCode": None,
     }
-
-
-def picked(line: dict[str, Any], *keys: str) -> dict[str, Any]:
-    """These fields of a log line; a field missing from it fails the test."""
-    return {key: line[key] for key in keys}
 
 
 def test_record_saves_an_answer_about_the_request_as_sent(rig: Callable[..., Rig], tmp_path: Path) -> None:
