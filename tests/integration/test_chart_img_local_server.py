@@ -156,9 +156,6 @@ def details(result: ChartResult) -> dict[str, Any]:
     return result.error.details
 
 
-TODAY = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
-
-
 # --- accounts ------------------------------------------------------------------------------
 
 
@@ -227,8 +224,12 @@ def test_what_a_wave_did_not_use_is_dropped_when_it_ends(h: Harness) -> None:
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["one-by-one", "wave"])
 def test_exhausted_accounts_get_no_http_call_and_one_error_event(h: Harness, prepared: bool) -> None:
-    full = {"usageToday": 44, "windowStart": TODAY}
-    api = h.api([{"id": "acc1"}, {"id": "acc2"}], store=InMemoryUsageStore({"acc1": full, "acc2": full}))
+    # the day the worker sees, fixed: a day read from the wall clock (once at import, it was)
+    # is yesterday for a test that runs past midnight UTC, whose worker then starts a new count
+    clock = FakeClock(datetime(2025, 6, 30, 12, 0, tzinfo=UTC))
+    full = {"usageToday": 44, "windowStart": "2025-06-30T00:00:00Z"}
+    store = InMemoryUsageStore({"acc1": full, "acc2": full})
+    api = h.api([{"id": "acc1"}, {"id": "acc2"}], store=store, now=clock.now)
     results = h.render_all(api, [chart_call(f"tpl_{i}") for i in range(4)], prepared=prepared)
     assert {code(r) for r in results} == {"CHART_API_LIMIT_EXCEEDED"}
     assert details(results[0])["exhaustedAccounts"] == ["acc1", "acc2"]
