@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from logging_filter import cloud_run_entry, extract, matches
 
 from harness.builders import REPO, chart_step, flow_run, load_templates
 from harness.chart_img_server import ChartImgServer
+from harness.midnight import now_with_room_in_the_day
 
 SCRIPT = str(Path(sys.executable).parent / "worker-chart-export")
 MONITORING = REPO / "deploy" / "monitoring"
@@ -45,7 +45,7 @@ def run_worker(tmp_path: Path, server: ChartImgServer, step: dict[str, Any], *, 
     out = tmp_path / "out"
     out.mkdir()
     if exhausted:
-        today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+        today = now_with_room_in_the_day().strftime("%Y-%m-%dT00:00:00Z")
         (out / "chart_img_accounts_usage.json").write_text(
             json.dumps({a: {"usageToday": 44, "windowStart": today} for a in keys})
         )

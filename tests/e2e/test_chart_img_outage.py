@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from e2e.flow_stack import log_tails, new_run_id, running_stack, step_status, wait_until
 from harness.builders import chart_step, flow_run
 from harness.chart_img_server import ChartImgServer, new_key
+from harness.midnight import now_with_room_in_the_day
 from worker_chart_export.core.chart_img.usage import window_start
 from worker_chart_export.tools.devstack.stack import LocalStack
 
@@ -65,7 +65,7 @@ def test_an_outage_of_any_length_leaves_the_days_count_as_chart_img_could_count_
     outage: tuple[LocalStack, ChartImgServer, str],
 ) -> None:
     stack, chart_img, key = outage
-    today = window_start(datetime.now(UTC))
+    today = window_start(now_with_room_in_the_day())
     stack.db.collection("chart_img_accounts_usage").document("acct1").set(
         {"usageToday": USED_BEFORE, "windowStart": today}
     )

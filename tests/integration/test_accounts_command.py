@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 from google.cloud import firestore
 
 from harness.firestore_emulator import FirestoreEmulator
+from harness.midnight import now_with_room_in_the_day
 from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
 from worker_chart_export.core.chart_img.usage import Pacing, window_start
@@ -52,7 +53,7 @@ def accounts_command(emulator: FirestoreEmulator, *argv: str, accounts: list[dic
 @pytest.fixture
 def usage(firestore_client: firestore.Client) -> datetime:
     """The documents; returns when they were written."""
-    store, now = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK), datetime.now(UTC)
+    store, now = FirestoreUsageStore(firestore_client, clock=SYSTEM_CLOCK), now_with_room_in_the_day()
     for _ in range(5):  # BASIC's burst of 3, then paced at 0.9/s: the next slot is ahead
         store.reserve("basic1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
     store.reserve("pro1", default_limit=500, now=now)

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from harness.builders import REPO, chart_step, flow_run, load_templates
 from harness.chart_img_server import ChartImgServer
+from harness.midnight import now_with_room_in_the_day
 
 SCRIPT = str(Path(sys.executable).parent / "worker-chart-export")
 
@@ -160,7 +160,7 @@ def test_exhausted_accounts_make_no_call_and_log_one_error(tmp_path: Path, serve
     accounts, _ = accounts_file(tmp_path, server, "acc1", "acc2")
     usage = tmp_path / "out" / "chart_img_accounts_usage.json"
     usage.parent.mkdir(parents=True)
-    today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+    today = now_with_room_in_the_day().strftime("%Y-%m-%dT00:00:00Z")
     usage.write_text(json.dumps({a: {"usageToday": 44, "windowStart": today} for a in ("acc1", "acc2")}))
     code, summary, logs = run_local(
         tmp_path,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harness.midnight import now_with_room_in_the_day
 from harness.secret_scan import TEST_KEY
 from worker_chart_export.adapters.usage_local import FileUsageStore
 from worker_chart_export.cli.accounts_table import NOT_CONFIGURED, until
@@ -37,7 +38,7 @@ def write_usage(out: Path) -> None:
     """The usage run-local leaves: acc1 used twice (paced; a third call never left, its unit
     given back), acc2 refused by CHART-IMG's quota, and an account no longer configured;
     written by the worker's own file store."""
-    store, now = FileUsageStore(out / USAGE_FILE), datetime.now(UTC)
+    store, now = FileUsageStore(out / USAGE_FILE), now_with_room_in_the_day()
     for _ in range(3):
         reservation = store.reserve("acc1", default_limit=50, now=now, pacing=Pacing(0.9, 3, 0.3))
     store.refund("acc1", day=reservation.day or "")
@@ -206,7 +207,7 @@ def test_a_key_in_a_stored_reason_never_reaches_the_output(
 
     key = 'aq/"key\\with+odd%chars=0123456789abcdef'
     forms = key_forms(key)
-    store, now = FileUsageStore(tmp_path / USAGE_FILE), datetime.now(UTC)
+    store, now = FileUsageStore(tmp_path / USAGE_FILE), now_with_room_in_the_day()
     store.reserve("acc1", default_limit=50, now=now)
     store.mark_disabled("acc1", reason=f'CHART-IMG refused the key 401 "{forms["json_slash"]}"', now=now)
     store.reserve("acc2", default_limit=50, now=now)
