@@ -8,7 +8,7 @@ import contextvars
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import ArtifactWriteError
@@ -25,6 +25,9 @@ from worker_chart_export.service.step_context import StepContext
 
 if TYPE_CHECKING:
     from worker_chart_export.core.documents import ChartRequestInput
+
+
+ChartFuture: TypeAlias = Future[ManifestItem | ManifestFailure]
 
 
 @dataclass
@@ -52,7 +55,7 @@ def _render_in_pool(
     workers = min(ctx.limits.chart_concurrency, len(reuse.to_render))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chart")
     try:
-        futures: dict[Future[ManifestItem | ManifestFailure], ChartCall] = {
+        futures: dict[ChartFuture, ChartCall] = {
             pool.submit(
                 contextvars.copy_context().run,
                 _render_one,
@@ -64,7 +67,7 @@ def _render_in_pool(
             ): call
             for call in reuse.to_render
         }
-        done, not_done = wait(futures, timeout=budget.remaining())
+        done, not_done = _wait_within(budget, set(futures))
         for future in done:
             outcome = future.result()
             if isinstance(outcome, ManifestItem):
@@ -83,6 +86,19 @@ def _render_in_pool(
         # Late calls may still finish in the background; their PNGs are simply not listed.
         pool.shutdown(wait=False, cancel_futures=True)
     return rendered
+
+
+# How long one wait for the charts lasts before the budget is read again: a timeout read once
+# is wall time, and would be waited out whatever the budget's own clock (a test's) says.
+BUDGET_READ_EVERY_SECONDS = 0.05
+
+
+def _wait_within(budget: Budget, futures: set[ChartFuture]) -> tuple[set[ChartFuture], set[ChartFuture]]:
+    """(done, not done) once every chart is done or the budget is spent, as its clock says."""
+    while True:
+        done, not_done = wait(futures, timeout=min(budget.remaining(), BUDGET_READ_EVERY_SECONDS))
+        if not not_done or budget.expired():
+            return done, not_done
 
 
 def _render_one(

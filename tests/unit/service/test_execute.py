@@ -344,13 +344,17 @@ def test_unexpected_crash_is_recorded_then_raised(tmp_path: Path) -> None:
 
 
 class SlowChartApi(ChartApiDouble):
-    def __init__(self, slow_template: str) -> None:
-        self.slow_template = slow_template
+    """Renders from the fixtures, but holds `slow_template` until released; when that chart
+    starts, it moves the clock `seconds` on (the step then runs out of time while it is held)."""
+
+    def __init__(self, slow_template: str, clock: FakeClock, seconds: float) -> None:
+        self.slow_template, self.clock, self.seconds = slow_template, clock, seconds
         self.release = threading.Event()
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
 
     def render(self, call: ChartCall) -> ChartResult:
         if call.chart_template_id == self.slow_template:
+            self.clock.advance(self.seconds)
             self.release.wait(60)  # let go once the step has ended
         return self.inner.render(call)
 
@@ -358,20 +362,26 @@ class SlowChartApi(ChartApiDouble):
 def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
     tmp_path: Path, log_capture: Any
 ) -> None:
-    api = SlowChartApi("momentum_rsi_macd_v1")
+    """The step's time is its clock's: the held chart (the last, on one thread, so the others
+    are done) moves the clock to the end of the charts' time, and the step gives it up then,
+    not after an hour of wall time."""
+    limits = dataclasses.replace(
+        StepLimits.within_request(request_timeout_seconds=3600.3, finalize_budget_seconds=0.3),
+        chart_concurrency=1,
+    )
+    # charts get 3599 s (3600.3 - 0.3 finalize - 1.0 kept for the manifest)
+    clock = FakeClock()
+    api = SlowChartApi("momentum_rsi_macd_v1", clock, 3599.0)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
-    # charts get 4 s (5.3 - 0.3 finalize - 1.0 manifest): the two fast ones need a fraction of
-    # it even on a busy machine, the held one all of it
-    tight = StepLimits.within_request(request_timeout_seconds=5.3, finalize_budget_seconds=0.3)
     try:
-        report = execute_step("run1", "charts", ports=world.ports, limits=tight, clock=SYSTEM_CLOCK)
+        report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=clock)
     finally:
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
     [failure] = world.manifest()["failures"]
     assert failure["error"] == {
         "code": "CHART_API_FAILED",
-        "message": "the step's time budget (5s) ran out before momentum_rsi_macd_v1 was rendered",
+        "message": "the step's time budget (3600s) ran out before momentum_rsi_macd_v1 was rendered",
         "details": {
             "reason": "STEP_BUDGET_EXHAUSTED",
             "fixtureKey": "BINANCE_BTCUSDT__1h__momentum_rsi_macd_v1",
@@ -379,6 +389,21 @@ def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
     }
     [abandoned] = log_capture.events("chart abandoned: step budget exhausted")
     assert (abandoned["severity"], abandoned["chartTemplateId"]) == ("WARNING", "momentum_rsi_macd_v1")
+
+
+def test_a_chart_done_a_moment_before_the_budget_ends_is_kept(tmp_path: Path) -> None:
+    """The clock stops one millisecond short of the charts' end while the last chart runs: it
+    is done within the budget and listed."""
+    limits = dataclasses.replace(
+        StepLimits.within_request(request_timeout_seconds=3600.3, finalize_budget_seconds=0.3),
+        chart_concurrency=1,
+    )
+    clock = FakeClock()
+    api = SlowChartApi("momentum_rsi_macd_v1", clock, 3598.999)
+    api.release.set()
+    world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
+    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=clock)
+    assert report.outcome == "SUCCEEDED" and report.items_count == 3 and report.failures_count == 0
 
 
 @dataclass
