@@ -52,6 +52,8 @@ if [ "$score_only" = false ]; then
         mkdir mutants
         echo "$checkout" >mutants/commit
     fi
+    # tests/conftest.py's profile: no example database shared between mutants, fixed draws
+    export HYPOTHESIS_PROFILE=mutation
     log=$(mktemp)
     start=$(date +%s)
     .venv/bin/mutmut run --max-children "$(nproc)" "${patterns[@]}" >"$log" 2>&1 || {

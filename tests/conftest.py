@@ -4,11 +4,20 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 # The tests' own Storage clients, like the worker's (adapters/gcs.py), skip the bucket
 # metadata lookup google-cloud-storage would run in a background thread: left running after
 # a test, its retries' jitter moves `random` under hypothesis's feet.
 os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+
+# A mutation run (scripts/mutation.sh sets HYPOTHESIS_PROFILE=mutation) judges each mutant by
+# its own examples: no example database, where an example saved while one mutant ran is
+# replayed against all the others (one the code itself failed once had every mutant of
+# core/redaction.py "killed"), and the same draws for every mutant, so a verdict judged again
+# comes out the same.
+hypothesis_settings.register_profile("mutation", database=None, derandomize=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 pytest_plugins = [
     "harness.secret_scan",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,12 @@ def checkout(tmp_path: Path) -> Path:
     bin_dir = repo / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     for tool in ("mutmut", "python"):
-        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >>"$(dirname "$0")/../../calls.log"\n')
+        (bin_dir / tool).write_text(
+            f'#!/bin/sh\necho "{tool} $*" >>"$(dirname "$0")/../../calls.log"\n'
+            f'echo "{tool} ${{HYPOTHESIS_PROFILE:-(none)}}" >>"$(dirname "$0")/../../profiles.log"\n'
+        )
         (bin_dir / tool).chmod(0o755)
-    (repo / ".gitignore").write_text(".venv/\nmutants/\ncalls.log\n")
+    (repo / ".gitignore").write_text(".venv/\nmutants/\ncalls.log\nprofiles.log\n")
     git(repo, "init", "-q")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "first")
@@ -75,6 +79,8 @@ def test_a_fresh_run_empties_mutants_and_records_its_commit(checkout: Path) -> N
         f"mutmut run --max-children {len(os.sched_getaffinity(0))} worker_chart_export.core.naming.*",
         "python scripts/mutation_score.py worker_chart_export.core.naming.*",
     ]
+    # mutmut's tests draw hypothesis's examples by tests/conftest.py's "mutation" profile
+    assert (checkout / "profiles.log").read_text().splitlines()[0] == "mutmut mutation"
 
 
 def test_resume_keeps_the_verdicts_on_the_commit_the_run_began_on(checkout: Path) -> None:
@@ -103,3 +109,30 @@ def test_resume_refuses_another_commit_or_a_modified_checkout(checkout: Path) ->
 def test_resume_without_a_run_says_so(checkout: Path) -> None:
     run = mutation(checkout, "--resume")
     assert run.returncode == 2 and "mutants/ was begun on no run" in run.stderr
+
+
+def hypothesis_profile_loaded(profile: str | None) -> str:
+    """Whether the tests' hypothesis settings keep no example database and draw fixed
+    examples, as tests/conftest.py leaves them with HYPOTHESIS_PROFILE set so (or unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_PROFILE"}
+    if profile is not None:
+        env["HYPOTHESIS_PROFILE"] = profile
+    code = (
+        "import sys; sys.path[:0] = ['tests']; import conftest; from hypothesis import settings; "
+        "print(settings.default.database is None, settings.default.derandomize)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_a_mutation_run_keeps_no_examples_between_mutants_and_draws_the_same_ones() -> None:
+    assert hypothesis_profile_loaded("mutation") == "True True"
+    assert hypothesis_profile_loaded(None) == "False False"  # the test command keeps its examples
