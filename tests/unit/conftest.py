@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,6 +39,27 @@ def _retries_sleep_on_the_injected_clock(monkeypatch: pytest.MonkeyPatch) -> Non
     no `except Exception` of the code swallows). mutmut's mutants dropping a `sleep=` are
     then killed at once, not timed out."""
     monkeypatch.setattr(tenacity.nap, "time", _NoRealTime)
+
+
+# A hang guard only: a late chart ends as soon as its test lets its held answer go.
+LATE_CHART_GUARD_SECONDS = 120.0
+
+
+@pytest.fixture(autouse=True)
+def _no_chart_outlives_its_test() -> Iterator[None]:
+    """A chart a step gave up on may still finish in the background (service/render.py: its
+    PNG is simply not listed). Its late log lines and writes belong to its own test, not to
+    the next one's log capture, which a busy machine (or mutmut's order) can make it reach:
+    the next test starts once the render threads ("chart_N") have ended."""
+    yield
+    wait_for_late_charts(LATE_CHART_GUARD_SECONDS)
+
+
+def wait_for_late_charts(guard_seconds: float) -> None:
+    for thread in threading.enumerate():
+        if thread.name.startswith("chart_"):
+            thread.join(guard_seconds)
+            assert not thread.is_alive(), f"{thread.name} still rendering after its test"
 
 
 @pytest.fixture
