@@ -359,22 +359,25 @@ class SlowChartApi(ChartApiDouble):
         return self.inner.render(call)
 
 
+# One chart at a time, for an hour: charts get 3599 s (3600.3 - 0.3 finalize - 1.0 kept for
+# the manifest), which a held chart moves a FakeClock through.
+ONE_THREAD_AN_HOUR = dataclasses.replace(
+    StepLimits.within_request(request_timeout_seconds=3600.3, finalize_budget_seconds=0.3),
+    chart_concurrency=1,
+)
+
+
 def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
     tmp_path: Path, log_capture: Any
 ) -> None:
     """The step's time is its clock's: the held chart (the last, on one thread, so the others
     are done) moves the clock to the end of the charts' time, and the step gives it up then,
     not after an hour of wall time."""
-    limits = dataclasses.replace(
-        StepLimits.within_request(request_timeout_seconds=3600.3, finalize_budget_seconds=0.3),
-        chart_concurrency=1,
-    )
-    # charts get 3599 s (3600.3 - 0.3 finalize - 1.0 kept for the manifest)
     clock = FakeClock()
     api = SlowChartApi("momentum_rsi_macd_v1", clock, 3599.0)
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
     try:
-        report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=clock)
+        report = execute_step("run1", "charts", ports=world.ports, limits=ONE_THREAD_AN_HOUR, clock=clock)
     finally:
         api.release.set()
     assert report.outcome == "SUCCEEDED" and report.items_count == 2 and report.failures_count == 1
@@ -394,15 +397,11 @@ def test_chart_still_running_when_budget_ends_is_a_failure_not_a_hang(
 def test_a_chart_done_a_moment_before_the_budget_ends_is_kept(tmp_path: Path) -> None:
     """The clock stops one millisecond short of the charts' end while the last chart runs: it
     is done within the budget and listed."""
-    limits = dataclasses.replace(
-        StepLimits.within_request(request_timeout_seconds=3600.3, finalize_budget_seconds=0.3),
-        chart_concurrency=1,
-    )
     clock = FakeClock()
     api = SlowChartApi("momentum_rsi_macd_v1", clock, 3598.999)
     api.release.set()
     world = make_world(tmp_path, flow_run({"charts": chart_step()}), chart_api=api)
-    report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=clock)
+    report = execute_step("run1", "charts", ports=world.ports, limits=ONE_THREAD_AN_HOUR, clock=clock)
     assert report.outcome == "SUCCEEDED" and report.items_count == 3 and report.failures_count == 0
 
 
