@@ -330,8 +330,10 @@ def test_an_invalid_plan_writes_the_run_error_it_carries() -> None:
 
 
 def test_a_status_nobody_knows_ranks_below_every_known_one() -> None:
-    for unknown in ("WEIRD", None, 5):
+    # A document's status may be any Firestore value: arrays and maps arrive unhashable.
+    for unknown in ("WEIRD", None, 5, ["RUNNING"], {"status": "RUNNING"}):
         assert run_status_rank(unknown) == -1
+    assert is_forward(["RUNNING"], RunStatus.PENDING) and is_forward({}, RunStatus.RUNNING)
     assert is_forward("WEIRD", RunStatus.PENDING) and not is_forward("RUNNING", RunStatus.PENDING)
 
 
