@@ -12,7 +12,8 @@ from gcloud_cli import GcloudJudge, real_gcloud
 def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcloudJudge]:
     gcloud = real_gcloud()
     if gcloud is None:
-        pytest.skip("no Google Cloud CLI installed (gcloud not on PATH): nothing to check the calls against")
+        # scripts/test.sh refuses to start without it; a skip here would check nothing
+        pytest.fail("no Google Cloud CLI (gcloud not on PATH): nothing to check the deploy calls against")
     started = GcloudJudge(gcloud, tmp_path_factory.mktemp("gcloud-judge")).start()
     yield started
     started.stop()

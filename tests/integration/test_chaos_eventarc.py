@@ -89,15 +89,10 @@ def send(port: int, event_id: str, trigger: str = TRIGGER) -> int:
         return int(error.code)
 
 
-# Only a hang guard: each test is judged by the deliveries' outcomes, which the stand-in
-# reaches on its own clock; a busy machine stretches them, never this bound's verdict.
-HANG_GUARD_SECONDS = 300.0
-
-
 def settled(eventarc: Eventarc, count: int) -> None:
-    deadline = time.monotonic() + HANG_GUARD_SECONDS
+    """Until every delivery has its outcome, which the stand-in reaches on its own clock: a busy
+    machine stretches the wait, and only pytest-timeout (pyproject) ends one that hangs."""
     while [d.outcome for d in eventarc.deliveries].count("pending") or len(eventarc.deliveries) < count:
-        assert time.monotonic() < deadline, [d.outcome for d in eventarc.deliveries]
         time.sleep(0.02)
 
 

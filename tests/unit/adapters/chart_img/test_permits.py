@@ -151,9 +151,9 @@ class HeldAnswers:
 
 
 def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
+    """Polls `condition` (`what` names it in a hang's traceback); pytest-timeout (pyproject)
+    ends a wait that never comes, so a busy machine only makes it longer."""
     while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(0.005)
 
 
