@@ -22,8 +22,9 @@ from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read
 from chaos.schedule import Kind, PlannedRun
 from harness.png_digest import digest_in_png
 from worker_chart_export.core.chart_img.plans import plan_named
-from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL, moment_of
+from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL
 from worker_chart_export.core.chart_img.usage import EXHAUSTED_UNTIL, disabled_now, window_start
+from worker_chart_export.core.naming import moment_of
 
 USAGE = "chart_img_accounts_usage"
 STEP = "charts"

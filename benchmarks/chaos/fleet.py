@@ -33,7 +33,7 @@ from chaos.eventarc import Eventarc, Instance, Service
 from chaos.schedule import edited_request
 from chaos.stand_in import ChaosStandInProcess
 from e2e.multi_instance import StandInAccount
-from worker_chart_export.core.chart_img.set_aside import moment_of
+from worker_chart_export.core.naming import moment_of
 from worker_chart_export.environment import (
     CHART_CONCURRENCY,
     CHART_IMG_ACCOUNTS_JSON,

@@ -55,9 +55,9 @@ DEFAULTS = {
     "chart_img_rate_per_second": 1.0,
     "chart_img_burst": 3,
     "chart_img_request_timeout_seconds": 45.0,
-    "chart_img_max_attempts": 3,
+    "chart_img_max_attempts": 5,
     "chart_concurrency": 8,
-    "chart_reuse_max_age_seconds": 900.0,
+    "chart_reuse_max_age_seconds": 3600.0,
     "threads": 12,  # 4 per CPU, with 3 CPUs
     "request_timeout_seconds": 300.0,
     "finalize_budget_seconds": 30.0,
@@ -65,7 +65,9 @@ DEFAULTS = {
     "firestore_emulator_host": None,
     "local_output_dir": Path("out"),
     "port": 8080,
-    "reaper_max_attempts": 3,
+    "step_max_attempts": 5,
+    "step_retry_base_seconds": 60.0,
+    "step_retry_max_seconds": 480.0,
 }
 
 
@@ -108,14 +110,15 @@ def readme_defaults() -> dict[str, str]:
         ("CHART_IMG_PLAN", "`BASIC`"),
         ("CHART_IMG_RATE_PER_SECOND", "`1`, `3`"),  # with CHART_IMG_BURST
         ("CHART_IMG_REQUEST_TIMEOUT_SECONDS", "`45`"),
-        ("CHART_IMG_MAX_ATTEMPTS", "`3`"),
+        ("CHART_IMG_MAX_ATTEMPTS", "`5`"),
         ("CHART_CONCURRENCY", "`8`"),
-        ("CHART_REUSE_MAX_AGE_SECONDS", "`900`"),
+        ("CHART_REUSE_MAX_AGE_SECONDS", "`3600`"),
         ("THREADS", "4 per CPU"),
         ("REQUEST_TIMEOUT_SECONDS", "`300`"),
         ("FINALIZE_BUDGET_SECONDS", "`30`"),
         ("CHARTS_DEFAULT_TIMEZONE", "`Etc/UTC`"),
-        ("REAPER_MAX_ATTEMPTS", "`3`"),
+        ("STEP_MAX_ATTEMPTS", "`5`"),
+        ("STEP_RETRY_BASE_SECONDS", "`60`, `480`"),
         ("APP_ENV", "`local`"),
     ],
 )
@@ -164,7 +167,7 @@ def test_the_reuse_window_is_read_bounded_and_reaches_the_step_limits(
     from worker_chart_export.bootstrap.builders import step_limits
 
     settings_environment()
-    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 900.0
+    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 3600.0
     settings_environment(CHART_REUSE_MAX_AGE_SECONDS="0")
     assert step_limits(load_settings()).chart_reuse_max_age_seconds == 0.0  # off
     for bad in ("-1", "86401", "soon"):

@@ -141,7 +141,7 @@ class Runtime:
         from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
 
         leases = FirestoreLeaseReaper(self.firestore_client())
-        return ReaperParts(leases, self.clock, self.settings.reaper_max_attempts)
+        return ReaperParts(leases, self.clock, self.settings.step_max_attempts)
 
 
 _runtime: Runtime | None = None

@@ -25,6 +25,12 @@ from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
+from worker_chart_export.core.retry import (
+    ARTIFACT_WRITE_REQUEST,
+    BUCKET_REQUESTS,
+    CLAIM_COMMITS,
+    USAGE_COMMITS,
+)
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
     CHARTS_API_MODE,
@@ -33,6 +39,9 @@ from worker_chart_export.environment import (
 )
 from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports
 from worker_chart_export.settings import ChartsApiMode, Settings
+
+# One request to the bucket may take this long (the library's own default is 60 s).
+GCS_REQUEST_TIMEOUT_SECONDS = 15.0
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -65,6 +74,7 @@ def step_limits(settings: Settings, accounts: Sequence[AccountConfig] = ()) -> S
         default_timezone=settings.charts_default_timezone,
         plans=account_plans(settings, accounts),
         chart_reuse_max_age_seconds=settings.chart_reuse_max_age_seconds,
+        step_retries=settings.step_retries,
     )
 
 
@@ -227,7 +237,7 @@ def check_bucket_writable(artifacts: GcsArtifactStore, bucket: str) -> None:
 def gcs_artifacts(settings: Settings, clock: Clock) -> GcsArtifactStore:
     from google.auth.exceptions import DefaultCredentialsError
 
-    from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
+    from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
 
     try:
         client = make_storage_client(settings.google_cloud_project)
@@ -239,8 +249,14 @@ def gcs_artifacts(settings: Settings, clock: Clock) -> GcsArtifactStore:
             "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
-    policy = WritePolicy(max_attempts=3, timeout=15.0)
-    store = GcsArtifactStore(client, settings.charts_bucket, policy=policy, clock=clock)
+    store = GcsArtifactStore(
+        client,
+        settings.charts_bucket,
+        requests=BUCKET_REQUESTS,
+        writes=ARTIFACT_WRITE_REQUEST,  # retried by the service, within the step's budget
+        timeout=GCS_REQUEST_TIMEOUT_SECONDS,
+        clock=clock,
+    )
     return store
 
 
@@ -258,10 +274,14 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
     )
 
     artifacts = gcs_artifacts(settings, clock)
-    usage = FirestoreUsageStore(client, clock=clock) if calls_chart_img(settings) else None
+    usage = (
+        FirestoreUsageStore(client, contention=USAGE_COMMITS, clock=clock)
+        if calls_chart_img(settings)
+        else None
+    )
     accounts = chart_img_accounts(settings)
     ports = Ports(
-        flow_runs=FirestoreFlowRunStore(client, clock=clock),
+        flow_runs=FirestoreFlowRunStore(client, claim_tries=CLAIM_COMMITS.attempts or 1, clock=clock),
         templates=FirestoreTemplateSource(client, clock=clock),
         artifacts=artifacts,
         chart_api=build_chart_api(settings, usage, seams=Seams(clock), accounts=accounts),

@@ -174,7 +174,16 @@ def run_local(args: argparse.Namespace) -> int:
 
     try:
         report = execute_chosen_step(
-            flow_run, args.step_id, ports=step.ports, limits=step.limits, clock=step.clock, started=started
+            flow_run,
+            args.step_id,
+            ports=step.ports,
+            limits=step.limits,
+            clock=step.clock,
+            started=started,
+            # a step a bad window holds back waits here, then runs again (the reaper's part)
+            take_back=lambda run, step_id, now: flow_runs.take_back(
+                run, step_id, now=now, max_attempts=settings.step_max_attempts
+            ),
         )
     except StepSelectionError as exc:
         raise UsageError(f"--step-id: {exc}") from None

@@ -9,7 +9,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 # Firestore collections (worker contract §14, orchestration rules).
 FLOW_RUNS_COLLECTION = "flow_runs"
@@ -46,6 +46,20 @@ def rfc3339_utc(moment: datetime) -> str:
     """RFC 3339 in UTC with millisecond precision and a `Z` suffix."""
     moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def moment_of(value: Any) -> datetime | None:
+    """A timestamp, epoch seconds or ISO-8601 text as an aware UTC datetime; None otherwise."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, UTC)
+        if isinstance(value, str):
+            return moment_of(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
 
 
 # A symbol named as it is in slugs and fixture keys: `EXCHANGE:NAME`-like, short. Any other

@@ -14,8 +14,8 @@ the manifest -> decide -> finalize (retried in its budget).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 import structlog
 from structlog.typing import FilteringBoundLogger
@@ -34,7 +34,8 @@ from worker_chart_export.core.exceptions import (
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import manifest_object_path
+from worker_chart_export.core.naming import manifest_object_path, moment_of, rfc3339_utc
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.step import step_failures
 from worker_chart_export.core.step.manifest import (
     ManifestFailure,
@@ -42,9 +43,17 @@ from worker_chart_export.core.step.manifest import (
     build_manifest,
     manifest_bytes,
 )
+from worker_chart_export.core.step.patience import (
+    Failed,
+    Succeeded,
+    Verdict,
+    after_bad_moment,
+    judge_charts,
+    waiting_step_ids,
+    waits_of,
+)
 from worker_chart_export.core.step.selection import choose_step
-from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held, step_of
-from worker_chart_export.core.step.success import insufficient_images_error, step_status
+from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held, step_of, steps_of
 from worker_chart_export.core.step.validation import ValidatedStep, validate_step
 from worker_chart_export.core.types import (
     Claim,
@@ -54,6 +63,7 @@ from worker_chart_export.core.types import (
     StepStatus,
 )
 from worker_chart_export.logs import get_logger
+from worker_chart_export.service.artifact_writes import write_patiently
 from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.render import RenderedCharts, render_charts
@@ -66,7 +76,7 @@ from worker_chart_export.service.step_context import (
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
 if TYPE_CHECKING:
-    from worker_chart_export.core.documents import FlowRunDocument, StepOutputs
+    from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepOutputs, StepWait
 
 __all__ = ["StepReport", "execute_chosen_step", "execute_step"]
 
@@ -122,20 +132,62 @@ def execute_chosen_step(
     limits: StepLimits,
     clock: Clock,
     started: Callable[[], None] = lambda: None,
+    take_back: TakeBack | None = None,
 ) -> StepReport:
     """run-local's one call: the step `step_id` names (else the first READY CHART_EXPORT
     one) chosen from the run as read once, then executed, or a NOOP report when there is none.
+    With `take_back` (the reaper's plan for a step whose wait is over, applied to the store),
+    a step that waits, found so or left so by a bad window, is waited for, taken back and
+    executed again until it settles: the cloud's reaper and next event, in one process.
     Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run, before
     `started()` (the caller's "it has begun") is called."""
     chosen = choose_step(flow_run, step_id)
+    waiting = _waiting(flow_run, step_id) if take_back is not None else None
     started()
     run_id = str(flow_run.get("runId"))
-    if chosen is None:
+    if chosen is None and waiting is None:
         code = ErrorCode.NO_READY_STEP.value
         get_logger().info("no READY CHART_EXPORT step: no-op", runId=run_id, code=code)
         message = "no READY CHART_EXPORT step in the flow_run"
         return StepReport(run_id, "", "NOOP", ports.chart_api.mode, error_code=code, message=message)
-    return execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
+    if waiting is not None and take_back is not None:
+        _wait_and_take_back(run_id, waiting, clock, take_back, retry_at=waiting_since(flow_run, waiting))
+        chosen = waiting
+    assert chosen is not None
+    report = execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
+    while take_back is not None and report.retry_at is not None:
+        _wait_and_take_back(run_id, chosen, clock, take_back, retry_at=report.retry_at)
+        report = execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
+    return report
+
+
+# (run id, step id, now): the reaper's plan for the step, applied (None: nothing to take back)
+TakeBack = Callable[[str, str, datetime], object]
+
+
+def _waiting(flow_run: FlowRunDocument, step_id: str | None) -> str | None:
+    """The step that waits out a bad window: the one named, else the first; None if none."""
+    waiting = waiting_step_ids(steps_of(flow_run))
+    if step_id is not None:
+        return step_id if step_id in waiting else None
+    return waiting[0] if waiting else None
+
+
+def waiting_since(flow_run: FlowRunDocument, step_id: str) -> datetime:
+    """When the waiting step may be tried again (at once, if that is unreadable)."""
+    step = step_of(flow_run, step_id)
+    return moment_of(step.get("retryAt") if step is not None else None) or datetime.min.replace(tzinfo=UTC)
+
+
+def _wait_and_take_back(
+    run_id: str, step_id: str, clock: Clock, take_back: TakeBack, *, retry_at: datetime
+) -> None:
+    seconds = max(0.0, (retry_at - clock.now()).total_seconds())
+    get_logger().info(
+        "waiting for the step's next attempt", runId=run_id, stepId=step_id, retryAt=rfc3339_utc(retry_at)
+    )
+    clock.sleep(seconds)
+    take_back(run_id, step_id, clock.now())
 
 
 def _check_bucket(ctx: StepContext) -> None:
@@ -223,7 +275,7 @@ def _run_claimed(
     try:
         reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
         rendered = render_charts(ctx, validated, reuse)
-        return _write_manifest_and_decide(ctx, validated, rendered, claim)
+        return _write_manifest_and_decide(ctx, validated, rendered, claim, step)
     except BucketUnusable as exc:
         # Gone since the check before the claim: nothing written is lost, and a FAILED step
         # would end what a retry can finish. The reaper gives it back after its lease; until
@@ -242,7 +294,11 @@ def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
 
 
 def _write_manifest_and_decide(
-    ctx: StepContext, validated: ValidatedStep, rendered: RenderedCharts, claim: Claim | None
+    ctx: StepContext,
+    validated: ValidatedStep,
+    rendered: RenderedCharts,
+    claim: Claim | None,
+    step: StepDocument | None,
 ) -> StepReport:
     header = ManifestHeader(
         ctx.run_id,
@@ -263,10 +319,15 @@ def _write_manifest_and_decide(
         "min_images": validated.min_images,
     }
     try:
-        manifest_uri = ctx.ports.artifacts.put_manifest(
-            manifest_object_path(ctx.run_id, ctx.step_id),
-            manifest_bytes(manifest),
-            still_ours=lambda: _still_ours(ctx, claim),
+        manifest_uri = write_patiently(
+            ctx,
+            ctx.budget,
+            lambda: ctx.ports.artifacts.put_manifest(
+                manifest_object_path(ctx.run_id, ctx.step_id),
+                manifest_bytes(manifest),
+                still_ours=lambda: _still_ours(ctx, claim),
+            ),
+            what="manifest",
         )
     except ClaimSuperseded as exc:
         # The reaper took the step back (our lease expired): a newer execution owns its
@@ -285,7 +346,10 @@ def _write_manifest_and_decide(
     except ArtifactWriteError as exc:
         write_error = step_failures.manifest_write_failed(exc, **counts)
         ctx.log.error("manifest write failed", error=write_error.to_dict())
-        return ctx.failed(write_error, **counts)
+        if not write_error.retryable:
+            return ctx.failed(write_error, **counts)
+        waits_or_fails = after_bad_moment(write_error, **_attempts(ctx, claim, step))
+        return ctx.report(_final(ctx, waits_or_fails, {}), **counts)
     ctx.log.info(
         "manifest written",
         gcsUri=manifest_uri,
@@ -293,23 +357,58 @@ def _write_manifest_and_decide(
         failuresCount=len(rendered.failures),
         minImages=validated.min_images,
     )
-    status = step_status(len(rendered.items), validated.min_images)
-    error = None
-    if status is StepStatus.FAILED:
-        error = insufficient_images_error(
-            len(rendered.items),
-            validated.min_images,
-            len(validated.requests),
-            [f.error.code for f in rendered.failures],
-        )
-    outputs: StepOutputs = {"outputsManifestGcsUri": manifest_uri}
-    return ctx.report(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), **counts)
+    verdict = judge_charts(
+        len(rendered.items),
+        [f.error for f in rendered.failures],
+        min_images=validated.min_images,
+        requested=len(validated.requests),
+        **_attempts(ctx, claim, step),
+    )
+    return ctx.report(_final(ctx, verdict, {"outputsManifestGcsUri": manifest_uri}), **counts)
+
+
+class _Attempts(TypedDict):
+    attempt: int
+    policy: Backoff
+    now: datetime
+    earlier: list[StepWait]
+
+
+def _attempts(ctx: StepContext, claim: Claim | None, step: StepDocument | None) -> _Attempts:
+    """Which attempt of the step this is, its policy, and the waits before it."""
+    return {
+        "attempt": claim.attempt if claim is not None else 1,
+        "policy": ctx.limits.step_retries,
+        "now": ctx.clock.now(),
+        "earlier": waits_of(step),
+    }
+
+
+def _final(ctx: StepContext, verdict: Verdict, outputs: StepOutputs) -> StepFinal:
+    now = ctx.clock.now()
+    if isinstance(verdict, Succeeded):
+        return StepFinal(StepStatus.SUCCEEDED, now, outputs=outputs)
+    if isinstance(verdict, Failed):
+        return StepFinal(StepStatus.FAILED, now, outputs=outputs, error=verdict.error)
+    return StepFinal.waiting(now, verdict.until, verdict.cause, outputs)
 
 
 # --- the report ----------------------------------------------------------------------------
 
 
 def _log_completed(result: StepReport, ctx: StepContext, written: bool) -> None:
+    if result.retry_at is not None:
+        ctx.log.warning(
+            "step waits: a bad window held it back",
+            retryAt=rfc3339_utc(result.retry_at),
+            error={"code": result.error_code, "message": result.message},
+            itemsCount=result.items_count,
+            failuresCount=result.failures_count,
+            minImages=result.min_images,
+            outputsManifestGcsUri=result.manifest_uri,
+            recorded=written,
+        )
+        return
     ctx.log.info(
         "step completed",
         status=result.outcome,

@@ -215,7 +215,7 @@ MISTAKES = [
     Mistake(
         "reap", ("reap", "--max-attempts", "three"), "argument --max-attempts: 'three' is not a whole number"
     ),
-    Mistake("reap", ("reap",), "REAPER_MAX_ATTEMPTS: must be at least 1", {"REAPER_MAX_ATTEMPTS": "0"}),
+    Mistake("reap", ("reap",), "STEP_MAX_ATTEMPTS: must be at least 1", {"STEP_MAX_ATTEMPTS": "0"}),
     # submit
     Mistake("submit", ("submit",), "the following arguments are required: --flow-run-path"),
     Mistake(

@@ -55,7 +55,7 @@ from worker_chart_export.bundled import chart_img_docs as docs
 from worker_chart_export.bundled.chart_img_docs import Parameter
 from worker_chart_export.core import clock, naming
 from worker_chart_export.core.budget import Budget
-from worker_chart_export.core.chart_img import account_status, set_aside, usage
+from worker_chart_export.core.chart_img import account_status, usage
 from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
 from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits, AccountPlans
 from worker_chart_export.core.chart_img.usage import Pacing
@@ -348,8 +348,7 @@ def test_a_moment_reads_the_same_from_any_form(
         "epoch": moment.timestamp() if moment.tzinfo else 1e12,
         "datetime": moment,
     }[form]
-    module = set_aside if entry.function.startswith(set_aside.__name__) else account_status
-    assert_same(entry, late(module, "moment_of", value))
+    assert_same(entry, late(naming, "moment_of", value))
 
 
 @checks

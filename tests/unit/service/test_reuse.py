@@ -13,7 +13,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.builders import REPO, chart_step, flow_run
+from harness.chart_img_server import PNG
 from harness.logs import LogCapture, picked
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
@@ -30,7 +33,6 @@ from worker_chart_export.testing import FakeClock
 
 LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=2)
 TEMPLATES = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]  # three
-PNG = b"\x89PNG\r\n\x1a\n earlier"
 
 
 def sent_body(template: str, **changes: Any) -> dict[str, Any]:
@@ -149,7 +151,8 @@ def test_a_retry_renders_only_the_charts_the_dead_execution_did_not_write(
     assert report.outcome == "SUCCEEDED" and report.items_count == 3
     assert sorted(retry.charts.rendered) == sorted(TEMPLATES[2:])  # n - k calls
     assert len(retry.artifacts.listings) == 1  # one listing of the step's folder
-    assert retry.artifacts.read_sizes == [8, 8]  # of each PNG reused, its 8-byte signature only
+    # each PNG reused read whole (at most 32 MiB), to be checked as a fresh answer is
+    assert retry.artifacts.read_sizes == [32 * 1024 * 1024] * 2
     items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
     for template, uri in earlier.items():
         assert items[template]["png_gcs_uri"] == uri and items[template]["meta"]["reused"] is True
@@ -229,12 +232,19 @@ def test_a_png_of_an_edited_template_is_named_once_and_rendered_anew(
     assert retry.artifacts.reads == [kept.removeprefix("gs://bkt/")]  # only what would be reused is read
 
 
-def test_bytes_that_are_not_a_png_are_never_reused_an_older_good_png_is(
-    tmp_path: Path, log_capture: LogCapture
+@pytest.mark.parametrize(
+    "data",
+    [b"<html><body>not a chart</body></html>", PNG[:8], PNG[: len(PNG) // 2], PNG[:-1]],
+    ids=["html", "bare-signature", "first-half", "last-byte-missing"],
+)
+def test_bytes_that_are_not_a_whole_png_are_never_reused_an_older_good_png_is(
+    tmp_path: Path, log_capture: LogCapture, data: bytes
 ) -> None:
+    """A PNG half-written (an instance killed mid-upload on a store without create-only), a
+    bare signature, a page: each was reused before when it began with the signature."""
     retry = retry_of(tmp_path)
     good = retry.earlier_png(TEMPLATES[0], 300)
-    planted = retry.earlier_png(TEMPLATES[0], 10, data=b"<html><body>not a chart</body></html>")
+    planted = retry.earlier_png(TEMPLATES[0], 10, data=data)
 
     assert retry.run().outcome == "SUCCEEDED"
 
@@ -246,7 +256,7 @@ def test_bytes_that_are_not_a_png_are_never_reused_an_older_good_png_is(
         {
             "chartTemplateId": TEMPLATES[0],
             "gcsUri": planted,
-            "reason": "its bytes do not begin with the PNG signature",
+            "reason": "its bytes are not a whole PNG",
         }
     ]
 
@@ -257,7 +267,7 @@ def test_a_png_whose_bytes_cannot_be_read_is_rendered_anew(tmp_path: Path, log_c
     retry.artifacts.unreadable.add(unreadable.removeprefix("gs://bkt/"))
     assert retry.run().outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(TEMPLATES)
     (warning,) = log_capture.events("earlier charts not reused: rendering them anew")
-    assert warning["skipped"][0]["reason"] == "its first bytes could not be read"
+    assert warning["skipped"][0]["reason"] == "its bytes could not be read"
 
 
 def test_a_file_put_in_the_bucket_folder_by_other_means_is_never_reused(tmp_path: Path) -> None:

@@ -29,7 +29,6 @@ from worker_chart_export.core.chart_img.set_aside import (
     COOL_UNTIL,
     DISABLED_UNTIL,
     SET_ASIDE_SECONDS,
-    moment_of,
     refusal_now,
 )
 from worker_chart_export.core.chart_img.usage import (
@@ -43,6 +42,7 @@ from worker_chart_export.core.chart_img.usage import (
     window_start,
 )
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.naming import moment_of
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
 # Pace a little under the plan's rate: the provider counts arrivals, we count sends, and

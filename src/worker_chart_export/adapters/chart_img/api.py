@@ -34,7 +34,7 @@ from worker_chart_export.adapters.chart_img.attempts import (
     judge_refusals,
     tell_limiter,
 )
-from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
 from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
@@ -43,15 +43,16 @@ from worker_chart_export.core.chart_img.answers import (
     classify,
     error_message,
     failure_from_response,
-    looks_like_png,
     not_a_png,
 )
 from worker_chart_export.core.chart_img.key_history import Answer
-from worker_chart_export.core.chart_img.request_retries import RetryPolicy, wants_retry
+from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolicy, wants_retry
 from worker_chart_export.core.chart_img.usage import Refund
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.png import check_png
+from worker_chart_export.core.templates.chart_request import requested_size
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
 
@@ -143,7 +144,7 @@ class RealChartApi:
         request = ChartRequest(call, session)
         retrying = Retrying(
             stop=self._policy.stop(session.budget),
-            wait=self._policy.wait(self._rand),
+            wait=self._policy.wait(session.budget, self._rand),
             retry=wants_retry,
             sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
@@ -157,7 +158,10 @@ class RealChartApi:
             details = {**result.error.details, "attempts": len(request.tried)}
             if request.tried:
                 details["accountIds"] = list(dict.fromkeys(request.tried))
-            result = ChartFailure(replace(result.error, details=details))
+            error = replace(result.error, details=details)
+            # the attempts ended on a bad moment (not the request, not a spent quota): a
+            # later try of the same request may succeed (core/step/patience.py)
+            result = ChartFailure(error.as_retryable() if outcome.disposition in AGAIN else error)
             self._log_global_exhaustion(session, call, result.error)
         return RenderedCall(result, outcome.answer)
 
@@ -200,9 +204,10 @@ class RealChartApi:
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
             error = StepError(
-                ErrorCode.CHART_API_FAILED,
+                ErrorCode.FIRESTORE_UNAVAILABLE,
                 "could not reserve CHART-IMG quota: the usage store is unavailable",
                 {"errorKind": "usage_store", "exception": type(exc).__name__},
+                retryable=True,
             )
             get_logger().warning(
                 "chart-img usage store unavailable",
@@ -254,18 +259,39 @@ class RealChartApi:
         if disposition is Disposition.SUCCESS:
             # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end
             self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
-            if looks_like_png(answer.content):
-                self._log_request(log, started, 200, None)
-                return AttemptPass(None, ChartSuccess(answer.content, lease.account_id), answer)
-            error = not_a_png(answer.content_type, len(answer.content))
-            self._log_request(log, started, 200, error)
-            return AttemptPass(None, ChartFailure(error))  # not recorded as a fixture
+            return self._chart_or_retry(request, answer, lease.account_id, log, started)
+        # a 429 is refused before anything is rendered: read as uncounted by CHART-IMG, its
+        # unit given back (docs/design.md, "The books follow CHART-IMG's charge")
+        refund = self.limiter.give_back(lease) if answer.status == 429 else None
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
-        self._log_request(log, started, answer.status, error)
+        self._log_request(log, started, answer.status, error, refund=refund)
         next_step = None if disposition is Disposition.FINAL else disposition
         refused = AttemptPass(next_step, ChartFailure(error), answer)
         seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
         return tell_limiter(self.limiter, request, lease, refused, seen, log)
+
+    def _chart_or_retry(
+        self, request: ChartRequest, answer: HttpAnswer, account_id: str, log: Any, started: float
+    ) -> AttemptPass:
+        """A 200: the chart when its body is a whole PNG (core/png.py), else a transient
+        failure, tried again (a body cut short, an HTML page: never a fixture)."""
+        check = check_png(answer.content)
+        if not check.whole:
+            assert check.problem is not None
+            error = not_a_png(answer.content_type, len(answer.content), check.problem)
+            self._log_request(log, started, 200, error)
+            return AttemptPass(Disposition.RETRY, ChartFailure(error))
+        self._log_request(log, started, 200, None)
+        asked = requested_size(request.call.body)
+        if asked != (check.width, check.height):
+            log.warning(
+                "chart size differs from the size asked",
+                askedWidth=asked[0],
+                askedHeight=asked[1],
+                width=check.width,
+                height=check.height,
+            )
+        return AttemptPass(None, ChartSuccess(answer.content, account_id), answer)
 
     def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> AttemptPass:
         """No answer: transient. When the call provably never left (no connection was made),

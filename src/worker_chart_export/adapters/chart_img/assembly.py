@@ -58,7 +58,7 @@ def build_http_chart_api(
     policy = retry_policy or RetryPolicy()
     policy = replace(
         policy,
-        max_attempts=options.max_attempts,
+        backoff=policy.backoff.with_attempts(options.max_attempts),
         # an attempt never needs more than its own timeout
         min_attempt_seconds=min(policy.min_attempt_seconds, options.request_timeout_seconds),
     )

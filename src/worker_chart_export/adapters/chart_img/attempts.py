@@ -32,6 +32,11 @@ class AttemptPass:
     result: ChartResult
     answer: HttpAnswer | None = None  # the HTTP answer `result` comes from, for record mode
 
+    @property
+    def retry_after(self) -> float | None:
+        """The answer's Retry-After (seconds), which the next attempt waits at least."""
+        return self.answer.retry_after if self.answer is not None else None
+
 
 @dataclass
 class ChartRequest:
@@ -150,31 +155,35 @@ def cannot_start(
     disabled: Callable[[], list[str]],
 ) -> AttemptPass:
     """No attempt possible after `last` (None: before the first): all accounts exhausted or
-    refused (`refusal`), or no time left (`remaining` seconds of the budget)."""
-    if refusal is not None and refusal.reason is NoAccountReason.NO_USABLE_KEY:
-        return AttemptPass(
-            None, ChartFailure(_no_usable_key(last, disabled())), last.answer if last else None
-        )
+    refused (`refusal`), or no time left (`remaining` seconds of the budget). Only a quota
+    really spent is for good; keys set aside are probed again, and time comes back with the
+    step's next attempt: those failures are retryable."""
     if refusal is not None and refusal.reason is NoAccountReason.EXHAUSTED:
-        if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
-            error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
-            return AttemptPass(None, ChartFailure(error), last.answer)
-        error = accounts_exhausted(list(refusal.exhausted_accounts))
-        if last is not None:  # e.g. a 5xx, then the only other account was used up
-            error = StepError(
-                error.code,
-                "every CHART-IMG account reached its daily limit before the request succeeded",
-                {**error.details, "lastError": _error_dict(last.result)},
-            )
-        return AttemptPass(None, ChartFailure(error))
-    if last is not None:  # keep the last real answer: it says more than "out of time"
+        return _all_exhausted(last, refusal)
+    if refusal is not None and refusal.reason is NoAccountReason.NO_USABLE_KEY:
+        error = _no_usable_key(last, disabled())
+    elif last is not None:  # keep the last real answer: it says more than "out of time"
         error = _with_details(last.result, stoppedBy="budget")
-        return AttemptPass(None, ChartFailure(error), last.answer)
-    error = StepError(
-        ErrorCode.CHART_API_FAILED,
-        "the step's time budget ran out before CHART-IMG could be called",
-        {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
-    )
+    else:
+        error = StepError(
+            ErrorCode.CHART_API_FAILED,
+            "the step's time budget ran out before CHART-IMG could be called",
+            {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
+        )
+    return AttemptPass(None, ChartFailure(error.as_retryable()), last.answer if last else None)
+
+
+def _all_exhausted(last: AttemptPass | None, refusal: NoAccount) -> AttemptPass:
+    if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
+        error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
+        return AttemptPass(None, ChartFailure(replace(error, retryable=False)), last.answer)
+    error = accounts_exhausted(list(refusal.exhausted_accounts))
+    if last is not None:  # e.g. a 5xx, then the only other account was used up
+        error = StepError(
+            error.code,
+            "every CHART-IMG account reached its daily limit before the request succeeded",
+            {**error.details, "lastError": _error_dict(last.result)},
+        )
     return AttemptPass(None, ChartFailure(error))
 
 

@@ -51,7 +51,7 @@ def parse_retry_after(value: str | None, clock: Clock) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # delay-seconds is ASCII digits only
         return float(value)
     try:
         moment = parsedate_to_datetime(value)

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception
 
 from worker_chart_export.adapters.firestore.client import (
     DEFAULT_RPC_TIMEOUT_SECONDS,
@@ -60,6 +60,7 @@ from worker_chart_export.core.chart_img.usage import (
 )
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
+from worker_chart_export.core.retry import USAGE_COMMITS, Backoff
 from worker_chart_export.core.types import Reservation
 
 T = TypeVar("T")
@@ -84,12 +85,10 @@ class FirestoreUsageStore:
         *,
         collection: str = ACCOUNTS_USAGE_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
-        contention_attempts: int = 8,
+        contention: Backoff = USAGE_COMMITS,
         clock: Clock,
         run_in_transaction: TransactionRunner = run_transaction,
     ) -> None:
-        if contention_attempts < 1:
-            raise ValueError("contention_attempts must be >= 1")
         self._client = client
         self._collection = client.collection(collection)
         self._rpc = RpcOptions(rpc_timeout)
@@ -103,9 +102,9 @@ class FirestoreUsageStore:
         self._commit_seconds = 0.0  # how long a commit takes, as recently seen
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
-            stop=stop_after_attempt(contention_attempts),
+            stop=contention.stop(),
             # jittered, so contenders that failed together do not come back together
-            wait=wait_random_exponential(multiplier=0.05, max=0.5),
+            wait=contention.wait(),
             sleep=clock.sleep,
             reraise=True,
         )

@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from worker_chart_export.core.retry import KEY_COOLDOWN, KEY_RETRY_AFTER_MAX_SECONDS
+
 _MAX_KEPT = 20  # answers kept per streak: enough to say what was seen, bounded
 _MAX_WORDS = 80  # characters of CHART-IMG's message kept per answer
 
@@ -55,9 +57,12 @@ class Answer:
 
 @dataclass(frozen=True)
 class KeyPolicy:
-    first_cooldown: float = 1.0  # seconds, after the first 429 of a streak
-    max_cooldown: float = 30.0  # where the doubling stops
-    max_retry_after: float = 600.0  # a longer Retry-After is held to this (a misread date parks no key)
+    # the cooldown's numbers are core.retry's (KEY_COOLDOWN, KEY_RETRY_AFTER_MAX_SECONDS)
+    first_cooldown: float = KEY_COOLDOWN.base  # seconds, after the first 429 of a streak
+    max_cooldown: float = KEY_COOLDOWN.cap  # where the doubling stops
+    max_retry_after: float = (
+        KEY_RETRY_AFTER_MAX_SECONDS  # a longer one is held to this (a misread date parks no key)
+    )
     streak_cooldowns: int = 5  # "several cooldowns"
     streak_span: float = 60.0  # seconds between the streak's first and last 429, at least
     refusals_to_disable: int = 2

@@ -54,6 +54,12 @@ def lease_document(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
     }
 
 
+def moved_lease(run_id: str, step_id: str, token: str, expires_at: str) -> dict[str, Any]:
+    """The fields of a waiting step's lease (merged into the claim's): it expires when the
+    step may be tried again, and the reaper then makes it READY."""
+    return {"runId": run_id, "stepId": step_id, "claimToken": token, LEASE_EXPIRY_FIELD: expires_at}
+
+
 @dataclass(frozen=True)
 class ReapDecision:
     """What a reap does: `plan` is written on the run (None: the run is left as it is) and the

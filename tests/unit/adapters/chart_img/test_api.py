@@ -24,7 +24,7 @@ from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
-from worker_chart_export.core.types import ChartCall, ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
 
@@ -61,7 +61,12 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
 
 def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: Callable[..., Rig]) -> None:
     html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
-    r = rig([answer(500, "Something Went Wrong"), html], accounts=("acc1", "acc2"), latency=1.25)
+    r = rig(
+        [answer(500, "Something Went Wrong"), html],
+        accounts=("acc1", "acc2"),
+        latency=1.25,
+        chart_img_max_attempts=2,
+    )
     error = failure(r.render(budget_seconds=7.12345))
     assert error["details"]["bytes"] == len(b"<html>oops</html>")
     started = [line["timeoutSeconds"] for line in r.logs.events("chart api attempt started")]
@@ -80,7 +85,7 @@ def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: 
         "status": "failed",
         "httpStatus": 200,
         "errorCode": "CHART_API_FAILED",
-        "errorKind": "http",
+        "errorKind": "not_png",
         "apiMessage": None,
         "severity": "WARNING",
     }
@@ -110,13 +115,58 @@ def test_final_statuses_are_not_retried(rig: Callable[..., Rig], status: int, me
     assert r.clock.sleeps == []
 
 
-def test_200_that_is_not_a_png_fails(rig: Callable[..., Rig]) -> None:
-    html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
-    r = rig([html, png()])
-    error = failure(r.render())
-    assert error["code"] == "CHART_API_FAILED"
-    assert error["details"]["contentType"] == "text/html"
-    assert len(r.transport.seen) == 1
+NOT_WHOLE = {
+    "html": (b"<html>oops</html>", "text/html"),
+    "bare-signature": (PNG[:8], "image/png"),
+    "first-half": (PNG[: len(PNG) // 2], "image/png"),
+    "trailing-bytes": (PNG + b"garbage", "image/png"),
+}
+
+
+@pytest.mark.parametrize(("body", "content_type"), NOT_WHOLE.values(), ids=NOT_WHOLE.keys())
+def test_a_200_that_is_no_whole_png_is_tried_again(
+    rig: Callable[..., Rig], body: bytes, content_type: str
+) -> None:
+    """A body cut short or an HTML page behind a 200 is a bad moment, not a chart: never
+    delivered, tried again after a backoff (it ended the chart at once before)."""
+    broken = httpx.Response(200, content=body, headers={"content-type": content_type})
+    r = rig([broken, png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 2 and r.clock.sleeps == [pytest.approx(0.75)]
+    first, _ = r.logs.events("chartsApi.request")
+    assert (first["httpStatus"], first["errorKind"]) == (200, "not_png")
+
+
+def test_a_200_that_is_never_a_whole_png_fails_as_a_bad_moment(rig: Callable[..., Rig]) -> None:
+    broken = httpx.Response(200, content=PNG[:8], headers={"content-type": "image/png"})
+    r = rig([broken])
+    result = r.render()
+    assert isinstance(result, ChartFailure) and result.error.retryable  # the step may wait for it
+    error = failure(result)
+    assert error["message"] == (
+        "CHART-IMG answered HTTP 200 but the body is not a whole PNG image: "
+        "it holds the PNG signature and nothing else"
+    )
+    assert (error["details"]["contentType"], error["details"]["bytes"], error["details"]["attempts"]) == (
+        "image/png",
+        8,
+        5,
+    )
+
+
+def test_a_whole_png_of_another_size_is_delivered_with_one_warning(rig: Callable[..., Rig]) -> None:
+    """CHART-IMG's docs do not promise the exact size: the chart is delivered, the difference
+    said. The stand-in's PNG is 4 x 3; the call asks for CHART-IMG's defaults (800 x 600)."""
+    r = rig([png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    (warning,) = r.logs.events("chart size differs from the size asked")
+    assert {k: warning[k] for k in ("askedWidth", "askedHeight", "width", "height", "severity")} == {
+        "askedWidth": 800,
+        "askedHeight": 600,
+        "width": 4,
+        "height": 3,
+        "severity": "WARNING",
+    }
 
 
 @pytest.mark.parametrize(
@@ -243,16 +293,44 @@ def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) ->
 # --- retries -------------------------------------------------------------------------------
 
 
-def test_5xx_forever_makes_exactly_three_attempts_with_backoff(rig: Callable[..., Rig]) -> None:
+def test_5xx_forever_makes_exactly_five_attempts_with_backoff(rig: Callable[..., Rig]) -> None:
     r = rig([answer(500, "Something Went Wrong")])
-    error = failure(r.render())
-    assert len(r.transport.seen) == 3
+    result = r.render()
+    assert isinstance(result, ChartFailure) and result.error.retryable
+    error = failure(result)
+    assert len(r.transport.seen) == 5
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["httpStatus"] == 500
     assert error["details"]["message"] == "Something Went Wrong"
-    assert error["details"]["attempts"] == 3
-    assert r.clock.sleeps == [pytest.approx(0.75), pytest.approx(1.25)]  # 0.5*2^n + 0.5*0.5
-    assert r.store.snapshot()["acc1"]["usageToday"] == 3  # every attempt took a unit
+    assert error["details"]["attempts"] == 5
+    # the rig's backoff: 0.5 s doubling to 4 s, plus 0.5 x 0.5 of jitter
+    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.25])
+    assert r.store.snapshot()["acc1"]["usageToday"] == 5  # every attempt took a unit
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (408, {"message": "Request Timeout"}),
+        (425, {"message": "Too Early"}),
+        (520, "<html>Web server is returning an unknown error</html>"),
+        (522, "<html>Connection timed out</html>"),
+        (524, "<html>A timeout occurred</html>"),
+        (529, None),
+    ],
+)
+def test_timeouts_and_the_cdns_answers_are_tried_again(
+    rig: Callable[..., Rig], status: int, body: Any
+) -> None:
+    """Each ended the chart after one attempt before; the next answer is a chart."""
+    refusal = (
+        httpx.Response(status, json=body)
+        if isinstance(body, dict)
+        else httpx.Response(status, text=body or "")
+    )
+    r = rig([refusal, png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 2 and r.clock.sleeps == [pytest.approx(0.75)]
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
@@ -302,8 +380,8 @@ def test_transport_errors_are_retried_then_fail(rig: Callable[..., Rig], exc: Ex
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["errorKind"] == kind
     assert error["details"]["exception"] == type(exc).__name__
-    assert error["details"]["attempts"] == 3
-    assert len(r.transport.seen) == 3
+    assert error["details"]["attempts"] == 5
+    assert len(r.transport.seen) == 5
     assert all(e["httpStatus"] is None for e in r.logs.events("chartsApi.request"))
 
 
@@ -318,12 +396,15 @@ def test_timeouts_never_exceed_the_budget(rig: Callable[..., Rig]) -> None:
     assert error["details"]["errorKind"] == "timeout"
 
 
-def test_no_backoff_sleeps_past_the_budget(rig: Callable[..., Rig]) -> None:
+def test_a_wait_is_cut_so_the_last_attempt_comes_at_the_budgets_end(rig: Callable[..., Rig]) -> None:
+    """1 s call; the 0.75 s backoff would leave 0.75 s, less than an attempt's minimum (1 s):
+    the wait is cut to 0.5 s, and the second attempt has the last second of the budget."""
     r = rig([answer(500, "Something Went Wrong")], latency=1.0)
-    error = failure(r.render(budget_seconds=2.5))  # 1 s call, 0.75 s sleep, then 0.75 s left
-    assert len(r.transport.seen) == 1
-    assert r.clock.sleeps == []
-    assert error["details"]["httpStatus"] == 500
+    error = failure(r.render(budget_seconds=2.5))
+    assert len(r.transport.seen) == 2
+    assert r.clock.sleeps == [pytest.approx(0.5)]
+    assert r.transport.seen[1].extensions["timeout"]["read"] == pytest.approx(1.0)
+    assert error["details"]["httpStatus"] == 500 and r.clock.elapsed == pytest.approx(2.5)
 
 
 def test_expired_budget_makes_no_call(rig: Callable[..., Rig]) -> None:
@@ -349,7 +430,9 @@ def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     used = r.store.snapshot()["acc1"]
-    assert used["usageToday"] == 1  # the unit really spent: the exhaustion is a field of its own
+    # a 429 is refused before it is counted: its unit given back (the exhaustion is a field
+    # of its own)
+    assert (used["usageToday"], used["refundedToday"]) == (0, 1)
     assert used["exhaustedUntil"] == "2025-01-16T00:00:00.000Z"  # out for the UTC day
     assert r.api.limiter.exhausted_accounts() == ("acc1",)
     assert r.logs.events("chart-img accounts exhausted") == []
@@ -384,9 +467,11 @@ def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
 def test_a_rate_429_cools_the_key_down_without_exhausting_it(rig: Callable[..., Rig]) -> None:
     r = rig([answer(429, "Too Many Requests"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
-    assert not any(r.clock.sleeps)  # another key at once, no backoff
+    # it may be CHART-IMG throttling every key: the next attempt waits its backoff first
+    assert r.clock.sleeps == [pytest.approx(0.75)]
     assert r.api.limiter.exhausted_accounts() == ()
-    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not the day's quota
+    used = r.store.snapshot()["acc1"]
+    assert (used["usageToday"], used["refundedToday"]) == (0, 1)  # refused before it was counted
 
 
 def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig]) -> None:
@@ -465,13 +550,13 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
 
     r = rig([png()], store=Down())
     error = failure(r.render())
-    assert error["code"] == "CHART_API_FAILED"
+    assert error["code"] == "FIRESTORE_UNAVAILABLE"
     assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
     # retried (no call was made: no attempt counted), as the store may come back
     assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
     assert r.transport.seen == []
     lines = r.logs.events("chart-img usage store unavailable")
-    assert len(lines) == 3 and lines[0]["errorKind"] == "TransientStoreError"
+    assert len(lines) == 5 and lines[0]["errorKind"] == "TransientStoreError"
     assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
 
 
@@ -675,8 +760,8 @@ def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts
     call = chart_call("tpl_a")
     with r.api.for_step([call], r.budget()) as step:  # its first attempt prepaid
         error = failure(step.render(call))
-    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (3, ["acc1"])
-    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3]
+    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (5, ["acc1"])
+    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3, 4, 5]
 
 
 def test_a_render_with_less_than_an_attempt_left_sends_nothing(rig: Callable[..., Rig]) -> None:

@@ -13,9 +13,7 @@ from hypothesis import strategies as st
 
 from worker_chart_export.core.naming import parse_png_object_path, png_object_path
 from worker_chart_export.core.step.reuse import (
-    PNG_SIGNATURE,
     ReuseRefusal,
-    is_png,
     listing_prefix,
     listing_start,
     png_metadata,
@@ -259,13 +257,6 @@ def test_a_symbol_that_needs_a_digest_in_its_slug_is_matched_by_its_body() -> No
     mine = listed(png(5, symbol=formula), request_body(formula))
     assert chosen([mine], [call(symbol=formula)]) == {"price_v1": mine.name}
     assert chosen([listed(png(5, symbol=other), request_body(other))], [call(symbol=formula)]) == {}
-
-
-def test_a_png_is_recognised_by_its_first_eight_bytes() -> None:
-    assert bytes([137, 80, 78, 71, 13, 10, 26, 10]) == PNG_SIGNATURE
-    assert is_png(PNG_SIGNATURE) and is_png(PNG_SIGNATURE + b"IHDR...")
-    for head in (b"", b"\x89PNG", b"<html><body>", b"\x89PNG\r\n\x1a\x00", b"GIF89a\x00\x00"):
-        assert not is_png(head)
 
 
 def test_a_png_carries_the_digest_of_its_body_and_the_claim_that_wrote_it() -> None:
