@@ -8,7 +8,6 @@ and their PNGs in the bucket (charts, and whether each is the right one), Eventa
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -25,6 +24,8 @@ from worker_chart_export.core.chart_img.plans import plan_named
 from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL
 from worker_chart_export.core.chart_img.usage import EXHAUSTED_UNTIL, disabled_now, window_start
 from worker_chart_export.core.naming import moment_of
+from worker_chart_export.core.step.manifest_reader import ReadManifest, read_manifest
+from worker_chart_export.tools.devstack.processes import StackError
 
 USAGE = "chart_img_accounts_usage"
 STEP = "charts"
@@ -41,7 +42,7 @@ class Step:
     error: dict[str, Any] = field(default_factory=dict)
     started: datetime | None = None  # the last claim
     finished: datetime | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: ReadManifest | None = None
 
 
 def key_state(doc: dict[str, Any], limit: int, now: datetime) -> tuple[str, datetime | None] | None:
@@ -106,10 +107,22 @@ def read_steps(stack: ChaosStack, created: dict[str, tuple[PlannedRun, datetime]
         step.status = str(fields.get("status", "MISSING"))
         step.error = fields.get("error") or {}
         step.started, step.finished = moment_of(fields.get("startedAt")), moment_of(fields.get("finishedAt"))
-        with contextlib.suppress(Exception):  # no manifest (validation, or never finished)
-            step.manifest = json.loads(stack.read_object(f"charts/{snapshot.id}/{STEP}/manifest.json"))
+        step.manifest = read_step_manifest(stack, snapshot.id)
         steps.append(step)
     return steps
+
+
+def read_step_manifest(stack: ChaosStack, run_id: str) -> ReadManifest | None:
+    """The step's manifest, through the worker's one manifest reader; None when the bucket has
+    none (the step failed validation, or never finished). A manifest that breaks the contract
+    is a finding, not a missing one: its ManifestUnreadable ends the count, naming the object
+    and the JSON path where it breaks."""
+    name = f"charts/{run_id}/{STEP}/manifest.json"
+    try:
+        raw = stack.read_object(name)
+    except StackError:
+        return None
+    return read_manifest(raw, f"gs://{stack.bucket}/{name}")
 
 
 def units_by_key(stack: ChaosStack) -> dict[str, int]:
@@ -171,20 +184,17 @@ def judge_manifest(stack: ChaosStack, step: Step, writer: Incarnation | None) ->
     versions: dict[str, list[Version]] = defaultdict(list)
     for version in stack.template_versions:
         versions[version.template_id].append(Version(version.since, version.request))
-    written = moment_of(step.manifest.get("createdAt")) or datetime.now(UTC)
+    written = step.manifest.created_at
     earliest = read_from(step.started or step.created, writer.started if writer else None)
     verdicts = []
-    for item in step.manifest.get("items", []):
-        name = str(item["png_gcs_uri"]).split("/", 3)[3]
-        digest = digest_in_png(stack.read_object(name))
-        template = str(item["chartTemplateId"])
+    for item in step.manifest.items:
+        template = item.chart_template_id
+        if item.chart_img_symbol is None:  # the worker always says it: without it, no body to match
+            verdicts.append((template, Verdict.WRONG))
+            continue
+        digest = digest_in_png(stack.read_object(item.png_gcs_uri.split("/", 3)[3]))
         chart = Rendered(
-            digest,
-            versions[template],
-            item["meta"]["chartImgSymbol"],
-            step.manifest["timeframe"],
-            earliest,
-            written,
+            digest, versions[template], item.chart_img_symbol, step.manifest.timeframe, earliest, written
         )
         verdicts.append((template, judge(chart)))
     return verdicts
@@ -240,9 +250,9 @@ def explanations(
     return found
 
 
-def uncalled_failure(manifest: dict[str, Any] | None, called: set[str]) -> bool:
+def uncalled_failure(manifest: ReadManifest | None, called: set[str]) -> bool:
     """A chart of the manifest failed without CHART-IMG ever being asked for it (no call of
     its template for the run's symbol in the stand-in's log): it waited for keys that were
     all cooling, or its step's budget ran out first (abandoned)."""
-    failures = (manifest or {}).get("failures") or []
-    return any(str((f.get("request") or {}).get("chartTemplateId")) not in called for f in failures)
+    failures = manifest.failures if manifest is not None else ()
+    return any(f.request["chartTemplateId"] not in called for f in failures)

@@ -29,7 +29,8 @@ from worker_chart_export.command_surface import (
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
 from worker_chart_export.core.step.step_rules import steps_of
-from worker_chart_export.core.types import CHART_EXPORT, StepStatus
+from worker_chart_export.core.step.step_types import handles
+from worker_chart_export.core.types import StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
     CHARTS_API_MODE,
@@ -213,9 +214,7 @@ def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: L
 
 def _has_pending_chart_step(flow_run: FlowRunDocument) -> bool:
     return any(
-        isinstance(step, Mapping)
-        and step.get("stepType") == CHART_EXPORT
-        and step.get("status") == StepStatus.PENDING
+        isinstance(step, Mapping) and handles(step) and step.get("status") == StepStatus.PENDING
         for step in steps_of(flow_run).values()
     )
 

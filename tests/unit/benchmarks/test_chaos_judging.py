@@ -1,18 +1,24 @@
 """benchmarks/chaos/judging.py and targets.py: a chart is judged by the digest its PNG carries
 against the template versions its execution may have read; a FAILED step is explained only
-by a window that met it; the targets hold the figures to issue 27's numbers."""
+by a window that met it; the targets hold the figures to issue 27's numbers; counting reads a
+step's manifest through the worker's one reader."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from harness.builders import REPO
+from worker_chart_export.core.step.manifest_reader import ManifestUnreadable, ReadManifest, manifest_of
+from worker_chart_export.tools.devstack.processes import StackError
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from chaos.counting import uncalled_failure, units_in_hand
+from chaos.counting import read_step_manifest, uncalled_failure, units_in_hand
 from chaos.judging import Rendered, Span, Verdict, Version, digest_of, explain, judge, read_from
 from chaos.targets import Figures, checks, really_exhausted
 
@@ -77,11 +83,59 @@ def test_a_failed_step_is_explained_only_by_what_met_it() -> None:
     assert explain((at(120), at(125)), [], [], spans) == []  # its calls were made: they name it
 
 
+def manifest_document(*failed: str) -> dict[str, object]:
+    """A manifest as the worker writes it, whose `failed` templates failed."""
+    return {
+        "schemaVersion": 1,
+        "runId": "run1",
+        "stepId": "charts",
+        "createdAt": "2026-11-22T12:00:00.000Z",
+        "symbol": "C0001USDT",
+        "timeframe": "1h",
+        "minImages": 1,
+        "requested": [{"chartTemplateId": t} for t in failed or ("a",)],
+        "items": [],
+        "failures": [
+            {"request": {"chartTemplateId": t}, "error": {"code": "CHART_API_FAILED", "message": "HTTP 500"}}
+            for t in failed
+        ],
+    }
+
+
+def failing(*templates: str) -> ReadManifest:
+    return manifest_of(manifest_document(*templates), "manifest.json")
+
+
 def test_a_chart_chart_img_was_never_asked_for_failed_without_a_call() -> None:
-    manifest = {"failures": [{"request": {"chartTemplateId": "a"}}, {"request": {"chartTemplateId": "b"}}]}
+    manifest = failing("a", "b")
     assert not uncalled_failure(manifest, {"a", "b", "c"})  # each failed chart was called
     assert uncalled_failure(manifest, {"a"})  # b never reached CHART-IMG (abandoned, keys cooling)
-    assert not uncalled_failure(None, set()) and not uncalled_failure({"failures": []}, set())
+    assert not uncalled_failure(None, set()) and not uncalled_failure(failing(), set())
+
+
+class Bucket:
+    """The one call read_step_manifest makes of the stack: read_object, as LocalStack answers."""
+
+    bucket = "stack-charts-1"
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def read_object(self, name: str) -> bytes:
+        if name not in self.objects:
+            raise StackError(f"reading gs://{self.bucket}/{name}: HTTP 404")
+        return self.objects[name]
+
+
+def test_a_steps_manifest_is_read_by_the_workers_reader_and_none_when_absent() -> None:
+    written = json.dumps(manifest_document("a")).encode()
+    stack = Bucket({"charts/run1/charts/manifest.json": written, "charts/run2/charts/manifest.json": b"{"})
+    assert read_step_manifest(stack, "run1") == failing("a")  # type: ignore[arg-type]
+    assert read_step_manifest(stack, "run3") is None  # type: ignore[arg-type]
+    with pytest.raises(
+        ManifestUnreadable, match=r"^gs://stack-charts-1/charts/run2/charts/manifest.json: not JSON"
+    ):
+        read_step_manifest(stack, "run2")  # type: ignore[arg-type]  # a finding, never "no manifest"
 
 
 def figures(**values: object) -> Figures:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.step.step_types import handles
 from worker_chart_export.core.types import (
     CHART_EXPORT,
     Claim,
@@ -59,7 +60,7 @@ class RunVersion:
 
 def is_ready_chart_export(step: Mapping[str, object]) -> bool:
     """The step this worker may take (contract §2.1); any map, as an event's skim of a step."""
-    return step.get("stepType") == CHART_EXPORT and step.get("status") == StepStatus.READY
+    return handles(step) and step.get("status") == StepStatus.READY
 
 
 def attempt_of(step: StepDocument) -> int:
@@ -95,7 +96,7 @@ def claim_refusal(run_id: str, step_id: str, document: FlowRunDocument | None) -
     step = step_of(document, step_id)
     if step is None:
         return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
-    if step.get("stepType") != CHART_EXPORT:
+    if not handles(step):
         return ClaimResult(
             ClaimStatus.CONFLICT, f"step {step_id} is a {step.get('stepType')} step, not {CHART_EXPORT}"
         )
