@@ -132,7 +132,7 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
-    from worker_chart_export.bootstrap.commands import read_flow_run
+    from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
     from worker_chart_export.service.execute import execute_chosen_step
 
     settings = load_settings(
@@ -147,7 +147,9 @@ def run_local(args: argparse.Namespace) -> int:
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
-    original = read_flow_run(args.flow_run_path)  # the file, read once
+    # the file, read once and checked as submit checks it: a mistake stops here, nothing written
+    original = read_valid_flow_run(args.flow_run_path)
+    check_accounts_json(settings.chart_img_accounts_json)  # mock mode uses none, yet a bad file is a mistake
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     flow_runs, step = local_step(settings, args.flow_run_path, layout)
