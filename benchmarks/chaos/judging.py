@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from harness.png_digest import body_digest
+from harness.naming_contract import request_sha256
 from worker_chart_export.core.chart_img.key_history import DEFAULT_POLICY
 from worker_chart_export.core.templates.chart_request import build_request_body
 
@@ -60,7 +60,7 @@ class Rendered:
 
 
 def digest_of(version: Version, chart_img_symbol: str, interval: str) -> str:
-    return body_digest(build_request_body(version.request, chart_img_symbol, interval, TIMEZONE))
+    return request_sha256(build_request_body(version.request, chart_img_symbol, interval, TIMEZONE))
 
 
 def current_between(versions: Sequence[Version], start: datetime, end: datetime) -> list[Version]:

@@ -18,7 +18,7 @@ quota, the documented answers) plus, each a small control:
 - `register_template(id, request)`: an edited template's request recognised as its id.
 
 Every 200 carries a PNG whose tEXt chunk `request-sha256` is the digest of the body as
-received (`body_digest`), so a manifest's PNG can be checked against the template body that
+received (`request_sha256`), so a manifest's PNG can be checked against the template body that
 was current when it was rendered. Every request is logged with its wall-clock arrival, that
 digest, and the window whose answer it got (`chaos`: None when the stand-in answered as
 CHART-IMG would on a good day), never the key.
@@ -55,7 +55,8 @@ from harness.chart_img_server import (
     parse_account_spec,
     register_templates_from,
 )
-from harness.png_digest import body_digest, png_with_digest
+from harness.naming_contract import request_sha256
+from harness.png_digest import png_with_digest
 
 
 class _Connections:
@@ -220,7 +221,7 @@ class ChaosChartImgServer(ChartImgServer):
         defaulted: tuple[str, ...],
     ) -> RecordedRequest:
         record = super()._record(account, arrived, body, defaulted)
-        digest = body_digest(body) if body is not None else None
+        digest = request_sha256(body) if body is not None else None
         throttled = self.chaos.throttle if self._throttle is not None else None  # answered before admission
         self._extras[id(record)] = {"wall": time.time(), "digest": digest, "chaos": throttled}
         self._current.record = record

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from google.cloud import storage
 
 GCS_TEST_PROJECT = "test-project"
-_READY_TIMEOUT_SECONDS = 10.0
 _HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -136,14 +135,13 @@ def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
         )
         os.close(log_fd)
         emulator = GcsEmulator(process=process, port=port, log_path=Path(log_name))
-        deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
-        while time.monotonic() < deadline and process.poll() is None:
+        # until it answers or exits (its port taken: try another); only pytest-timeout
+        # (pyproject) ends a start that hangs, so a busy machine never errors a test
+        while process.poll() is None:
             if _answers(emulator.url):
                 return emulator
             time.sleep(0.02)
-        last_error = (
-            f"exit code {process.poll()}" if process.poll() is not None else "no answer in time"
-        ) + f"; log:\n{emulator.log_tail()}"
+        last_error = f"exit code {process.poll()}; log:\n{emulator.log_tail()}"
         emulator.stop()
     raise RuntimeError(f"fake-gcs-server did not start ({binary}): {last_error}")
 

@@ -13,7 +13,8 @@ import pytest
 
 from harness.chaos_stand_in import ChaosChartImgServer, apply_control
 from harness.chart_img_server import PATH
-from harness.png_digest import body_digest, digest_in_png
+from harness.naming_contract import request_sha256
+from harness.png_digest import digest_in_png
 
 BODY = {"symbol": "BINANCE:C0001USDT", "interval": "1h", "width": 800, "height": 600, "theme": "dark"}
 
@@ -55,14 +56,14 @@ def test_a_chart_carries_the_digest_of_the_body_it_was_drawn_from(
     key = server.add_account("a1")
     first, other = post(client, key), post(client, key, {**BODY, "theme": "light"})
     assert first.status_code == other.status_code == 200
-    assert digest_in_png(first.content) == body_digest(BODY)
-    assert digest_in_png(other.content) == body_digest({**BODY, "theme": "light"}) != body_digest(BODY)
+    assert digest_in_png(first.content) == request_sha256(BODY)
+    assert digest_in_png(other.content) == request_sha256({**BODY, "theme": "light"}) != request_sha256(BODY)
     found = chunks(first.content)
     assert [k for k, _, _ in found] == [b"IHDR", b"IDAT", b"tEXt", b"IEND"]
     assert all(zlib.crc32(kind + data) == crc for kind, data, crc in found)  # a valid PNG
     assert [r["digest"] for r in server.request_log()] == [
-        body_digest(BODY),
-        body_digest({**BODY, "theme": "light"}),
+        request_sha256(BODY),
+        request_sha256({**BODY, "theme": "light"}),
     ]
     assert digest_in_png(b"<html>") is None
 

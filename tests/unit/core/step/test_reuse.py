@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker_chart_export.core.naming import parse_png_object_path, png_object_path
+from harness.naming_contract import request_sha256
+from worker_chart_export.core.naming import png_object_path
 from worker_chart_export.core.step.reuse import (
     ReuseRefusal,
     listing_prefix,
@@ -20,7 +21,6 @@ from worker_chart_export.core.step.reuse import (
     reuse_candidates,
     should_look,
 )
-from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ListedObject
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -46,6 +46,8 @@ def png(
     symbol: str = "BINANCE:BTCUSDT",
     interval: str = "1h",
 ) -> str:
+    """An input: the name the worker gives such a PNG (core/naming, tested against the contract's
+    literals in test_naming), whatever the symbol's slug rule."""
     return png_object_path(run_id, step_id, NOW - timedelta(seconds=seconds_ago), symbol, interval, template)
 
 
@@ -56,8 +58,10 @@ def listed(
     content_type: str | None = "image/png",
     metadata: dict[str, str] | None = None,
 ) -> ListedObject:
-    """An object as a listing shows it; by default a PNG written for `body` (the default call's)."""
-    stamped = png_metadata(body_digest(body or request_body()), "token-1") if metadata is None else metadata
+    """An object as a listing shows it; by default a PNG written for `body` (the default call's),
+    stamped with the contract's requestDigest of it."""
+    digest = request_sha256(body or request_body())
+    stamped = png_metadata(digest, "token-1") if metadata is None else metadata
     return ListedObject(path, content_type, stamped)
 
 
@@ -197,7 +201,7 @@ def test_symbols_whose_slugs_collide_never_stand_for_each_other() -> None:
         # a page planted under a PNG's name, carrying a copied digest: its type still says no
         (
             listed(
-                png(10), content_type="text/html", metadata=png_metadata(body_digest(request_body()), "x")
+                png(10), content_type="text/html", metadata=png_metadata(request_sha256(request_body()), "x")
             ),
             ReuseRefusal.NOT_IMAGE_PNG,
         ),
@@ -272,7 +276,9 @@ def test_the_candidates_are_the_pngs_within_the_window_newest_first(ages: list[f
     them, to the millisecond), youngest first; none when reuse is off."""
     paths = [png(age) for age in ages]
     found = reuse_candidates([listed(p) for p in paths], [call()], now=NOW, max_age_seconds=window)
-    kept = [(NOW - parse_png_object_path(p).generated_at).total_seconds() for p in paths]
+    # a name keeps its moment to the millisecond, microseconds cut (the naming contract)
+    moments = [NOW - timedelta(seconds=age) for age in ages]
+    kept = [(NOW - m.replace(microsecond=m.microsecond // 1000 * 1000)).total_seconds() for m in moments]
     eligible = sorted(age for age in kept if 0 <= age <= window) if window > 0 else []
     assert [c.age_seconds for c in found.get("price_v1", [])] == eligible
 
