@@ -321,6 +321,7 @@ def lease_surely_held(
 
 # --- lease expiry (the reaper) -------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ReapPlan:
     """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
