@@ -12,20 +12,26 @@ instance, as a transaction would serialize them, at fewer round trips and with n
   again and the reservation recomputed: a read and a commit more;
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
-a TransientStoreError. A unit given back (`refund`: the call never left) is the same kind of
-compare-and-set. mark_exhausted, mark_disabled, mark_cooling and mark_serving (rare:
-CHART-IMG refused the quota or the key, a key set aside or probed back) stay transactions.
+a TransientStoreError. Each write carries an id of its own (`lastWriteId`): one whose answer
+was lost is found landed by the read that follows (api_core's retry of it failing its
+precondition on our own version, or an outage's error), and counts once. A unit given back
+(`refund`: the call never left) is the same kind of compare-and-set. mark_exhausted,
+mark_disabled, mark_cooling and mark_serving (rare: CHART-IMG refused the quota or the key, a
+key set aside or probed back) stay transactions.
 
 reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
 ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
 same reservations at one round trip instead of one per account. An account whose version is
 not known, or whose write fails its precondition, is simply left out of the answer; its
-calls then reserve one at a time as above. Not retried: the fallback is the retry.
+calls then reserve one at a time as above. Not retried: the fallback is the retry; but a wave
+whose answer never came is confirmed by one read of its accounts first (its id), so what
+landed counts once.
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,6 +49,7 @@ from worker_chart_export.adapters.firestore.client import (
     TransactionRunner,
     Version,
     run_transaction,
+    version_of,
 )
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
 from worker_chart_export.core.chart_img.set_aside import cooling_fields, serving_again_fields
@@ -59,6 +66,7 @@ from worker_chart_export.core.chart_img.usage import (
     reserve_one,
 )
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
 from worker_chart_export.core.retry import USAGE_COMMITS, Backoff
 from worker_chart_export.core.types import Reservation
@@ -68,6 +76,14 @@ T = TypeVar("T")
 
 _ABSENT = Version(None, None)
 MAX_COMMIT_ESTIMATE = 0.25  # seconds
+# Every reservation and refund carries an id of its own: a write whose answer was lost (the
+# commit landed, the reply did not come) is recognised by it when the document is read
+# again, and counts once, where a second plan would have counted its unit twice.
+WRITE_ID = "lastWriteId"
+
+
+def _written_by(doc: Mapping[str, Any] | None, write_id: str) -> bool:
+    return doc is not None and doc.get(WRITE_ID) == write_id
 
 
 @dataclass(frozen=True)
@@ -151,19 +167,45 @@ class FirestoreUsageStore:
         written as a compare-and-set on that version; read and planned again after another
         instance wrote it meanwhile, a few times."""
         ref = self._collection.document(account_id)
+        write_id = uuid.uuid4().hex
+        in_flight: list[T] = []  # what the write carrying `write_id` planned, once sent
 
         def attempt() -> T:
             known = self._known_version(account_id)
             if known is None:
-                snapshot = self._rpc.get(ref)
-                known = Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+                known = version_of(self._rpc.get(ref))
+                if in_flight and _written_by(known.doc, write_id):
+                    # our write landed though its answer was lost (api_core sent it again and
+                    # met our own version): it counts once
+                    self._remember(account_id, known, {}, known.update_time)
+                    return in_flight[-1]
             update, result = plan(known.doc)
-            if update is not None:
-                self._compare_and_set(ref, account_id, known, update)
+            if update is None:
+                return result
+            in_flight[:] = [result]
+            try:
+                self._compare_and_set(ref, account_id, known, {**update, WRITE_ID: write_id})
+            except api_exceptions.Aborted:
+                raise  # changed meanwhile, or our own write: the next attempt reads and sees
+            except Exception:
+                if not self._landed(ref, account_id, write_id):
+                    raise
             return result
 
         with translated(operation):
             return self._retrying.copy()(attempt)
+
+    def _landed(self, ref: firestore.DocumentReference, account_id: str, write_id: str) -> bool:
+        """After a write whose answer never came: one read says whether it landed (then it is
+        remembered, and counts once); False when it did not, or the read fails too."""
+        try:
+            known = version_of(self._rpc.get(ref))
+        except Exception:
+            return False
+        if not _written_by(known.doc, write_id):
+            return False
+        self._remember(account_id, known, {}, known.update_time)
+        return True
 
     def reserve_many(
         self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
@@ -172,6 +214,7 @@ class FirestoreUsageStore:
         planned: list[_PlannedWrite] = []
         batch = BulkWriteBatch(self._client)
         at = ReservationTime(now, max_wait, self._commit_estimate())
+        write_id = uuid.uuid4().hex  # the wave's: a write of it found landed counts once
         for request in requests:
             known = self._known_version(request.account_id)
             if known is None:
@@ -180,6 +223,7 @@ class FirestoreUsageStore:
             if update is None:
                 answer[request.account_id] = reservations  # refused on what we know: no write
                 continue
+            update = {**update, WRITE_ID: write_id}
             ref = self._collection.document(request.account_id)
             if known.doc is None:
                 batch.create(ref, update)
@@ -201,7 +245,9 @@ class FirestoreUsageStore:
         except Exception:
             for write in planned:
                 self._forget(write.account_id)  # landed or not: read them next time
-            raise
+            if not self._confirm_batch(planned, answer):
+                raise
+            return
         self._note_commit(self._clock.monotonic() - started)  # one round trip, counted once
         for write, result, status in zip(planned, response.write_results, response.status, strict=True):
             if status.code != 0:  # changed meanwhile (or refused): nothing reserved here
@@ -209,6 +255,19 @@ class FirestoreUsageStore:
                 continue
             self._remember(write.account_id, write.known, write.update, result.update_time)
             answer[write.account_id] = write.reservations
+
+    def _confirm_batch(self, planned: list[_PlannedWrite], answer: dict[str, list[Reservation]]) -> bool:
+        """A wave whose answer never came: one read of its accounts says which of its writes
+        landed (their reservations are made, and count once; the others are not). False when
+        that read fails too: the caller then knows nothing and reserves call by call."""
+        try:
+            docs = self.read([write.account_id for write in planned])
+        except TransientStoreError:
+            return False
+        for write in planned:
+            if _written_by(docs.get(write.account_id), write.update[WRITE_ID]):
+                answer[write.account_id] = write.reservations
+        return True
 
     def prime(self) -> int:
         """Read every usage document once (one query) and remember their versions, so the
