@@ -95,9 +95,9 @@ class FirestoreFaultProxy:
     def _refusal(self, method: str, request: bytes, *, after: bool = False) -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if fault.after == after and fault.method == method and fault.contains in request:
-                    if fault.takes():
-                        return fault
+                matches = fault.after == after and fault.method == method and fault.contains in request
+                if matches and fault.takes():
+                    return fault
         return None
 
 
