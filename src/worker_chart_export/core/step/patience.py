@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 # the waits a step keeps in its history at most (bounded: the run document must stay small)
 MAX_WAITS_KEPT = 20
+MAX_MESSAGE_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,22 @@ def judge_charts(
     moment could still make minImages, and attempts are left), or FAILED."""
     if items_count >= min_images:
         return Succeeded()
-    error = insufficient_images_error(items_count, min_images, requested, [f.code for f in failures])
+    error = _naming_a_cause(
+        insufficient_images_error(items_count, min_images, requested, [f.code for f in failures]), failures
+    )
     still_possible = items_count + sum(1 for f in failures if f.retryable)
     if still_possible < min_images:
         return Failed(error)  # what failed for good leaves too few: no wait helps
     return after_bad_moment(error, attempt=attempt, policy=policy, now=now, earlier=earlier)
+
+
+def _naming_a_cause(error: StepError, failures: Sequence[StepError]) -> StepError:
+    """The step's error, its message ending with the words of one failure of its code: a
+    person reading `waits` or the FAILED step sees why, not only how many."""
+    example = next((f for f in failures if f.code is error.code), None)
+    if example is None:
+        return error
+    return replace(error, message=f"{error.message}: {example.message}"[:MAX_MESSAGE_CHARS])
 
 
 def after_bad_moment(

@@ -44,7 +44,9 @@ def test_a_step_a_bad_window_held_back_waits_longer_each_attempt(attempt: int, w
     assert isinstance(verdict, Waits)
     assert verdict.until == NOW + timedelta(minutes=wait_minutes)
     assert verdict.cause.code is ErrorCode.CHART_API_LIMIT_EXCEEDED
-    assert verdict.cause.message.startswith("1 of 4 charts rendered, fewer than minImages=3")
+    assert verdict.cause.message == (
+        "1 of 4 charts rendered, fewer than minImages=3 (3 CHART_API_LIMIT_EXCEEDED): CHART-IMG throttling"
+    )
 
 
 def test_one_refused_chart_and_one_bad_moment_still_wait_when_minimages_can_be_met() -> None:
