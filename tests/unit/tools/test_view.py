@@ -170,13 +170,13 @@ def test_missing_or_non_png_image_gets_a_placeholder_and_a_problem() -> None:
     uris = [i["png_gcs_uri"] for i in manifest["items"]]
     images = {
         uris[0]: ChartImage(where="/x/gone.png", problem="PNG missing: not found at /x/gone.png"),
-        uris[1]: ChartImage(where="/x/text.png", data=b"<html>not a png</html>"),
+        uris[1]: ChartImage(where="/x/text.png", data=FIXTURE_PNG.read_bytes()[:40]),  # cut short
         uris[2]: ChartImage(where="/x/ok.png", data=FIXTURE_PNG.read_bytes()),
     }
     page = render_page(_read(manifest), images, source="m.json")
     assert len(page.problems) == 2
     assert "gone_v1" in page.problems[0] and "not found at /x/gone.png" in page.problems[0]
-    assert "text_v1" in page.problems[1] and "not a PNG" in page.problems[1]
+    assert "text_v1" in page.problems[1] and "/x/text.png is not a whole PNG (40 bytes: " in page.problems[1]
     parsed = _parse(page.html)
     assert len([t for t, _ in parsed.tags if t == "img"]) == 1
     assert len([a for t, a in parsed.tags if "placeholder" in (a.get("class") or "")]) == 2

@@ -26,6 +26,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.png import check_png
 from worker_chart_export.core.redaction import NO_SECRETS, Redaction
 from worker_chart_export.core.step.success import step_status
 from worker_chart_export.tools.view.model import ChartImage, StepState
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from worker_chart_export.core.step.manifest import ManifestFailure
     from worker_chart_export.core.step.manifest_reader import ReadItem, ReadManifest
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PACKAGE, TEMPLATE_NAME = "worker_chart_export.tools.view", "page.html.j2"
 _DETAILS_MAX_CHARS = 600
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -94,13 +94,15 @@ def _template() -> Template:
 
 
 def image_problem(image: ChartImage | None) -> str | None:
-    """Why this item's image cannot be shown, or None when its bytes are a PNG."""
+    """Why this item's image cannot be shown, or None when its bytes are a whole PNG (the
+    worker's own check, core/png.py)."""
     if image is None:
         return "no image was read for this item"
     if image.data is None:
         return image.problem or "the image could not be read"
-    if not image.data.startswith(PNG_SIGNATURE):
-        return f"{image.where} is not a PNG ({len(image.data)} bytes without the PNG signature)"
+    check = check_png(image.data)
+    if not check.whole:
+        return f"{image.where} is not a whole PNG ({len(image.data)} bytes: {check.problem})"
     return None
 
 
