@@ -7,10 +7,11 @@ for the adapters actually used.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import (
@@ -154,6 +155,24 @@ def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -
         rate_per_second=settings.chart_img_rate_per_second,
         burst=settings.chart_img_burst,
         default_plan=settings.chart_img_plan,
+        known_good_body=known_good_body(settings),
+    )
+
+
+# The bundled sample's chart (the demo renders it): a key is disabled for refused requests only
+# when CHART-IMG refuses it this one too.
+KNOWN_GOOD_TEMPLATE, KNOWN_GOOD_SYMBOL, KNOWN_GOOD_INTERVAL = "price_psar_adi_v1", "BTCUSDT", "1h"
+
+
+def known_good_body(settings: Settings) -> dict[str, Any]:
+    from worker_chart_export import bundled
+    from worker_chart_export.core.templates.chart_request import build_request_body, resolve_chart_img_symbol
+
+    path = bundled.chart_templates_dir() / f"{KNOWN_GOOD_TEMPLATE}.json"
+    template = json.loads(path.read_text(encoding="utf-8"))
+    symbol = resolve_chart_img_symbol(template["chartImgSymbolTemplate"], KNOWN_GOOD_SYMBOL)
+    return build_request_body(
+        template["request"], symbol, KNOWN_GOOD_INTERVAL, settings.charts_default_timezone
     )
 
 

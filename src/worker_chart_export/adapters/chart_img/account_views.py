@@ -184,6 +184,17 @@ class AccountViews:
         with self._lock:
             self._views[account_id].in_flight -= 1
 
+    def hold(self, account_id: str) -> None:
+        """Counted in flight as a pick is, for a reservation on this very account."""
+        with self._lock:
+            self._views[account_id].in_flight += 1
+
+    def reinstated(self, account_id: str) -> None:
+        """The key's disabling is undone: a known-good chart showed it works (or could not
+        show it does not), so the requests, not the key, were refused."""
+        with self._lock:
+            self._views[account_id].disabled_until = None
+
     def cooling(self, account_id: str) -> float:
         """Seconds until the account's rate cooldown ends (0: not cooling)."""
         return max(0.0, self._views[account_id].cool_until - self._clock.monotonic())

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import httpx
@@ -83,9 +84,13 @@ class RealChartApi:
         request_timeout: float,
         policy: RetryPolicy | None = None,
         mode: str = "real",
+        known_good: Mapping[str, Any] | None = None,
         seams: Seams,
     ) -> None:
         self.mode = mode
+        # the body of a chart CHART-IMG renders (the bundled sample's): a key about to be
+        # disabled for refused requests is first asked for it (only the key at fault goes)
+        self._known_good = known_good
         self.client = client
         self.limiter = limiter
         self._request_timeout = request_timeout
@@ -141,7 +146,8 @@ class RealChartApi:
         return prepaid
 
     def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
-        request = ChartRequest(call, session)
+        check = None if self._known_good is None else partial(self._key_works, session.budget)
+        request = ChartRequest(call, session, check_key=check)
         retrying = Retrying(
             stop=self._policy.stop(session.budget),
             wait=self._policy.wait(session.budget, self._rand),
@@ -167,6 +173,50 @@ class RealChartApi:
 
     def close(self) -> None:
         self.client.close()
+
+    def _key_works(self, budget: Budget, account_id: str) -> bool | None:
+        """The known-good chart asked of this account's key: True it renders, False the key
+        is refused for it too, None no verdict (no time, no connection, no unit, another
+        answer). It costs a unit, as any chart does; one that never left is given back."""
+        assert self._known_good is not None
+        max_wait = budget.remaining() - self._policy.min_attempt_seconds
+        if max_wait < 0 or not self._permits.acquire(timeout=max_wait):
+            return None
+        try:
+            lease = self.limiter.reserve_on(account_id, max_wait=max_wait)
+            if lease is None:
+                return None
+            lease = self.limiter.wait_for_slot(lease)
+            timeout = min(self._request_timeout, budget.remaining())
+            try:
+                answer = self.client.post_chart(self._known_good, lease.api_key, timeout=timeout)
+            except httpx.HTTPError as exc:
+                if isinstance(exc, NEVER_LEFT):
+                    self.limiter.give_back(lease)
+                return None
+        finally:
+            self._permits.release()
+        if answer.status == 429:
+            self.limiter.give_back(lease)
+        disposition = classify(
+            answer.status, None if answer.status == 200 else answer.redacted(known_keys.redaction()).body
+        )
+        works = (
+            True
+            if disposition is Disposition.SUCCESS
+            else False
+            if disposition is Disposition.BAD_KEY
+            else None
+        )
+        if works:
+            self.limiter.succeeded(account_id)
+        get_logger().info(
+            "chart-img key checked with a known-good chart",
+            accountId=account_id,
+            httpStatus=answer.status,
+            keyWorks=works,
+        )
+        return works
 
     # --- the attempt ---
 

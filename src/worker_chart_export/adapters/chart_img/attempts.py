@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.key_verdicts import KeyCheck
 from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount, NoAccountReason
 from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.core.budget import Budget
@@ -51,6 +52,8 @@ class ChartRequest:
     # only when the request ends (`judge_refusals`)
     pending: list[tuple[str, Answer]] = field(default_factory=list)
     refused_everywhere: bool = False  # every account that could serve it refused it
+    # asks CHART-IMG for a known-good chart on a key about to be disabled (None: no check)
+    check_key: KeyCheck | None = None
 
     @property
     def budget(self) -> Budget:
@@ -108,7 +111,7 @@ def _key_refused(
     request.refused_by.add(account_id)
     nowhere_else = set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by
     if probe or (nowhere_else and len(request.refused_by) == 1):
-        if limiter.key_refused(account_id, seen, probe=probe):
+        if limiter.key_refused(account_id, seen, probe=probe, check=request.check_key):
             return refused
     else:
         request.pending.append((account_id, seen))
@@ -144,7 +147,7 @@ def judge_refusals(limiter: AccountLimiter, request: ChartRequest, result: Chart
         )
         return
     for account_id, seen in pending:
-        limiter.key_refused(account_id, seen)
+        limiter.key_refused(account_id, seen, check=request.check_key)
 
 
 def cannot_start(

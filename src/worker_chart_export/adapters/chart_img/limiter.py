@@ -217,6 +217,17 @@ class AccountLimiter(KeyVerdicts):
             return  # the wave goes on what is known; its reservations still hold exactly
         self._views.caught_up(docs)
 
+    def reserve_on(self, account_id: str, *, max_wait: float) -> Lease | None:
+        """A unit and a send slot on this very account, whatever this process's view says of
+        its key (a key's check with a known-good chart); None when the store refuses it or
+        its slot is further than `max_wait` (at most UNIT_HOLD_SECONDS)."""
+        self._views.hold(account_id)  # `_try` releases it as it releases a pick
+        try:
+            outcome = self._try(account_id, min(max_wait, UNIT_HOLD_SECONDS))
+        except TransientStoreError:
+            return None
+        return outcome if isinstance(outcome, Lease) else None
+
     def wait_for_slot(self, lease: Lease) -> Lease:
         """Sleeps until the lease's send slot (at most UNIT_HOLD_SECONDS away); the lease,
         saying how long that was."""

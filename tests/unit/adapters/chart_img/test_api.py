@@ -216,20 +216,26 @@ def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig
 def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_for_another_request(
     rig: Callable[..., Rig], status: int, message: str
 ) -> None:
-    r = rig([answer(status, message), png(), answer(status, message), png()], accounts=("acc1", "acc2"))
+    refused = answer(status, message)
+    # acc1 refuses AAA, acc2 renders it; acc1 refuses BBB, acc2 renders it, and acc1 refuses
+    # the known-good chart asked once BBB ended
+    r = rig([refused, png(), refused, png(), refused, png()], accounts=("acc1", "acc2"))
     assert r.render(symbol="BINANCE:AAAUSDT") == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")  # refused once: still usable
     (warning,) = r.logs.events("chart-img key refused once: the call moves to another account")
     assert warning["accountId"] == "acc1" and warning["severity"] == "WARNING"
-    # acc1 (least used again) refused a second time, for another request: disabled
+    # acc1 (least used again) refused a second time, for another request, and refused for
+    # the known-good chart too: disabled
     assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
     assert r.api.limiter.usable_accounts() == ("acc2",)
     assert r.store.snapshot()["acc1"]["disabled"] is True
     r.render(symbol="BINANCE:CCCUSDT")
-    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc2"]  # acc1 not again today
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc1", "acc2"]  # acc1 not again
+    assert json.loads(r.transport.seen[4].content)["symbol"] == "BINANCE:BTCUSDT"  # the known-good chart
     (event,) = r.logs.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
+    assert event["rule"] == "key refused for two requests, then for a known-good chart"
 
 
 def test_one_request_refused_twice_on_a_key_counts_once(rig: Callable[..., Rig]) -> None:
@@ -267,13 +273,41 @@ def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callabl
 def test_the_only_key_refused_for_a_second_request_is_disabled_at_once(rig: Callable[..., Rig]) -> None:
     """On the only key, the second request refused with no success between disables it then
     and there: the failure says the key is out of service, not that the request was refused."""
-    r = rig([answer(401, "Invalid Request")])
+    r = rig([answer(401, "Invalid Request")])  # the known-good chart refused too: the key
     assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
     error = failure(r.render(symbol="BINANCE:BBBUSDT"))
     assert error["details"]["disabledAccounts"] == ["acc1"] and "refusedBy" not in error["details"]
-    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 2
+    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 3
     (disabled,) = r.logs.events("chart-img account key refused: account disabled")
-    assert disabled["rule"] == "key refused for two requests"
+    assert disabled["rule"] == "key refused for two requests, then for a known-good chart"
+
+
+def test_the_only_key_refused_for_two_bad_requests_keeps_rendering_good_ones(rig: Callable[..., Rig]) -> None:
+    """Issue 38: CHART-IMG answers 401 "Invalid Request" (its documented example) for two
+    different symbols on the only key. Before, the key was disabled for 15 minutes and the
+    next valid chart failed; the known-good chart now shows the key works."""
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, refused, png(), png()])  # AAA, BBB, the known-good chart, then CCC
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
+    assert failure(r.render(symbol="BINANCE:BBBUSDT"))["details"]["errorKind"] == "request_refused"
+    assert r.api.limiter.usable_accounts() == ("acc1",) and "disabled" not in r.store.snapshot()["acc1"]
+    assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
+    symbols = [json.loads(request.content)["symbol"] for request in r.transport.seen]
+    assert symbols == ["BINANCE:AAAUSDT", "BINANCE:BBBUSDT", "BINANCE:BTCUSDT", "BINANCE:CCCUSDT"]
+    (kept,) = r.logs.events("chart-img key refused for two requests but not for a known-good chart: kept")
+    assert (kept["accountId"], kept["knownGoodChart"], kept["severity"]) == ("acc1", "rendered", "WARNING")
+    assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
+def test_a_key_whose_known_good_chart_gets_no_verdict_is_kept(rig: Callable[..., Rig]) -> None:
+    """A 5xx to the known-good chart says nothing of the key: it stays in service."""
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, refused, answer(503, "Service Unavailable"), png()])
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert r.api.limiter.usable_accounts() == ("acc1",)
+    (kept,) = r.logs.events("chart-img key refused for two requests but not for a known-good chart: kept")
+    assert kept["knownGoodChart"] == "no verdict"
 
 
 def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
@@ -283,11 +317,12 @@ def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) ->
     error = failure(r.render(symbol="BINANCE:AAAUSDT"))  # acc1, acc2: this request, final
     assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 2
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
-    error = failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request: both keys disabled
-    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 4
+    # another request, and the known-good chart on each key: both keys disabled
+    error = failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 6
     assert r.api.limiter.usable_accounts() == ()
     again = failure(r.render(symbol="BINANCE:CCCUSDT"))  # no call at all
-    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
+    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 6
 
 
 # --- retries -------------------------------------------------------------------------------
@@ -644,19 +679,20 @@ def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[...,
     that probe, it is disabled again at once, and the ERROR line says it was the probe."""
     r = rig([answer(403, "Forbidden")], chart_img_max_attempts=1)
     failure(r.render(symbol="BINANCE:AAAUSDT"))
-    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request refused too: the key is disabled
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request and the known-good chart refused
     assert [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")] == [
-        "key refused for two requests"
+        "key refused for two requests, then for a known-good chart"
     ]
     r.clock.advance(16 * 60)  # past the hold: the next call is the key's probe
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
-    assert rules == ["key refused for two requests", "key refused on its probe"]
-    assert len(r.transport.seen) == 3
+    assert rules == ["key refused for two requests, then for a known-good chart", "key refused on its probe"]
+    assert len(r.transport.seen) == 4
 
 
 def disabled_then_probed(r: Rig) -> None:
-    """acc1 refused for two requests (disabled), then its hold passed: the next call probes it."""
+    """acc1 refused for two requests and the known-good chart (disabled), then its hold
+    passed: the next call probes it."""
     failure(r.render(symbol="BINANCE:AAAUSDT"))
     failure(r.render(symbol="BINANCE:BBBUSDT"))
     assert r.api.limiter.usable_accounts() == ()
@@ -664,7 +700,7 @@ def disabled_then_probed(r: Rig) -> None:
 
 
 def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callable[..., Rig]) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
     disabled_then_probed(r)
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     (aside,) = r.logs.events("chart-img key keeps answering 429: set aside, then probed")
@@ -675,7 +711,7 @@ def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callabl
 
 
 def test_a_probe_answered_without_a_word_on_the_key_says_so(rig: Callable[..., Rig]) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
     disabled_then_probed(r)
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     (said,) = r.logs.events("chart-img probe answered without a verdict on the key")
@@ -714,7 +750,7 @@ def test_a_retry_goes_to_an_account_the_request_has_not_tried_even_a_busier_one(
 def test_a_probe_answered_200_puts_the_key_back_in_service_for_every_instance(
     rig: Callable[..., Rig],
 ) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [png()], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [png()], chart_img_max_attempts=1)
     disabled_then_probed(r)
     assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
     (back,) = r.logs.events("chart-img key serves again: its probe answered 200")
@@ -744,13 +780,17 @@ def test_a_key_refused_for_a_request_that_failed_elsewhere_counts_against_the_ke
         answer(500, "Something Went Wrong"),
         answer(401, "Invalid Request"),
         png(),
+        answer(401, "Invalid Request"),  # the known-good chart, refused on acc1 too
     ]
     r = rig(answers, accounts=("acc1", "acc2"), chart_img_max_attempts=2)
     assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["httpStatus"] == 500
     assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
-    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2"]
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc1"]
     (disabled,) = r.logs.events("chart-img account key refused: account disabled")
-    assert (disabled["accountId"], disabled["rule"]) == ("acc1", "key refused for two requests")
+    assert (disabled["accountId"], disabled["rule"]) == (
+        "acc1",
+        "key refused for two requests, then for a known-good chart",
+    )
 
 
 def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts(
