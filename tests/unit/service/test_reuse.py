@@ -347,8 +347,8 @@ def test_the_one_listing_starts_at_the_oldest_moment_a_chart_may_be_reused_from(
     assert retry.run().outcome == "SUCCEEDED"
 
     [(prefix, start)] = retry.artifacts.listings
-    # 10:00:00.000456 less the default window's 900 s, cut to the millisecond
-    assert (prefix, start) == ("charts/run1/charts/", "charts/run1/charts/20261122T094500000Z")
+    # 10:00:00.000456 less the default window's 3600 s, cut to the millisecond
+    assert (prefix, start) == ("charts/run1/charts/", "charts/run1/charts/20261122T090000000Z")
 
     def named(moment: datetime) -> str:
         return png_name("run1", "charts", moment, "BINANCE-BTCUSDT", "1h", TEMPLATES[0])
