@@ -42,7 +42,7 @@ from worker_chart_export.core.chart_img.usage import (
     window_start,
 )
 from worker_chart_export.core.clock import Clock
-from worker_chart_export.core.naming import moment_of
+from worker_chart_export.core.naming import moment_of, rfc3339_utc
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
 # Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
@@ -111,6 +111,19 @@ class AccountView:
     def serves(self, plans: Collection[str] | None) -> bool:
         """Its plan allows the call (`plans`: the call's serving plans; None: any)."""
         return plans is None or self.plan in plans
+
+    def why_not(self, now: datetime, moment: float) -> str:
+        """Why no call goes to it now, in words a failure can carry (never its key)."""
+        if self.exhausted_until is not None and self.exhausted_until > now:
+            return f"at its daily limit until {rfc3339_utc(self.exhausted_until)}"
+        if self.disabled(now):
+            assert self.disabled_until is not None
+            return f"its key refused: disabled until {rfc3339_utc(self.disabled_until)}"
+        if self.set_aside_until is not None and self.set_aside_until > now:
+            return f"answering 429: set aside until {rfc3339_utc(self.set_aside_until)}"
+        if self.cool_until > moment:
+            return f"cooling down for {self.cool_until - moment:.1f} s"
+        return f"its next send slot is {self.expected_wait(now.timestamp(), moment):.1f} s away"
 
 
 class AccountViews:
@@ -336,6 +349,17 @@ class AccountViews:
                     if v.serves(plans) and v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
+
+    def standing(
+        self, plans: Collection[str] | None
+    ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+        """((account, why no call goes to it now) of each account whose plan serves the call,
+        (account, plan) of each whose plan does not): what a chart no account took is told."""
+        now, moment = self._clock.now(), self._clock.monotonic()
+        with self._lock:
+            serving = tuple((a, v.why_not(now, moment)) for a, v in self._views.items() if v.serves(plans))
+            others = tuple((a, v.plan) for a, v in self._views.items() if not v.serves(plans))
+        return serving, others
 
     def all_disabled(self, plans: Collection[str] | None = None) -> bool:
         """Every account (of `plans`; None: all) has its key disabled; False when there is none."""

@@ -21,7 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -58,9 +58,10 @@ class Lease:
 
 
 class NoAccountReason(StrEnum):
-    EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
+    EXHAUSTED = "EXHAUSTED"  # every account that serves the call is at its daily limit (for the day)
     NO_TIME = "NO_TIME"  # no send slot frees up within the time left
     NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
+    SET_ASIDE = "SET_ASIDE"  # none can take it now, not all for the day (set aside, cooling...)
 
 
 # a wait shorter than this is no wait: float rounding between the slot this process computed
@@ -87,6 +88,10 @@ class _Later:
 class NoAccount:
     reason: NoAccountReason
     exhausted_accounts: tuple[str, ...]
+    # what the failure tells, not what the refusal is: each account whose plan serves the
+    # call and why it took none; each other (account, plan)
+    standing: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    other_plans: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 class AccountLimiter(KeyVerdicts):
@@ -287,14 +292,19 @@ class AccountLimiter(KeyVerdicts):
             waited += ahead
 
     def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
-        """Why no account (of those whose plan serves the call) could take it."""
+        """Why no account (of those whose plan serves the call) could take it: each one's
+        own reason, and the accounts whose plan does not serve it."""
         exhausted = self._views.exhausted_accounts(plans)
+        standing, others = self._views.standing(plans)
         if busy:
-            return NoAccount(NoAccountReason.NO_TIME, exhausted)
-        all_disabled = self._views.all_disabled(plans)
-        return NoAccount(
-            NoAccountReason.NO_USABLE_KEY if all_disabled else NoAccountReason.EXHAUSTED, exhausted
-        )
+            reason = NoAccountReason.NO_TIME
+        elif self._views.all_disabled(plans):
+            reason = NoAccountReason.NO_USABLE_KEY
+        elif len(exhausted) == len(standing):  # (none serves it: validation's to refuse)
+            reason = NoAccountReason.EXHAUSTED
+        else:
+            reason = NoAccountReason.SET_ASIDE
+        return NoAccount(reason, exhausted, standing, others)
 
     def give_back(self, lease: Lease) -> Refund | None:
         """The lease's unit given back: its call never reached CHART-IMG (no connection was

@@ -24,6 +24,7 @@ See docs/design.md, "CHART-IMG answers".
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -209,9 +210,22 @@ def mock_missing(fixture_key: str, directory: Path) -> StepError:
     )
 
 
-def accounts_exhausted(account_ids: list[str]) -> StepError:
+def accounts_exhausted(account_ids: list[str], other_plans: Sequence[tuple[str, str]] = ()) -> StepError:
+    """Every account that could serve the chart is at its daily limit; `other_plans`: the
+    (account, plan) whose plan cannot serve it (they may well have quota: said so)."""
+    if not other_plans:
+        return StepError(
+            ErrorCode.CHART_API_LIMIT_EXCEEDED,
+            "every CHART-IMG account is at its daily limit; no request was sent",
+            {"exhaustedAccounts": sorted(account_ids)},
+        )
+    named = ", ".join(f"{a} ({plan})" for a, plan in other_plans)
     return StepError(
         ErrorCode.CHART_API_LIMIT_EXCEEDED,
-        "every CHART-IMG account is at its daily limit; no request was sent",
-        {"exhaustedAccounts": sorted(account_ids)},
+        "every CHART-IMG account whose plan can serve this chart is at its daily limit; no request "
+        f"was sent; {named} cannot serve it: the template asks for more than their plan allows",
+        {
+            "exhaustedAccounts": sorted(account_ids),
+            "otherPlanAccounts": [{"accountId": a, "plan": plan} for a, plan in other_plans],
+        },
     )
