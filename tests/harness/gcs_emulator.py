@@ -198,7 +198,8 @@ class FaultyGcsProxy:
     With `forward_first`, a faulted upload is still forwarded to the emulator before the
     error is returned: the write happened but its answer was lost. With `fail_object_reads`,
     reads of an object's metadata fail too (every one); with `fail_listings`, every listing
-    of objects (a GET of `.../o`).
+    of objects (a GET of `.../o`). With `failing`, uploads fail while it answers True as well
+    (a window measured on the test's own clock: "GCS answers 503 for 6 s").
     """
 
     upstream_url: str
@@ -208,6 +209,7 @@ class FaultyGcsProxy:
     fail_object_reads: bool = False  # also fail every GET of an object's metadata
     fail_listings: bool = False  # also fail every listing of objects
     error_message: str | None = None
+    failing: Callable[[], bool] | None = None
     upload_requests: int = 0
     failed_uploads: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
@@ -238,7 +240,7 @@ class FaultyGcsProxy:
             if not path.startswith("/upload/"):
                 return False
             self.upload_requests += 1
-            if self.failed_uploads < self.fail_first:
+            if self.failed_uploads < self.fail_first or (self.failing is not None and self.failing()):
                 self.failed_uploads += 1
                 return True
             return False
@@ -317,6 +319,7 @@ def start_faulty_gcs_proxy(
     fail_object_reads: bool = False,
     fail_listings: bool = False,
     error_message: str | None = None,
+    failing: Callable[[], bool] | None = None,
 ) -> FaultyGcsProxy:
     """A proxy on a free 127.0.0.1 port; `fail_first` large (e.g. 10**6) means "forever"."""
     proxy = FaultyGcsProxy(
@@ -327,6 +330,7 @@ def start_faulty_gcs_proxy(
         fail_object_reads=fail_object_reads,
         fail_listings=fail_listings,
         error_message=error_message,
+        failing=failing,
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(proxy))
     server.daemon_threads = True
