@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import structlog
 from structlog.typing import FilteringBoundLogger
@@ -35,7 +35,6 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import manifest_object_path, moment_of, rfc3339_utc
-from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.step import step_failures
 from worker_chart_export.core.step.manifest import (
     ManifestFailure,
@@ -45,6 +44,7 @@ from worker_chart_export.core.step.manifest import (
 )
 from worker_chart_export.core.step.patience import (
     Failed,
+    StepAttempt,
     Succeeded,
     Verdict,
     after_bad_moment,
@@ -76,7 +76,7 @@ from worker_chart_export.service.step_context import (
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
 if TYPE_CHECKING:
-    from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepOutputs, StepWait
+    from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepOutputs
 
 __all__ = ["StepReport", "execute_chosen_step", "execute_step"]
 
@@ -348,7 +348,7 @@ def _write_manifest_and_decide(
         ctx.log.error("manifest write failed", error=write_error.to_dict())
         if not write_error.retryable:
             return ctx.failed(write_error, **counts)
-        waits_or_fails = after_bad_moment(write_error, **_attempts(ctx, claim, step))
+        waits_or_fails = after_bad_moment(write_error, _attempt(ctx, claim, step))
         return ctx.report(_final(ctx, waits_or_fails, {}), **counts)
     ctx.log.info(
         "manifest written",
@@ -362,26 +362,15 @@ def _write_manifest_and_decide(
         [f.error for f in rendered.failures],
         min_images=validated.min_images,
         requested=len(validated.requests),
-        **_attempts(ctx, claim, step),
+        attempt=_attempt(ctx, claim, step),
     )
     return ctx.report(_final(ctx, verdict, {"outputsManifestGcsUri": manifest_uri}), **counts)
 
 
-class _Attempts(TypedDict):
-    attempt: int
-    policy: Backoff
-    now: datetime
-    earlier: list[StepWait]
-
-
-def _attempts(ctx: StepContext, claim: Claim | None, step: StepDocument | None) -> _Attempts:
+def _attempt(ctx: StepContext, claim: Claim | None, step: StepDocument | None) -> StepAttempt:
     """Which attempt of the step this is, its policy, and the waits before it."""
-    return {
-        "attempt": claim.attempt if claim is not None else 1,
-        "policy": ctx.limits.step_retries,
-        "now": ctx.clock.now(),
-        "earlier": waits_of(step),
-    }
+    number = claim.attempt if claim is not None else 1
+    return StepAttempt(number, ctx.limits.step_retries, ctx.clock.now(), waits_of(step))
 
 
 def _final(ctx: StepContext, verdict: Verdict, outputs: StepOutputs) -> StepFinal:

@@ -55,16 +55,18 @@ class Waits:
 Verdict = Succeeded | Failed | Waits
 
 
+@dataclass(frozen=True)
+class StepAttempt:
+    """Which attempt of the step this is, under which policy, ending when, after which waits."""
+
+    number: int
+    policy: Backoff
+    now: datetime
+    earlier: Sequence[StepWait] = ()
+
+
 def judge_charts(
-    items_count: int,
-    failures: Sequence[StepError],
-    *,
-    min_images: int,
-    requested: int,
-    attempt: int,
-    policy: Backoff,
-    now: datetime,
-    earlier: Sequence[StepWait] = (),
+    items_count: int, failures: Sequence[StepError], *, min_images: int, requested: int, attempt: StepAttempt
 ) -> Verdict:
     """The step's verdict from its charts: SUCCEEDED, WAITS (the charts that failed for a bad
     moment could still make minImages, and attempts are left), or FAILED."""
@@ -76,7 +78,7 @@ def judge_charts(
     still_possible = items_count + sum(1 for f in failures if f.retryable)
     if still_possible < min_images:
         return Failed(error)  # what failed for good leaves too few: no wait helps
-    return after_bad_moment(error, attempt=attempt, policy=policy, now=now, earlier=earlier)
+    return after_bad_moment(error, attempt)
 
 
 def _naming_a_cause(error: StepError, failures: Sequence[StepError]) -> StepError:
@@ -88,15 +90,12 @@ def _naming_a_cause(error: StepError, failures: Sequence[StepError]) -> StepErro
     return replace(error, message=f"{error.message}: {example.message}"[:MAX_MESSAGE_CHARS])
 
 
-def after_bad_moment(
-    cause: StepError, *, attempt: int, policy: Backoff, now: datetime, earlier: Sequence[StepWait] = ()
-) -> Waits | Failed:
+def after_bad_moment(cause: StepError, attempt: StepAttempt) -> Waits | Failed:
     """A step held back by a bad moment only: it waits while attempts are left, else it is
     FAILED with every attempt's cause."""
-    attempts = policy.attempts or 1
-    if attempt < attempts:
-        return Waits(now + timedelta(seconds=policy.delay(attempt)), cause)
-    return Failed(attempts_spent(cause, attempt=attempt, earlier=earlier))
+    if attempt.number < (attempt.policy.attempts or 1):
+        return Waits(attempt.now + timedelta(seconds=attempt.policy.delay(attempt.number)), cause)
+    return Failed(attempts_spent(cause, attempt=attempt.number, earlier=attempt.earlier))
 
 
 def attempts_spent(cause: StepError, *, attempt: int, earlier: Sequence[StepWait]) -> StepError:

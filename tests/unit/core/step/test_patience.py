@@ -12,6 +12,7 @@ from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.step.patience import (
     Failed,
+    StepAttempt,
     Succeeded,
     Waits,
     judge_charts,
@@ -29,7 +30,7 @@ SPENT = StepError(ErrorCode.CHART_API_LIMIT_EXCEEDED, "every account is at its d
 
 def judge(items: int, failures: list[StepError], *, attempt: int = 1, min_images: int = 3) -> object:
     return judge_charts(
-        items, failures, min_images=min_images, requested=4, attempt=attempt, policy=POLICY, now=NOW
+        items, failures, min_images=min_images, requested=4, attempt=StepAttempt(attempt, POLICY, NOW)
     )
 
 
@@ -80,10 +81,7 @@ def test_the_last_attempt_fails_naming_every_attempts_cause() -> None:
         [THROTTLED, THROTTLED, THROTTLED],
         min_images=3,
         requested=4,
-        attempt=5,
-        policy=POLICY,
-        now=NOW,
-        earlier=earlier,  # type: ignore[arg-type]
+        attempt=StepAttempt(5, POLICY, NOW, earlier),  # type: ignore[arg-type]
     )
     assert isinstance(verdict, Failed)
     assert verdict.error.message.endswith("; after 5 attempt(s), each held back by a bad moment")
@@ -96,7 +94,7 @@ def test_the_last_attempt_fails_naming_every_attempts_cause() -> None:
 
 def test_one_attempt_allowed_never_waits() -> None:
     verdict = judge_charts(
-        0, [THROTTLED] * 4, min_images=1, requested=4, attempt=1, policy=POLICY.with_attempts(1), now=NOW
+        0, [THROTTLED] * 4, min_images=1, requested=4, attempt=StepAttempt(1, POLICY.with_attempts(1), NOW)
     )
     assert isinstance(verdict, Failed)
 
