@@ -207,7 +207,7 @@ def test_a_symbol_whose_slug_collides_is_never_served_the_other_symbols_png(retr
         (
             "image/png",
             b"<html><body>not a chart</body></html>",
-            "its bytes do not begin with the PNG signature",
+            "its bytes are not a whole PNG",
         ),
     ],
     ids=["text-html", "png-type-html-bytes"],
