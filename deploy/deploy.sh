@@ -7,7 +7,7 @@
 # policies, the dashboard, and the chart templates. Idempotent: each resource is looked up
 # first, created when absent, updated only where it differs (Cloud Run gets a new revision
 # each time). A preflight (gcloud, its login, Application Default Credentials, the project,
-# the secret) runs before anything is changed. See deploy/README.md.
+# REGION among Cloud Run's, the secret) runs before anything is changed. See deploy/README.md.
 #
 # Usage: deploy/deploy.sh [--dry-run] [--print-config] [--help]
 #   --dry-run       print every command that would run, in order, one per line, and run nothing:
@@ -198,6 +198,18 @@ int_in() { # NAME LOW HIGH WHY
   fi
 }
 
+# PROJECT_ID and REGION by their form, before anything uses them (a project id as Google documents
+# it; a region as Cloud Run names them). The region is also looked up in Cloud Run's own list at
+# the preflight (check_region_listed), when a login allows.
+PROJECT_ID_FORM='^[a-z][a-z0-9-]{4,28}[a-z0-9]$'
+REGION_FORM='^[a-z]+-[a-z]+[0-9]+$'
+check_project_and_region() {
+  [[ "${PROJECT_ID}" =~ ${PROJECT_ID_FORM} ]] \
+    || PROBLEMS+=("PROJECT_ID: '${PROJECT_ID}' is not a project ID: 6 to 30 lowercase letters, digits and hyphens, starting with a letter, not ending with a hyphen (the ID, not the project's name: 'gcloud projects list' shows both)")
+  [[ "${REGION}" =~ ${REGION_FORM} ]] \
+    || PROBLEMS+=("REGION: '${REGION}' is not a region name: lowercase letters, a hyphen, lowercase letters and a number, like europe-west1 ('gcloud run regions list' names Cloud Run's)")
+}
+
 check_numbers() {
   # Events reach both event-driven services through Pub/Sub push subscriptions, whose
   # acknowledgement deadline (set below from these timeouts) is at most 600 s: a longer request
@@ -260,6 +272,7 @@ check_accounts_file() {
 }
 
 check_configuration() {
+  check_project_and_region
   check_numbers
   check_names
   find_project_cli
@@ -349,6 +362,8 @@ describe() {
 }
 die() { echo "deploy.sh: $*" >&2; exit 1; }
 section() { if [[ "${DRY_RUN}" == 1 ]]; then echo "# == $*"; else echo "== $*"; fi; }
+# What a check found, where it matters to the reader (a dry run's lines are comments).
+note() { if [[ "${DRY_RUN}" == 1 ]]; then echo "#   $*"; else echo "$*"; fi; }
 # gcloud's first line on stderr, without its "ERROR: (gcloud.command) " head.
 gcloud_said() { grep -m1 . "${WORK_DIR}/stderr" | sed 's/^ERROR: ([^)]*) //'; }
 
@@ -383,20 +398,56 @@ preflight_tools() {
     gcloud alpha monitoring policies list --help || true
 }
 
-preflight_credentials() { # LOGGED_IN=1 when gcloud's login works
-  LOGGED_IN=0
+LOGGED_IN=0
+preflight_credentials() { # a real run: LOGGED_IN=1 when gcloud's login works
+  local login=0
   if check "gcloud has no usable login: run 'gcloud auth login'" gcloud auth print-access-token; then
-    LOGGED_IN=1
+    login=1
   fi
   check "no Application Default Credentials, which templates sync (the last step) writes Firestore with: run 'gcloud auth application-default login'" \
     gcloud auth application-default print-access-token || true
   CHECKED="" # a token: kept no longer than needed
+  if [[ "${DRY_RUN}" == 0 ]]; then LOGGED_IN="${login}"; fi
+}
+
+# A dry run changes nothing, and asks Google Cloud one thing when gcloud has a login: Cloud Run's
+# regions (check_region_listed). Without a login it says so, and what it could not check.
+dry_run_credentials() {
+  if command -v gcloud >/dev/null 2>&1 && gcloud auth print-access-token >/dev/null 2>&1 </dev/null; then
+    LOGGED_IN=1
+  else
+    echo "# no gcloud login here ('gcloud auth print-access-token' fails): this dry run asks Google Cloud nothing, so REGION ${REGION} is checked by its form only, not against Cloud Run's regions; a real run would stop at this preflight"
+  fi
+}
+
+region_hint() { # the listed regions: those of REGION's area, or where to find them all
+  local area="${REGION%%-*}" alike
+  alike="$(grep -E "^${area}-" <<<"$1" | paste -sd, - | sed 's/,/, /g')" || true
+  if [[ -n "${alike}" ]]; then echo "Cloud Run's ${area}-* regions: ${alike}"; else echo "'gcloud run regions list' names them"; fi
+}
+
+# REGION among the regions Cloud Run lists for this project; when the list cannot be read (Cloud
+# Run's API not enabled yet in a new project, which only this deploy enables), REGION stands on
+# its form, and a line says so.
+check_region_listed() {
+  local regions
+  print_cmd "? " gcloud run regions list --format="value(locationId)"
+  stops_if "REGION ${REGION} is not among them (when the list cannot be read, REGION is checked by its form only)"
+  ((LOGGED_IN)) || return 0 # a dry run without a login: dry_run_credentials said so
+  if ! regions="$(gcloud run regions list --format="value(locationId)" 2>"${WORK_DIR}/stderr" </dev/null)"; then
+    note "REGION ${REGION} is checked by its form only: Cloud Run's list of regions could not be read (gcloud: $(gcloud_said))"
+  elif grep -qxF -- "${REGION}" <<<"${regions}"; then
+    note "REGION ${REGION} is one of Cloud Run's regions"
+  else
+    PREFLIGHT+=("REGION: '${REGION}' is not a Cloud Run region ($(region_hint "${regions}"))")
+  fi
 }
 
 preflight_project() { # with a login: the project, and the secret's version when no file makes one
   if check "project ${PROJECT_ID} cannot be read with this login: check PROJECT_ID, or ask for a role on it (deploy/README.md, 'What you need')" \
     gcloud projects describe "${PROJECT_ID}" --format="value(projectNumber)"; then
     PROJECT_NUMBER="${PROJECT_NUMBER:-${CHECKED}}"
+    check_region_listed
   fi
   # Without ACCOUNTS_FILE the secret must hold a usable version already.
   if [[ -z "${ACCOUNTS_FILE}" ]] \
@@ -410,9 +461,10 @@ preflight_project() { # with a login: the project, and the secret's version when
 
 preflight() {
   section "preflight: tools, gcloud's login, Application Default Credentials, project ${PROJECT_ID}, secret ${SECRET_NAME}"
+  if [[ "${DRY_RUN}" == 1 ]]; then dry_run_credentials; fi
   preflight_tools
   preflight_credentials
-  if ((LOGGED_IN)); then preflight_project; fi
+  if ((LOGGED_IN)) || [[ "${DRY_RUN}" == 1 ]]; then preflight_project; fi
   if ((${#PREFLIGHT[@]} > 0)); then
     printf 'deploy.sh: %s\n' "${PREFLIGHT[@]}" >&2
     echo "deploy.sh: stopped before changing anything" >&2

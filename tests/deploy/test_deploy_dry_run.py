@@ -88,7 +88,8 @@ def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
         ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert not calls.exists(), calls.read_text()  # nothing ran
+    # nothing ran but the one question a dry run asks first: has gcloud a login (here: none)
+    assert calls.read_text().splitlines() == ["gcloud auth print-access-token"]
     printed = subprocess.run(
         ["bash", str(DEPLOY), "--print-config"], capture_output=True, text=True, env=env, timeout=60
     )
