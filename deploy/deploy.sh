@@ -131,7 +131,9 @@ resolve_names() {
 resolve_knobs() {
   # Pub/Sub counts every delivery, a 429 at max instances included: leave room for those.
   MAX_DELIVERY_ATTEMPTS="${MAX_DELIVERY_ATTEMPTS:-20}"
-  REAPER_SCHEDULE="${REAPER_SCHEDULE:-*/5 * * * *}"
+  # Every minute: the tick is how soon a step left to the reaper (an expired lease, a step
+  # waiting out a long CHART-IMG outage) is taken up again (deploy/README.md, "What it costs at rest").
+  REAPER_SCHEDULE="${REAPER_SCHEDULE:-* * * * *}"
   APP_ENV="${APP_ENV:-prod}"
   # The smallest CHART-IMG plan among the accounts: the image size and studies/drawings limits
   # templates are checked against, by the worker and by templates sync (deploy/README.md).

@@ -290,7 +290,7 @@ def test_reaper_is_called_by_scheduler_with_oidc_and_nobody_else(sample: DryRun)
     url = "<url of worker-chart-export-reaper>"
     assert flag(job, "uri") == url and flag(job, "oidc-token-audience") == url
     assert flag(job, "oidc-service-account-email") == SCHEDULER_SA
-    assert flag(job, "http-method") == "POST" and flag(job, "schedule") == "*/5 * * * *"
+    assert flag(job, "http-method") == "POST" and flag(job, "schedule") == "* * * * *"
     invokers = {
         (c[4], flag(c, "member"))
         for c in sample.find("gcloud", "run", "services", "add-iam-policy-binding")
