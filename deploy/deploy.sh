@@ -262,14 +262,16 @@ find_project_cli() {
 }
 
 check_accounts_file() {
-  # The accounts file, by the worker's own parser: its line names the item and field, never a key.
+  # The accounts file, by the worker's own parser: its line names the item and field, never a key
+  # (`...: error: accounts file <path>: <problem>`), said here of the variable that names the file.
   local refusal
   if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
     PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
   elif [[ -n "${ACCOUNTS_FILE}" && -n "${WCE}" ]] \
     && ! refusal="$("${WCE}" accounts --check-file "${ACCOUNTS_FILE}" 2>&1 >/dev/null)"; then
     refusal="$(grep -m1 . <<<"${refusal}")"
-    PROBLEMS+=("${refusal#*error: }")
+    refusal="${refusal#*error: }"
+    PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: ${refusal#*"${ACCOUNTS_FILE}": }")
   fi
 }
 
