@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from worker_chart_export.core.documents import StepDocument
 
 # CHART_REUSE_MAX_AGE_SECONDS' default. A crashed step comes back after its lease
-# (REQUEST_TIMEOUT_SECONDS, 300 s by default) and the reaper's next pass (every minute as
+# (REQUEST_TIMEOUT_SECONDS, 300 s by default) and the reaper's next pass (every 5 min as
 # deployed): 15 min still finds the PNGs of a step that died early, and is young enough for
 # the charts to show the market as the step was asked about it.
 DEFAULT_MAX_AGE_SECONDS = 900.0
