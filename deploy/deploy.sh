@@ -103,6 +103,8 @@ resolve_names() {
   # JSON file [{"id": "...", "apiKey": "..."}]: needed the first time (creates the secret) and to
   # rotate keys (adds a version when it differs from the latest). Checked before anything runs.
   ACCOUNTS_FILE="${ACCOUNTS_FILE:-}"
+  # A relative path is the caller's: deploy.sh works from the checkout's root (prepare_run).
+  if [[ -n "${ACCOUNTS_FILE}" && "${ACCOUNTS_FILE}" != /* ]]; then ACCOUNTS_FILE="${PWD}/${ACCOUNTS_FILE}"; fi
   # The worker mounts one numbered version of the secret, the one this deploy verified (the
   # latest, or the one made from ACCOUNTS_FILE), never `latest`. SECRET_VERSION pins another one
   # (a roll-back): it is verified the same way.

@@ -74,7 +74,7 @@ def env_pairs(value: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in value.split(","))
 
 
-def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
+def dry_run(tmp_path: Path, cwd: Path | None = None, **overrides: str) -> DryRun:
     # Real cloud tools on PATH would be a disaster in a dry run: these record any call.
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(exist_ok=True)
@@ -85,7 +85,7 @@ def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
         script.chmod(0o755)
     env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": str(tmp_path), **SAMPLE, **overrides}
     result = subprocess.run(
-        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60, cwd=cwd
     )
     assert result.returncode == 0, result.stderr
     # nothing ran but the one question a dry run asks first: has gcloud a login (here: none)
