@@ -234,12 +234,12 @@ MISTAKES = [
     Mistake("submit", ("submit", "--flow-run-path", SAMPLE, "--run-id", "no spaces"), "not a valid flow_run"),
     # accounts
     Mistake(
-        "accounts", ("accounts", "--check-file", "/none.json"), "ACCOUNTS_FILE /none.json: cannot be read"
+        "accounts", ("accounts", "--check-file", "/none.json"), "accounts file /none.json: cannot be read"
     ),
     Mistake(
         "accounts",
         ("accounts", "--check-file", "{tmp}/bad.json"),
-        "ACCOUNTS_FILE {tmp}/bad.json: not valid JSON",
+        "accounts file {tmp}/bad.json: not valid JSON",
     ),
     Mistake(
         "accounts",
