@@ -29,8 +29,8 @@ UNICODE_TESTS = {"isdigit", "isdecimal", "isnumeric", "isalnum", "isalpha"}
 # an inline flag group that turns case-insensitivity on: (?i), (?ai:...), (?i-s:...)
 INLINE_IGNORECASE = re.compile(r"\(\?[aLmsux]*i", re.ASCII)
 INLINE_CHARSET = re.compile(r"\(\?[iLmsx]*[au]", re.ASCII)
-# Known, owned by another change (issue 38 report): the walk must still find each, so a fix
-# fails here until its line is removed.
+# Known, owned by another change: main fixed it since this branch began (34d27a4, "Patience":
+# isascii() before isdigit()). Tolerated, not required: delete the entry once merged.
 ELSEWHERE = {
     "worker_chart_export/adapters/chart_img/http.py: value.isdigit() without isascii()",
 }
@@ -129,7 +129,7 @@ class _Module:
             return None  # a bytes pattern's classes are ASCII
         said = bool(names & {"ASCII", "A", "UNICODE", "U"}) or bool(text and INLINE_CHARSET.search(text))
         if text is None:
-            if _is_re_escape(pattern) or said:
+            if _is_literal(pattern) or said:
                 return None
             built = ast.unparse(pattern)[:60]
             return f"re.{function}({built}): a pattern built at run time says re.ASCII or re.UNICODE"
@@ -161,8 +161,19 @@ def _is_re_call(node: ast.Call) -> bool:
     )
 
 
-def _is_re_escape(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and ast.unparse(node.func) == "re.escape"
+def _is_literal(node: ast.expr) -> bool:
+    """`re.escape(x)`, or a constant joining such pieces (`b"|".join(re.escape(n) for n in names)`)."""
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "re.escape":
+        return True
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"):
+        return False
+    separator, pieces = node.func.value, node.args[0] if len(node.args) == 1 else None
+    if not isinstance(separator, ast.Constant) or not isinstance(pieces, ast.GeneratorExp | ast.ListComp):
+        return False
+    plain = isinstance(separator.value, bytes) or (
+        isinstance(separator.value, str) and not _unicode_sensitive(separator.value)
+    )
+    return plain and _is_literal(pieces.elt)
 
 
 def _is_isascii_of(node: ast.expr, receiver: str) -> bool:
@@ -182,9 +193,7 @@ def offences_in(paths: list[Path]) -> list[str]:
 def test_every_pattern_in_src_says_ascii_or_unicode() -> None:
     paths = sorted(SRC.rglob("*.py"))
     assert len(paths) > 100
-    found = set(offences_in(paths))
-    assert found - ELSEWHERE == set()
-    assert ELSEWHERE - found == set(), "fixed: remove it from ELSEWHERE"
+    assert set(offences_in(paths)) - ELSEWHERE == set()
 
 
 @pytest.mark.parametrize(
@@ -209,6 +218,10 @@ def test_every_pattern_in_src_says_ascii_or_unicode() -> None:
         ('import re\nA = r"\\d"\nX = re.compile(rf"x{A}y", re.ASCII)', False),
         ("import re\ndef f(p):\n    return re.compile(p)", True),  # built at run time
         ("import re\ndef f(p):\n    return re.compile(re.escape(p))", False),
+        ('import re\nN = [b"a"]\nX = re.compile(b"|".join(re.escape(n) for n in N))', False),
+        ('import re\nN = ["a"]\nX = re.compile("|".join([re.escape(n) for n in N]))', False),
+        ('import re\nN = ["a"]\nX = re.compile(r"\\s|".join(re.escape(n) for n in N))', True),
+        ('import re\nN = ["a"]\nX = re.compile("|".join(n for n in N))', True),
         ('import re\nX = re.compile(rb"\\d")', False),
         ("from re import compile", True),
         ("def f(s):\n    return s.isdigit()", True),
