@@ -213,7 +213,7 @@ class Settings(BaseSettings):
     @field_validator("chart_img_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
+        if not re.match(r"^https?://[^/\s]+", value, re.ASCII):
             raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
         return value.rstrip("/")
 

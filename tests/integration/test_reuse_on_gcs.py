@@ -175,16 +175,18 @@ def test_a_template_edited_before_the_retry_is_rendered_anew_the_others_reused(r
 
 
 def test_a_symbol_whose_slug_collides_is_never_served_the_other_symbols_png(retry: Retry) -> None:
-    """`BINANCE:US_BTCUSD` and `BINANCE_US:BTCUSD` both name their PNGs BINANCE-US-BTCUSD."""
+    """`BINANCE:US_BTCUSD` and `BINANCE_US:BTCUSD` both name their PNGs BINANCE-US-BTCUSD.
+    scope.symbol is a base symbol (BTCUSD): the exchange moves in the template between runs."""
     template = json.loads((retry.templates_dir / f"{EDITED}.json").read_text())
-    template |= {"id": "pair_v1", "chartImgSymbolTemplate": "{symbol}"}
+    template |= {"id": "pair_v1", "chartImgSymbolTemplate": "BINANCE:US_{symbol}"}
     (retry.templates_dir / "pair_v1.json").write_text(json.dumps(template))
     retry.server.register_template("pair_v1", {"timezone": "Etc/UTC", **template["request"]})
-    start(retry, chart_step_for(["pair_v1"]), symbol="BINANCE:US_BTCUSD")
+    start(retry, chart_step_for(["pair_v1"]), symbol="BTCUSD")
     retry.execute()
     before = retry.items()["pair_v1"]["png_gcs_uri"]
     retry.made_ready_again()
-    retry.runs.runs["run1"]["scope"]["symbol"] = "BINANCE_US:BTCUSD"
+    template["chartImgSymbolTemplate"] = "BINANCE_US:{symbol}"
+    (retry.templates_dir / "pair_v1.json").write_text(json.dumps(template))
 
     retry.execute()
 

@@ -78,11 +78,12 @@ _TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
 )
 
 # Scrubbed from any server-supplied text we quote: bearer tokens, OAuth access tokens and
-# key/token query parameters. GCS does not echo them, but a proxy in between might.
+# key/token query parameters. GCS does not echo them, but a proxy in between might. Unicode
+# classes on purpose (a scrubber, not a check: any space or case fold widens what it removes).
 _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+"), r"\1 <redacted>"),
-    (re.compile(r"\bya29\.[A-Za-z0-9._-]+"), "<redacted>"),
-    (re.compile(r"(?i)\b(access_token|token|key|api_key|apikey)=[^&\s\"']+"), r"\1=<redacted>"),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+", re.UNICODE), r"\1 <redacted>"),
+    (re.compile(r"\bya29\.[A-Za-z0-9._-]+", re.UNICODE), "<redacted>"),
+    (re.compile(r"(?i)\b(access_token|token|key|api_key|apikey)=[^&\s\"']+", re.UNICODE), r"\1=<redacted>"),
 )
 _MAX_DETAIL_CHARS = 200
 # `probe_write`'s objects: created, then deleted at once (each name used once)

@@ -120,7 +120,7 @@ def png_object_path(
 
 # What each part of a PNG name may hold when it is read back: none holds `_` but the
 # template id (the last part), so the first three `_` split it (charts_images_naming.md §2).
-_COMPACT_UTC = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})Z")
+_COMPACT_UTC = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})Z", re.ASCII)
 _SLUG = re.compile(r"[A-Z0-9][A-Z0-9.-]{0,63}")
 _TIMEFRAME = re.compile(r"[0-9]{1,4}[A-Za-z]")
 PNG_SUFFIX = ".png"
@@ -199,7 +199,7 @@ def success_fixture_name(key: str) -> str:
     return f"{key}.png"
 
 
-ERROR_FIXTURE_NAME = re.compile(r"^(?P<key>.+)__(?P<status>[1-5]\d\d)_(?P<reason>[A-Z0-9_]+)\.json$")
+ERROR_FIXTURE_NAME = re.compile(r"^(?P<key>.+)__(?P<status>[1-5][0-9][0-9])_(?P<reason>[A-Z0-9_]+)\.json$")
 
 
 def error_fixture_name(key: str, http_status: int, reason: str) -> str:

@@ -168,6 +168,28 @@ def test_the_compact_moment_reads_back_to_the_millisecond() -> None:
 
 
 @pytest.mark.parametrize(
+    "moment",
+    [
+        "\u0662\u0660\u0662\u0666\u0660\u0661\u0660\u0662T030405006Z",  # an Arabic-Indic date
+        "20260102T\uff10\uff13\uff10\uff14\uff10\uff15006Z",  # a full-width time
+    ],
+)
+def test_a_compact_moment_holds_ascii_digits_only(moment: str) -> None:
+    """A name read back from the bucket: int() would read these digits as 2026-01-02 03:04:05."""
+    assert naming.parse_compact_utc("20260102T030405006Z") == datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="is not a YYYYMMDDTHHMMSSmmmZ moment"):
+        naming.parse_compact_utc(moment)
+    with pytest.raises(ValueError, match="YYYYMMDDTHHMMSSmmmZ"):
+        naming.parse_png_object_path(f"charts/run1/charts/{moment}_B-X_1h_t.png")
+
+
+def test_an_error_fixture_name_holds_an_ascii_status_only() -> None:
+    """A file name in the fixtures folder: `٤٢٢` would be read as a 422."""
+    assert naming.ERROR_FIXTURE_NAME.fullmatch("K__1h__t__422_INVALID_SYMBOL.json")
+    assert naming.ERROR_FIXTURE_NAME.fullmatch("K__1h__t__4\u0662\u0662_INVALID_SYMBOL.json") is None
+
+
+@pytest.mark.parametrize(
     ("path", "named"),
     [
         ("charts/run1/charts/manifest.json", "is not a .png"),

@@ -497,6 +497,7 @@ def test_a_stored_count_reads_the_same_for_every_kind_of_value(entry: Equivalent
 @checks
 def test_a_base_symbol_is_judged_the_same_for_any_text(entry: Equivalent) -> None:
     texts = ["BTCUSDT", "BTC/USDT", "BINANCE:BTCUSDT", "ES1!", "(A+B)/2", "", " ", None, 5, "a b"]
+    texts += ["RR.", "..", "ES1!X", "A" * 201, "BTCUSDT*2"]
     for text in texts:
         assert_same(entry, late(symbols, "base_symbol_problem", text))
 
