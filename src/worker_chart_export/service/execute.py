@@ -357,9 +357,11 @@ def _write_manifest_and_decide(
         failuresCount=len(rendered.failures),
         minImages=validated.min_images,
     )
+    order = {r["chartTemplateId"]: i for i, r in enumerate(validated.requests)}
+    in_request_order = sorted(rendered.failures, key=lambda f: order[f.request["chartTemplateId"]])
     verdict = judge_charts(
         len(rendered.items),
-        [f.error for f in rendered.failures],
+        [f.error for f in in_request_order],  # not the threads' order: the step error is the same each run
         min_images=validated.min_images,
         requested=len(validated.requests),
         attempt=_attempt(ctx, claim, step),
