@@ -11,16 +11,14 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.core.step.reaping import lease_document, moved_lease
+from worker_chart_export.core.step.reaping import ReapPlan, lease_document, moved_lease, plan_reap
 from worker_chart_export.core.step.step_rules import (
-    ReapPlan,
     RunVersion,
     apply_to_step,
     claim_is_current,
     finalized,
     plan_claim,
     plan_finalize,
-    plan_reap,
     step_of,
 )
 from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal

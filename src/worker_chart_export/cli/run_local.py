@@ -133,7 +133,7 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
     from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
-    from worker_chart_export.service.execute import execute_chosen_step
+    from worker_chart_export.service.local_run import execute_chosen_step
 
     settings = load_settings(
         {

@@ -28,7 +28,8 @@ from worker_chart_export.core.exceptions import ArtifactWriteError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
-from worker_chart_export.service.execute import StepReport, execute_chosen_step, execute_step
+from worker_chart_export.service.execute import StepReport, execute_step
+from worker_chart_export.service.local_run import execute_chosen_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock

@@ -17,11 +17,11 @@ from worker_chart_export.adapters.firestore.client import DEFAULT_RPC_TIMEOUT_SE
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.retry import CLAIM_COMMITS
 from worker_chart_export.core.step import step_rules
+from worker_chart_export.core.step.reaping import ReapPlan, plan_reap
 from worker_chart_export.core.step.step_rules import (
     LEASE_SAFETY_MARGIN,
     ClaimPlan,
     FinalizePlan,
-    ReapPlan,
     apply_to_step,
     attempt_of,
     claim_is_current,
@@ -32,7 +32,6 @@ from worker_chart_export.core.step.step_rules import (
     lease_surely_held,
     plan_claim,
     plan_finalize,
-    plan_reap,
     settled_claim,
     step_of,
 )
