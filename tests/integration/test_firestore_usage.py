@@ -14,7 +14,7 @@ from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 from harness.firestore_emulator import FirestoreEmulator
 from harness.firestore_fault_proxy import FirestoreFaultProxy
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
-from worker_chart_export.adapters.firestore.usage import WRITE_ID
+from worker_chart_export.adapters.firestore.usage_waves import WRITE_ID
 from worker_chart_export.core.chart_img.usage import Pacing, ReservationRequest
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError

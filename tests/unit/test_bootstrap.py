@@ -205,7 +205,7 @@ def test_the_worker_takes_its_accounts_from_chart_img_accounts_secret(
 
     from google.cloud import secretmanager
 
-    from worker_chart_export.bootstrap.builders import chart_img_accounts
+    from worker_chart_export.bootstrap.chart_api import chart_img_accounts
 
     asked: list[str] = []
     payload = json.dumps([{"id": "from-secret", "apiKey": "test-key-" + "5" * 32}]).encode()

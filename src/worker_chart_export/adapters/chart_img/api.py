@@ -35,7 +35,9 @@ from worker_chart_export.adapters.chart_img.attempts import (
     judge_refusals,
     tell_limiter,
 )
-from worker_chart_export.adapters.chart_img.http import ChartImgClient, HttpAnswer
+from worker_chart_export.adapters.chart_img.call_logs import log_context, log_global_exhaustion, log_request
+from worker_chart_export.adapters.chart_img.http import NEVER_LEFT, ChartImgClient, HttpAnswer
+from worker_chart_export.adapters.chart_img.known_good import KnownGoodChart
 from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
@@ -48,7 +50,6 @@ from worker_chart_export.core.chart_img.answers import (
 )
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolicy, wants_retry
-from worker_chart_export.core.chart_img.usage import Refund
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
@@ -56,11 +57,6 @@ from worker_chart_export.core.png import check_png
 from worker_chart_export.core.templates.chart_request import requested_size
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
-
-# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
-# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
-# A read timeout, a reset or a write error may come after the request left: its unit stays.
-NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -88,13 +84,13 @@ class RealChartApi:
         seams: Seams,
     ) -> None:
         self.mode = mode
-        # the body of a chart CHART-IMG renders (the bundled sample's): a key about to be
-        # disabled for refused requests is first asked for it (only the key at fault goes)
-        self._known_good = known_good
+        # a key about to be disabled for refused requests is first asked for a chart CHART-IMG
+        # renders (the bundled sample's): only the key at fault goes
+        self._known_good = None if known_good is None else KnownGoodChart(self, known_good)
         self.client = client
         self.limiter = limiter
-        self._request_timeout = request_timeout
-        self._policy = policy or RetryPolicy()
+        self.request_timeout = request_timeout
+        self.policy = policy or RetryPolicy()
         self._clock = seams.clock
         self._rand = seams.rand
         self._permits = client.permits
@@ -128,7 +124,7 @@ class RealChartApi:
     def _reserve_first_wave(
         self, calls: Sequence[ChartCall], budget: Budget
     ) -> list[tuple[ChartCall, Lease]]:
-        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
+        max_wait = min(budget.remaining() - self.policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
         if max_wait < 0:
             return []
         try:
@@ -146,11 +142,11 @@ class RealChartApi:
         return prepaid
 
     def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
-        check = None if self._known_good is None else partial(self._key_works, session.budget)
+        check = None if self._known_good is None else partial(self._known_good.key_works, session.budget)
         request = ChartRequest(call, session, check_key=check)
         retrying = Retrying(
-            stop=self._policy.stop(session.budget),
-            wait=self._policy.wait(session.budget, self._rand),
+            stop=self.policy.stop(session.budget),
+            wait=self.policy.wait(session.budget, self._rand),
             retry=wants_retry,
             sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
@@ -168,55 +164,11 @@ class RealChartApi:
             # the attempts ended on a bad moment (not the request, not a spent quota): a
             # later try of the same request may succeed (core/step/patience.py)
             result = ChartFailure(error.as_retryable() if outcome.disposition in AGAIN else error)
-            self._log_global_exhaustion(session, call, result.error)
+            log_global_exhaustion(self.limiter, session, call, result.error, mode=self.mode)
         return RenderedCall(result, outcome.answer)
 
     def close(self) -> None:
         self.client.close()
-
-    def _key_works(self, budget: Budget, account_id: str) -> bool | None:
-        """The known-good chart asked of this account's key: True it renders, False the key
-        is refused for it too, None no verdict (no time, no connection, no unit, another
-        answer). It costs a unit, as any chart does; one that never left is given back."""
-        assert self._known_good is not None
-        max_wait = budget.remaining() - self._policy.min_attempt_seconds
-        if max_wait < 0 or not self._permits.acquire(timeout=max_wait):
-            return None
-        try:
-            lease = self.limiter.reserve_on(account_id, max_wait=max_wait)
-            if lease is None:
-                return None
-            lease = self.limiter.wait_for_slot(lease)
-            timeout = min(self._request_timeout, budget.remaining())
-            try:
-                answer = self.client.post_chart(self._known_good, lease.api_key, timeout=timeout)
-            except httpx.HTTPError as exc:
-                if isinstance(exc, NEVER_LEFT):
-                    self.limiter.give_back(lease)
-                return None
-        finally:
-            self._permits.release()
-        if answer.status == 429:
-            self.limiter.give_back(lease)
-        disposition = classify(
-            answer.status, None if answer.status == 200 else answer.redacted(known_keys.redaction()).body
-        )
-        works = (
-            True
-            if disposition is Disposition.SUCCESS
-            else False
-            if disposition is Disposition.BAD_KEY
-            else None
-        )
-        if works:
-            self.limiter.succeeded(account_id)
-        get_logger().info(
-            "chart-img key checked with a known-good chart",
-            accountId=account_id,
-            httpStatus=answer.status,
-            keyWorks=works,
-        )
-        return works
 
     # --- the attempt ---
 
@@ -242,7 +194,7 @@ class RealChartApi:
 
     def _max_wait(self, request: ChartRequest) -> float:
         """How long an attempt may wait to start and still have its minimum time."""
-        return request.budget.remaining() - self._policy.min_attempt_seconds
+        return request.budget.remaining() - self.policy.min_attempt_seconds
 
     def _reserve_and_send(self, request: ChartRequest) -> AttemptPass:
         max_wait = self._max_wait(request)
@@ -280,7 +232,7 @@ class RealChartApi:
         with the step's first wave, whose line said so)."""
         call = request.call
         ahead = lease.slot_in(self._clock.now())
-        timeout = min(self._request_timeout, request.budget.remaining() - ahead)
+        timeout = min(self.request_timeout, request.budget.remaining() - ahead)
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -289,7 +241,7 @@ class RealChartApi:
             interval=call.interval,
             accountId=lease.account_id,
             attempt=attempt,
-            chartsApi=self._log_context(call, lease.account_id),
+            chartsApi=log_context(self.mode, call, lease.account_id),
         )
         started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
         if ahead > 0:
@@ -314,7 +266,7 @@ class RealChartApi:
         # unit given back (docs/design.md, "The books follow CHART-IMG's charge")
         refund = self.limiter.give_back(lease) if answer.status == 429 else None
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
-        self._log_request(log, started, answer.status, error, refund=refund)
+        log_request(log, self._clock, started, answer.status, error, refund=refund)
         next_step = None if disposition is Disposition.FINAL else disposition
         refused = AttemptPass(next_step, ChartFailure(error), answer)
         seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
@@ -329,9 +281,9 @@ class RealChartApi:
         if not check.whole:
             assert check.problem is not None
             error = not_a_png(answer.content_type, len(answer.content), check.problem)
-            self._log_request(log, started, 200, error)
+            log_request(log, self._clock, started, 200, error)
             return AttemptPass(Disposition.RETRY, ChartFailure(error))
-        self._log_request(log, started, 200, None)
+        log_request(log, self._clock, started, 200, None)
         asked = requested_size(request.call.body)
         if asked != (check.width, check.height):
             log.warning(
@@ -358,7 +310,7 @@ class RealChartApi:
             f"CHART-IMG could not be reached ({kind}: {type(exc).__name__}){said}",
             details,
         )
-        self._log_request(log, started, None, error, refund=refund)
+        log_request(log, self._clock, started, None, error, refund=refund)
         return AttemptPass(Disposition.RETRY, ChartFailure(error))
 
     def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
@@ -368,53 +320,3 @@ class RealChartApi:
 
     def _disabled_accounts(self) -> list[str]:
         return sorted(set(self.limiter.account_ids) - set(self.limiter.usable_accounts()))
-
-    # --- logs ---
-
-    def _log_context(self, call: ChartCall, account_id: str | None) -> dict[str, Any]:
-        context: dict[str, Any] = {"mode": self.mode, "accountId": account_id}
-        if self.mode == "record":
-            context["fixtureKey"] = call.fixture_key
-        return context
-
-    def _log_request(
-        self,
-        log: Any,
-        started: float,
-        http_status: int | None,
-        error: StepError | None,
-        *,
-        refund: Refund | None = None,
-    ) -> None:
-        fields: dict[str, Any] = {
-            "status": "failed" if error else "succeeded",
-            "httpStatus": http_status,
-            "errorCode": error.code.value if error else None,
-            "durationMs": round((self._clock.monotonic() - started) * 1000),
-        }
-        if refund is not None:  # a call that never left: how many units came back today
-            fields["unitGivenBack"] = refund.given_back
-            fields["refundedToday"] = refund.refunded_today
-        if error is not None:
-            fields["errorKind"] = error.details.get("errorKind", "http")
-            fields["apiMessage"] = error.details.get("message")
-            log.warning("chartsApi.request", **fields)
-        else:
-            log.info("chartsApi.request", **fields)
-
-    def _log_global_exhaustion(self, session: StepSession, call: ChartCall, error: StepError) -> None:
-        """One ERROR event per step when every account is out (log-based alert, §10)."""
-        if error.code is not ErrorCode.CHART_API_LIMIT_EXCEEDED:
-            return
-        exhausted = self.limiter.exhausted_accounts()
-        usable = set(self.limiter.usable_accounts())
-        if not usable or not usable <= set(exhausted) or not session.first_to_log_exhaustion():
-            return
-        get_logger().error(
-            "chart-img accounts exhausted",
-            error={"code": ErrorCode.CHART_API_LIMIT_EXCEEDED.value},
-            exhaustedAccounts=list(exhausted),
-            runId=call.run_id,
-            stepId=call.step_id,
-            chartsApi={"mode": self.mode},
-        )

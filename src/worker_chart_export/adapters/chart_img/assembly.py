@@ -1,6 +1,6 @@
 """The `real` and `record` ChartApi adapters (worker contract §13), assembled.
 
-`build_http_chart_api` assembles them from plain values; bootstrap/builders.py decides the mode and
+`build_http_chart_api` assembles them from plain values; bootstrap/chart_api.py decides the mode and
 passes what the settings say.
 """
 

@@ -21,6 +21,10 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.redaction import Redaction
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
+# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
+# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
+# A read timeout, a reset or a write error may come after the request left: its unit stays.
+NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
