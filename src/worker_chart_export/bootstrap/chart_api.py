@@ -131,7 +131,7 @@ def configured_accounts(
     """The accounts the worker would use (same sources: CHART_IMG_ACCOUNTS_JSON, else the
     secret), as `accounts` shows them: plan, limits and the pacing the worker sends at,
     never the key. () when none is configured."""
-    from worker_chart_export.adapters.chart_img.account_views import PacingMargins
+    from worker_chart_export.adapters.chart_img.account_view import PacingMargins
     from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
 
     loaded = load_accounts(

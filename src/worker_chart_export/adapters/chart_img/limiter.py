@@ -28,7 +28,8 @@ from enum import StrEnum
 from pydantic import SecretStr
 
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.chart_img.account_views import AccountViews, PacingMargins
+from worker_chart_export.adapters.chart_img.account_view import PacingMargins
+from worker_chart_export.adapters.chart_img.account_views import AccountViews
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.key_verdicts import KeyVerdicts
 from worker_chart_export.adapters.chart_img.usage_store import UsageStore
