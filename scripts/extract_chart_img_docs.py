@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Extract CHART-IMG's documented lists for Snapshot v2 Advanced Chart into contracts/chart-img/.
+"""Extract CHART-IMG's documented lists for Snapshot v2 Advanced Chart and Shared Layout into
+contracts/chart-img/.
 
 Input: a plain-text copy of doc.chart-img.com, e.g. the public one in the repository
 johnpaul-aquino/charttalk, path `.docs/chart-img-raw-documentation` (see
 contracts/chart-img/README.md, "Refresh"). Output: studies.json, drawings.json,
-timezones.json, intervals.json, request_bounds.json, symbols.json and errors.json, each
-with its source and dates. Strict: a line the parser does not expect stops it with the line
-number, so a changed page is noticed rather than half read.
+timezones.json, intervals.json, request_bounds.json, symbols.json, errors.json (Advanced
+Chart) and layout_bounds.json (Shared Layout), each with its source and dates. Strict: a
+line the parser does not expect stops it with the line number, so a changed page is noticed
+rather than half read.
 
     python scripts/extract_chart_img_docs.py DOC.txt --commit SHA --committed-at YYYY-MM-DD
     python scripts/extract_chart_img_docs.py DOC.txt ... --check   # exit 1 if a file differs
@@ -32,6 +34,7 @@ DOCS_URL = "https://doc.chart-img.com/"
 COPY_REPOSITORY = "https://github.com/johnpaul-aquino/charttalk"
 COPY_PATH = ".docs/chart-img-raw-documentation"
 ENDPOINT = "POST /v2/tradingview/advanced-chart"
+LAYOUT_ENDPOINT = "POST /v2/tradingview/layout-chart/<LAYOUT_ID>"
 END_OF_TABLE = "If default values are the same, there is no need to include them in the request."
 # Scraping artefacts, mended on purpose (each is listed in the output's `notes`).
 TYPE_FIXES = {"Color2196F3": "Color"}
@@ -332,6 +335,96 @@ def changelog_date(text: str) -> str | None:
     return None
 
 
+# --- the Snapshot v2 Shared Layout section -------------------------------------------------
+
+
+def shared_layout(doc: Doc) -> tuple[int, int]:
+    """First and last line of Snapshot v2's Shared Layout (up to its To Storage variant)."""
+    start = doc.index("Shared Layout", doc.index("TradingView Snapshot v2", doc.index("Errors")))
+    return start, doc.index("Shared Layout To Storage", start)
+
+
+def line_matching(doc: Doc, start: int, stop: int, pattern: str) -> re.Match[str]:
+    """The one line between start and stop that `pattern` matches whole; else DocError."""
+    found = [m for n in range(start, stop) if (m := re.fullmatch(pattern, doc.lines[n].strip()))]
+    if len(found) != 1:
+        raise DocError(f"expected one line matching {pattern!r} after line {start + 1}, found {len(found)}")
+    return found[0]
+
+
+def sentence_after(doc: Doc, heading: str, start: int, stop: int) -> str:
+    """The line under a table: the first non-table line after the table that follows `heading`."""
+    number = next_header(doc, doc.index(heading, start))
+    while number < stop and len(doc.cells(number)) > 1:
+        number += 1
+    text = doc.lines[number].strip()
+    if not text:
+        raise DocError(f"line {number + 1}: expected the sentence under the {heading} table")
+    return text
+
+
+def layout_tables(doc: Doc) -> dict[str, Json]:
+    """The Shared Layout request tables: its URL parameter, headers and body."""
+    start, stop = shared_layout(doc)
+    body_heading = doc.index("Request Body (Optional)", start)
+    body, after = table(doc, next_header(doc, body_heading), stop)
+    if doc.lines[after].strip() != END_OF_TABLE:
+        raise DocError(f"line {after + 1}: unexpected {doc.lines[after]!r} after the Shared Layout body")
+    return {
+        "url": table(doc, next_header(doc, doc.index("Request URL", start)), stop)[0],
+        "headers": table(doc, next_header(doc, doc.index("Request Header", start)), stop)[0],
+        "body": body,
+    }
+
+
+def layout_bounds_file(doc: Doc, origin: Origin) -> Json:
+    start, stop = shared_layout(doc)
+    tables = layout_tables(doc)
+    path = line_matching(doc, start, stop, r"POST (/v2/tradingview/layout-chart/<LAYOUT_ID>)")[1]
+    named = line_matching(
+        doc, start, stop, r"LAYOUT_ID is (.+)\. For example, (\w+) in the URL is a LAYOUT_ID\."
+    )
+    curl = line_matching(
+        doc, start, stop, r"curl -X POST https://api\.chart-img\.com/v2/tradingview/layout-chart/(\w+) \\"
+    )
+    timeout = line_matching(doc, start, stop, r"Please set the minimum timeout to (\d+) seconds .*\.")
+    shared = line_matching(doc, start, stop, r"The layout must be shared .*\.")
+    content = line_matching(doc, start, stop, r"The response content-type will be .*")
+    return {
+        **origin.header("TradingView Snapshot v2 > Shared Layout", endpoint=LAYOUT_ENDPOINT),
+        "path": path,
+        "layoutId": {
+            "documented": f"LAYOUT_ID is {named[1]}.",
+            "examples": [named[2], curl[1]],
+        },
+        "minimumTimeoutSeconds": int(timeout[1]),
+        "timeout": timeout[0],
+        "sharing": shared[0],
+        "sessions": sentence_after(doc, "Request Header", start, stop),
+        "bodyOptional": doc.lines[doc.index("Request Body (Optional)", start) + 1].strip(),
+        "response": content[0],
+        "url": tables["url"],
+        "headers": tables["headers"],
+        "body": tables["body"],
+        "notes": [
+            "LAYOUT_ID: no grammar is written; both examples are 8 ASCII letters and digits.",
+            "symbol and interval default to the layout's own ({LAYOUT_SYMBOL}, {LAYOUT_INTERVAL}: kept as "
+            "defaultText); the interval list is the Advanced Chart's table (no 2m, added to API v2 by the "
+            "changelog of 2025-11-26).",
+            "width/height: the body table gives the minimum (400 x 300) and the default (800 x 600); the "
+            "maximum is the plan's (request_bounds.json plans.*.maxWidth/maxHeight), as for the Advanced "
+            "Chart.",
+            "watermark: 'set custom watermark text for ULTRA and ENTERPRISE plans', as for the Advanced "
+            "Chart (request_bounds.json watermark).",
+            "The body has no timezone, style, theme, studies or drawings: the layout holds them.",
+            "Which answer means a session CHART-IMG or TradingView no longer accepts is not said here; "
+            "errors.json: 403 'Could not authenticate the API key provided or the sessionId for "
+            "TradingView's private layout' (example 'Layout Forbidden'), 409 'Could not process the "
+            "request due to a session disconnect' (example 'Session Disconnected').",
+        ],
+    }
+
+
 # --- symbols and errors ---------------------------------------------------------------------
 
 
@@ -406,7 +499,7 @@ class Origin:
     sha256: str
     documented_as_of: str
 
-    def header(self, *sections: str) -> Json:
+    def header(self, *sections: str, endpoint: str = ENDPOINT) -> Json:
         return {
             "source": {
                 "url": DOCS_URL,
@@ -421,7 +514,7 @@ class Origin:
             },
             "documentedAsOf": self.documented_as_of,
             "retrieved": self.retrieved,
-            "endpoint": ENDPOINT,
+            "endpoint": endpoint,
         }
 
 
@@ -650,6 +743,7 @@ FILES = {
     "request_bounds.json": request_bounds_file,
     "symbols.json": symbols_file,
     "errors.json": errors_file,
+    "layout_bounds.json": layout_bounds_file,
 }
 
 

@@ -1,6 +1,6 @@
-"""CHART-IMG's documented lists for Snapshot v2 Advanced Chart, as frozen values read once per
-process from contracts/chart-img/ (package data; what each file holds, where it came from and
-how to refresh it: contracts/chart-img/README.md).
+"""CHART-IMG's documented lists for Snapshot v2 Advanced Chart and Shared Layout, as frozen
+values read once per process from contracts/chart-img/ (package data; what each file holds,
+where it came from and how to refresh it: contracts/chart-img/README.md).
 
 Pure reads: no network, no clock, nothing but the standard library. Each function parses its
 file on first use and keeps the result; every value returned is read-only (mappings refuse
@@ -25,7 +25,8 @@ INTERVALS = "intervals.json"
 REQUEST_BOUNDS = "request_bounds.json"
 SYMBOLS = "symbols.json"
 ERRORS = "errors.json"
-FILES = (STUDIES, DRAWINGS, TIMEZONES, INTERVALS, REQUEST_BOUNDS, SYMBOLS, ERRORS)
+LAYOUT_BOUNDS = "layout_bounds.json"
+FILES = (STUDIES, DRAWINGS, TIMEZONES, INTERVALS, REQUEST_BOUNDS, SYMBOLS, ERRORS, LAYOUT_BOUNDS)
 SCHEMA = "chart-img-docs.schema.json"
 
 
@@ -224,6 +225,40 @@ def request_bounds() -> RequestBounds:
         plans=MappingProxyType({name: _plan(name, row) for name, row in data["plans"].items()}),
         watermark_fields=data["watermark"]["fields"],
         custom_watermark_plans=frozenset(data["watermark"]["customWatermarkPlans"]),
+    )
+
+
+# --- the Shared Layout request --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutBounds:
+    """Snapshot v2 Shared Layout: `POST <path>` with the layout's id in place of LAYOUT_ID."""
+
+    path: str  # /v2/tradingview/layout-chart/<LAYOUT_ID>
+    layout_id_examples: tuple[str, ...]  # the docs give no grammar, only these
+    minimum_timeout_seconds: int  # "Please set the minimum timeout to 60 seconds ..."
+    session_headers: tuple[str, str]  # tradingview-session-id, tradingview-session-id-sign
+    sessions: str  # when both are needed, in the docs' words
+    body: Mapping[str, Parameter]  # symbol, interval, width, ..., watermarkOpacity
+
+    def path_for(self, layout_id: str) -> str:
+        return self.path.replace("<LAYOUT_ID>", layout_id)
+
+
+@cache
+def layout_bounds() -> LayoutBounds:
+    data = document(LAYOUT_BOUNDS)
+    session_headers = tuple(name for name in data["headers"] if name.startswith("tradingview-"))
+    if len(session_headers) != 2:
+        raise ValueError(f"{LAYOUT_BOUNDS}: expected two tradingview-* headers, found {session_headers}")
+    return LayoutBounds(
+        path=data["path"],
+        layout_id_examples=data["layoutId"]["examples"],
+        minimum_timeout_seconds=data["minimumTimeoutSeconds"],
+        session_headers=(session_headers[0], session_headers[1]),
+        sessions=data["sessions"],
+        body=_parameters(data["body"]),
     )
 
 

@@ -255,6 +255,72 @@ def test_timezones_intervals_symbols_errors_spot_checks() -> None:
     assert errors.status_types[400] == "Bad Request" and errors.messages(400) == frozenset()
 
 
+# --- Shared Layout ------------------------------------------------------------------------
+
+# the docs' Shared Layout section as the public copy has it, under the two headings the
+# extractor finds it by (tests/unit/bundled/data/: lines 1435-1498 of the copy, verbatim)
+SHARED_LAYOUT = Path(__file__).parent / "data" / "shared_layout_excerpt.txt"
+
+
+def excerpt(*replaced: tuple[str, str]) -> Any:
+    text = SHARED_LAYOUT.read_text(encoding="utf-8")
+    for old, new in replaced:
+        assert old in text
+        text = text.replace(old, new)
+    return extractor().Doc(text.split("\n"))
+
+
+def test_layout_bounds_are_what_the_extractor_reads_from_the_section() -> None:
+    written = raw("layout_bounds.json")
+    origin = extractor().Origin(**{
+        "commit": written["source"]["publicCopy"]["commit"],
+        "committed_at": written["source"]["publicCopy"]["committedAt"],
+        "retrieved": written["retrieved"],
+        "sha256": written["source"]["publicCopy"]["sha256"],
+        "documented_as_of": written["documentedAsOf"],
+    })  # fmt: skip
+    assert extractor().layout_bounds_file(excerpt(), origin) == written
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        ("Please set the minimum timeout to 60 seconds", "Please allow 60 seconds"),
+        ("POST /v2/tradingview/layout-chart/<LAYOUT_ID>", "POST /v3/tradingview/layout-chart/<LAYOUT_ID>"),
+        ("moveRight\tInteger\t-\t", "moveRight\tInteger\t"),
+        ("If default values are the same", "Defaults need not be sent"),
+    ],
+)
+def test_the_extractor_stops_at_a_shared_layout_line_it_does_not_expect(changed: tuple[str, str]) -> None:
+    origin = extractor().Origin("0" * 40, "2026-01-12", "2026-11-23", "0" * 64, "2025-11-26")
+    with pytest.raises(extractor().DocError):
+        extractor().layout_bounds_file(excerpt(changed), origin)
+
+
+def test_layout_bounds_spot_checks() -> None:
+    bounds = docs.layout_bounds()
+    # "POST /v2/tradingview/layout-chart/<LAYOUT_ID>"
+    assert bounds.path_for("37wLAGgd") == "/v2/tradingview/layout-chart/37wLAGgd"
+    # "For example, OKyFXMzN in the URL is a LAYOUT_ID."; the curl example's 37wLAGgd
+    assert bounds.layout_id_examples == ("OKyFXMzN", "37wLAGgd")
+    # "Please set the minimum timeout to 60 seconds to ensure the process is completed successfully."
+    assert bounds.minimum_timeout_seconds == 60
+    assert bounds.session_headers == ("tradingview-session-id", "tradingview-session-id-sign")
+    assert bounds.sessions.startswith("To access your private layout or invite-only indicators, both")
+    # "zoomIn Integer - override layout chart zoom (Min: 1, Max: 25)"
+    assert (bounds.body["zoomIn"].minimum, bounds.body["zoomIn"].maximum) == (1, 25)
+    # "moveLeft Integer - override layout chart position to left (Min: 1, Max: 50)"
+    assert (bounds.body["moveLeft"].minimum, bounds.body["moveLeft"].maximum) == (1, 50)
+    assert (bounds.body["resetZoom"].type, bounds.body["resetZoom"].default) == ("Boolean", False)
+    assert (bounds.body["width"].minimum, bounds.body["height"].minimum) == (400, 300)
+    assert bounds.body["format"].choices == ("png", "jpeg")
+    assert bounds.body["symbol"].default is None  # {LAYOUT_SYMBOL}: the layout's own
+    assert set(bounds.body) == {
+        "symbol", "interval", "width", "height", "format", "resetZoom", "zoomIn", "zoomOut",
+        "moveLeft", "moveRight", "watermark", "watermarkSize", "watermarkOpacity",
+    }  # fmt: skip
+
+
 # --- what we ship uses only documented names and keys --------------------------------------
 
 
