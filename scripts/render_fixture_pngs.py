@@ -2,12 +2,14 @@
 """Render stand-in CHART-IMG fixture PNGs for the chart templates, from synthetic OHLCV.
 
 The mock Chart API (CHARTS_API_MODE=mock) answers from files in
-fixtures/chart-api/chart-img/advanced-chart-v2/. Real CHART-IMG images cannot be committed
+fixtures/chart-api/chart-img/advanced-chart-v2/ (and, for a layout template, in
+layout-chart-v2/: core.naming.FIXTURE_DIRS). Real CHART-IMG images cannot be committed
 without spending an account's daily quota, so this script draws an honest stand-in for each
 template instead: a random-walk market (seeded from the chart symbol and timeframe, so every
 template of one market shows the same candles), the template's theme and size, candles, and
-a simple rendition of its studies computed from that data. Every image says
-"SYNTHETIC DATA" in its caption.
+a simple rendition of its studies computed from that data. A layout template's indicators
+are its TradingView layout's, unknown here: its image shows the candles and names the layout.
+Every image says "SYNTHETIC DATA" in its caption.
 
 Deterministic: no network, no clock, a fixed seed, no PNG metadata; running it twice gives
 identical bytes (with the same Python and Pillow versions).
@@ -34,11 +36,11 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from worker_chart_export.core.naming import fixture_key, success_fixture_name
+from worker_chart_export.core.naming import FIXTURE_DIRS, fixture_key, success_fixture_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEMPLATES_DIR = REPO_ROOT / "chart-templates"
-DEFAULT_OUT_DIR = REPO_ROOT / "fixtures" / "chart-api" / "chart-img" / "advanced-chart-v2"
+DEFAULT_OUT_DIR = REPO_ROOT / "fixtures" / "chart-api"  # each endpoint's folder below it
 
 BAR_COUNT = 120
 # The synthetic time axis starts here; nothing depends on the wall clock.
@@ -403,6 +405,7 @@ class ChartSpec:
     theme: Theme
     style: str
     studies: tuple[Mapping[str, Any], ...]
+    layout_id: str | None = None  # a layout template's: named in the caption
 
 
 class ChartRenderer:
@@ -461,6 +464,8 @@ class ChartRenderer:
             f"SYNTHETIC DATA - stand-in for CHART-IMG output · {spec.chart_img_symbol} · "
             f"{spec.timeframe} · {spec.template_id}"
         )
+        if spec.layout_id is not None:
+            caption += f" · layout {spec.layout_id}"
         self.canvas.text((6, CAPTION_H / 2), caption, theme.text, anchor="lm")
 
     def _time_axis(self, top: float, bottom: float) -> None:
@@ -698,14 +703,15 @@ class ChartRenderer:
 class Fixture:
     template_id: str
     chart_img_symbol: str
-    file_name: str
+    file_name: str  # inside the fixtures root: the endpoint's folder, then the fixture's name
     png: bytes
 
 
 def render_template(template: Mapping[str, Any], symbol: str, timeframe: str) -> Fixture:
     template_id = str(template["id"])
     chart_img_symbol = str(template["chartImgSymbolTemplate"]).replace("{symbol}", symbol)
-    request: Mapping[str, Any] = template.get("request") or {}
+    layout: Mapping[str, Any] | None = template.get("layout")
+    request: Mapping[str, Any] = (template.get("request") if layout is None else layout.get("request")) or {}
     spec = ChartSpec(
         chart_img_symbol=chart_img_symbol,
         timeframe=timeframe,
@@ -715,12 +721,14 @@ def render_template(template: Mapping[str, Any], symbol: str, timeframe: str) ->
         theme=LIGHT if request.get("theme") == "light" else DARK,
         style=str(request.get("style", "candle")),
         studies=tuple(request.get("studies") or ()),
+        layout_id=None if layout is None else str(layout["layoutId"]),
     )
     # One market per (symbol, timeframe): every template of it shows the same candles.
     rng = seeded_rng(f"{chart_img_symbol}|{timeframe}")
     bars = synthetic_bars(rng, BAR_COUNT, timedelta(minutes=INTERVAL_MINUTES[timeframe]))
     png = ChartRenderer(spec, bars).render()
-    name = success_fixture_name(fixture_key(chart_img_symbol, timeframe, template_id))
+    folder = FIXTURE_DIRS["advanced-chart" if layout is None else "layout-chart"]
+    name = f"{folder}/{success_fixture_name(fixture_key(chart_img_symbol, timeframe, template_id))}"
     return Fixture(template_id, chart_img_symbol, name, png)
 
 
@@ -750,7 +758,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--out-dir",
         type=Path,
         default=DEFAULT_OUT_DIR,
-        help="where to write <SYMBOL>__<timeframe>__<templateId>.png",
+        help="the fixtures root: <endpoint folder>/<SYMBOL>__<timeframe>__<templateId>.png below it",
     )
     parser.add_argument(
         "--symbol",
@@ -780,11 +788,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stale = 0
-    if not args.check:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
     for template in templates:
         fixture = render_template(template, args.symbol, args.timeframe)
         path = args.out_dir / fixture.file_name
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
         current = path.read_bytes() if path.exists() else None
         if current == fixture.png:
             print(f"unchanged  {path} ({len(fixture.png)} bytes)")

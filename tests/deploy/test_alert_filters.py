@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from logging_filter import cloud_run_entry, extract, matches
 
-from harness.builders import REPO, chart_step, flow_run, load_templates
-from harness.chart_img_server import ChartImgServer
+from harness.builders import REPO, TEMPLATES_DIR, chart_step, flow_run
+from harness.chart_img_server import ChartImgServer, register_templates_from
 from harness.midnight import now_with_room_in_the_day
 
 SCRIPT = str(Path(sys.executable).parent / "worker-chart-export")
@@ -80,8 +80,7 @@ def run_worker(tmp_path: Path, server: ChartImgServer, step: dict[str, Any], *, 
 
 @pytest.fixture
 def server(chart_img_server: ChartImgServer) -> ChartImgServer:
-    for template_id, template in load_templates().items():
-        chart_img_server.register_template(template_id, template["request"])
+    register_templates_from(chart_img_server, TEMPLATES_DIR)
     return chart_img_server
 
 

@@ -768,6 +768,8 @@ def register_templates_from(server: ChartImgServer, folder: Path, timezone: str 
     """Teach the server each template's request (as the worker builds it: timezone defaulted)."""
     for path in sorted(folder.glob("*.json")):
         template = json.loads(path.read_text(encoding="utf-8"))
+        if "request" not in template:
+            continue  # a layout template
         request = {"timezone": timezone, **template["request"]}
         server.register_template(str(template.get("id") or path.stem), request)
 

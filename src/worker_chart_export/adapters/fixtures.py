@@ -1,7 +1,10 @@
 """Recorded CHART-IMG responses on disk: the mock-mode ChartApi and the store record mode uses.
 
-Layout (contract §12.2): <root>/chart-img/advanced-chart-v2/<key>.png for a 200, and
-<key>__<status>_<REASON>.json holding {"status": int, "body": {...}} for an error.
+Layout (contract §12.2): <root>/chart-img/<endpoint>/<key>.png for a 200, and
+<key>__<status>_<REASON>.json holding {"status": int, "body": {...}} for an error; the
+endpoint's folder is advanced-chart-v2 (an Advanced Chart) or layout-chart-v2 (a layout
+chart: core.naming.FIXTURE_DIRS), so the same symbol, timeframe and template id on two
+endpoints never share a fixture.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import failure_from_response, mock_missing
 from worker_chart_export.core.naming import (
     ERROR_FIXTURE_NAME,
+    FIXTURE_DIRS,
     FIXTURE_PROVIDER_DIR,
     error_fixture_name,
     success_fixture_name,
 )
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartEndpoint, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.logs import get_logger
 
 
@@ -35,16 +39,25 @@ class RecordedError:
 Recorded = bytes | RecordedError
 
 
+ADVANCED = ChartEndpoint.ADVANCED_CHART
+
+
 class FixtureLibrary:
     def __init__(self, root: Path) -> None:
-        self.directory = root / FIXTURE_PROVIDER_DIR
+        self.root = root
+        self.directory = root / FIXTURE_PROVIDER_DIR  # the Advanced Chart's
 
-    def lookup(self, key: str) -> Recorded | None:
+    def folder(self, endpoint: ChartEndpoint = ADVANCED) -> Path:
+        """Where the fixtures of `endpoint`'s answers are."""
+        return self.root / FIXTURE_DIRS[endpoint]
+
+    def lookup(self, key: str, endpoint: ChartEndpoint = ADVANCED) -> Recorded | None:
         """The success PNG if present, else the error fixture for this key, else None."""
-        png = self.directory / success_fixture_name(key)
+        folder = self.folder(endpoint)
+        png = folder / success_fixture_name(key)
         if png.is_file():
             return png.read_bytes()
-        for candidate in sorted(self.directory.glob(f"{key}__*.json")):
+        for candidate in sorted(folder.glob(f"{key}__*.json")):
             match = ERROR_FIXTURE_NAME.fullmatch(candidate.name)
             if match and match.group("key") == key:
                 recorded = json.loads(candidate.read_text(encoding="utf-8"))
@@ -54,13 +67,15 @@ class FixtureLibrary:
                 return RecordedError(status, recorded.get("body"), candidate.name)
         return None
 
-    def save_png(self, key: str, png: bytes) -> Path:
-        path = self.directory / success_fixture_name(key)
+    def save_png(self, key: str, png: bytes, endpoint: ChartEndpoint = ADVANCED) -> Path:
+        path = self.folder(endpoint) / success_fixture_name(key)
         self._write(path, png)
         return path
 
-    def save_error(self, key: str, http_status: int, body: Any, reason: str) -> Path:
-        path = self.directory / error_fixture_name(key, http_status, reason)
+    def save_error(
+        self, key: str, http_status: int, body: Any, reason: str, endpoint: ChartEndpoint = ADVANCED
+    ) -> Path:
+        path = self.folder(endpoint) / error_fixture_name(key, http_status, reason)
         payload = json.dumps({"status": http_status, "body": body}, indent=2) + "\n"
         self._write(path, payload.encode("utf-8"))
         return path
@@ -100,9 +115,9 @@ class MockChartApi:
             chartTemplateId=call.chart_template_id,
             chartsApi={"mode": self.mode, "fixtureKey": call.fixture_key},
         )
-        recorded = self.library.lookup(call.fixture_key)
+        recorded = self.library.lookup(call.fixture_key, call.endpoint)
         if recorded is None:
-            failure = ChartFailure(mock_missing(call.fixture_key, self.library.directory))
+            failure = ChartFailure(mock_missing(call.fixture_key, self.library.folder(call.endpoint)))
             log.warning("chart api fixture missing", error={"code": failure.error.code.value})
             return failure
         result = replay(recorded)

@@ -24,6 +24,9 @@ SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CHARTS_PREFIX = "charts"
 MANIFEST_NAME = "manifest.json"
 FIXTURE_PROVIDER_DIR = "chart-img/advanced-chart-v2"
+# each CHART-IMG endpoint's fixtures in a folder of its own (contract §12.2: the key depends
+# on the provider and the endpoint), by core.types.ChartEndpoint's value
+FIXTURE_DIRS = {"advanced-chart": FIXTURE_PROVIDER_DIR, "layout-chart": "chart-img/layout-chart-v2"}
 
 
 def lease_document_id(run_id: str, step_id: str) -> str:

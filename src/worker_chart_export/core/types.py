@@ -29,6 +29,25 @@ class StepStatus(StrEnum):
 CHART_EXPORT = "CHART_EXPORT"
 
 
+class ChartEndpoint(StrEnum):
+    """The CHART-IMG endpoint a chart is drawn by (Snapshot v2)."""
+
+    ADVANCED_CHART = "advanced-chart"  # the template describes the chart: studies, drawings, style
+    LAYOUT_CHART = "layout-chart"  # the user's own TradingView layout draws it ("Shared Layout")
+
+
+@dataclass(frozen=True)
+class LayoutTarget:
+    """The TradingView layout a layout chart renders: its id (checked: ASCII letters and
+    digits, core/templates/template_rules.LAYOUT_ID), whether the template says it is private
+    (it then needs a TradingView session), and the configured session it names (the
+    session's id, never its value; None: the serving account's own, if it has one)."""
+
+    layout_id: str
+    private: bool = False
+    session: str | None = None
+
+
 @dataclass(frozen=True)
 class ChartCall:
     """One logical CHART-IMG request: one template of one step."""
@@ -43,6 +62,19 @@ class ChartCall:
     # the CHART-IMG plans whose accounts may serve it (its template asks no more than they
     # allow); None: any account
     serving_plans: frozenset[str] | None = None
+    # a layout chart's layout (None: an Advanced Chart, drawn from `body` alone)
+    layout: LayoutTarget | None = None
+
+    @property
+    def endpoint(self) -> ChartEndpoint:
+        return ChartEndpoint.ADVANCED_CHART if self.layout is None else ChartEndpoint.LAYOUT_CHART
+
+
+def endpoint_fields(call: ChartCall) -> dict[str, str]:
+    """Which endpoint (and layout) a chart is drawn by, as log lines name them."""
+    if call.layout is None:
+        return {"endpoint": call.endpoint.value}
+    return {"endpoint": call.endpoint.value, "layoutId": call.layout.layout_id}
 
 
 @dataclass(frozen=True)

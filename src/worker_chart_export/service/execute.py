@@ -180,6 +180,7 @@ def _run_claimed(
         templates_of(ctx, step, read),  # read now only what was not read before the claim
         default_timezone=ctx.limits.default_timezone,
         plans=ctx.limits.plans,
+        layout_budget=ctx.limits.layout_budget,
     )
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())

@@ -17,8 +17,8 @@ from worker_chart_export.core.step import step_failures
 from worker_chart_export.core.step.manifest import ManifestFailure, ManifestItem
 from worker_chart_export.core.step.reuse import png_metadata
 from worker_chart_export.core.step.validation import ValidatedStep
-from worker_chart_export.core.templates.chart_request import body_digest
-from worker_chart_export.core.types import ChartCall, ChartFailure
+from worker_chart_export.core.templates.chart_request import request_digest
+from worker_chart_export.core.types import ChartCall, ChartFailure, endpoint_fields
 from worker_chart_export.service.artifact_writes import write_patiently
 from worker_chart_export.service.ports import ChartSession
 from worker_chart_export.service.reuse import Reuse
@@ -113,7 +113,7 @@ def _render_one(
 ) -> ManifestItem | ManifestFailure:
     log = ctx.log.bind(
         chartTemplateId=call.chart_template_id,
-        chartsApi={"mode": ctx.mode, "fixtureKey": call.fixture_key},
+        chartsApi={"mode": ctx.mode, "fixtureKey": call.fixture_key, **endpoint_fields(call)},
     )
     log.info("chart api call started", symbol=call.chart_img_symbol, interval=call.interval)
     began = ctx.clock.monotonic()
@@ -130,7 +130,7 @@ def _render_one(
     path = png_object_path(
         call.run_id, call.step_id, generated_at, call.chart_img_symbol, call.interval, call.chart_template_id
     )
-    digest = body_digest(call.body)  # of the body sent: a retry reuses this PNG for it alone
+    digest = request_digest(call)  # of the request sent: a retry reuses this PNG for it alone
     try:
         uri = write_patiently(
             ctx,
@@ -145,4 +145,4 @@ def _render_one(
         log.error("png write failed", error=error.to_dict())
         return ManifestFailure(request, error)
     description = str(templates[call.chart_template_id]["description"])
-    return ManifestItem(call.chart_template_id, description, generated_at, uri, call.chart_img_symbol, digest)
+    return ManifestItem.of_call(call, description, generated_at, uri)

@@ -24,7 +24,6 @@ from worker_chart_export.core.step.reuse import (
     should_look,
 )
 from worker_chart_export.core.step.validation import ValidatedStep
-from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall
 from worker_chart_export.service.step_context import StepContext
 
@@ -71,17 +70,7 @@ def reuse_earlier_charts(
             ageSeconds=round(png.age_seconds, 3),
         )
         description = str(validated.templates[call.chart_template_id]["description"])
-        items.append(
-            ManifestItem(
-                call.chart_template_id,
-                description,
-                png.generated_at,
-                uri,
-                call.chart_img_symbol,
-                request_digest=body_digest(call.body),
-                reused=True,
-            )
-        )
+        items.append(ManifestItem.of_call(call, description, png.generated_at, uri, reused=True))
     return Reuse(items, [c for c in calls if c.chart_template_id not in found.chosen])
 
 

@@ -12,7 +12,7 @@ from harness.builders import REPO
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.naming import fixture_key
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartEndpoint, ChartFailure, ChartSuccess
 
 FIXTURES = REPO / "fixtures" / "chart-api"
 
@@ -99,5 +99,6 @@ def test_every_bundled_template_has_its_success_fixture() -> None:
     for path in (REPO / "chart-templates").glob("*.json"):
         template = json.loads(path.read_text())
         symbol = template["chartImgSymbolTemplate"].replace("{symbol}", "BTCUSDT")
-        recorded = library.lookup(fixture_key(symbol, "1h", template["id"]))
+        endpoint = ChartEndpoint.LAYOUT_CHART if "layout" in template else ChartEndpoint.ADVANCED_CHART
+        recorded = library.lookup(fixture_key(symbol, "1h", template["id"]), endpoint)
         assert isinstance(recorded, bytes) and recorded.startswith(b"\x89PNG"), path.name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Mapping
 from functools import cache
@@ -339,7 +340,21 @@ def documented_key_problems(
     return problems
 
 
-@pytest.mark.parametrize("template_id", sorted(load_templates()))
+@pytest.mark.parametrize("template_id", sorted(t for t, d in load_templates().items() if "layout" in d))
+def test_our_layout_templates_use_only_documented_fields_and_values(template_id: str) -> None:
+    layout = load_templates()[template_id]["layout"]
+    assert re.fullmatch(r"[A-Za-z0-9]+", layout["layoutId"])
+    documented = docs.layout_bounds().body
+    for name, value in layout.get("request", {}).items():
+        spec = documented[name]
+        assert {"Integer": int, "Boolean": bool, "String": str}[spec.type] is type(value), name
+        assert spec.minimum is None or value >= spec.minimum, name
+        assert spec.maximum is None or value <= spec.maximum, name
+    exchange = load_templates()[template_id]["chartImgSymbolTemplate"].partition(":")[0]
+    assert exchange in docs.symbols().exchanges
+
+
+@pytest.mark.parametrize("template_id", sorted(t for t, d in load_templates().items() if "request" in d))
 def test_our_templates_use_only_documented_names_keys_and_values(template_id: str) -> None:
     request = load_templates()[template_id]["request"]
     bounds = docs.request_bounds()

@@ -122,7 +122,7 @@ def test_templates_dry_run_validates_offline(tmp_path: Path, where: str) -> None
     extra = {"FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"} if where == "closed-port" else {}
     result = run(["templates", "sync", "--dry-run"], no_credentials_env(tmp_path, **extra))
     assert result.code == 0, result
-    assert "4 template(s) in" in result.stdout and "Firestore was not contacted" in result.stdout
+    assert "5 template(s) in" in result.stdout and "Firestore was not contacted" in result.stdout
     assert "price_psar_adi_v1: valid" in result.stdout
 
 

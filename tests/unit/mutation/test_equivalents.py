@@ -454,13 +454,14 @@ def templates_with_edits() -> Iterator[dict[str, Any]]:
 @checks
 def test_a_templates_problems_are_the_same_for_every_combination_of_three_problems(entry: Equivalent) -> None:
     """Against the bundled schema: every object that forbids extra keys defines its keys (so
-    the `properties` default is never read), and its "not"s are request's and safeId's."""
+    the `properties` default is never read), and its "not"s are request's, layout.request's,
+    safeId's and the one that keeps request and layout apart."""
     from worker_chart_export.bundled.contracts import CHART_TEMPLATE, validator
 
     schema = validator(CHART_TEMPLATE).schema
     closed = [s for s in walk(schema) if s.get("additionalProperties") is False]
-    assert len(closed) == 4 and all("properties" in s for s in closed)
-    assert sum("not" in s for s in walk(schema)) == 2
+    assert len(closed) == 6 and all("properties" in s for s in closed)
+    assert sum("not" in s for s in walk(schema)) == 4
     for template in templates_with_edits():
         assert_same(entry, late(template_check, "template_problems", template, BASIC))
 
@@ -536,8 +537,11 @@ def test_a_template_no_configured_plan_allows_is_described_the_same(entry: Equiv
     for name, document in load_templates().items():
         for (width, height), count in product(sizes, counts):
             changed = copy.deepcopy(document)
-            changed["request"].update(width=width, height=height)
-            changed["request"]["studies"] = [{"name": "Volume"}] * count
+            if "layout" in changed:  # a layout's own indicators are the layout's: its size alone
+                changed["layout"].setdefault("request", {}).update(width=width, height=height)
+            else:
+                changed["request"].update(width=width, height=height)
+                changed["request"]["studies"] = [{"name": "Volume"}] * count
             template = StoredTemplate(name, changed)
             for plans in configured:
                 if template.problems(plans.best):

@@ -103,7 +103,7 @@ def rendered(tmp_path: Path, logs: LogCapture) -> Rendered:
 
 def api_of(template: str) -> dict[str, str]:
     """The chartsApi field of a chart's lines: the mode and the fixture it would be recorded as."""
-    return {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{template}"}
+    return {"mode": "real", "fixtureKey": f"BINANCE_BTCUSDT__1h__{template}", "endpoint": "advanced-chart"}
 
 
 def test_each_chart_says_what_it_asked_what_it_got_and_how_long_it_took(
@@ -180,7 +180,11 @@ def test_a_stored_chart_is_listed_with_its_templates_description_symbol_and_requ
             "generatedAt": "2026-11-22T10:00:01.234Z",
             "png_gcs_uri": f"gs://bkt/{path}",
             # of the very body CHART-IMG was sent
-            "meta": {"chartImgSymbol": SYMBOL, "requestDigest": request_sha256(step.chart_api.sent[DRAWN])},
+            "meta": {
+                "chartImgSymbol": SYMBOL,
+                "requestDigest": request_sha256(step.chart_api.sent[DRAWN]),
+                "endpoint": "advanced-chart",
+            },
         }
     ]
     assert (step.bucket / "bkt" / path).read_bytes() == PNGS[DRAWN]

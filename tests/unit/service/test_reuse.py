@@ -332,6 +332,7 @@ def test_a_reused_chart_is_said_in_the_log_and_in_its_item_as_the_earlier_execut
         "meta": {
             "chartImgSymbol": "BINANCE:BTCUSDT",
             "requestDigest": request_sha256(sent_body(template)),
+            "endpoint": "advanced-chart",
             "reused": True,
         },
     }

@@ -21,7 +21,7 @@ from worker_chart_export.core.chart_img.answers import Disposition, accounts_exh
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.documents import ErrorDocument
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.templates.chart_request import body_digest
+from worker_chart_export.core.templates.chart_request import request_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 
 
@@ -62,7 +62,7 @@ class ChartRequest:
     @cached_property
     def digest(self) -> str:
         """What identifies the request to CHART-IMG (its body): a key's refusals count per request."""
-        return body_digest(self.call.body)
+        return request_digest(self.call)
 
 
 def tell_limiter(

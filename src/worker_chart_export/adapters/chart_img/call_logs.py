@@ -11,12 +11,12 @@ from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.core.chart_img.usage import Refund
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.types import ChartCall
+from worker_chart_export.core.types import ChartCall, endpoint_fields
 from worker_chart_export.logs import get_logger
 
 
 def log_context(mode: str, call: ChartCall, account_id: str | None) -> dict[str, Any]:
-    context: dict[str, Any] = {"mode": mode, "accountId": account_id}
+    context: dict[str, Any] = {"mode": mode, "accountId": account_id, **endpoint_fields(call)}
     if mode == "record":
         context["fixtureKey"] = call.fixture_key
     return context

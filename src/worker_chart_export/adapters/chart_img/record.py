@@ -26,7 +26,7 @@ class RecordChartApi:
     @contextmanager
     def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[RecordSession]:
         # quota only for the calls that will really go out
-        unrecorded = [c for c in first_wave if self.library.lookup(c.fixture_key) is None]
+        unrecorded = [c for c in first_wave if self.library.lookup(c.fixture_key, c.endpoint) is None]
         with self.real.for_step(unrecorded, budget) as real:
             yield RecordSession(self.library, real)
 
@@ -50,7 +50,7 @@ class RecordSession:
             chartTemplateId=call.chart_template_id,
             chartsApi={"mode": self.mode, "fixtureKey": call.fixture_key},
         )
-        recorded = self.library.lookup(call.fixture_key)
+        recorded = self.library.lookup(call.fixture_key, call.endpoint)
         if recorded is not None:
             result = replay(recorded)
             error_code = result.error.code if isinstance(result, ChartFailure) else None
@@ -72,11 +72,10 @@ class RecordSession:
             return rendered.result
         try:
             if answer.status == 200:
-                path = self.library.save_png(call.fixture_key, answer.content)
+                path = self.library.save_png(call.fixture_key, answer.content, call.endpoint)
             else:
-                path = self.library.save_error(
-                    call.fixture_key, answer.status, body, error_message(body) or "ERROR"
-                )
+                reason = error_message(body) or "ERROR"
+                path = self.library.save_error(call.fixture_key, answer.status, body, reason, call.endpoint)
             log.info("chart api fixture recorded", fixture=path.name, httpStatus=answer.status)
         except OSError as exc:  # recording is a convenience; the step goes on as in real mode
             log.warning("chart api fixture not recorded", errorKind=type(exc).__name__)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from worker_chart_export.core.error_codes import StepError
 from worker_chart_export.core.exceptions import InvalidManifestError
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.templates.chart_request import request_digest
+from worker_chart_export.core.types import ChartCall, ChartEndpoint
 
 if TYPE_CHECKING:
     from worker_chart_export.core.documents import ChartRequestInput
@@ -24,13 +26,39 @@ class ManifestItem:
     generated_at: datetime
     png_gcs_uri: str
     chart_img_symbol: str
-    # core.templates.chart_request.body_digest of the body the PNG was rendered from (also its metadata)
+    # core.templates.chart_request.request_digest of the request the PNG was rendered from (also its metadata)
     request_digest: str
     # an earlier execution of the step wrote this PNG (core/step/reuse.py): listed, not rendered
     reused: bool = False
+    # which CHART-IMG endpoint drew it (core.types.ChartEndpoint), and a layout chart's layout
+    endpoint: str = ChartEndpoint.ADVANCED_CHART.value
+    layout_id: str | None = None
+
+    @classmethod
+    def of_call(
+        cls, call: ChartCall, kind: str, generated_at: datetime, uri: str, *, reused: bool = False
+    ) -> ManifestItem:
+        """The item of `call`'s PNG: its template, symbol, request digest, endpoint and layout."""
+        return cls(
+            call.chart_template_id,
+            kind,
+            generated_at,
+            uri,
+            call.chart_img_symbol,
+            request_digest(call),
+            reused=reused,
+            endpoint=call.endpoint.value,
+            layout_id=call.layout.layout_id if call.layout is not None else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"chartImgSymbol": self.chart_img_symbol, "requestDigest": self.request_digest}
+        meta: dict[str, Any] = {
+            "chartImgSymbol": self.chart_img_symbol,
+            "requestDigest": self.request_digest,
+            "endpoint": self.endpoint,
+        }
+        if self.layout_id is not None:
+            meta["layoutId"] = self.layout_id
         if self.reused:
             meta["reused"] = True
         return {

@@ -78,6 +78,17 @@ class ReadItem:
         return _text(self.meta.get("requestDigest"))
 
     @property
+    def endpoint(self) -> str | None:
+        """The CHART-IMG endpoint that drew it (`meta.endpoint`: advanced-chart, layout-chart),
+        when the manifest says (a manifest written before layouts does not)."""
+        return _text(self.meta.get("endpoint"))
+
+    @property
+    def layout_id(self) -> str | None:
+        """The TradingView layout a layout chart was drawn from (`meta.layoutId`)."""
+        return _text(self.meta.get("layoutId"))
+
+    @property
     def reused(self) -> bool:
         """An earlier execution of the step wrote this PNG (`meta.reused`)."""
         return self.meta.get("reused") is True

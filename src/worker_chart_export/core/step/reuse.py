@@ -5,7 +5,7 @@ never reuse anything but the very request.
 
 An earlier execution that died (its lease reaped) may have written some of its PNGs. Each
 PNG carries, as object metadata, the digest of the exact body that was sent for it
-(`chart_request.body_digest`) and the claim token of the execution that wrote it
+(`chart_request.request_digest`) and the claim token of the execution that wrote it
 (`png_metadata`). A listed PNG stands for a chart when its name (`naming.parse_png_object_path`)
 says it is this step's PNG of that chart, it was generated at most `max_age_seconds` ago
 (never in the future), its content type is image/png, and its digest is the digest of the
@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from worker_chart_export.core.naming import compact_utc, parse_png_object_path, step_prefix
-from worker_chart_export.core.templates.chart_request import body_digest
+from worker_chart_export.core.templates.chart_request import request_digest
 from worker_chart_export.core.types import ChartCall, ListedObject
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def reuse_candidates(
     if max_age_seconds <= 0:
         return {}
     wanted = {(c.run_id, c.step_id, c.chart_template_id): c for c in calls}
-    digests = {c.chart_template_id: body_digest(c.body) for c in calls}
+    digests = {c.chart_template_id: request_digest(c) for c in calls}
     found: dict[str, list[Candidate]] = {}
     for listed_object in listed:
         try:

@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
 from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.limits import LayoutBudget
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
 from worker_chart_export.core.step.step_rules import step_of
-from worker_chart_export.core.templates.chart_request import build_request_body, resolve_chart_img_symbol
+from worker_chart_export.core.templates.chart_request import (
+    build_layout_body,
+    build_request_body,
+    resolve_chart_img_symbol,
+)
 from worker_chart_export.core.templates.symbols import base_symbol_problem, symbol_problem
 from worker_chart_export.core.templates.template_check import StoredTemplate
 from worker_chart_export.core.templates.template_rules import interval_problem, shown
-from worker_chart_export.core.types import ChartCall
+from worker_chart_export.core.types import ChartCall, LayoutTarget
 
 if TYPE_CHECKING:
     from worker_chart_export.core.documents import (
@@ -60,17 +65,26 @@ def requested_template_ids(step: StepDocument | None) -> list[str]:
 
 
 def _check_template(
-    template_id: str, template: StoredTemplate | None, plans: AccountPlans, symbol: str | None
+    template_id: str,
+    template: StoredTemplate | None,
+    plans: AccountPlans,
+    symbol: str | None,
+    layout_budget: LayoutBudget | None = None,
 ) -> tuple[list[str], frozenset[str]]:
     """(the template's problems, the plans that may serve it): its own problems (checked once
     per stored version and plan) under each account's plan, then the symbol it makes of this
-    step's scope.symbol. Valid when some account's plan allows it."""
+    step's scope.symbol; a layout template, the time one layout call needs. Valid when some
+    account's plan allows it."""
     where = f"chart_templates/{template_id}"
     if template is None:
         return [f"{where}: template not found"], frozenset()
     serving = frozenset(plan.name for plan in plans.plans if not template.problems(plan))
     if not serving:
         return _unservable(where, template, plans), serving
+    if layout_budget is not None and "layout" in template.document_keys:
+        late = layout_budget.problem()
+        if late is not None:
+            return [f"{where}.layout: {late}"], serving
     symbol_template = template.symbol_template
     if symbol is None or not isinstance(symbol_template, str):
         return [], serving
@@ -109,10 +123,12 @@ def validate_step(
     *,
     default_timezone: str,
     plans: AccountPlans = DEFAULT_PLANS,
+    layout_budget: LayoutBudget | None = None,
 ) -> ValidatedStep | StepError:
     """The step's inputs and templates checked as CHART-IMG would check them under the
     accounts' plans (a template some account can serve is valid, and its call goes only to
-    such accounts), before any call."""
+    such accounts), before any call; a layout template only when the step's charts have
+    time for one layout call (`layout_budget`; None: no call is made, mock mode)."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
     step = step_of(flow_run, step_id)
@@ -131,7 +147,9 @@ def validate_step(
     serving: dict[str, frozenset[str]] = {}
     for request in request_list:
         template_id = request["chartTemplateId"]
-        found, serving[template_id] = _check_template(template_id, templates.get(template_id), plans, symbol)
+        found, serving[template_id] = _check_template(
+            template_id, templates.get(template_id), plans, symbol, layout_budget
+        )
         problems += found
     if problems:
         return _failed(problems)
@@ -242,9 +260,15 @@ def _call(
     run_id: str, step_id: str, template_id: str, template: Mapping[str, Any], market: _Market
 ) -> ChartCall:
     chart_img_symbol = resolve_chart_img_symbol(template["chartImgSymbolTemplate"], market.symbol)
-    body = build_request_body(
-        template["request"], chart_img_symbol, market.timeframe, market.default_timezone
-    )
+    layout = template.get("layout")
+    target = None
+    if layout is None:
+        body = build_request_body(
+            template["request"], chart_img_symbol, market.timeframe, market.default_timezone
+        )
+    else:
+        body = build_layout_body(layout.get("request", {}), chart_img_symbol, market.timeframe)
+        target = LayoutTarget(layout["layoutId"], layout.get("private") is True, layout.get("session"))
     return ChartCall(
         run_id=run_id,
         step_id=step_id,
@@ -253,6 +277,7 @@ def _call(
         interval=market.timeframe,
         body=body,
         fixture_key=fixture_key(chart_img_symbol, market.timeframe, template_id),
+        layout=target,
     )
 
 

@@ -1,5 +1,6 @@
 """From a template and a step to the CHART-IMG request body (contract §13.3, §14.2), and the
-digest that names one body (a PNG is reused only for the very body it was rendered from)."""
+digest that names one request (a PNG is reused only for the very request it was rendered
+from: an Advanced Chart's body; a layout chart's endpoint, layout and body)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker_chart_export.core.types import ChartCall
 
 SYMBOL_PLACEHOLDER = "{symbol}"
 
@@ -26,6 +30,30 @@ def build_request_body(
     body["symbol"] = chart_img_symbol
     body["interval"] = interval
     return body
+
+
+def build_layout_body(
+    layout_request: Mapping[str, Any], chart_img_symbol: str, interval: str
+) -> dict[str, Any]:
+    """A layout template's `layout.request` plus the market, which override the layout's own
+    (Shared Layout: symbol, interval); the layout holds everything else (no timezone is
+    added: the endpoint has none)."""
+    body = copy.deepcopy(dict(layout_request))
+    body["symbol"] = chart_img_symbol
+    body["interval"] = interval
+    return body
+
+
+def request_digest(call: ChartCall) -> str:
+    """What names one request to CHART-IMG, for reuse and for a key's refusals: an Advanced
+    Chart's `body_digest` (as it always was), a layout chart's the digest of its endpoint,
+    its layout id and its body together (never a session, which travels in headers only):
+    the same body on another layout, or on the Advanced Chart, is another request."""
+    if call.layout is None:
+        return body_digest(call.body)
+    return body_digest(
+        {"endpoint": call.endpoint.value, "layoutId": call.layout.layout_id, "body": call.body}
+    )
 
 
 def body_digest(body: Mapping[str, Any]) -> str:

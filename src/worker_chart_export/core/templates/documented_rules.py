@@ -1,5 +1,6 @@
-"""What CHART-IMG's documentation lists for the Advanced Chart body, as pure rules over a
-template's `request` (the lists: contracts/chart-img/, read by `bundled.chart_img_docs`).
+"""What CHART-IMG's documentation lists for the Advanced Chart body and the Shared Layout
+body, as pure rules over a template's `request` or `layout.request` (the lists:
+contracts/chart-img/, read by `bundled.chart_img_docs`).
 
 Every body field must be a documented one; enumerations, types and documented bounds hold
 (`shiftLeft`/`shiftRight` 1..1000, `override.mainPaneHeight` 100..1800, ...); `timezone`
@@ -7,6 +8,10 @@ is in the Supported Timezone table; `range` is a preset or a `{from, to}` object
 fields only on the plans allowed to send them. Studies and drawings: documented names, entry
 keys, `input` keys (where the docs have an input table) with their types and bounds, the
 drawing's required inputs, and `override` keys (where documented).
+
+A layout's body: every field one the Shared Layout section documents (`resetZoom`,
+`zoomIn`/`zoomOut` 1..25, `moveLeft`/`moveRight` 1..50, `watermark*`...), of its documented
+type and bounds; watermark fields only on the plans allowed to send them.
 
 What `core.templates.template_rules` already checks (market fields, size, scale, format, zOrder,
 names present) is left to it. One part of `core.templates.template_check.template_problems`.
@@ -68,6 +73,27 @@ def documented_problems(request: Mapping[str, Any], plan: Plan) -> list[Template
             problems += _items_problems(path, value, docs.studies(), bounds.study_fields, "study")
         elif key == "drawings":
             problems += _items_problems(path, value, docs.drawings(), bounds.drawing_fields, "drawing")
+        elif key not in _CHECKED_BY_THE_RULES:
+            problems += _value_problems(path, value, spec)
+    return problems
+
+
+def documented_layout_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
+    """Every way a layout's `request` leaves what the Shared Layout section lists, under `plan`."""
+    from worker_chart_export.bundled import chart_img_docs as docs
+
+    documented, watermarks = docs.layout_bounds().body, docs.request_bounds()
+    problems: list[TemplateProblem] = []
+    for key, value in request.items():
+        path: Path = ("layout", "request", key)
+        spec = documented.get(key)
+        if spec is None:
+            problems.append(_unknown_key(path, key, documented, "a Shared Layout parameter"))
+        elif key in watermarks.watermark_fields and plan.name not in watermarks.custom_watermark_plans:
+            allowed = " and ".join(sorted(watermarks.custom_watermark_plans))
+            problems.append(
+                TemplateProblem(path, f"custom watermarks are for the {allowed} plans, not {plan.name}")
+            )
         elif key not in _CHECKED_BY_THE_RULES:
             problems += _value_problems(path, value, spec)
     return problems

@@ -15,7 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from worker_chart_export.core.chart_img.plans import Plan
-from worker_chart_export.core.templates.documented_rules import documented_problems
+from worker_chart_export.core.templates.documented_rules import (
+    documented_layout_problems,
+    documented_problems,
+)
 from worker_chart_export.core.templates.template_rules import Path, TemplateProblem, rule_problems, shown
 from worker_chart_export.core.types import JsonDict
 
@@ -30,9 +33,11 @@ def template_problems(document: Any, plan: Plan) -> list[TemplateProblem]:
     ruled: list[TemplateProblem] = []
     if isinstance(document, Mapping):
         ruled += rule_problems(document, plan)
-        request = document.get("request")
+        request, layout = document.get("request"), document.get("layout")
         if isinstance(request, Mapping):
             ruled += documented_problems(request, plan)
+        if isinstance(layout, Mapping) and isinstance(layout.get("request"), Mapping):
+            ruled += documented_layout_problems(layout["request"], plan)
         if not _is_plain_json(document):
             ruled.append(TemplateProblem((), "holds a value JSON cannot carry (NaN, Infinity, bytes, ...)"))
     ruled_paths = {p.path for p in ruled}
@@ -116,6 +121,11 @@ class StoredTemplate:
     def document(self) -> JsonDict:
         """A copy: nothing a caller does to it can change what was checked."""
         return copy.deepcopy(self._document)
+
+    @property
+    def document_keys(self) -> frozenset[str]:
+        """The stored document's top-level fields (which kind of template: request or layout)."""
+        return frozenset(self._document)
 
     @property
     def symbol_template(self) -> Any:

@@ -1,7 +1,11 @@
 """What CHART-IMG accepts in a chart template, as pure rules (doc.chart-img.com, Snapshot v2
-Advanced Chart parameters, Resolution Limit and Parameter Limit tables): the template's own
-fields, the plan's maxima (they depend on the CHART_IMG_PLAN setting), and what the worker
-itself needs (a PNG, the market left to it).
+Advanced Chart and Shared Layout parameters, Resolution Limit and Parameter Limit tables):
+the template's own fields, the plan's maxima (they depend on the CHART_IMG_PLAN setting),
+and what the worker itself needs (a PNG, the market left to it, a layout id fit for a URL).
+
+A template is one of two kinds: `request` (an Advanced Chart body fragment) or `layout`
+(`{layoutId, private?, session?, request?}`: the user's own TradingView layout, drawn by the
+Shared Layout endpoint with its community, invite-only and private indicators).
 
 One part of the rule set `core.templates.template_check.template_problems` applies, beside the JSON
 Schema and the documented lists (`core.templates.documented_rules`); step validation and `templates
@@ -29,6 +33,12 @@ SCALES = ("regular", "percent", "indexedTo100", "logarithmic")
 Z_ORDERS = ("top", "bottom")
 FORBIDDEN_REQUEST_FIELDS = ("symbol", "interval")  # the worker sets the market
 IMAGE_FORMAT = "png"  # CHART-IMG also renders jpeg; the worker stores PNGs and checks each one
+# A TradingView layout id becomes a segment of the URL's path: ASCII letters and digits only,
+# bounded (the docs write no grammar; their examples are OKyFXMzN and 37wLAGgd).
+LAYOUT_ID = re.compile(r"[A-Za-z0-9]{1,32}", re.ASCII)
+# A configured TradingView session's id (not its value): the shape of an account's id.
+SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+KINDS = ("request", "layout")  # a template has exactly one
 # A name shown as it is in a path; any other key (from Firestore: untrusted) is quoted.
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -74,30 +84,75 @@ def rule_problems(template: Mapping[str, Any], plan: Plan) -> list[TemplateProbl
         problems.append(
             TemplateProblem(("description",), "must be a non-empty string (it is the manifest kind)")
         )
-    request = template.get("request")
-    if not isinstance(request, Mapping):
+    kinds = [kind for kind in KINDS if kind in template]
+    if len(kinds) != 1:
+        both = ", not both" if kinds else ""
+        problems.append(
+            TemplateProblem(
+                (),
+                "must have exactly one of request (an Advanced Chart body) or layout (a TradingView "
+                f"layout: {{layoutId, private, session, request}}){both}",
+            )
+        )
+    elif kinds == ["layout"]:
+        problems += layout_problems(template["layout"], plan)
+    elif not isinstance(template["request"], Mapping):
         problems.append(TemplateProblem(("request",), "must be an object"))
     else:
-        problems += request_problems(request, plan)
+        problems += request_problems(template["request"], plan)
     return problems
+
+
+def layout_problems(layout: Any, plan: Plan) -> list[TemplateProblem]:
+    """A layout template's `layout`: its id fit for a URL, its session's name, and its body
+    fragment (Shared Layout parameters: the market left to the worker, size, a PNG)."""
+    where: Path = ("layout",)
+    if not isinstance(layout, Mapping):
+        return [
+            TemplateProblem(
+                where, f"{shown(layout)} must be an object {{layoutId, private, session, request}}"
+            )
+        ]
+    problems: list[TemplateProblem] = []
+    layout_id = layout.get("layoutId")
+    if problem := layout_id_problem(layout_id):
+        problems.append(TemplateProblem((*where, "layoutId"), problem))
+    if "private" in layout and not isinstance(layout["private"], bool):
+        problems.append(
+            TemplateProblem((*where, "private"), f"{shown(layout['private'])} must be true or false")
+        )
+    session = layout.get("session")
+    if "session" in layout and not (isinstance(session, str) and SESSION_NAME.fullmatch(session)):
+        problems.append(
+            TemplateProblem(
+                (*where, "session"),
+                f"must name a configured TradingView session by its id ({SESSION_NAME.pattern}), "
+                "never its value (what it holds is not shown)",
+            )
+        )
+    request = layout.get("request", {})
+    if not isinstance(request, Mapping):
+        problems.append(TemplateProblem((*where, "request"), "must be an object"))
+    else:
+        problems += _body_problems((*where, "request"), request, plan)
+    return problems
+
+
+def layout_id_problem(layout_id: Any) -> str | None:
+    """Why `layout_id` is no TradingView layout id the worker puts in a URL, or None."""
+    if isinstance(layout_id, str) and LAYOUT_ID.fullmatch(layout_id):
+        return None
+    if layout_id is None:
+        return "is required: the id in the layout's URL, e.g. OKyFXMzN in tradingview.com/chart/OKyFXMzN/"
+    return (
+        f"{shown(layout_id)} is not a TradingView layout id: 1 to 32 ASCII letters and digits "
+        "(e.g. OKyFXMzN, the id in the layout's URL)"
+    )
 
 
 def request_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
     """The Advanced Chart body fragment: market left to the worker, size, scale, parameters."""
-    problems = [
-        TemplateProblem(("request", name), "must not be set by a template (the worker sets it)")
-        for name in FORBIDDEN_REQUEST_FIELDS
-        if name in request
-    ]
-    if "format" in request and request["format"] != IMAGE_FORMAT:
-        problems.append(
-            TemplateProblem(
-                ("request", "format"),
-                f"{shown(request['format'])} must be {IMAGE_FORMAT!r}: the worker stores PNGs only",
-            )
-        )
-    problems += _size_problems(request, "width", MIN_WIDTH, plan.max_width, plan)
-    problems += _size_problems(request, "height", MIN_HEIGHT, plan.max_height, plan)
+    problems = _body_problems(("request",), request, plan)
     if "scale" in request and request["scale"] not in SCALES:
         problems.append(
             TemplateProblem(
@@ -123,6 +178,25 @@ def request_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplatePro
     return problems
 
 
+def _body_problems(where: Path, request: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
+    """What every body fragment shares: the market left to the worker, a PNG, the size."""
+    problems = [
+        TemplateProblem((*where, name), "must not be set by a template (the worker sets it)")
+        for name in FORBIDDEN_REQUEST_FIELDS
+        if name in request
+    ]
+    if "format" in request and request["format"] != IMAGE_FORMAT:
+        problems.append(
+            TemplateProblem(
+                (*where, "format"),
+                f"{shown(request['format'])} must be {IMAGE_FORMAT!r}: the worker stores PNGs only",
+            )
+        )
+    problems += _size_problems(where, request, "width", MIN_WIDTH, plan.max_width, plan)
+    problems += _size_problems(where, request, "height", MIN_HEIGHT, plan.max_height, plan)
+    return problems
+
+
 def interval_problem(timeframe: Any) -> str | None:
     """Why `timeframe` is not a CHART-IMG interval, or None when it is one."""
     if isinstance(timeframe, str) and timeframe in CHART_IMG_INTERVALS:
@@ -131,11 +205,11 @@ def interval_problem(timeframe: Any) -> str | None:
 
 
 def _size_problems(
-    request: Mapping[str, Any], name: str, minimum: int, maximum: int, plan: Plan
+    where: Path, request: Mapping[str, Any], name: str, minimum: int, maximum: int, plan: Plan
 ) -> list[TemplateProblem]:
     if name not in request:
         return []  # CHART-IMG's default 800x600 fits every plan
-    value, path = request[name], ("request", name)
+    value, path = request[name], (*where, name)
     if not is_integral(value):  # 800.0 is 800: a console may store a number as a double
         return [TemplateProblem(path, f"{shown(value)} must be an integer number of pixels")]
     if value < minimum:

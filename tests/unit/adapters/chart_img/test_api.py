@@ -48,7 +48,7 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
         "httpStatus": 200,
         "errorCode": None,
         "attempt": 1,
-        "chartsApi": {"mode": "real", "accountId": "acc1"},
+        "chartsApi": {"mode": "real", "accountId": "acc1", "endpoint": "advanced-chart"},
         "service": "worker-chart-export",
         "env": "test",
         "severity": "INFO",

@@ -34,6 +34,7 @@ def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp
     assert event["chartsApi"] == {
         "mode": "record",
         "accountId": "acc1",
+        "endpoint": "advanced-chart",
         "fixtureKey": "BINANCE_BTCUSDT__1h__tpl_a",
     }
     the_call = {

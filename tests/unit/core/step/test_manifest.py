@@ -61,7 +61,11 @@ def test_manifest_follows_contract_and_request_order() -> None:
         "kind": "Kind A",
         "generatedAt": "2026-11-22T04:00:00.000Z",
         "png_gcs_uri": "gs://bkt/charts/run1/charts/x_a_v1.png",
-        "meta": {"chartImgSymbol": "BINANCE:BTCUSDT", "requestDigest": "a" * 64},
+        "meta": {
+            "chartImgSymbol": "BINANCE:BTCUSDT",
+            "requestDigest": "a" * 64,
+            "endpoint": "advanced-chart",
+        },
     }
     assert manifest["failures"] == [
         {"request": {"chartTemplateId": "b_v1"}, "error": {"code": "CHART_API_FAILED", "message": "HTTP 422"}}

@@ -47,7 +47,17 @@ def written() -> bytes:
         charts_api_mode="mock",
     )
     items = [
-        ManifestItem("c_v1", "Kind C", GENERATED_C, URI_C, "BINANCE:BTCUSDT", "c" * 64, reused=True),
+        ManifestItem(
+            "c_v1",
+            "Kind C",
+            GENERATED_C,
+            URI_C,
+            "BINANCE:BTCUSDT",
+            "c" * 64,
+            reused=True,
+            endpoint="layout-chart",
+            layout_id="OKyFXMzN",
+        ),
         ManifestItem("a_v1", "Kind A", GENERATED_A, URI_A, "BINANCE:BTCUSDT", "a" * 64),
     ]
     failure = ManifestFailure(
@@ -93,19 +103,31 @@ def test_what_the_writer_wrote_is_read_back() -> None:
             "Kind A",
             datetime(2026, 11, 22, 4, 12, 3, 123_000, tzinfo=UTC),
             URI_A,
-            {"chartImgSymbol": "BINANCE:BTCUSDT", "requestDigest": "a" * 64},
+            {"chartImgSymbol": "BINANCE:BTCUSDT", "requestDigest": "a" * 64, "endpoint": "advanced-chart"},
         ),
         ReadItem(
             "c_v1",
             "Kind C",
             datetime(2026, 11, 22, 4, 12, 1, 7_000, tzinfo=UTC),
             URI_C,
-            {"chartImgSymbol": "BINANCE:BTCUSDT", "requestDigest": "c" * 64, "reused": True},
+            {
+                "chartImgSymbol": "BINANCE:BTCUSDT",
+                "requestDigest": "c" * 64,
+                "endpoint": "layout-chart",
+                "layoutId": "OKyFXMzN",
+                "reused": True,
+            },
         ),
     )
     a, c = manifest.items
     assert (a.chart_img_symbol, a.request_digest, a.reused) == ("BINANCE:BTCUSDT", "a" * 64, False)
     assert (c.chart_img_symbol, c.request_digest, c.reused) == ("BINANCE:BTCUSDT", "c" * 64, True)
+    assert (a.endpoint, a.layout_id, c.endpoint, c.layout_id) == (
+        "advanced-chart",
+        None,
+        "layout-chart",
+        "OKyFXMzN",
+    )
     assert manifest.failures == (
         ManifestFailure(
             {"chartTemplateId": "b_v1", "note": "kept as it is"},

@@ -9,6 +9,7 @@ import pytest
 from harness.builders import chart_step, flow_run, load_templates
 from worker_chart_export.core.chart_img.plans import PLANS, AccountPlans, Plan
 from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step.validation import ValidatedStep, requested_template_ids, validate_step
 from worker_chart_export.core.templates.template_check import StoredTemplate
 
@@ -399,7 +400,7 @@ def test_exactly_the_maximum_of_requests_is_allowed() -> None:
 
 
 def test_a_validated_step_carries_its_ids_market_and_the_default_timezone() -> None:
-    templates = {k: {**v, "request": {**v["request"]}} for k, v in TEMPLATES.items()}
+    templates = {k: {**v, "request": {**v["request"]}} for k, v in TEMPLATES.items() if "request" in v}
     for template in templates.values():
         template["request"].pop("timezone", None)
     doc = flow_run({"charts": chart_step(timeframe="4h")}, run_id="run7")
@@ -469,3 +470,81 @@ def test_a_problem_is_kept_whole_up_to_300_characters_then_cut_with_an_ellipsis(
     (cut,) = unsafe_id_problem(301 - base)
     untruncated = whole.replace("!'", "!!'", 1)  # one character longer
     assert len(cut) == 300 and cut == untruncated[:299] + "…"
+
+
+# --- layout templates (issue 40) ---------------------------------------------------------------
+
+LAYOUT = "my_tradingview_layout_v1"
+
+
+def layout_step(*template_ids: str) -> dict[str, Any]:
+    requests = [{"chartTemplateId": t} for t in template_ids]
+    return flow_run({"charts": chart_step(inputs={"minImages": 1, "requests": requests})})
+
+
+def test_a_layout_template_becomes_a_layout_call_with_the_market_and_no_timezone() -> None:
+    private = {
+        **TEMPLATES[LAYOUT],
+        "layout": {**TEMPLATES[LAYOUT]["layout"], "private": True, "session": "tv"},
+    }
+    result = run(layout_step("price_psar_adi_v1", LAYOUT), templates={**TEMPLATES, LAYOUT: private})
+    assert isinstance(result, ValidatedStep)
+    advanced, layout = result.calls
+    assert (advanced.layout, advanced.endpoint.value) == (None, "advanced-chart")
+    assert layout.endpoint.value == "layout-chart"
+    assert (layout.layout.layout_id, layout.layout.private, layout.layout.session) == ("37wLAGgd", True, "tv")
+    # the layout's body: its own fields and the market, nothing of the Advanced Chart's
+    assert layout.body == {
+        "width": 800,
+        "height": 600,
+        "resetZoom": True,
+        "symbol": "BINANCE:BTCUSDT",
+        "interval": "1h",
+    }
+    assert layout.fixture_key == "BINANCE_BTCUSDT__1h__my_tradingview_layout_v1"
+
+
+def under_budget(
+    doc: dict[str, Any], request_timeout: float, finalize: float, layout_timeout: float | None
+) -> ValidatedStep | StepError:
+    """The step validated as a worker with these settings (layout_timeout None: mock mode)."""
+    limits = StepLimits.within_request(request_timeout, finalize, layout_call_seconds=layout_timeout)
+    return validate_step(
+        doc,
+        "run1",
+        "charts",
+        {t: StoredTemplate(t, d) for t, d in TEMPLATES.items()},
+        default_timezone="Etc/UTC",
+        layout_budget=limits.layout_budget,
+    )
+
+
+def test_a_step_whose_charts_cannot_hold_one_layout_call_is_refused_with_the_numbers() -> None:
+    # REQUEST_TIMEOUT_SECONDS 60, FINALIZE_BUDGET_SECONDS 10: a 50 s step, 10 s kept for the
+    # manifest (a fifth), 40 s of charts; a layout call 60 s and an attempt's second more
+    result = under_budget(layout_step("price_psar_adi_v1", LAYOUT), 60, 10, 60)
+    assert problems_of(result) == [
+        "chart_templates/my_tradingview_layout_v1.layout: a layout call needs 61 s "
+        "(CHART_IMG_LAYOUT_TIMEOUT_SECONDS 60 and an attempt's 1 s), this step's charts have 40 s "
+        "(its 50 s budget less 10 s kept for the manifest): raise REQUEST_TIMEOUT_SECONDS or lower "
+        "CHART_IMG_LAYOUT_TIMEOUT_SECONDS"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("request_timeout", "finalize", "layout_timeout"),
+    [
+        (300, 30, 60),  # the defaults: 250 s of charts
+        (60, 10, 39),  # 40 s of charts hold 39 s and the attempt's second, exactly
+        (20, 5, None),  # mock mode: no call, no time needed
+    ],
+)
+def test_a_step_with_time_for_a_layout_call_or_no_call_at_all_passes(
+    request_timeout: float, finalize: float, layout_timeout: float | None
+) -> None:
+    result = under_budget(layout_step(LAYOUT), request_timeout, finalize, layout_timeout)
+    assert isinstance(result, ValidatedStep), result
+
+
+def test_an_advanced_chart_step_is_not_held_to_the_layout_call() -> None:
+    assert isinstance(under_budget(layout_step("price_psar_adi_v1"), 20, 5, 60), ValidatedStep)

@@ -315,7 +315,8 @@ def test_what_only_the_schema_says_is_kept_and_named_by_its_field() -> None:
     assert sorted(found(template)) == [
         (
             ".colour",
-            "is not allowed here (allowed: id, description, chartImgSymbolTemplate, request, version, tags)",
+            "is not allowed here (allowed: id, description, chartImgSymbolTemplate, request, layout, "
+            "version, tags)",
         ),
         (".id", "is required"),
         (".tags", "has non-unique elements"),
