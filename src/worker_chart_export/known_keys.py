@@ -1,8 +1,12 @@
-"""The API keys this process holds, as the one `Redaction` every exit applies.
+"""The API keys (and TradingView sessions) this process holds, as the one `Redaction` every
+exit applies.
 
 A key becomes known where the process is handed it: `adapters/chart_img/accounts_config.parse_accounts`
 (CHART_IMG_ACCOUNTS_JSON, --accounts-config-path, Secret Manager, `accounts --check-file`) and
-the `AccountLimiter` that sends it. From then on every exit redacts it in every form
+the `AccountLimiter` that sends it; a session's two values where
+`adapters/chart_img/sessions_config.parse_sessions` reads them (CHART_IMG_SESSIONS_JSON,
+--sessions-config-path, Secret Manager): a session is redacted exactly as a key is. From then
+on every exit redacts it in every form
 (core/redaction.py): log lines (logs.py), CHART-IMG's words as they arrive
 (adapters/chart_img/http.py), the reasons the usage stores record, a step's error and the
 manifest's failures, the CLI's output (the served process's streams too), the served

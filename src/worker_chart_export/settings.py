@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from worker_chart_export import bundled
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.core.exceptions import ConfigError
+from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
 from worker_chart_export.core.problem_words import plain_problem
 from worker_chart_export.core.retry import CHART_ATTEMPTS, STEP_ATTEMPTS, Backoff
 from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
@@ -36,10 +37,13 @@ from worker_chart_export.environment import (
     CHART_IMG_BASE_URL,
     CHART_IMG_BURST,
     CHART_IMG_DAILY_LIMIT,
+    CHART_IMG_LAYOUT_TIMEOUT_SECONDS,
     CHART_IMG_MAX_ATTEMPTS,
     CHART_IMG_PLAN,
     CHART_IMG_RATE_PER_SECOND,
     CHART_IMG_REQUEST_TIMEOUT_SECONDS,
+    CHART_IMG_SESSIONS_JSON,
+    CHART_IMG_SESSIONS_SECRET,
     CHART_REUSE_MAX_AGE_SECONDS,
     CHART_TEMPLATES_DIR,
     CHARTS_API_MODE,
@@ -102,6 +106,15 @@ class Settings(BaseSettings):
     chart_img_request_timeout_seconds: float = Field(
         45.0, gt=0, validation_alias=CHART_IMG_REQUEST_TIMEOUT_SECONDS
     )
+    # one layout chart's call: CHART-IMG asks for at least 60 s ("Shared Layout"); a step whose
+    # charts cannot hold one layout call is refused at validation
+    chart_img_layout_timeout_seconds: float = Field(
+        LAYOUT_CALL_SECONDS, gt=0, validation_alias=CHART_IMG_LAYOUT_TIMEOUT_SECONDS
+    )
+    # TradingView sessions for private layouts and invite-only indicators:
+    # [{"id", "sessionId", "sessionIdSign"}], else the Secret Manager version holding them
+    chart_img_sessions_json: SecretStr | None = Field(None, validation_alias=CHART_IMG_SESSIONS_JSON)
+    chart_img_sessions_secret: str | None = Field(None, validation_alias=CHART_IMG_SESSIONS_SECRET)
     # a chart's HTTP attempts across accounts, spaced by core.retry.CHART_ATTEMPTS' backoff
     chart_img_max_attempts: int = Field(
         CHART_ATTEMPTS.attempts or 1, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS

@@ -22,6 +22,7 @@ from worker_chart_export.bootstrap.chart_api import (
     calls_chart_img,
     chart_img_accounts,
     require_dir,
+    tradingview_sessions,
 )
 from worker_chart_export.core.chart_img.plans import AccountPlans, plan_named
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
@@ -75,6 +76,8 @@ def step_limits(settings: Settings, accounts: Sequence[AccountConfig] = ()) -> S
         plans=account_plans(settings, accounts),
         chart_reuse_max_age_seconds=settings.chart_reuse_max_age_seconds,
         step_retries=settings.step_retries,
+        # mock mode makes no call: a layout template needs no time for one
+        layout_call_seconds=settings.chart_img_layout_timeout_seconds if calls_chart_img(settings) else None,
     )
 
 
@@ -105,7 +108,10 @@ def check_configuration(settings: Settings) -> dict[str, object]:
         "chartsBucket": settings.charts_bucket,
     }
     if calls_chart_img(settings):
-        summary["chartImgAccounts"] = [account.id for account in chart_img_accounts(settings)]
+        accounts = chart_img_accounts(settings)
+        summary["chartImgAccounts"] = [account.id for account in accounts]
+        # their names: a bad sessions list stops the start here, not every layout chart
+        summary["tradingViewSessions"] = [s.id for s in tradingview_sessions(settings, accounts)]
     check_bucket_writable(gcs_artifacts(settings, SYSTEM_CLOCK), settings.charts_bucket)
     return summary
 

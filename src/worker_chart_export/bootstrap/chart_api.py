@@ -1,5 +1,6 @@
 """The chart API a process uses, built from `Settings`: its mode decided once
-(`calls_chart_img`), its accounts (the JSON, else the secret), its options, and the known-good
+(`calls_chart_img`), its accounts (the JSON, else the secret), its TradingView sessions (the
+JSON, else the secret; each account's session among them), its options, and the known-good
 chart a key is asked for before it is disabled. Heavy modules are imported lazily, only for
 the mode actually used."""
 
@@ -22,6 +23,7 @@ from worker_chart_export.settings import ChartsApiMode, Settings
 if TYPE_CHECKING:
     from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig, SecretClient
     from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.sessions_config import SessionConfig
     from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 
 
@@ -68,6 +70,24 @@ def build_chart_api(
         retry_policy=retry_policy,
         seams=seams,
     )
+
+
+def tradingview_sessions(
+    settings: Settings, accounts: Sequence[AccountConfig], secret_client: SecretClient | None = None
+) -> tuple[SessionConfig, ...]:
+    """The TradingView sessions (CHART_IMG_SESSIONS_JSON, else CHART_IMG_SESSIONS_SECRET; none
+    is none), every account's `session` among them (else a ConfigError naming both ids)."""
+    from worker_chart_export.adapters.chart_img.sessions_config import check_account_sessions, load_sessions
+    from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
+
+    sessions = load_sessions(
+        settings.chart_img_sessions_json,
+        settings.chart_img_sessions_secret,
+        settings.google_cloud_project,
+        secret_client=secret_client,
+    )
+    check_account_sessions(accounts, sessions, accounts_setting=CHART_IMG_ACCOUNTS_JSON)
+    return sessions
 
 
 def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -> ChartImgOptions:

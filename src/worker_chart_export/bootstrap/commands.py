@@ -69,6 +69,21 @@ def check_accounts_json(accounts_json: SecretStr | None) -> None:
     load_accounts(accounts_json, None, None)  # no secret: mock mode reads nothing remote
 
 
+def check_sessions_json(sessions_json: SecretStr | None) -> None:
+    """CHART_IMG_SESSIONS_JSON (or run-local's --sessions-config-path file) parsed as the
+    worker parses it, in every mode (its sessions learnt for redaction); blank is none."""
+    from worker_chart_export.adapters.chart_img.sessions_config import load_sessions
+
+    load_sessions(sessions_json, None, None)
+
+
+def parse_sessions(text: str) -> None:
+    """A sessions JSON parsed as the worker parses it, only to learn its sessions for redaction."""
+    from worker_chart_export.adapters.chart_img.sessions_config import parse_sessions as parse
+
+    parse(text)
+
+
 def local_usage_documents(usage_file: Path) -> dict[str, Mapping[str, Any]]:
     """run-local's usage file read as the accounts' usage documents (creating nothing)."""
     from worker_chart_export.adapters.usage_local import FileUsageStore

@@ -141,14 +141,19 @@ def _local_usage(settings: Settings) -> tuple[str, Mapping[str, Mapping[str, Any
 
 def read_accounts_file(path: Path | None) -> str | None:
     """The text of an --accounts-config-path file (None: no flag); one line when unreadable."""
+    return read_config_file(path, _CONFIG_FLAG)
+
+
+def read_config_file(path: Path | None, flag: str) -> str | None:
+    """The text of the file a flag names (None: no flag); one line when unreadable."""
     if path is None:
         return None
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{_CONFIG_FLAG} {path}: {exc.strerror}") from None
+        raise UsageError(f"{flag} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise UsageError(f"{_CONFIG_FLAG} {path}: not UTF-8 text") from None
+        raise UsageError(f"{flag} {path}: not UTF-8 text") from None
 
 
 def _check(args: argparse.Namespace) -> int:

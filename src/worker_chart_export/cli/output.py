@@ -1,9 +1,9 @@
 """What a CLI command prints leaves redacted: no form of a key the process holds (known_keys)
 reaches stdout or stderr, whatever printed it (a summary, a report, an error line naming an
 exception, a library's logging or traceback). Keys become known as the command loads its
-accounts; CHART_IMG_ACCOUNTS_JSON's are learnt first, so a command that never loads accounts
-(`view`, `templates sync`) redacts them too. A Secret Manager secret is read only by the
-commands that need the accounts.
+accounts; CHART_IMG_ACCOUNTS_JSON's (and CHART_IMG_SESSIONS_JSON's TradingView sessions) are
+learnt first, so a command that never loads them (`view`, `templates sync`) redacts them too.
+A Secret Manager secret is read only by the commands that need it.
 
 `serve` runs inside it too, so the served process has no unredacted exit on its streams:
 gunicorn's error log, Flask's, a library's warning or traceback (each writes to sys.stderr,
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 from worker_chart_export import known_keys
-from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
+from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON, CHART_IMG_SESSIONS_JSON
 
 
 class RedactingWriter:
@@ -92,15 +92,19 @@ os.register_at_fork(after_in_child=_reinit_locks_after_fork)
 
 
 def learn_configured_keys() -> None:
-    """The keys of CHART_IMG_ACCOUNTS_JSON, when it parses (a command that needs the accounts
-    reports a problem with them itself)."""
-    from worker_chart_export.bootstrap.commands import parse_accounts
+    """The keys of CHART_IMG_ACCOUNTS_JSON and the sessions of CHART_IMG_SESSIONS_JSON, when
+    they parse (a command that needs them reports a problem with them itself)."""
+    from worker_chart_export.bootstrap.commands import parse_accounts, parse_sessions
     from worker_chart_export.core.exceptions import ConfigError
 
-    text = os.environ.get(CHART_IMG_ACCOUNTS_JSON, "")
-    if text.strip():
-        with contextlib.suppress(ConfigError):
-            parse_accounts(text)  # learns its keys
+    for variable, parse in (
+        (CHART_IMG_ACCOUNTS_JSON, parse_accounts),
+        (CHART_IMG_SESSIONS_JSON, parse_sessions),
+    ):
+        text = os.environ.get(variable, "")
+        if text.strip():
+            with contextlib.suppress(ConfigError):
+                parse(text)  # learns its secrets
 
 
 @contextlib.contextmanager

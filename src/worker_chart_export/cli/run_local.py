@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker_chart_export import SERVICE_NAME
-from worker_chart_export.cli.accounts import read_accounts_file
+from worker_chart_export.cli.accounts import read_accounts_file, read_config_file
 from worker_chart_export.command_surface import (
     EXIT_FAILED,
     EXIT_OK,
@@ -33,12 +33,15 @@ from worker_chart_export.core.step.step_types import handles
 from worker_chart_export.core.types import StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
+    CHART_IMG_SESSIONS_JSON,
     CHARTS_API_MODE,
     CHARTS_BUCKET,
     CHARTS_LOCAL_OUTPUT_DIR,
 )
 from worker_chart_export.logs import configure_logging, get_logger
 from worker_chart_export.settings import RunLocalSettings, load_settings
+
+SESSIONS_FLAG = "--sessions-config-path"
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
@@ -100,6 +103,14 @@ def add_run_local_command(commands: Any) -> None:
         "CHART_IMG_ACCOUNTS_SECRET; default: none, which mock mode does not need)",
     )
     run.add_argument(
+        SESSIONS_FLAG,
+        type=Path,
+        metavar="FILE",
+        help="TradingView sessions JSON for private layouts, as CHART_IMG_SESSIONS_JSON "
+        '([{"id", "sessionId", "sessionIdSign"}]; over it and CHART_IMG_SESSIONS_SECRET; '
+        "default: none, which mock mode does not need)",
+    )
+    run.add_argument(
         "--output-summary",
         choices=["none", "text", "json"],
         default="text",
@@ -120,6 +131,8 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
     if args.accounts_config_path is not None:
         # the file's content stands in for the variable: name the file
         labels[CHART_IMG_ACCOUNTS_JSON] = f"--accounts-config-path {args.accounts_config_path}"
+    if args.sessions_config_path is not None:
+        labels[CHART_IMG_SESSIONS_JSON] = f"{SESSIONS_FLAG} {args.sessions_config_path}"
     for var, flag, value in (
         (CHARTS_API_MODE, "--charts-api-mode", args.charts_api_mode),
         (CHARTS_BUCKET, "--charts-bucket", args.charts_bucket),
@@ -132,7 +145,11 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
-    from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
+    from worker_chart_export.bootstrap.commands import (
+        check_accounts_json,
+        check_sessions_json,
+        read_valid_flow_run,
+    )
     from worker_chart_export.service.local_run import execute_chosen_step
 
     settings = load_settings(
@@ -140,6 +157,7 @@ def run_local(args: argparse.Namespace) -> int:
             "charts_api_mode": args.charts_api_mode,
             "charts_bucket": args.charts_bucket,
             "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
+            "chart_img_sessions_json": read_config_file(args.sessions_config_path, SESSIONS_FLAG),
             "local_output_dir": args.output_dir,
         },
         kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
@@ -150,6 +168,7 @@ def run_local(args: argparse.Namespace) -> int:
     # the file, read once and checked as submit checks it: a mistake stops here, nothing written
     original = read_valid_flow_run(args.flow_run_path)
     check_accounts_json(settings.chart_img_accounts_json)  # mock mode uses none, yet a bad file is a mistake
+    check_sessions_json(settings.chart_img_sessions_json)  # the same
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     flow_runs, step = local_step(settings, args.flow_run_path, layout)

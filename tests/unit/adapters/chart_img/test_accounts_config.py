@@ -75,7 +75,7 @@ def test_a_key_typed_as_a_field_name_is_named_by_its_position() -> None:
     message = str(caught.value)
     assert message == (
         "CHART_IMG_ACCOUNTS_JSON: item 2: missing 'apiKey'; item 2: field 2 is unknown (its name is not "
-        "shown; known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
+        "shown; known: id, apiKey, dailyLimit, ratePerSecond, burst, plan, session)"
     )
     assert not leaks([message], [KEY])
 
@@ -245,7 +245,7 @@ def test_a_field_given_by_its_python_name_with_a_bad_value_is_named_by_position_
         parse_accounts(json.dumps([{"id": "acc1", "apiKey": KEY, "daily_limit": 0}]))
     assert str(caught.value) == (
         "CHART_IMG_ACCOUNTS_JSON: item 1: field 3 is unknown (its name is not shown; "
-        "known: id, apiKey, dailyLimit, ratePerSecond, burst, plan)"
+        "known: id, apiKey, dailyLimit, ratePerSecond, burst, plan, session)"
     )
 
 
