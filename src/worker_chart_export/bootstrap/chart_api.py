@@ -68,6 +68,7 @@ def build_chart_api(
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
         retry_policy=retry_policy,
+        sessions=tradingview_sessions(settings, accounts, secret_client),
         seams=seams,
     )
 
@@ -106,6 +107,7 @@ def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -
         burst=settings.chart_img_burst,
         default_plan=settings.chart_img_plan,
         known_good_body=known_good_body(settings),
+        layout_timeout_seconds=settings.chart_img_layout_timeout_seconds,
     )
 
 

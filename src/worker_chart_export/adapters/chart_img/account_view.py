@@ -78,9 +78,15 @@ class AccountView:
         set_aside = self.set_aside_until is not None and self.set_aside_until > now
         return not self.disabled(now) and not exhausted and not set_aside
 
-    def serves(self, plans: Collection[str] | None) -> bool:
-        """Its plan allows the call (`plans`: the call's serving plans; None: any)."""
-        return plans is None or self.plan in plans
+    def serves(self, plans: Collection[str] | None, only: Collection[str] | None = None) -> bool:
+        """Its plan allows the call (`plans`: the call's serving plans; None: any), and it is
+        one of the accounts `only` names (a layout chart's: those with a session fit for it;
+        None: any)."""
+        return (plans is None or self.plan in plans) and (only is None or self.config.id in only)
+
+    def plan_serves(self, plans: Collection[str] | None, only: Collection[str] | None) -> bool:
+        """Among `only`, but its plan does not allow the call."""
+        return (only is None or self.config.id in only) and not self.serves(plans)
 
     def why_not(self, now: datetime, moment: float) -> str:
         """Why no call goes to it now, in words a failure can carry (never its key)."""

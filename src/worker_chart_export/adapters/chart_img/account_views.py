@@ -81,11 +81,15 @@ class AccountViews:
         return self._views[account_id]
 
     def pick(
-        self, tried: Collection[str], refused: Collection[str], plans: Collection[str] | None = None
+        self,
+        tried: Collection[str],
+        refused: Collection[str],
+        plans: Collection[str] | None = None,
+        only: Collection[str] | None = None,
     ) -> str | None:
         """The best account not yet refused in this acquire whose plan serves the call
-        (`plans`; None: any), counted in flight at once so the next concurrent caller ranks
-        with this pick in mind.
+        (`plans`; None: any), among `only` (None: any), counted in flight at once so the
+        next concurrent caller ranks with this pick in mind.
 
         Order: not yet tried for this request, then the soonest expected slot (this
         process's picks still reserving counted as taken slots), then least used (those
@@ -95,7 +99,7 @@ class AccountViews:
             usable = [
                 v
                 for v in self._views.values()
-                if v.config.id not in refused and v.serves(plans) and v.usable(now)
+                if v.config.id not in refused and v.serves(plans, only) and v.usable(now)
             ]
             if not usable:
                 return None
@@ -257,34 +261,40 @@ class AccountViews:
             view.set_aside_until = view.disabled_until = None
             return held
 
-    def exhausted_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
-        """The accounts (of `plans`; None: all) out of quota now."""
+    def exhausted_accounts(
+        self, plans: Collection[str] | None = None, only: Collection[str] | None = None
+    ) -> tuple[str, ...]:
+        """The accounts (of `plans`, among `only`; None: all) out of quota now."""
         now = self._clock.now()
         with self._lock:
             return tuple(
                 sorted(
                     a
                     for a, v in self._views.items()
-                    if v.serves(plans) and v.exhausted_until is not None and v.exhausted_until > now
+                    if v.serves(plans, only) and v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
 
     def standing(
-        self, plans: Collection[str] | None
+        self, plans: Collection[str] | None, only: Collection[str] | None = None
     ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-        """((account, why no call goes to it now) of each account whose plan serves the call,
-        (account, plan) of each whose plan does not): what a chart no account took is told."""
+        """((account, why no call goes to it now) of each account (among `only`) whose plan
+        serves the call, (account, plan) of each whose plan does not): what a chart no
+        account took is told."""
         now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
-            serving = tuple((a, v.why_not(now, moment)) for a, v in self._views.items() if v.serves(plans))
-            others = tuple((a, v.plan) for a, v in self._views.items() if not v.serves(plans))
+            serving = tuple(
+                (a, v.why_not(now, moment)) for a, v in self._views.items() if v.serves(plans, only)
+            )
+            others = tuple((a, v.plan) for a, v in self._views.items() if v.plan_serves(plans, only))
         return serving, others
 
-    def all_disabled(self, plans: Collection[str] | None = None) -> bool:
-        """Every account (of `plans`; None: all) has its key disabled; False when there is none."""
+    def all_disabled(self, plans: Collection[str] | None = None, only: Collection[str] | None = None) -> bool:
+        """Every account (of `plans`, among `only`; None: all) has its key disabled; False when
+        there is none."""
         now = self._clock.now()
         with self._lock:
-            serving = [v for v in self._views.values() if v.serves(plans)]
+            serving = [v for v in self._views.values() if v.serves(plans, only)]
             return bool(serving) and all(v.disabled(now) for v in serving)
 
     def still_accepted(self, account_id: str) -> bool:
@@ -300,8 +310,11 @@ class AccountViews:
             set_aside = view.set_aside_until is not None and view.set_aside_until > now
             return not (view.disabled(now) or exhausted or cooling or set_aside)
 
-    def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
-        """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""
+    def usable_accounts(
+        self, plans: Collection[str] | None = None, only: Collection[str] | None = None
+    ) -> tuple[str, ...]:
+        """Accounts (whose plan is one of `plans`, among `only`; None: any) whose key is not
+        disabled."""
         now = self._clock.now()
         with self._lock:
-            return tuple(a for a, v in self._views.items() if v.serves(plans) and not v.disabled(now))
+            return tuple(a for a, v in self._views.items() if v.serves(plans, only) and not v.disabled(now))

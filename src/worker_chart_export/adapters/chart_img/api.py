@@ -10,8 +10,13 @@ waiting) for the step's first wave and reserves that many first attempts in one 
 (AccountLimiter.acquire_many, slots at most UNIT_HOLD_SECONDS ahead); each render of the
 step takes one of those leases, with its permit, for its first attempt (unless CHART-IMG has
 refused that account meanwhile), and acquires permit and lease one by one after.
-Thread-safe: execute.py renders a step's requests from a thread pool. Logs and failure
-details carry the account id, the HTTP status and the API's message, never a key.
+A layout chart goes only to the accounts with a TradingView session fit for it
+(tv_sessions.py: its template's session, else the account's own; none for a private layout:
+refused before any call), is sent with that session's headers and held to its own timeout
+(CHART_IMG_LAYOUT_TIMEOUT_SECONDS: the docs ask for 60 s), and a session CHART-IMG refuses is
+set aside, never the key. Thread-safe: execute.py renders a step's requests from a thread
+pool. Logs and failure details carry the account id, the session's id, the HTTP status and
+the API's message, never a key or a session.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from worker_chart_export.adapters.chart_img.attempts import (
     ChartRequest,
     cannot_start,
     judge_refusals,
+    layout_unreachable,
     tell_limiter,
 )
 from worker_chart_export.adapters.chart_img.call_logs import log_context, log_global_exhaustion, log_request
@@ -40,6 +46,7 @@ from worker_chart_export.adapters.chart_img.http import NEVER_LEFT, ChartImgClie
 from worker_chart_export.adapters.chart_img.known_good import KnownGoodChart
 from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
+from worker_chart_export.adapters.chart_img.tv_sessions import ANY_ACCOUNT, TradingViewSessions
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import (
     Disposition,
@@ -53,6 +60,7 @@ from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolic
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
 from worker_chart_export.core.png import check_png
 from worker_chart_export.core.templates.chart_request import requested_size
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
@@ -81,9 +89,13 @@ class RealChartApi:
         policy: RetryPolicy | None = None,
         mode: str = "real",
         known_good: Mapping[str, Any] | None = None,
+        sessions: TradingViewSessions | None = None,
+        layout_timeout: float = LAYOUT_CALL_SECONDS,
         seams: Seams,
     ) -> None:
         self.mode = mode
+        self.sessions = sessions or TradingViewSessions((), (), clock=seams.clock)
+        self.layout_timeout = layout_timeout
         # a key about to be disabled for refused requests is first asked for a chart CHART-IMG
         # renders (the bundled sample's): only the key at fault goes
         self._known_good = None if known_good is None else KnownGoodChart(self, known_good)
@@ -111,7 +123,9 @@ class RealChartApi:
     def _prepay(self, first_wave: Sequence[ChartCall], budget: Budget) -> list[tuple[ChartCall, Lease]]:
         """A lease for each of the first calls of the wave that get one of the permits free
         now, on an account whose plan serves it, each lease holding its permit (the other
-        calls reserve when they get a connection)."""
+        calls reserve when they get a connection). A layout chart only some accounts may send
+        (by their sessions), or none, reserves on its own."""
+        first_wave = [c for c in first_wave if self.sessions.access(c) == ANY_ACCOUNT]
         permits = self._permits.take_available(len(first_wave))
         leases: list[tuple[ChartCall, Lease]] = []
         try:
@@ -178,6 +192,10 @@ class RealChartApi:
         return outcome
 
     def _try_once(self, request: ChartRequest) -> AttemptPass:
+        access = self.sessions.access(request.call)
+        if access.refusal is not None:  # no session can reach the layout: no call
+            return layout_unreachable(request.last, access.refusal)
+        request.only = access.only
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
         prepaid = None if request.tried else request.session.take_prepaid(request.call)
@@ -202,7 +220,7 @@ class RealChartApi:
             return self._cannot_start(request, None)
         try:
             lease = self.limiter.acquire(
-                tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans
+                tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans, only=request.only
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
             error = StepError(
@@ -232,7 +250,10 @@ class RealChartApi:
         with the step's first wave, whose line said so)."""
         call = request.call
         ahead = lease.slot_in(self._clock.now())
-        timeout = min(self.request_timeout, request.budget.remaining() - ahead)
+        own_timeout = self.request_timeout if call.layout is None else self.layout_timeout
+        timeout = min(own_timeout, request.budget.remaining() - ahead)
+        session = self.sessions.for_call(call, lease.account_id)
+        named = session.id if session is not None else None  # its name: the value is in headers only
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -241,7 +262,7 @@ class RealChartApi:
             interval=call.interval,
             accountId=lease.account_id,
             attempt=attempt,
-            chartsApi=log_context(self.mode, call, lease.account_id),
+            chartsApi=log_context(self.mode, call, lease.account_id, session=named),
         )
         started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
         if ahead > 0:
@@ -252,24 +273,34 @@ class RealChartApi:
         lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
-            answer = self.client.post_chart(call.body, lease.api_key, timeout=timeout)
+            layout_id = call.layout.layout_id if call.layout is not None else None
+            answer = self.client.post_chart(
+                call.body, lease.api_key, timeout=timeout, layout_id=layout_id, session=session
+            )
         except httpx.HTTPError as exc:
             return self._unreached(exc, lease, log, started)
         if answer.status != 200:
             answer = answer.redacted(known_keys.redaction())
-        disposition = classify(answer.status, None if answer.status == 200 else answer.body)
+        body = None if answer.status == 200 else answer.body
+        disposition = classify(answer.status, body, session_sent=session is not None)
         if disposition is Disposition.SUCCESS:
             # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end
             self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
+            if session is not None:
+                self.sessions.served(session.id)
             return self._chart_or_retry(request, answer, lease.account_id, log, started)
         # a 429 is refused before anything is rendered: read as uncounted by CHART-IMG, its
         # unit given back (docs/design.md, "The books follow CHART-IMG's charge")
         refund = self.limiter.give_back(lease) if answer.status == 429 else None
-        error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
+        error = failure_from_response(
+            answer.status, answer.body, template_id=call.chart_template_id, layout=call.layout, session=named
+        )
         log_request(log, self._clock, started, answer.status, error, refund=refund)
         next_step = None if disposition is Disposition.FINAL else disposition
         refused = AttemptPass(next_step, ChartFailure(error), answer)
         seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
+        if disposition is Disposition.SESSION_REFUSED and named is not None:
+            self.sessions.refused(named, call, seen)  # the session's, never the key's
         return tell_limiter(self.limiter, request, lease, refused, seen, log)
 
     def _chart_or_retry(

@@ -15,10 +15,13 @@ from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
 from worker_chart_export.adapters.chart_img.http import ChartImgClient
 from worker_chart_export.adapters.chart_img.limiter import AccountLimiter
 from worker_chart_export.adapters.chart_img.record import RecordChartApi
+from worker_chart_export.adapters.chart_img.sessions_config import SessionConfig
+from worker_chart_export.adapters.chart_img.tv_sessions import TradingViewSessions
 from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 from worker_chart_export.adapters.fixtures import FixtureLibrary
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
 
 __all__ = ["ChartImgOptions", "RealChartApi", "RecordChartApi", "Seams", "build_http_chart_api"]
 
@@ -37,6 +40,7 @@ class ChartImgOptions:
     # a chart CHART-IMG renders, asked of a key about to be disabled for refused requests
     # (None: two refusals disable it, as before)
     known_good_body: Mapping[str, Any] | None = field(default=None, compare=False)
+    layout_timeout_seconds: float = LAYOUT_CALL_SECONDS  # one layout chart's HTTP call
 
 
 def build_http_chart_api(
@@ -46,9 +50,11 @@ def build_http_chart_api(
     *,
     record_into: FixtureLibrary | None = None,
     retry_policy: RetryPolicy | None = None,
+    sessions: Sequence[SessionConfig] = (),
     seams: Seams,
 ) -> RealChartApi | RecordChartApi:
-    """Mode `real`, or `record` into `record_into` when it is given."""
+    """Mode `real`, or `record` into `record_into` when it is given; `sessions`: the
+    TradingView sessions layout charts are sent with."""
     defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
     limiter = AccountLimiter(
         accounts, usage_store, defaults=defaults, clock=seams.clock, default_plan=options.default_plan
@@ -73,6 +79,8 @@ def build_http_chart_api(
         policy=policy,
         mode="real" if record_into is None else "record",
         known_good=options.known_good_body,
+        sessions=TradingViewSessions(sessions, accounts, clock=seams.clock),
+        layout_timeout=options.layout_timeout_seconds,
         seams=seams,
     )
     return real if record_into is None else RecordChartApi(record_into, real)

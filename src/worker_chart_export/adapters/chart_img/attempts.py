@@ -1,8 +1,9 @@
 """What one pass of a chart request's attempt loop (api.py) ends with: what a refusal says
 about its key and its request, told to the limiter (`tell_limiter`, and `judge_refusals`
 once the request's fate is known), and the failure a request ends with when no attempt can
-be made: every account exhausted, every key refused, or no time left. The last real answer,
-when there was one, says more than any of these.
+be made: every account exhausted, every key refused, no time left, or no TradingView session
+that can reach its layout. The last real answer, when there was one, says more than any of
+these.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class ChartRequest:
     refused_everywhere: bool = False  # every account that could serve it refused it
     # asks CHART-IMG for a known-good chart on a key about to be disabled (None: no check)
     check_key: KeyCheck | None = None
+    # the accounts its latest attempt could go to (a layout chart's, by their sessions; None: any)
+    only: frozenset[str] | None = None
 
     @property
     def budget(self) -> Budget:
@@ -109,7 +112,9 @@ def _key_refused(
     aside (docs/design.md, "CHART-IMG answers"); before that, the call moves to another
     account."""
     request.refused_by.add(account_id)
-    nowhere_else = set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by
+    nowhere_else = (
+        set(limiter.usable_accounts(request.call.serving_plans, request.only)) <= request.refused_by
+    )
     if probe or (nowhere_else and len(request.refused_by) == 1):
         if limiter.key_refused(account_id, seen, probe=probe, check=request.check_key):
             return refused
@@ -176,6 +181,15 @@ def cannot_start(
             {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
         )
     return AttemptPass(None, ChartFailure(error.as_retryable()), last.answer if last else None)
+
+
+def layout_unreachable(last: AttemptPass | None, refusal: StepError) -> AttemptPass:
+    """No session can reach a layout chart now, so no call: `refusal`, or, after an answer
+    (a session refused just now), that answer, which says more, as patient as `refusal`."""
+    if last is None or not isinstance(last.result, ChartFailure):
+        return AttemptPass(None, ChartFailure(refusal))
+    error = last.result.error
+    return AttemptPass(None, ChartFailure(error.as_retryable() if refusal.retryable else error), last.answer)
 
 
 def _all_exhausted(last: AttemptPass | None, refusal: NoAccount) -> AttemptPass:

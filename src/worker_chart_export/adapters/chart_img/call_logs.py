@@ -15,8 +15,14 @@ from worker_chart_export.core.types import ChartCall, endpoint_fields
 from worker_chart_export.logs import get_logger
 
 
-def log_context(mode: str, call: ChartCall, account_id: str | None) -> dict[str, Any]:
+def log_context(
+    mode: str, call: ChartCall, account_id: str | None, *, session: str | None = None
+) -> dict[str, Any]:
+    """`chartsApi` of an attempt's lines: mode, account, endpoint (and layout, and the id of
+    the TradingView session it is sent with: never a key or a session's value)."""
     context: dict[str, Any] = {"mode": mode, "accountId": account_id, **endpoint_fields(call)}
+    if session is not None:
+        context["session"] = session
     if mode == "record":
         context["fixtureKey"] = call.fixture_key
     return context

@@ -1,8 +1,11 @@
 """The HTTP exchange with CHART-IMG: one POST, held to a deadline, its answer kept as bytes.
 
-The key goes into the `x-api-key` header and nowhere else; an answer that is not a chart is
-redacted (`HttpAnswer.redacted`) before anything reads it, so CHART-IMG's words carry no form
-of any key the process holds into a log line, a step error, a usage reason or a manifest.
+The path is the Advanced Chart's, or the Shared Layout's with the layout's id as its last
+segment (checked here again: only ASCII letters and digits ever reach the URL). The key goes
+into the `x-api-key` header and nowhere else, a TradingView session into the two
+`tradingview-session-*` headers and nowhere else; an answer that is not a chart is redacted
+(`HttpAnswer.redacted`) before anything reads it, so CHART-IMG's words carry no form of any
+key or session the process holds into a log line, a step error, a usage reason or a manifest.
 """
 
 from __future__ import annotations
@@ -17,10 +20,16 @@ import httpx
 from pydantic import SecretStr
 
 from worker_chart_export.adapters.chart_img.permits import ConnectionPermits
+from worker_chart_export.adapters.chart_img.sessions_config import SessionConfig
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.redaction import Redaction
+from worker_chart_export.core.templates.template_rules import LAYOUT_ID
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
+LAYOUT_CHART_PATH = "/v2/tradingview/layout-chart/"  # + <LAYOUT_ID> (layout_bounds.json's path)
+# Shared Layout's request headers for a private layout or invite-only indicators: a browser's
+# `sessionid` and `sessionid_sign` cookies (layout_bounds.json)
+SESSION_HEADERS = ("tradingview-session-id", "tradingview-session-id-sign")
 # Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
 # the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
 # A read timeout, a reset or a write error may come after the request left: its unit stays.
@@ -48,6 +57,16 @@ class HttpAnswer:
             return json.loads(text)
         except ValueError:
             return text
+
+
+def chart_path(layout_id: str | None) -> str:
+    """The Advanced Chart's path, or the Shared Layout's for `layout_id`; ValueError for an id
+    that is not ASCII letters and digits (never interpolated unchecked)."""
+    if layout_id is None:
+        return ADVANCED_CHART_PATH
+    if not LAYOUT_ID.fullmatch(layout_id):
+        raise ValueError(f"{layout_id!r} is not a TradingView layout id: not sent")
+    return LAYOUT_CHART_PATH + layout_id
 
 
 def parse_retry_after(value: str | None, clock: Clock) -> float | None:
@@ -86,19 +105,31 @@ class ChartImgClient:
         self._clock = clock
         self.permits = ConnectionPermits(max_connections)
 
-    def post_chart(self, body: Mapping[str, Any], api_key: SecretStr, *, timeout: float) -> HttpAnswer:
-        """POST the chart request; raises httpx.TimeoutException / httpx.TransportError.
+    def post_chart(
+        self,
+        body: Mapping[str, Any],
+        api_key: SecretStr,
+        *,
+        timeout: float,
+        layout_id: str | None = None,
+        session: SessionConfig | None = None,
+    ) -> HttpAnswer:
+        """POST the chart request (a layout chart's with `layout_id`, sent with `session`'s
+        headers when given); raises httpx.TimeoutException / httpx.TransportError.
         The caller holds one of `permits`, so a pooled connection is free: no pool wait.
 
         httpx timeouts are per phase (connect, each read...), so the body is streamed and
         the whole exchange is also held to `timeout`: a server that trickles bytes cannot
         keep us past the budget.
         """
+        headers = {"x-api-key": api_key.get_secret_value()}
+        if session is not None:
+            headers.update(zip(SESSION_HEADERS, session.secrets(), strict=True))
         request = self._client.build_request(
             "POST",
-            ADVANCED_CHART_PATH,
+            chart_path(layout_id),
             json=dict(body),
-            headers={"x-api-key": api_key.get_secret_value()},
+            headers=headers,
             timeout=httpx.Timeout(timeout),
         )
         deadline = self._clock.monotonic() + timeout

@@ -9,7 +9,8 @@ lately. What CHART-IMG says about a key is told here (`mark_exhausted`, `rate_li
 `key_refused`, `succeeded`: key_verdicts.py), judged by core/chart_img/key_history.py, and persisted in
 the usage document when it matters to every instance and to `worker-chart-export accounts`.
 A call that never left gives its unit back (`give_back`). Only accounts whose plan serves a
-call are picked for it (`plans`: the call's serving plans). Once
+call are picked for it (`plans`: the call's serving plans), and only among the accounts a
+layout chart may go to (`only`: those with a TradingView session fit for it). Once
 a reservation shows that another instance wrote an account meanwhile, the next wave reads
 every account first (one round trip), so a fleet's waves do not queue on keys that only look
 free.
@@ -130,10 +131,16 @@ class AccountLimiter(KeyVerdicts):
         return self._views.account_ids
 
     def acquire(
-        self, *, tried: Collection[str] = (), max_wait: float, plans: Collection[str] | None = None
+        self,
+        *,
+        tried: Collection[str] = (),
+        max_wait: float,
+        plans: Collection[str] | None = None,
+        only: Collection[str] | None = None,
     ) -> Lease | NoAccount:
         """Reserve quota and a send slot on the best account whose plan serves the call
-        (`plans`: its serving plans; None: any), in `AccountViews.pick`'s order. The slot may
+        (`plans`: its serving plans; None: any), among `only` (None: any), in
+        `AccountViews.pick`'s order. The slot may
         still be up to UNIT_HOLD_SECONDS ahead: `wait_for_slot` before sending. A refused
         account costs one transaction and the next is tried. An
         account whose slot another instance took meanwhile (`_Later`: the store's slot is
@@ -145,7 +152,7 @@ class AccountLimiter(KeyVerdicts):
         """
         started, busy, refused = self._clock.monotonic(), False, set[str]()
         waited_before = 0.0
-        while (account_id := self._views.pick(tried, refused, plans)) is not None:
+        while (account_id := self._views.pick(tried, refused, plans, only)) is not None:
             outcome = self._try(account_id, max_wait - (self._clock.monotonic() - started))
             if isinstance(outcome, Lease):
                 return replace(outcome, paced_seconds=waited_before + outcome.paced_seconds)
@@ -158,7 +165,7 @@ class AccountLimiter(KeyVerdicts):
                 continue
             refused.add(account_id)
             busy = busy or outcome is ReservationRefusal.BUSY
-        return self._no_account(busy, plans)
+        return self._no_account(busy, plans, only)
 
     def acquire_many(self, wave: Sequence[Collection[str] | None], *, max_wait: float) -> list[Lease | None]:
         """A lease for each call of a step's first wave where the store can give one, in ONE
@@ -292,14 +299,16 @@ class AccountLimiter(KeyVerdicts):
             self._clock.sleep(ahead)
             waited += ahead
 
-    def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
-        """Why no account (of those whose plan serves the call) could take it: each one's
-        own reason, and the accounts whose plan does not serve it."""
-        exhausted = self._views.exhausted_accounts(plans)
-        standing, others = self._views.standing(plans)
+    def _no_account(
+        self, busy: bool, plans: Collection[str] | None, only: Collection[str] | None
+    ) -> NoAccount:
+        """Why no account (of those whose plan serves the call, among `only`) could take it:
+        each one's own reason, and the accounts whose plan does not serve it."""
+        exhausted = self._views.exhausted_accounts(plans, only)
+        standing, others = self._views.standing(plans, only)
         if busy:
             reason = NoAccountReason.NO_TIME
-        elif self._views.all_disabled(plans):
+        elif self._views.all_disabled(plans, only):
             reason = NoAccountReason.NO_USABLE_KEY
         elif len(exhausted) == len(standing):  # (none serves it: validation's to refuse)
             reason = NoAccountReason.EXHAUSTED
@@ -331,6 +340,9 @@ class AccountLimiter(KeyVerdicts):
         """See `AccountViews.still_accepted`."""
         return self._views.still_accepted(account_id)
 
-    def usable_accounts(self, plans: Collection[str] | None = None) -> tuple[str, ...]:
-        """Accounts (whose plan is one of `plans`; None: any) whose key is not disabled."""
-        return self._views.usable_accounts(plans)
+    def usable_accounts(
+        self, plans: Collection[str] | None = None, only: Collection[str] | None = None
+    ) -> tuple[str, ...]:
+        """Accounts (whose plan is one of `plans`, among `only`; None: any) whose key is not
+        disabled."""
+        return self._views.usable_accounts(plans, only)

@@ -18,7 +18,13 @@ on first sight:
 - 5xx (the CDN's 52x timeouts among them), 408 Request Timeout, 425 Too Early: transient,
   retried with backoff (the next answer may well be a chart); a 200 that is not a whole PNG
   (an HTML page, a body cut short: core/png.py) too; other 4xx: final (the key stays usable).
-See docs/design.md, "CHART-IMG answers".
+- A layout chart (Shared Layout): 403 `Layout Forbidden` and 404 (the docs: "Could not find
+  the resource or page, including TradingView LAYOUT_ID") are the request's: final, no key
+  blamed; 409 (the docs: "a session disconnect ... make sure that you are using the current
+  login sessionId", example `Session Disconnected`) to a call sent with a TradingView
+  session: the session is no longer accepted: it is set aside (core/chart_img/layout_sessions.py),
+  never the key, and the chart moves on at once to an account with another session, if any.
+See docs/design.md, "CHART-IMG answers" and "Layouts".
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.types import LayoutTarget
 
 # Transient below 500: the request took too long to arrive (408), or came too early (425).
 RETRY_BELOW_500 = frozenset({408, 425})
@@ -44,14 +51,28 @@ class Disposition(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # daily quota used up: mark the account exhausted, next account now
     RATE_LIMITED = "RATE_LIMITED"  # any other 429: cool the key down, next account now
     BAD_KEY = "BAD_KEY"  # key refused: next account now; disabled when refused again
+    # the TradingView session sent was refused: set aside (never the key), next account now
+    SESSION_REFUSED = "SESSION_REFUSED"
 
 
-# Answers that describe the moment or the key, not the request: never frozen as fixtures.
+# Answers that describe the moment, the key or the session, not the request: never frozen
+# as fixtures.
 NOT_ABOUT_THE_REQUEST = frozenset(
-    {Disposition.RETRY, Disposition.EXHAUSTED, Disposition.RATE_LIMITED, Disposition.BAD_KEY}
+    {
+        Disposition.RETRY,
+        Disposition.EXHAUSTED,
+        Disposition.RATE_LIMITED,
+        Disposition.BAD_KEY,
+        Disposition.SESSION_REFUSED,
+    }
 )
 # Dispositions whose next attempt goes to another account without a backoff.
-ROTATING = frozenset({Disposition.EXHAUSTED, Disposition.RATE_LIMITED, Disposition.BAD_KEY})
+ROTATING = frozenset(
+    {Disposition.EXHAUSTED, Disposition.RATE_LIMITED, Disposition.BAD_KEY, Disposition.SESSION_REFUSED}
+)
+# The status table's 409: "a session disconnect ... the current login sessionId".
+SESSION_DISCONNECTED = 409
+LAYOUT_FORBIDDEN_WORDING = "layout forbidden"
 RATE_LIMIT_WORDING = "too many requests"
 # The daily quota's words: the 429 example, and the status table's "exceed the usage limit"
 # (with its tenses). Only whole messages: "Rate Limit Exceeded" is not the daily quota.
@@ -116,9 +137,13 @@ def validation_errors(body: Any) -> list[dict[str, str]]:
     return kept
 
 
-def classify(http_status: int, body: Any = None) -> Disposition:
+def classify(http_status: int, body: Any = None, *, session_sent: bool = False) -> Disposition:
+    """What an answer means; `session_sent`: the call carried a TradingView session (a layout
+    chart's), which a 409 then refuses."""
     if http_status == 200:
         return Disposition.SUCCESS
+    if http_status == SESSION_DISCONNECTED and session_sent:
+        return Disposition.SESSION_REFUSED
     message = error_message(body)
     if http_status == 429:
         return Disposition.EXHAUSTED if says_daily_limit(message) else Disposition.RATE_LIMITED
@@ -140,9 +165,16 @@ def limit_kind(disposition: Disposition, message: str) -> str:
 
 
 def failure_from_response(
-    http_status: int, body: Any, *, fixture: str | None = None, template_id: str | None = None
+    http_status: int,
+    body: Any,
+    *,
+    fixture: str | None = None,
+    template_id: str | None = None,
+    layout: LayoutTarget | None = None,
+    session: str | None = None,
 ) -> StepError:
-    """A non-200 answer as the step error that goes into failures[] (never any header)."""
+    """A non-200 answer as the step error that goes into failures[] (never any header);
+    `layout`: a layout chart's, `session`: the id of the session it was sent with."""
     message = error_message(body) or "no message in the response body"
     details: dict[str, Any] = {"httpStatus": http_status, "message": message}
     if fixture:
@@ -150,7 +182,12 @@ def failure_from_response(
     validation = validation_errors(body)
     if validation:
         details["errors"] = validation
-    disposition = classify(http_status, body)
+    disposition = classify(http_status, body, session_sent=session is not None)
+    if layout is not None:
+        details["layoutId"] = layout.layout_id
+        refused = _layout_refusal(http_status, message, disposition, layout, session, details)
+        if refused is not None:
+            return refused
     if disposition in (Disposition.EXHAUSTED, Disposition.RATE_LIMITED):
         details["limit"] = limit_kind(disposition, error_message(body))
         return StepError(
@@ -174,6 +211,49 @@ def failure_from_response(
             details,
         )
     return StepError(ErrorCode.CHART_API_FAILED, f"CHART-IMG answered HTTP {http_status}: {message}", details)
+
+
+def _layout_refusal(
+    http_status: int,
+    message: str,
+    disposition: Disposition,
+    layout: LayoutTarget,
+    session: str | None,
+    details: dict[str, Any],
+) -> StepError | None:
+    """What a layout chart's answer says of its layout or its session, when it says so."""
+    layout_id, said = layout.layout_id, f"HTTP {http_status}: {message}"
+    if disposition is Disposition.SESSION_REFUSED:
+        details.update(errorKind="session_refused", session=session)
+        return StepError(
+            ErrorCode.CHART_API_FAILED,
+            f"CHART-IMG refused TradingView session {session!r} for layout {layout_id} ({said}): it is no "
+            "longer accepted (log in again and configure the new one); set aside, then probed",
+            details,
+        )
+    if http_status == 403 and wording(message) == LAYOUT_FORBIDDEN_WORDING:
+        details["errorKind"] = "layout_forbidden"
+        if session is not None:
+            details["session"] = session
+        why = (
+            f"the session sent ({session}) cannot reach it"
+            if session is not None
+            else "it is private: share it, or configure a TradingView session that can reach it"
+        )
+        return StepError(
+            ErrorCode.CHART_API_FAILED,
+            f"CHART-IMG refused TradingView layout {layout_id} ({said}): {why}",
+            details,
+        )
+    if http_status == 404:
+        details["errorKind"] = "layout_not_found"
+        return StepError(
+            ErrorCode.CHART_API_FAILED,
+            f"CHART-IMG found no TradingView layout {layout_id} ({said}): check the template's "
+            "layout.layoutId",
+            details,
+        )
+    return None
 
 
 def refused_everywhere(error: StepError, account_ids: list[str]) -> StepError:

@@ -53,7 +53,9 @@ def test_a_bad_session_is_named_by_item_and_field_never_shown() -> None:
         parse_sessions(json.dumps([item, extra, twin, twin]))
     message = str(caught.value)
     assert message.startswith("CHART_IMG_SESSIONS_JSON: item 1: 'sessionIdSign' ")
-    assert "item 2: field 4 is unknown (its name is not shown; known: id, sessionId, sessionIdSign)" in message
+    assert (
+        "item 2: field 4 is unknown (its name is not shown; known: id, sessionId, sessionIdSign)" in message
+    )
     assert "duplicate session id 'twin'" in message
     assert not leaks([message], [sid, other, twin_id])
 

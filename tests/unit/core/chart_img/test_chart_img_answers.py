@@ -23,6 +23,8 @@ from worker_chart_export.core.chart_img.answers import (
     validation_errors,
     wording,
 )
+from worker_chart_export.core.error_codes import ErrorCode
+from worker_chart_export.core.types import LayoutTarget
 
 
 @pytest.mark.parametrize(
@@ -251,3 +253,41 @@ def test_a_request_refused_on_every_key_says_so_with_the_providers_words() -> No
         "refusedBy": ["acc1", "acc2"],
     }
     assert error.code.value == "CHART_API_FAILED"
+
+
+# --- a layout chart's answers (issue 40 item 4) ---------------------------------------------
+
+
+@pytest.mark.parametrize("session_sent", [False, True])
+def test_layout_forbidden_and_an_unknown_layout_are_the_requests_never_the_keys(session_sent: bool) -> None:
+    forbidden = {"message": "Layout Forbidden"}
+    assert classify(403, forbidden, session_sent=session_sent) is Disposition.FINAL
+    assert classify(404, {"message": "Not Found"}, session_sent=session_sent) is Disposition.FINAL
+
+
+def test_a_409_to_a_call_with_a_session_refuses_the_session_not_the_key() -> None:
+    disconnected = {"message": "Session Disconnected"}
+    assert classify(409, disconnected, session_sent=True) is Disposition.SESSION_REFUSED
+    assert classify(409, disconnected) is Disposition.FINAL  # no session sent: nothing to set aside
+
+
+def test_a_layout_failure_names_the_layout_and_what_to_do() -> None:
+    layout = LayoutTarget("37wLAGgd", private=True)
+    forbidden = failure_from_response(403, {"message": "Layout Forbidden"}, layout=layout)
+    assert forbidden.code is ErrorCode.CHART_API_FAILED and not forbidden.retryable
+    assert forbidden.details == {
+        "httpStatus": 403,
+        "message": "Layout Forbidden",
+        "layoutId": "37wLAGgd",
+        "errorKind": "layout_forbidden",
+    }
+    assert forbidden.message == (
+        "CHART-IMG refused TradingView layout 37wLAGgd (HTTP 403: Layout Forbidden): it is private: "
+        "share it, or configure a TradingView session that can reach it"
+    )
+    missing = failure_from_response(404, {"message": "Not Found"}, layout=layout)
+    assert missing.details["errorKind"] == "layout_not_found" and not missing.retryable
+    assert "check the template's layout.layoutId" in missing.message
+    refused = failure_from_response(409, {"message": "Session Disconnected"}, layout=layout, session="mine")
+    assert refused.details["errorKind"] == "session_refused" and refused.details["session"] == "mine"
+    assert "session 'mine' for layout 37wLAGgd" in refused.message
