@@ -338,8 +338,8 @@ def test_5xx_forever_makes_exactly_five_attempts_with_backoff(rig: Callable[...,
     assert error["details"]["httpStatus"] == 500
     assert error["details"]["message"] == "Something Went Wrong"
     assert error["details"]["attempts"] == 5
-    # the rig's backoff: 0.5 s doubling to 4 s, plus 0.5 x 0.5 of jitter
-    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.25])
+    # the rig's backoff: 0.5 s doubling, plus 0.5 x 0.5 of jitter, at most 4 s
+    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.0])
     assert r.store.snapshot()["acc1"]["usageToday"] == 5  # every attempt took a unit
 
 
