@@ -203,8 +203,10 @@ class RealChartApi:
                 tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
+            # CHART_API_FAILED, retryable: a chart failure is listed in the manifest, whose
+            # schema allows the contract's codes only (§8); errorKind says it was the store
             error = StepError(
-                ErrorCode.FIRESTORE_UNAVAILABLE,
+                ErrorCode.CHART_API_FAILED,
                 "could not reserve CHART-IMG quota: the usage store is unavailable",
                 {"errorKind": "usage_store", "exception": type(exc).__name__},
                 retryable=True,

@@ -22,8 +22,10 @@ from worker_chart_export.adapters.chart_img.assembly import RealChartApi, Seams
 from worker_chart_export.adapters.fixtures import MockChartApi
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.core.documents import ChartRequestInput
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
+from worker_chart_export.core.step.manifest import ManifestFailure, ManifestHeader, build_manifest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
@@ -549,8 +551,16 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
             raise TransientStoreError("firestore unavailable")
 
     r = rig([png()], store=Down())
-    error = failure(r.render())
-    assert error["code"] == "FIRESTORE_UNAVAILABLE"
+    result = r.render()
+    error = failure(result)
+    # a chart failure: listed in the step's manifest, so one of the codes its schema allows
+    # (chaos benchmark, seed 23: FIRESTORE_UNAVAILABLE here failed the manifest's own check,
+    # and a step holding minImages charts ended FAILED WORKER_INTERNAL_ERROR)
+    assert error["code"] == "CHART_API_FAILED"
+    assert isinstance(result, ChartFailure) and result.error.retryable  # a bad moment: the step waits
+    request: ChartRequestInput = {"chartTemplateId": "t1"}
+    header = ManifestHeader("run-1", "step-1", "BTCUSDT", "1h", 1, [request], "real")
+    build_manifest(header, [], [ManifestFailure(request, result.error)], created_at=FakeClock().now())
     assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
     # retried (no call was made: no attempt counted), as the store may come back
     assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
