@@ -249,6 +249,8 @@ class RealChartApi:
         if prepaid:
             started_fields["prepaid"] = True
         log.info("chart api attempt started", **started_fields)
+        if timeout < self._policy.min_attempt_seconds:
+            return self._not_sent(request, lease, log)
         lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
@@ -312,6 +314,16 @@ class RealChartApi:
         )
         self._log_request(log, started, None, error, refund=refund)
         return AttemptPass(Disposition.RETRY, ChartFailure(error))
+
+    def _not_sent(self, request: ChartRequest, lease: Lease, log: Any) -> AttemptPass:
+        """The unit is taken but the budget has less than an attempt's minimum left (the
+        reservation itself took it: a store slow to commit): a call sent now could only burn
+        the unit, its answer never read. It is not sent; its unit goes back."""
+        refund = self.limiter.give_back(lease)
+        outcome = self._cannot_start(request, None)
+        assert isinstance(outcome.result, ChartFailure)
+        self._log_request(log, self._clock.monotonic(), None, outcome.result.error, refund=refund)
+        return outcome
 
     def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
         return cannot_start(

@@ -570,6 +570,37 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
     assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
 
 
+def test_a_reservation_that_took_the_budget_sends_nothing_and_gives_its_unit_back(
+    rig: Callable[..., Rig],
+) -> None:
+    """The store took 4.5 s of the 5 s budget to commit the reservation (Firestore paused
+    under it): less than an attempt's minimum is left, and a call sent now could only burn
+    its unit, its answer never read (chaos benchmark, seed 11: an attempt started with a
+    timeout of 0.0 s, CHART-IMG answered it, the worker read a ReadError and kept the unit
+    CHART-IMG never charged). Nothing is sent, the unit goes back, the chart may be tried
+    again (the step's next attempt)."""
+
+    class SlowCommit(InMemoryUsageStore):
+        clock: FakeClock | None = None
+
+        def reserve(self, *args: Any, **kwargs: Any) -> Any:
+            reservation = super().reserve(*args, **kwargs)
+            assert self.clock is not None
+            self.clock.advance(4.5)
+            return reservation
+
+    store = SlowCommit()
+    r = rig([png()], store=store)
+    store.clock = r.clock
+    result = r.render(budget_seconds=5.0)
+    assert r.transport.seen == []  # no call left
+    assert isinstance(result, ChartFailure) and result.error.retryable
+    assert result.error.details["errorKind"] == "budget"
+    assert store.snapshot()["acc1"]["usageToday"] == 0  # its unit given back
+    (line,) = r.logs.events("chartsApi.request")
+    assert (line["accountId"], line["unitGivenBack"], line["errorKind"]) == ("acc1", True, "budget")
+
+
 # --- wiring --------------------------------------------------------------------------------
 
 
