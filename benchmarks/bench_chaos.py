@@ -179,7 +179,9 @@ def count(
     books = stack.stand_in.accounts()
     figures.charged = {str(a["account_id"]): int(a["charged"]) for a in books}
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
-    figures.held_at_kills = {name: dict(units) for name, units in held_at_kills(stack.incarnations).items()}
+    charts_of = {run_id: len(produced.planned.templates) for run_id, produced in traffic.created.items()}
+    for name, (units, reserving) in held_at_kills(stack.incarnations, charts_of).items():
+        figures.held_at_kills[name], figures.reserving_at_kills[name] = dict(units), reserving
     figures.answers = Counter(f"{c['status']} {c.get('message') or ''}".strip() for c in calls)
     figures.calls_by_window = Counter(str(c["chaos"]).split("#")[0] for c in calls if c.get("chaos"))
     exhausted_at = {str(a["account_id"]): _moment(a["exhausted_at"]) for a in books}
@@ -268,11 +270,14 @@ def judge_charts(
 
 
 def keep_for_replay(stack: ChaosStack, conductor: Conductor, log_dir: Path) -> None:
-    """The stand-in's request log (times: the system's monotonic clock) and the windows as
-    applied, beside the processes' logs: a missed target can be read call by call."""
+    """The stand-in's request log (times: the system's monotonic clock) and books, the windows
+    as applied and the usage documents, beside the processes' logs: a missed target can be
+    read call by call."""
     assert stack.stand_in is not None
     (log_dir / "stand_in_requests.json").write_text(json.dumps(stack.stand_in.requests(), indent=1))
     (log_dir / "stand_in_books.json").write_text(json.dumps(stack.stand_in.accounts(), indent=1))
+    usage = {s.id: s.to_dict() for s in stack.db.collection("chart_img_accounts_usage").stream(timeout=30)}
+    (log_dir / "usage_documents.json").write_text(json.dumps(usage, indent=1, default=str))
     spans = [dataclasses.asdict(span) for span in spans_of(conductor.applied)]
     (log_dir / "windows_applied.json").write_text(json.dumps(spans, indent=1, default=str))
 

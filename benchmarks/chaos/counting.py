@@ -175,10 +175,50 @@ def units_in_hand(lines: list[dict[str, Any]]) -> Counter[str]:
     return +held  # only what is positive
 
 
-def held_at_kills(incarnations: list[Incarnation]) -> dict[str, Counter[str]]:
-    """Per killed incarnation ("worker-1.2"), the units it held when it died, per account
-    (`units_in_hand` of its log, which ends at the kill: a restart writes a log of its own)."""
-    return {f"{i.name}.{i.generation}": units_in_hand(i.log_lines()) for i in incarnations if i.killed}
+def reserving_at_death(lines: list[dict[str, Any]], charts_of: dict[str, int]) -> int:
+    """The units an instance's log says it may have been reserving when the log ends (any
+    account: which one, only the store knew): a reservation's commit is sent before any line
+    can say a unit is taken, and a commit sent by an instance SIGKILLed meanwhile may still
+    land (the Firestore emulator, resumed after a pause, applies one in about half of the
+    tries), counted for no call. A step claimed and not handled to its end may be reserving
+    one unit for each chart of it (`charts_of`: the producer's count, by run id) that is
+    neither finished ("chart api call finished", "chart reused") nor holding a unit (an
+    attempt open, or one its first wave prepaid): an upper bound, never a guess below it."""
+    charts: dict[str, int] = {}  # claimed run -> charts not finished
+    holding: Counter[str] = Counter()  # run -> units in hand (attempts open, wave units unused)
+    for line in lines:
+        run_id, message = str(line.get("runId")), line.get("message")
+        if message == "claim succeeded":
+            charts[run_id], holding[run_id] = charts_of.get(run_id, 0), 0
+        elif run_id not in charts:
+            continue
+        elif message in ("event handled", "event handling failed"):
+            del charts[run_id]
+        elif message in ("chart api call finished", "chart reused"):
+            charts[run_id] -= 1
+        elif message == "chart-img first wave reserved":
+            holding[run_id] += sum(int(n) for n in line.get("units", {}).values())
+        elif message == "chart api attempt started" and not line.get("prepaid"):
+            holding[run_id] += 1  # (a prepaid attempt uses a unit its wave counted)
+        elif message in ("chartsApi.request", "chart-img prepaid lease dropped"):
+            holding[run_id] -= 1
+    return sum(max(0, left - max(0, holding[run_id])) for run_id, left in charts.items())
+
+
+def held_at_kills(
+    incarnations: list[Incarnation], charts_of: dict[str, int]
+) -> dict[str, tuple[Counter[str], int]]:
+    """Per killed incarnation ("worker-1.2"): the units its log shows in hand as it died, per
+    account (`units_in_hand`), and those it may have been reserving (`reserving_at_death`).
+    Its log ends at the kill (every line is flushed as written; a restart writes a log of
+    its own), so this is the moment of the kill."""
+    held = {}
+    for incarnation in incarnations:
+        if incarnation.killed:
+            lines = incarnation.log_lines()
+            name = f"{incarnation.name}.{incarnation.generation}"
+            held[name] = (units_in_hand(lines), reserving_at_death(lines, charts_of))
+    return held
 
 
 def received_by_digest(calls: list[dict[str, Any]]) -> dict[str, list[Received]]:

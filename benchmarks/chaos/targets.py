@@ -27,8 +27,10 @@ class Figures:
     units: dict[str, int] = field(default_factory=dict)  # usage documents, per key
     charged: dict[str, int] = field(default_factory=dict)  # the stand-in's books, per key
     calls: dict[str, int] = field(default_factory=dict)  # the stand-in's log, per key
-    # per killed incarnation ("worker-1.2"), the units it held as it died, per key (its log)
+    # per killed incarnation ("worker-1.2"), the units it held as it died, per key (its log),
+    # and how many it may have been reserving then, any key (its log: an upper bound)
     held_at_kills: dict[str, dict[str, int]] = field(default_factory=dict)
+    reserving_at_kills: dict[str, int] = field(default_factory=dict)
     really_exhausted: list[str] = field(default_factory=list)  # by the stand-in's own books
     answers: Counter[str] = field(default_factory=Counter)  # "200", "429 Too Many Requests"...
     calls_by_window: Counter[str] = field(default_factory=Counter)  # the stand-in's own failures
@@ -70,12 +72,18 @@ def checks(f: Figures) -> list[Check]:
     units, charged = sum(f.units.values()), sum(f.charged.get(k, 0) for k in f.units)
     off = {k: n - f.charged.get(k, 0) for k, n in sorted(f.units.items()) if n != f.charged.get(k, 0)}
     # A unit taken, then its instance SIGKILLed before the call left, is counted for no call:
-    # no worker can avoid that instant between two systems (it errs one unit high, never
-    # low). Such a key is within the target only by the units its killed instances' logs show
-    # in hand at their deaths, no more.
-    beyond_kills = [
-        f"{k} {f.units[k]} vs {f.charged.get(k, 0)}" for k, n in off.items() if not 0 <= n <= f.held(k)
-    ]
+    # no worker can avoid that instant between two systems (it errs high, never low). A key
+    # is within the target by the units its killed instances' logs show in hand at their
+    # deaths; past those, all keys together by the units those instances may have been
+    # reserving then (a commit sent, no line yet: the account unknown), no more.
+    below = [f"{k} {f.units[k]} vs {f.charged.get(k, 0)}" for k, n in off.items() if n < 0]
+    past_held = {k: n - f.held(k) for k, n in off.items() if n > f.held(k)}
+    reserving = sum(f.reserving_at_kills.values())
+    beyond_kills = below + (
+        [f"{k} {f.units[k]} vs {f.charged.get(k, 0)}" for k in past_held]
+        if sum(past_held.values()) > reserving
+        else []
+    )
     paid = f.calls_total - f.chaos_calls
     ratio = paid / f.delivered if f.delivered else float("inf")
     aside = {
@@ -97,6 +105,7 @@ def checks(f: Figures) -> list[Check]:
             f"{units} units vs {charged} charged"
             + (f"; off by {off}" if off else "")
             + (f"; held by killed instances {_held(f)}" if off else "")
+            + (f"; past them {past_held}, reserving at the kills {reserving}" if past_held else "")
             + (f"; beyond them: {', '.join(beyond_kills)}" if beyond_kills else ""),
         ),
         _none(
@@ -135,7 +144,8 @@ def _none(target: str, found: list[str], figure: str = "") -> Check:
 
 def _held(f: Figures) -> str:
     held = {name: dict(units) for name, units in sorted(f.held_at_kills.items()) if units}
-    return str(held) if held else "none"
+    reserving = {name: n for name, n in sorted(f.reserving_at_kills.items()) if n}
+    return f"{held or 'none'} (reserving: {reserving or 'none'})"
 
 
 def _some(items: list[str], shown: int = 5) -> str:

@@ -18,7 +18,7 @@ from worker_chart_export.tools.devstack.processes import StackError
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from chaos.counting import read_step_manifest, received_by_digest, units_in_hand
+from chaos.counting import read_step_manifest, received_by_digest, reserving_at_death, units_in_hand
 from chaos.judging import (
     Asked,
     Judgement,
@@ -262,6 +262,40 @@ def test_only_units_a_killed_instance_held_as_it_died_may_exceed_what_was_charge
     assert failed_targets(figures(units={"a": 8, "b": 4}, held_at_kills=two)) == ["units =="]
     assert failed_targets(figures(units={"a": 4, "b": 4}, held_at_kills=two)) == ["units =="]
     assert failed_targets(figures(units={"a": 5, "b": 5}, held_at_kills=two)) == ["units =="]
+
+
+def test_past_the_units_held_all_keys_together_may_exceed_by_what_the_killed_were_reserving() -> None:
+    """A commit sent by an instance killed before its answer may land: the account unknown,
+    the units its log says it may have been reserving cover the excess of every key together,
+    never a key below its charge."""
+    one = {"worker-0.1": {}}
+    assert (
+        failed_targets(figures(units={"a": 6, "b": 5}, held_at_kills=one, reserving_at_kills={"w": 2})) == []
+    )
+    assert failed_targets(
+        figures(units={"a": 6, "b": 5}, held_at_kills=one, reserving_at_kills={"w": 1})
+    ) == ["units =="]
+    assert failed_targets(figures(units={"a": 7, "b": 3}, reserving_at_kills={"w": 4})) == ["units =="]
+
+
+def test_what_a_killed_instance_may_have_been_reserving_is_read_from_its_steps_unfinished_charts() -> None:
+    """Each claimed step not handled to its end: a unit for each chart neither finished nor
+    holding one (an open attempt, or its first wave's unit)."""
+    lines = [
+        {"message": "claim succeeded", "runId": "r1"},  # 4 charts, none started: its wave may be in flight
+        {"message": "claim succeeded", "runId": "r2"},
+        {"message": "chart-img first wave reserved", "runId": "r2", "units": {"a": 2}},
+        {"message": "chart reused", "runId": "r2"},
+        {"message": "chart api attempt started", "runId": "r2", "prepaid": True},
+        {"message": "chartsApi.request", "runId": "r2"},
+        # r2: 2 charts left, one of them holding the wave's unused unit
+        {"message": "chart api call finished", "runId": "r2"},
+        {"message": "claim succeeded", "runId": "r3"},
+        {"message": "event handled", "runId": "r3"},  # done: nothing in flight
+        {"message": "chart api attempt started", "runId": "r9"},  # not claimed here: not counted
+    ]
+    assert reserving_at_death(lines, {"r1": 4, "r2": 4, "r3": 4}) == 4 + 1
+    assert reserving_at_death(lines[:2], {"r1": 4, "r2": 3}) == 7 and reserving_at_death([], {}) == 0
 
 
 def test_the_units_in_hand_are_read_from_the_lines_that_take_and_account_for_them() -> None:
