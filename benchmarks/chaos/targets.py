@@ -86,11 +86,9 @@ def checks(f: Figures) -> list[Check]:
     )
     paid = f.calls_total - f.chaos_calls
     ratio = paid / f.delivered if f.delivered else float("inf")
-    aside = {
-        k: v
-        for k, v in f.set_aside_end.items()
-        if k not in f.really_exhausted and not v.startswith("cooling")
-    }
+    # "cooling" is the usage document's coolUntil: the 429-streak rule's set-aside (15 min,
+    # then a probe), no cooldown of seconds (those live in the instance): set aside too
+    aside = {k: v for k, v in f.set_aside_end.items() if k not in f.really_exhausted}
     made = [
         _none(
             "deliverable steps lost = 0 (a deliverable step ends SUCCEEDED, its manifest holding "
@@ -100,7 +98,8 @@ def checks(f: Figures) -> list[Check]:
         ),
         _none("0 SUCCEEDED steps without their manifest or with fewer than minImages items", f.misses),
         Check(
-            "units == what the stand-in charged, every key, but for units a killed instance held as it died",
+            "units == what the stand-in charged, every key, but for units killed instances held or were "
+            "reserving as they died",
             not beyond_kills,
             f"{units} units vs {charged} charged"
             + (f"; off by {off}" if off else "")
@@ -121,7 +120,8 @@ def checks(f: Figures) -> list[Check]:
             f"({f.calls_total} - {f.chaos_calls}) / {f.delivered} = {ratio:.3f}",
         ),
         Check(
-            "no key set aside past the schedule's end but a really exhausted one",
+            "no key set aside past the schedule's end (disabled, exhausted, full, or set aside by the 429 "
+            "streak rule) but a really exhausted one",
             not aside,
             ", ".join(f"{k}: {v}" for k, v in sorted(aside.items())) or "none",
         ),
