@@ -197,7 +197,7 @@ def count(
         for key, (reason, until) in watch.states(now).items()
     }
     figures.set_aside_seconds = {key: dict(seconds) for key, seconds in watch.seconds.items()}
-    judge_steps(steps, figures, spans_of(conductor.applied), exhausted_at, config.step_waits())
+    judge_steps(steps, figures, spans_of(conductor.applied), exhausted_at, config.step_span())
     figures.conductor_errors = [f"{n}: {e}" for n, a in conductor.applied.items() for e in a.errors]
     return figures
 

@@ -72,8 +72,8 @@ class FleetConfig:
     reaper_interval: float = 3.0  # Cloud Scheduler's, compressed as the schedule is
     latency: float = 0.5  # the stand-in's, per chart: steps last long enough for a kill to meet one
     # A step a window kept from minImages waits and is claimed again (core/step/patience.py).
-    # Its waits, 10 s doubling to 60 s over 10 attempts (10 + 20 + 40 + 6 x 60 = 430 s, the
-    # attempts' own budgets besides), outlast the longest window, the full mode's outage of
+    # Its waits, 10 s doubling to 60 s over 10 attempts (10 + 20 + 40 + 6 x 60 = 430 s, each
+    # attempt's own budget besides), outlast the longest window, the full mode's outage of
     # 290-310 s, by more than 2 minutes, so no window is longer than a step's attempts allow
     # and every step it met comes back after it; and the first waits are short, so the short
     # windows' steps come back within the settling. The reaper (every 3 s) makes a step READY
@@ -82,11 +82,14 @@ class FleetConfig:
     step_retry_max: float = 60.0
     step_max_attempts: int = 10
 
-    def step_waits(self) -> float:
-        """The seconds a step waits in all over its attempts (without their jitter-free budgets)."""
-        return sum(
+    def step_span(self) -> float:
+        """The seconds a step's attempts cover at most: its waits between them (without their
+        jitter) and each attempt's budget for its charts (the request's timeout less the
+        finalize's): a window longer than this is longer than its attempts allow."""
+        waits = sum(
             min(self.step_retry_max, self.step_retry_base * 2**n) for n in range(self.step_max_attempts - 1)
         )
+        return waits + self.step_max_attempts * (self.request_timeout - self.finalize_budget)
 
 
 @dataclass

@@ -17,10 +17,10 @@ A step is deliverable when the schedule and the stand-in's books say CHART-IMG w
 given it its charts: at least minImages of its templates are ones CHART-IMG renders (not the
 template it answers 401), some key still had units when the step ended (the stand-in's
 `exhausted_at`; every template of the benchmark fits every plan, so any key could serve it),
-and no window longer than a step's attempts allow (the waits of the fleet's patience) met its
-life. A deliverable step is lost unless it ended SUCCEEDED with its manifest holding at least
-minImages items; a SUCCEEDED step without its manifest, or with fewer items, is a miss
-whatever its deliverability.
+and no window longer than a step's attempts allow (the fleet's patience: its waits and its
+attempts' budgets) met its life. A deliverable step is lost unless it ended SUCCEEDED with
+its manifest holding at least minImages items; a SUCCEEDED step without its manifest, or
+with fewer items, is a miss whatever its deliverability.
 """
 
 from __future__ import annotations
@@ -158,8 +158,8 @@ def undeliverable(
 ) -> str | None:
     """Why CHART-IMG could not have given the step its charts, or None: it is deliverable.
     `refused_templates`: the templates CHART-IMG answers 401 (the schedule's); `exhausted_at`:
-    per key, when its day was used up (the stand-in's books); `patience_seconds`: the waits of
-    a step's attempts in all."""
+    per key, when its day was used up (the stand-in's books); `patience_seconds`: the span a
+    step's attempts cover at most (their waits and budgets)."""
     renderable = [t for t in step.templates if t not in refused_templates]
     if len(renderable) < step.min_images:
         return (
@@ -177,8 +177,8 @@ def undeliverable(
         and s.meets(step.created, step.ended)
     ]
     if longer:
-        waits = f"{patience_seconds:.0f} s of waits"
-        return f"a window longer than its attempts allow ({waits}): {', '.join(longer)}"
+        span = f"{patience_seconds:.0f} s"
+        return f"a window longer than its attempts allow ({span}): {', '.join(longer)}"
     return None
 
 
