@@ -137,9 +137,10 @@ class wait_full_jitter(wait_base):
 
 # A chart's HTTP attempts across accounts (worker contract §13.5: few, with exponential
 # backoff, inside the step's budget; the error model's reference spacing: 1 s doubling to
-# 32 s, 5 attempts), jittered by up to 1 s. Every transient answer waits this (or its Retry-After, or the keys'
-# cooldown) first, so a handful of attempts spans a bad window of tens of seconds; the wait
-# is cut to what the budget leaves. CHART_IMG_MAX_ATTEMPTS overrides `attempts`.
+# 32 s, 5 attempts), jittered by up to 1 s. Every transient answer waits this (or its
+# Retry-After, or the keys' cooldown) first, so a handful of attempts spans a bad window of
+# tens of seconds; the wait is cut to what the budget leaves. CHART_IMG_MAX_ATTEMPTS
+# overrides `attempts`.
 CHART_ATTEMPTS = Backoff(attempts=5, base=1.0, cap=32.0, jitter=1.0)
 # No attempt starts with less of the budget left: it could only burn a unit.
 CHART_ATTEMPT_MIN_SECONDS = 1.0

@@ -251,7 +251,7 @@ class RealChartApi:
         if prepaid:
             started_fields["prepaid"] = True
         log.info("chart api attempt started", **started_fields)
-        if timeout < self._policy.min_attempt_seconds:
+        if timeout < self.policy.min_attempt_seconds:
             return self._not_sent(request, lease, log)
         lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
@@ -324,7 +324,7 @@ class RealChartApi:
         refund = self.limiter.give_back(lease)
         outcome = self._cannot_start(request, None)
         assert isinstance(outcome.result, ChartFailure)
-        self._log_request(log, self._clock.monotonic(), None, outcome.result.error, refund=refund)
+        log_request(log, self._clock, self._clock.monotonic(), None, outcome.result.error, refund=refund)
         return outcome
 
     def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
