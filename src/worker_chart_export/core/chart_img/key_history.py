@@ -10,9 +10,9 @@ and applies the verdicts; nothing here reads a clock: moments come in as seconds
   the cooldown began: it is counted among the answers seen, and begins no new cooldown.
 - **The streak rule**: a key that answered 429 through `streak_cooldowns` cooldowns or more,
   its first and last such answers more than `streak_span` seconds apart, while our own count
-  says it has quota left AND other keys served meanwhile (one succeeded since this key's
-  previous 429), is set aside for `set_aside_seconds` (15 min), then probed
-  (core/chart_img/set_aside.py). It is that key's problem: CHART-IMG's count is ahead of ours (another
+  says it has quota left AND other keys served meanwhile without hearing 429 themselves (one
+  succeeded since this key's previous 429, none answered 429 since), is set aside for
+  `set_aside_seconds` (15 min), then probed (core/chart_img/set_aside.py). It is that key's problem: CHART-IMG's count is ahead of ours (another
   client uses the key), or it words the daily quota in a way we do not know. When no other
   key serves (every key hears 429, or there is only one), nobody can be blamed: CHART-IMG
   is throttling, the keys only cool down (escalating, or Retry-After) and none is set aside.
@@ -122,6 +122,23 @@ class RateVerdict:
     throttled: bool = False  # every usable key hears 429 at once: CHART-IMG's throttling
 
 
+@dataclass(frozen=True)
+class OtherKeys:
+    """What the other keys did lately (monotonic moments; None: never): their latest success,
+    and their latest 429 that was not the day's quota."""
+
+    served_at: float | None = None
+    limited_at: float | None = None
+
+    def served_alone_since(self, previous: float | None) -> bool:
+        """Another key served since `previous` and none heard a 429 meanwhile: the trouble
+        is this key's alone. A 429 another key heard in that time (CHART-IMG throttling every
+        key, one window after another) makes it nobody's."""
+        if previous is None or self.served_at is None or self.served_at <= previous:
+            return False
+        return self.limited_at is None or self.limited_at <= previous
+
+
 def after_rate_limit(
     history: KeyHistory,
     answer: Answer,
@@ -129,13 +146,12 @@ def after_rate_limit(
     at: float,
     day: str,
     has_quota: bool,
-    others_served_at: float | None = None,
+    others: OtherKeys = OtherKeys(),
     policy: KeyPolicy = DEFAULT_POLICY,
 ) -> tuple[KeyHistory, RateVerdict]:
     """A 429 that is not the day's quota, at `at`: the history after it, and the verdict
-    (the cooldown honours the answer's Retry-After when it has one). `others_served_at`:
-    the latest success of any other key (None: none), which alone can make the streak this
-    key's problem."""
+    (the cooldown honours the answer's Retry-After when it has one). `others`: what the other
+    keys did lately, which alone can make the streak this key's problem."""
     history = history.on(day)
     answers = (*history.answers, answer)[-_MAX_KEPT:]
     previous = history.last_at
@@ -153,10 +169,9 @@ def after_rate_limit(
         answers=answers,
     )
     span = at - first_at
-    others_served = others_served_at is not None and previous is not None and others_served_at > previous
     if (
         has_quota
-        and others_served
+        and others.served_alone_since(previous)
         and history.cooldowns >= policy.streak_cooldowns
         and span > policy.streak_span
     ):

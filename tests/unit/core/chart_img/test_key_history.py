@@ -12,6 +12,7 @@ from worker_chart_export.core.chart_img.key_history import (
     Answer,
     KeyHistory,
     KeyPolicy,
+    OtherKeys,
     after_rate_limit,
     after_refusal,
     after_success,
@@ -35,7 +36,7 @@ def rate_limited(
     answer = Answer(429, "Too Many Requests", retry_after=retry_after)
     others = at - 0.001 if others_served else None
     history, verdict = after_rate_limit(
-        history, answer, at=at, day=DAY, has_quota=has_quota, others_served_at=others
+        history, answer, at=at, day=DAY, has_quota=has_quota, others=OtherKeys(others)
     )
     return history, verdict.cooling, verdict.set_aside is not None
 
@@ -160,7 +161,7 @@ def test_a_set_aside_needs_enough_cooldowns_over_the_span_and_other_keys_serving
         before = history
         others = at - gap / 2 if served else None  # another key succeeded since, or none did
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=others, policy=policy
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others=OtherKeys(others), policy=policy
         )
         if verdict.set_aside is not None:
             assert before.first_at is not None and at - before.first_at > policy.streak_span
@@ -201,7 +202,7 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
     at, verdict = 0.0, None
     for _ in range(10):
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others=OtherKeys(at - 0.001)
         )
         if verdict.set_aside is not None:
             break
@@ -217,7 +218,7 @@ def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
     at, verdict = 1.0, None
     for _ in range(10):
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+            history, TOO_MANY, at=at, day=DAY, has_quota=True, others=OtherKeys(at - 0.001)
         )
         if verdict.set_aside is not None:
             break
@@ -252,7 +253,9 @@ def test_a_success_of_another_key_before_the_previous_429_is_not_enough() -> Non
     stale = history.last_at
     assert stale is not None
     answer = Answer(429, "Too Many Requests")
-    _, verdict = after_rate_limit(history, answer, at=at, day=DAY, has_quota=True, others_served_at=stale - 1)
+    _, verdict = after_rate_limit(
+        history, answer, at=at, day=DAY, has_quota=True, others=OtherKeys(stale - 1)
+    )
     assert verdict.set_aside is None and verdict.cooling == 30.0
 
 
@@ -289,6 +292,24 @@ def test_a_429_during_a_cooldown_is_the_streaks_latest_and_a_success_at_that_mom
         at += cooling
     previous = history.last_at
     _, verdict = after_rate_limit(
-        history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=previous
+        history, TOO_MANY, at=at, day=DAY, has_quota=True, others=OtherKeys(previous)
     )
     assert verdict.set_aside is None  # a success at the previous 429's very moment is not since it
+
+
+def test_two_throttles_one_after_another_set_no_key_aside() -> None:
+    """The chaos benchmark's full seed 1: two CHART-IMG-wide throttles 28 s apart. Other keys
+    served in the calm between them, so "others served since this key's previous 429" held,
+    and three BASIC keys were set aside for 15 minutes. The others heard 429 too in that
+    time: nobody's key is at fault, none is set aside."""
+    history, verdict = KeyHistory(), None
+    at = 0.0
+    for n in range(8):  # eight cooldowns over 99 s, each 429 with the others hearing one too
+        at = n * 14.0
+        others = OtherKeys(served_at=at - 5.0, limited_at=at - 1.0)
+        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, has_quota=True, others=others)
+        assert verdict.set_aside is None, n
+    later = history.cool_until + 1.0  # past its cooldown: a 429 of its own
+    others_fine = OtherKeys(served_at=later - 5.0, limited_at=at - 1.0)  # they served, without 429
+    _, verdict = after_rate_limit(history, TOO_MANY, at=later, day=DAY, has_quota=True, others=others_fine)
+    assert verdict.set_aside is not None  # once the others serve without 429, it is this key's
