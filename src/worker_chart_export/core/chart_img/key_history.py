@@ -12,10 +12,11 @@ and applies the verdicts; nothing here reads a clock: moments come in as seconds
   its first and last such answers more than `streak_span` seconds apart, while our own count
   says it has quota left AND other keys served meanwhile without hearing 429 themselves (one
   succeeded since this key's previous 429, none answered 429 since), is set aside for
-  `set_aside_seconds` (15 min), then probed (core/chart_img/set_aside.py). It is that key's problem: CHART-IMG's count is ahead of ours (another
-  client uses the key), or it words the daily quota in a way we do not know. When no other
-  key serves (every key hears 429, or there is only one), nobody can be blamed: CHART-IMG
-  is throttling, the keys only cool down (escalating, or Retry-After) and none is set aside.
+  `set_aside_seconds` (15 min), then probed (core/chart_img/set_aside.py). It is that key's
+  problem: CHART-IMG's count is ahead of ours (another client uses the key), or it words the
+  daily quota in a way we do not know. When no other key serves alone (every key hears 429,
+  one throttle after another, or there is only one), nobody can be blamed: CHART-IMG is
+  throttling, the keys only cool down (escalating, or Retry-After) and none is set aside.
 - **Refusals**: a key refused (401, 403 `Forbidden`) moves the call to another account; it
   is disabled when refused again for another request (`refusals_to_disable` different
   requests in a row, no success between): one request refused twice (a chart's retry, or
