@@ -384,7 +384,7 @@ def test_max_attempts_comes_from_settings(rig: Callable[..., Rig]) -> None:
 
 
 def test_the_pacing_comes_from_the_rate_and_burst_settings(rig: Callable[..., Rig]) -> None:
-    """By hand: 2.5/s paced at 0.9 (README) is one call every 0.444 s; a burst of 6 banks
+    """By hand: 2.5/s paced at 0.9 (docs/usage.md) is one call every 0.444 s; a burst of 6 banks
     5 x 0.444 s less the 0.3 s kept for late arrivals = 1.922 s. So eight calls in a row: five
     at once, the sixth 0.3 s later, then one every 0.444 s (the default 1/s, burst 3 would
     wait after the second, then 1.111 s each)."""
