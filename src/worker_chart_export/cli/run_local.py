@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,7 @@ from worker_chart_export.environment import (
     CHARTS_LOCAL_OUTPUT_DIR,
 )
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import RunLocalSettings, load_settings
+from worker_chart_export.settings import RunLocalSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
@@ -135,15 +135,7 @@ def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
     from worker_chart_export.service.local_run import execute_chosen_step
 
-    settings = load_settings(
-        {
-            "charts_api_mode": args.charts_api_mode,
-            "charts_bucket": args.charts_bucket,
-            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
-            "local_output_dir": args.output_dir,
-        },
-        kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
-    )
+    settings = _settings(args)
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
@@ -153,12 +145,7 @@ def run_local(args: argparse.Namespace) -> int:
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     flow_runs, step = local_step(settings, args.flow_run_path, layout)
-    try:  # the state beside the sample once a run has written it, else the file as read
-        flow_run = flow_runs.read() if layout.flow_run_state.exists() else original
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
-        ) from None
+    flow_run = _current_state(flow_runs.read, layout, original)
 
     def started() -> None:
         try:
@@ -197,6 +184,31 @@ def run_local(args: argparse.Namespace) -> int:
         report = replace(report, message=report.message + _how_to_go_on(original, args, layout))
     _print_summary(args.output_summary, report, layout, settings.charts_bucket_configured)
     return EXIT_OK if report.outcome == "SUCCEEDED" else EXIT_FAILED
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """Flags win over the environment, which wins over the defaults (mock mode here)."""
+    return load_settings(
+        {
+            "charts_api_mode": args.charts_api_mode,
+            "charts_bucket": args.charts_bucket,
+            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
+            "local_output_dir": args.output_dir,
+        },
+        kind=RunLocalSettings,
+    )
+
+
+def _current_state(
+    read_state: Callable[[], FlowRunDocument], layout: LocalLayout, original: FlowRunDocument
+) -> FlowRunDocument:
+    """The state beside the sample once a run has written it, else the file as read."""
+    try:
+        return read_state() if layout.flow_run_state.exists() else original
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
+        ) from None
 
 
 def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: LocalLayout) -> str:
