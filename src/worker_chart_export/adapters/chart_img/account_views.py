@@ -19,8 +19,8 @@ from worker_chart_export.adapters.chart_img.account_view import AccountView, Pac
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.core.chart_img.key_history import (
     Answer,
-    OtherKeys,
     RateVerdict,
+    StreakEvidence,
     after_rate_limit,
     after_refusal,
     after_success,
@@ -218,8 +218,8 @@ class AccountViews:
                 replace(answer, retry_after=retry_after),
                 at=moment,
                 day=window_start(now),
-                has_quota=view.usage_today < view.daily_limit,
-                others=OtherKeys(
+                evidence=StreakEvidence(
+                    view.usage_today < view.daily_limit,
                     max((v.last_success for v in others if v.last_success), default=None),
                     max((v.last_limited for v in others if v.last_limited), default=None),
                 ),

@@ -124,17 +124,21 @@ class RateVerdict:
 
 
 @dataclass(frozen=True)
-class OtherKeys:
-    """What the other keys did lately (monotonic moments; None: never): their latest success,
-    and their latest 429 that was not the day's quota."""
+class StreakEvidence:
+    """What decides whether a key's 429 streak is its own problem: whether our count says it
+    has quota left, and what the other keys did lately (monotonic moments; None: never):
+    their latest success, and their latest 429 that was not the day's quota."""
 
+    has_quota: bool = True
     served_at: float | None = None
     limited_at: float | None = None
 
-    def served_alone_since(self, previous: float | None) -> bool:
-        """Another key served since `previous` and none heard a 429 meanwhile: the trouble
-        is this key's alone. A 429 another key heard in that time (CHART-IMG throttling every
-        key, one window after another) makes it nobody's."""
+    def blames_the_key(self, previous: float | None) -> bool:
+        """It has quota, another key served since `previous` and none heard a 429 meanwhile:
+        the trouble is this key's alone. A 429 another key heard in that time (CHART-IMG
+        throttling every key, one window after another) makes it nobody's."""
+        if not self.has_quota:
+            return False
         if previous is None or self.served_at is None or self.served_at <= previous:
             return False
         return self.limited_at is None or self.limited_at <= previous
@@ -146,13 +150,12 @@ def after_rate_limit(
     *,
     at: float,
     day: str,
-    has_quota: bool,
-    others: OtherKeys = OtherKeys(),
+    evidence: StreakEvidence = StreakEvidence(),
     policy: KeyPolicy = DEFAULT_POLICY,
 ) -> tuple[KeyHistory, RateVerdict]:
     """A 429 that is not the day's quota, at `at`: the history after it, and the verdict
-    (the cooldown honours the answer's Retry-After when it has one). `others`: what the other
-    keys did lately, which alone can make the streak this key's problem."""
+    (the cooldown honours the answer's Retry-After when it has one). `evidence`: what alone can
+    make the streak this key's problem."""
     history = history.on(day)
     answers = (*history.answers, answer)[-_MAX_KEPT:]
     previous = history.last_at
@@ -171,8 +174,7 @@ def after_rate_limit(
     )
     span = at - first_at
     if (
-        has_quota
-        and others.served_alone_since(previous)
+        evidence.blames_the_key(previous)
         and history.cooldowns >= policy.streak_cooldowns
         and span > policy.streak_span
     ):
