@@ -133,7 +133,7 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
     from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
-    from worker_chart_export.service.local_run import execute_chosen_step
+    from worker_chart_export.service.local_run import choose_local_step, execute_chosen_step
 
     settings = _settings(args)
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
@@ -147,36 +147,34 @@ def run_local(args: argparse.Namespace) -> int:
     flow_runs, step = local_step(settings, args.flow_run_path, layout)
     flow_run = _current_state(flow_runs.read, layout, original)
 
-    def started() -> None:
-        try:
-            layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
-        # every mistake was found by now: a run that logs has begun
-        log.info(
-            "run-local started",
-            mode="local",
-            chartsApi={"mode": settings.charts_api_mode.value},
-            flowRunPath=str(args.flow_run_path),
-            stepId=args.step_id,
-        )
-        log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
-
+    try:
+        choice = choose_local_step(flow_run, args.step_id)
+    except StepSelectionError as exc:
+        raise UsageError(f"--step-id: {exc}") from None
+    try:
+        layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
+    # every mistake was found by now: a run that logs has begun
+    log.info(
+        "run-local started",
+        mode="local",
+        chartsApi={"mode": settings.charts_api_mode.value},
+        flowRunPath=str(args.flow_run_path),
+        stepId=args.step_id,
+    )
+    log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
     try:
         report = execute_chosen_step(
-            flow_run,
-            args.step_id,
+            choice,
             ports=step.ports,
             limits=step.limits,
             clock=step.clock,
-            started=started,
             # a step a bad window holds back waits here, then runs again (the reaper's part)
             take_back=lambda run, step_id, now: flow_runs.take_back(
                 run, step_id, now=now, max_attempts=settings.step_max_attempts
             ),
         )
-    except StepSelectionError as exc:
-        raise UsageError(f"--step-id: {exc}") from None
     except RedeliverEvent as exc:
         print(error_line(args.where, str(exc)), file=sys.stderr)
         return EXIT_FAILED
