@@ -25,7 +25,7 @@ from gcloud_cli import GcloudJudge
 
 REPO = Path(__file__).resolve().parents[2]
 # folders of the upload and of the image where a key file could be left: beside the templates
-# (the README's accounts example), inside the package, beside deploy.sh
+# (docs/configuration.md's accounts example), inside the package, beside deploy.sh
 NESTED = ("chart-templates", "src/worker_chart_export", "deploy")
 # what issue 38 found uploaded, besides one example per line
 NAMED_IN_THE_ISSUE = ("accounts.json", "prod.accounts.json", "chart-templates/accounts.json")

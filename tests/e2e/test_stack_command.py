@@ -2,7 +2,7 @@
 its output captured. It takes the bundled sample to a settled run, downloads the artifacts,
 prints hints that work as printed, and leaves no process behind, also when interrupted
 (SIGINT, as Ctrl-C sends) at several moments of start-up and mid-run. With --keep-running,
-the `submit` lines of docs/stack.md and the README run as written against it.
+the `submit` lines of docs/stack.md and docs/usage.md run as written against it.
 
 "No process behind" is checked on /proc: the command prints the pid of every child it
 starts, each the leader of its own session; after the command exits, no process may be in
@@ -215,7 +215,7 @@ def test_submit_as_the_docs_write_it_settles_on_a_running_stack(
     for name in (".venv", "fixtures"):
         (checkout / name).symlink_to(REPO / name)
 
-    for doc, run_id in (("docs/stack.md", "my_run_1"), ("README.md", "my_first_run")):
+    for doc, run_id in (("docs/stack.md", "my_run_1"), ("docs/usage.md", "my_first_run")):
         lines = [command.text for command in commands_in(REPO / doc)]
         submit = next(
             i

@@ -14,7 +14,7 @@ import pytest
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.settings import ChartsApiMode, RunLocalSettings, Settings, load_settings
 
-README = Path(__file__).parents[2] / "README.md"
+CONFIGURATION_DOC = Path(__file__).parents[2] / "docs" / "configuration.md"
 Environment = Callable[..., None]
 
 
@@ -41,7 +41,7 @@ def test_an_empty_variable_is_unset(
     assert settings.chart_img_plan == "BASIC" and settings.threads == 12
 
 
-# Every setting's default, written out (the README's configuration table says the same).
+# Every setting's default, written out (docs/configuration.md's table says the same).
 DEFAULTS = {
     "env": "local",
     "charts_api_mode": ChartsApiMode.REAL,
@@ -89,10 +89,10 @@ def test_every_default_is_the_documented_value(
     assert load_settings(kind=RunLocalSettings).charts_api_mode is ChartsApiMode.MOCK
 
 
-def readme_defaults() -> dict[str, str]:
-    """The README's "Configuration (environment)" table: {variable: default column}."""
+def documented_defaults() -> dict[str, str]:
+    """docs/configuration.md's table: {variable: default column}."""
     table: dict[str, str] = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in CONFIGURATION_DOC.read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             for variable in re.findall(r"`([A-Z_]+)`", cells[0]):
@@ -122,8 +122,8 @@ def readme_defaults() -> dict[str, str]:
         ("APP_ENV", "`local`"),
     ],
 )
-def test_the_readme_shows_the_same_defaults(variable: str, shown: str) -> None:
-    assert readme_defaults()[variable] == shown
+def test_the_configuration_doc_shows_the_same_defaults(variable: str, shown: str) -> None:
+    assert documented_defaults()[variable] == shown
 
 
 def test_flags_over_env_over_the_callers_defaults_over_the_settings_own(

@@ -1,8 +1,8 @@
 """Every retry policy of the worker, in one place, and the vocabulary they share.
 
 A policy is a `Backoff`: at most `attempts` tries in all (None: a budget alone ends them),
-waiting `base x factor^(n-1)` seconds after failed try n, never more than `cap`, plus up to
-`jitter` seconds at random; or, with `full_jitter` (contenders that lost together must not
+waiting `base x factor^(n-1)` seconds after failed try n plus up to `jitter` seconds at random,
+never more than `cap` in all; or, with `full_jitter` (contenders that lost together must not
 come back together), a wait drawn at random between `floor` and that. The loops are
 tenacity's (`Retrying` with the injected clock's sleep); the pieces tenacity lacks are here
 once: THE budget stop (`stop_before_budget_ends`), a wait cut to a budget (`within_budget`)
@@ -34,7 +34,7 @@ class Backoff:
     base: float  # seconds before the second try
     cap: float  # where the growth stops
     factor: float = 2.0
-    jitter: float = 0.0  # up to this many seconds added at random
+    jitter: float = 0.0  # up to this many seconds added at random (the cap still holds)
     full_jitter: bool = False  # each wait drawn at random in [floor, the exponential]
     floor: float = 0.0
 
@@ -56,7 +56,9 @@ class Backoff:
         exponential = wait_exponential(multiplier=self.base, max=self.cap, exp_base=self.factor)
         if self.full_jitter:
             return wait_full_jitter(exponential, floor=self.floor, rand=rand)
-        return exponential + wait_jitter(self.jitter, rand) if self.jitter else exponential
+        if not self.jitter:
+            return exponential
+        return wait_capped(exponential + wait_jitter(self.jitter, rand), self.cap)
 
     def stop(self, budget: Budget | None = None, *, reserve: float = 0.0) -> stop_base:
         by_count: stop_base = stop_after_attempt(self.attempts) if self.attempts else stop_never
@@ -106,6 +108,17 @@ class wait_jitter(wait_base):
         return self.seconds * self.rand()
 
 
+class wait_capped(wait_base):
+    """`wait`, never more than `cap` (tenacity's combination of waits adds, and caps nothing)."""
+
+    def __init__(self, wait: wait_base, cap: float) -> None:
+        self.wait = wait
+        self.cap = cap
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return min(self.cap, self.wait(retry_state))
+
+
 class wait_full_jitter(wait_base):
     """`wait` drawn at random down to `floor` (AWS's "full jitter"): tenacity's own
     wait_random_exponential draws from the `random` module, which a test cannot fix."""
@@ -124,9 +137,10 @@ class wait_full_jitter(wait_base):
 
 # A chart's HTTP attempts across accounts (worker contract §13.5: few, with exponential
 # backoff, inside the step's budget; the error model's reference spacing: 1 s doubling to
-# 32 s, 5 attempts). Every transient answer waits this (or its Retry-After, or the keys'
-# cooldown) first, so a handful of attempts spans a bad window of tens of seconds; the wait
-# is cut to what the budget leaves. CHART_IMG_MAX_ATTEMPTS overrides `attempts`.
+# 32 s, 5 attempts), jittered by up to 1 s. Every transient answer waits this (or its
+# Retry-After, or the keys' cooldown) first, so a handful of attempts spans a bad window of
+# tens of seconds; the wait is cut to what the budget leaves. CHART_IMG_MAX_ATTEMPTS
+# overrides `attempts`.
 CHART_ATTEMPTS = Backoff(attempts=5, base=1.0, cap=32.0, jitter=1.0)
 # No attempt starts with less of the budget left: it could only burn a unit.
 CHART_ATTEMPT_MIN_SECONDS = 1.0

@@ -6,6 +6,7 @@ process."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -25,34 +26,50 @@ if TYPE_CHECKING:
     from worker_chart_export.core.documents import FlowRunDocument
 
 
+AT_ONCE = datetime.min.replace(tzinfo=UTC)  # a moment long past: no wait
+
+
+@dataclass(frozen=True)
+class LocalChoice:
+    """The step run-local will run, from the run as read once: the READY step named (else the
+    first READY CHART_EXPORT one), and the step waiting out a bad window with when it may
+    be tried again (None: none)."""
+
+    run_id: str
+    ready: str | None
+    waiting: str | None = None
+    retry_at: datetime = AT_ONCE
+
+
+def choose_local_step(flow_run: FlowRunDocument, step_id: str | None) -> LocalChoice:
+    """Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run."""
+    ready = choose_step(flow_run, step_id)
+    waiting = _waiting(flow_run, step_id)
+    retry_at = waiting_since(flow_run, waiting) if waiting is not None else AT_ONCE
+    return LocalChoice(str(flow_run.get("runId")), ready, waiting, retry_at)
+
+
 def execute_chosen_step(
-    flow_run: FlowRunDocument,
-    step_id: str | None,
+    choice: LocalChoice,
     *,
     ports: Ports,
     limits: StepLimits,
     clock: Clock,
-    started: Callable[[], None] = lambda: None,
     take_back: TakeBack | None = None,
 ) -> StepReport:
-    """run-local's one call: the step `step_id` names (else the first READY CHART_EXPORT
-    one) chosen from the run as read once, then executed, or a NOOP report when there is none.
+    """run-local's one call: the chosen step executed, or a NOOP report when there is none.
     With `take_back` (the reaper's plan for a step whose wait is over, applied to the store),
     a step that waits, found so or left so by a bad window, is waited for, taken back and
-    executed again until it settles: the cloud's reaper and next event, in one process.
-    Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run, before
-    `started()` (the caller's "it has begun") is called."""
-    chosen = choose_step(flow_run, step_id)
-    waiting = _waiting(flow_run, step_id) if take_back is not None else None
-    started()
-    run_id = str(flow_run.get("runId"))
+    executed again until it settles: the cloud's reaper and next event, in one process."""
+    run_id, chosen = choice.run_id, choice.ready
+    waiting = choice.waiting if take_back is not None else None
     if chosen is None and waiting is None:
         code = ErrorCode.NO_READY_STEP.value
         get_logger().info("no READY CHART_EXPORT step: no-op", runId=run_id, code=code)
         message = "no READY CHART_EXPORT step in the flow_run"
         return StepReport(run_id, "", "NOOP", ports.chart_api.mode, error_code=code, message=message)
     if waiting is not None and take_back is not None:
-        _wait_and_take_back(run_id, waiting, clock, take_back, retry_at=waiting_since(flow_run, waiting))
+        _wait_and_take_back(run_id, waiting, clock, take_back, retry_at=choice.retry_at)
         chosen = waiting
     assert chosen is not None
     report = execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
@@ -77,7 +94,7 @@ def _waiting(flow_run: FlowRunDocument, step_id: str | None) -> str | None:
 def waiting_since(flow_run: FlowRunDocument, step_id: str) -> datetime:
     """When the waiting step may be tried again (at once, if that is unreadable)."""
     step = step_of(flow_run, step_id)
-    return moment_of(step.get("retryAt") if step is not None else None) or datetime.min.replace(tzinfo=UTC)
+    return moment_of(step.get("retryAt") if step is not None else None) or AT_ONCE
 
 
 def _wait_and_take_back(

@@ -94,7 +94,7 @@ def test_the_naming_contract_examples() -> None:
         assert naming.symbol_slug(symbol) == slug, symbol
     for symbol, timeframe, template, key in keys:
         assert naming.fixture_key(symbol, timeframe, template) == key, symbol
-    # the README's formula: its runs joined by `_`, then the cut (a `_` before the cut moves it)
+    # the naming rules' formula: its runs joined by `_`, then the cut (a `_` before the cut moves it)
     assert (
         naming.fixture_key(FORMULA, "1h", "t") == "NASDAQ_MARA_NASDAQ_RIOT_NASDAQ_WULF_NASD-5fc9975345__1h__t"
     )

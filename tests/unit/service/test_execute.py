@@ -864,12 +864,14 @@ def test_a_step_renders_on_at_most_chart_concurrency_threads_and_leaves_late_cha
 
 
 def test_run_local_on_a_run_without_a_ready_step_reports_a_noop(tmp_path: Path, log_capture: Any) -> None:
-    from worker_chart_export.service.local_run import execute_chosen_step
+    from worker_chart_export.service.local_run import choose_local_step, execute_chosen_step
     from worker_chart_export.service.step_context import StepReport
 
     doc = flow_run({"charts": chart_step(status="PENDING")})
     world = make_world(tmp_path, doc)
-    report = execute_chosen_step(doc, None, ports=world.ports, limits=LIMITS, clock=FakeClock())
+    report = execute_chosen_step(
+        choose_local_step(doc, None), ports=world.ports, limits=LIMITS, clock=FakeClock()
+    )
     assert report == StepReport(
         "run1",
         "",

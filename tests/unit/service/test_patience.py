@@ -29,7 +29,7 @@ from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
 from worker_chart_export.service.execute import StepReport, execute_step
-from worker_chart_export.service.local_run import execute_chosen_step
+from worker_chart_export.service.local_run import choose_local_step, execute_chosen_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.reaper import reap_once
 from worker_chart_export.testing import FakeClock
@@ -260,8 +260,7 @@ def test_run_local_waits_for_its_step_and_runs_it_again_until_it_settles(world: 
         return world.runs.take_back(run_id, step_id, now=now, max_attempts=STEP_ATTEMPTS)
 
     report = execute_chosen_step(
-        world.runs.runs["run1"],
-        None,
+        choose_local_step(world.runs.runs["run1"], None),
         ports=world.ports(),
         limits=LIMITS,
         clock=world.clock,

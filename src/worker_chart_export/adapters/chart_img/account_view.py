@@ -51,6 +51,7 @@ class AccountView:
     provider_exhausted_until: datetime | None = None
     history: KeyHistory = field(default_factory=KeyHistory)  # its recent answers (monotonic moments)
     last_success: float | None = None  # its latest 200 (monotonic): it serves
+    last_limited: float | None = None  # its latest 429 that was not the day's quota (monotonic)
     # set aside until then (here or, per the store, by another instance), then probed:
     disabled_until: datetime | None = None  # its key refused for two different requests
     set_aside_until: datetime | None = None  # the 429 streak rule

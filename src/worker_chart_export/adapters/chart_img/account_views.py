@@ -20,6 +20,7 @@ from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.core.chart_img.key_history import (
     Answer,
     RateVerdict,
+    StreakEvidence,
     after_rate_limit,
     after_refusal,
     after_success,
@@ -215,15 +216,19 @@ class AccountViews:
         now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
             view = self._views[account_id]
-            others = [v.last_success for v in self._views.values() if v is not view and v.last_success]
+            others = [v for v in self._views.values() if v is not view]
             view.history, verdict = after_rate_limit(
                 view.history,
                 replace(answer, retry_after=retry_after),
                 at=moment,
                 day=window_start(now),
-                has_quota=view.usage_today < view.daily_limit,
-                others_served_at=max(others, default=None),
+                evidence=StreakEvidence(
+                    view.usage_today < view.daily_limit,
+                    max((v.last_success for v in others if v.last_success), default=None),
+                    max((v.last_limited for v in others if v.last_limited), default=None),
+                ),
             )
+            view.last_limited = moment
             if verdict.set_aside is not None or probe:
                 view.set_aside_until = now + timedelta(seconds=SET_ASIDE_SECONDS)
                 return replace(verdict, cooling=0.0)

@@ -223,8 +223,10 @@ class RealChartApi:
                 tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans, only=request.only
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
+            # CHART_API_FAILED, retryable: a chart failure is listed in the manifest, whose
+            # schema allows the contract's codes only (§8); errorKind says it was the store
             error = StepError(
-                ErrorCode.FIRESTORE_UNAVAILABLE,
+                ErrorCode.CHART_API_FAILED,
                 "could not reserve CHART-IMG quota: the usage store is unavailable",
                 {"errorKind": "usage_store", "exception": type(exc).__name__},
                 retryable=True,
@@ -270,6 +272,8 @@ class RealChartApi:
         if prepaid:
             started_fields["prepaid"] = True
         log.info("chart api attempt started", **started_fields)
+        if timeout < self.policy.min_attempt_seconds:
+            return self._not_sent(request, lease, log)
         lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
@@ -343,6 +347,16 @@ class RealChartApi:
         )
         log_request(log, self._clock, started, None, error, refund=refund)
         return AttemptPass(Disposition.RETRY, ChartFailure(error))
+
+    def _not_sent(self, request: ChartRequest, lease: Lease, log: Any) -> AttemptPass:
+        """The unit is taken but the budget has less than an attempt's minimum left (the
+        reservation itself took it: a store slow to commit): a call sent now could only burn
+        the unit, its answer never read. It is not sent; its unit goes back."""
+        refund = self.limiter.give_back(lease)
+        outcome = self._cannot_start(request, None)
+        assert isinstance(outcome.result, ChartFailure)
+        log_request(log, self._clock, self._clock.monotonic(), None, outcome.result.error, refund=refund)
+        return outcome
 
     def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
         return cannot_start(

@@ -90,6 +90,10 @@ def add_stack_command(commands: Any) -> None:
         },
         run=run_stack,
     )
+    _add_up_flags(up)
+
+
+def _add_up_flags(up: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--flow-run",
         type=Path,

@@ -22,8 +22,10 @@ from worker_chart_export.adapters.chart_img.assembly import RealChartApi, Seams
 from worker_chart_export.adapters.fixtures import MockChartApi
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.core.documents import ChartRequestInput
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
+from worker_chart_export.core.step.manifest import ManifestFailure, ManifestHeader, build_manifest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
@@ -338,8 +340,8 @@ def test_5xx_forever_makes_exactly_five_attempts_with_backoff(rig: Callable[...,
     assert error["details"]["httpStatus"] == 500
     assert error["details"]["message"] == "Something Went Wrong"
     assert error["details"]["attempts"] == 5
-    # the rig's backoff: 0.5 s doubling to 4 s, plus 0.5 x 0.5 of jitter
-    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.25])
+    # the rig's backoff: 0.5 s doubling, plus 0.5 x 0.5 of jitter, at most 4 s
+    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.0])
     assert r.store.snapshot()["acc1"]["usageToday"] == 5  # every attempt took a unit
 
 
@@ -382,7 +384,7 @@ def test_max_attempts_comes_from_settings(rig: Callable[..., Rig]) -> None:
 
 
 def test_the_pacing_comes_from_the_rate_and_burst_settings(rig: Callable[..., Rig]) -> None:
-    """By hand: 2.5/s paced at 0.9 (README) is one call every 0.444 s; a burst of 6 banks
+    """By hand: 2.5/s paced at 0.9 (docs/usage.md) is one call every 0.444 s; a burst of 6 banks
     5 x 0.444 s less the 0.3 s kept for late arrivals = 1.922 s. So eight calls in a row: five
     at once, the sixth 0.3 s later, then one every 0.444 s (the default 1/s, burst 3 would
     wait after the second, then 1.111 s each)."""
@@ -584,8 +586,16 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
             raise TransientStoreError("firestore unavailable")
 
     r = rig([png()], store=Down())
-    error = failure(r.render())
-    assert error["code"] == "FIRESTORE_UNAVAILABLE"
+    result = r.render()
+    error = failure(result)
+    # a chart failure: listed in the step's manifest, so one of the codes its schema allows
+    # (chaos benchmark, seed 23: FIRESTORE_UNAVAILABLE here failed the manifest's own check,
+    # and a step holding minImages charts ended FAILED WORKER_INTERNAL_ERROR)
+    assert error["code"] == "CHART_API_FAILED"
+    assert isinstance(result, ChartFailure) and result.error.retryable  # a bad moment: the step waits
+    request: ChartRequestInput = {"chartTemplateId": "t1"}
+    header = ManifestHeader("run-1", "step-1", "BTCUSDT", "1h", 1, [request], "real")
+    build_manifest(header, [], [ManifestFailure(request, result.error)], created_at=FakeClock().now())
     assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
     # retried (no call was made: no attempt counted), as the store may come back
     assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
@@ -593,6 +603,37 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
     lines = r.logs.events("chart-img usage store unavailable")
     assert len(lines) == 5 and lines[0]["errorKind"] == "TransientStoreError"
     assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
+
+
+def test_a_reservation_that_took_the_budget_sends_nothing_and_gives_its_unit_back(
+    rig: Callable[..., Rig],
+) -> None:
+    """The store took 4.5 s of the 5 s budget to commit the reservation (Firestore paused
+    under it): less than an attempt's minimum is left, and a call sent now could only burn
+    its unit, its answer never read (chaos benchmark, seed 11: an attempt started with a
+    timeout of 0.0 s, CHART-IMG answered it, the worker read a ReadError and kept the unit
+    CHART-IMG never charged). Nothing is sent, the unit goes back, the chart may be tried
+    again (the step's next attempt)."""
+
+    class SlowCommit(InMemoryUsageStore):
+        clock: FakeClock | None = None
+
+        def reserve(self, *args: Any, **kwargs: Any) -> Any:
+            reservation = super().reserve(*args, **kwargs)
+            assert self.clock is not None
+            self.clock.advance(4.5)
+            return reservation
+
+    store = SlowCommit()
+    r = rig([png()], store=store)
+    store.clock = r.clock
+    result = r.render(budget_seconds=5.0)
+    assert r.transport.seen == []  # no call left
+    assert isinstance(result, ChartFailure) and result.error.retryable
+    assert result.error.details["errorKind"] == "budget"
+    assert store.snapshot()["acc1"]["usageToday"] == 0  # its unit given back
+    (line,) = r.logs.events("chartsApi.request")
+    assert (line["accountId"], line["unitGivenBack"], line["errorKind"]) == ("acc1", True, "budget")
 
 
 # --- wiring --------------------------------------------------------------------------------
