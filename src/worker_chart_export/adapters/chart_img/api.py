@@ -40,20 +40,21 @@ from worker_chart_export.adapters.chart_img.attempts import (
     judge_refusals,
     layout_unreachable,
     tell_limiter,
+    usage_store_unavailable,
 )
-from worker_chart_export.adapters.chart_img.call_logs import log_context, log_global_exhaustion, log_request
-from worker_chart_export.adapters.chart_img.http import NEVER_LEFT, ChartImgClient, HttpAnswer
+from worker_chart_export.adapters.chart_img.call_logs import attempt_log, log_global_exhaustion, log_request
+from worker_chart_export.adapters.chart_img.http import NEVER_LEFT, ChartImgClient
 from worker_chart_export.adapters.chart_img.known_good import KnownGoodChart
 from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.adapters.chart_img.tv_sessions import ANY_ACCOUNT, TradingViewSessions
+from worker_chart_export.adapters.chart_img.whole_chart import chart_or_retry
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import (
     Disposition,
     classify,
     error_message,
     failure_from_response,
-    not_a_png,
 )
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolicy, wants_retry
@@ -61,9 +62,7 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
-from worker_chart_export.core.png import check_png
-from worker_chart_export.core.templates.chart_request import requested_size
-from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
+from worker_chart_export.core.types import ChartCall, ChartFailure
 from worker_chart_export.logs import get_logger
 
 
@@ -223,21 +222,7 @@ class RealChartApi:
                 tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans, only=request.only
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
-            # CHART_API_FAILED, retryable: a chart failure is listed in the manifest, whose
-            # schema allows the contract's codes only (§8); errorKind says it was the store
-            error = StepError(
-                ErrorCode.CHART_API_FAILED,
-                "could not reserve CHART-IMG quota: the usage store is unavailable",
-                {"errorKind": "usage_store", "exception": type(exc).__name__},
-                retryable=True,
-            )
-            get_logger().warning(
-                "chart-img usage store unavailable",
-                runId=request.call.run_id,
-                stepId=request.call.step_id,
-                errorKind=type(exc).__name__,
-            )
-            return AttemptPass(Disposition.RETRY, ChartFailure(error))
+            return usage_store_unavailable(request.call, exc)
         if isinstance(lease, NoAccount):
             return self._cannot_start(request, lease)
         request.tried.append(lease.account_id)
@@ -256,16 +241,7 @@ class RealChartApi:
         timeout = min(own_timeout, request.budget.remaining() - ahead)
         session = self.sessions.for_call(call, lease.account_id)
         named = session.id if session is not None else None  # its name: the value is in headers only
-        log = get_logger().bind(
-            runId=call.run_id,
-            stepId=call.step_id,
-            chartTemplateId=call.chart_template_id,
-            symbol=call.chart_img_symbol,
-            interval=call.interval,
-            accountId=lease.account_id,
-            attempt=attempt,
-            chartsApi=log_context(self.mode, call, lease.account_id, session=named),
-        )
+        log = attempt_log(self.mode, call, lease.account_id, attempt, session=named)
         started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
         if ahead > 0:
             started_fields["slotInSeconds"] = round(ahead, 3)
@@ -292,7 +268,7 @@ class RealChartApi:
             self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
             if session is not None:
                 self.sessions.served(session.id)
-            return self._chart_or_retry(request, answer, lease.account_id, log, started)
+            return chart_or_retry(call, answer, lease.account_id, log, (self._clock, started))
         # a 429 is refused before anything is rendered: read as uncounted by CHART-IMG, its
         # unit given back (docs/design.md, "The books follow CHART-IMG's charge")
         refund = self.limiter.give_back(lease) if answer.status == 429 else None
@@ -306,29 +282,6 @@ class RealChartApi:
         if disposition is Disposition.SESSION_REFUSED and named is not None:
             self.sessions.refused(named, call, seen)  # the session's, never the key's
         return tell_limiter(self.limiter, request, lease, refused, seen, log)
-
-    def _chart_or_retry(
-        self, request: ChartRequest, answer: HttpAnswer, account_id: str, log: Any, started: float
-    ) -> AttemptPass:
-        """A 200: the chart when its body is a whole PNG (core/png.py), else a transient
-        failure, tried again (a body cut short, an HTML page: never a fixture)."""
-        check = check_png(answer.content)
-        if not check.whole:
-            assert check.problem is not None
-            error = not_a_png(answer.content_type, len(answer.content), check.problem)
-            log_request(log, self._clock, started, 200, error)
-            return AttemptPass(Disposition.RETRY, ChartFailure(error))
-        log_request(log, self._clock, started, 200, None)
-        asked = requested_size(request.call.body)
-        if asked != (check.width, check.height):
-            log.warning(
-                "chart size differs from the size asked",
-                askedWidth=asked[0],
-                askedHeight=asked[1],
-                width=check.width,
-                height=check.height,
-            )
-        return AttemptPass(None, ChartSuccess(answer.content, account_id), answer)
 
     def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> AttemptPass:
         """No answer: transient. When the call provably never left (no connection was made),

@@ -22,8 +22,10 @@ from worker_chart_export.core.chart_img.answers import Disposition, accounts_exh
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.documents import ErrorDocument
 from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.exceptions import TransientStoreError
 from worker_chart_export.core.templates.chart_request import request_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult
+from worker_chart_export.logs import get_logger
 
 
 @dataclass(frozen=True)
@@ -269,3 +271,23 @@ def _error_dict(result: ChartResult) -> ErrorDocument | dict[str, Any]:
 def _with_details(result: ChartResult, **extra: Any) -> StepError:
     assert isinstance(result, ChartFailure)
     return replace(result.error, details={**result.error.details, **extra})
+
+
+def usage_store_unavailable(call: ChartCall, exc: TransientStoreError) -> AttemptPass:
+    """No quota could be reserved (the usage store is unavailable): no call, worth another
+    try. CHART_API_FAILED, retryable: a chart failure is listed in the manifest, whose schema
+    allows the contract's codes only (§8); errorKind says it was the store."""
+    kind = type(exc).__name__
+    error = StepError(
+        ErrorCode.CHART_API_FAILED,
+        "could not reserve CHART-IMG quota: the usage store is unavailable",
+        {"errorKind": "usage_store", "exception": kind},
+        retryable=True,
+    )
+    get_logger().warning(
+        "chart-img usage store unavailable",
+        runId=call.run_id,
+        stepId=call.step_id,
+        errorKind=kind,
+    )
+    return AttemptPass(Disposition.RETRY, ChartFailure(error))

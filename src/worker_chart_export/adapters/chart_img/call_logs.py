@@ -72,3 +72,18 @@ def log_global_exhaustion(
         stepId=call.step_id,
         chartsApi={"mode": mode},
     )
+
+
+def attempt_log(mode: str, call: ChartCall, account_id: str, attempt: int, *, session: str | None) -> Any:
+    """The logger an attempt's lines are written with: the chart, the account, the attempt's
+    number and `chartsApi` (`session`: the id of the TradingView session sent, never its value)."""
+    return get_logger().bind(
+        runId=call.run_id,
+        stepId=call.step_id,
+        chartTemplateId=call.chart_template_id,
+        symbol=call.chart_img_symbol,
+        interval=call.interval,
+        accountId=account_id,
+        attempt=attempt,
+        chartsApi=log_context(mode, call, account_id, session=session),
+    )

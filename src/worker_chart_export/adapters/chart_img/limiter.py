@@ -22,9 +22,8 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from enum import StrEnum
 
 from pydantic import SecretStr
 
@@ -33,6 +32,7 @@ from worker_chart_export.adapters.chart_img.account_view import PacingMargins
 from worker_chart_export.adapters.chart_img.account_views import AccountViews
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.key_verdicts import KeyVerdicts
+from worker_chart_export.adapters.chart_img.no_account import NoAccount, NoAccountReason, no_account
 from worker_chart_export.adapters.chart_img.usage_store import UsageStore
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, AccountLimits
 from worker_chart_export.core.chart_img.usage import Refund, ReservationRequest
@@ -59,13 +59,6 @@ class Lease:
         return max(0.0, (self.reservation.send_at - now).total_seconds())
 
 
-class NoAccountReason(StrEnum):
-    EXHAUSTED = "EXHAUSTED"  # every account that serves the call is at its daily limit (for the day)
-    NO_TIME = "NO_TIME"  # no send slot frees up within the time left
-    NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
-    SET_ASIDE = "SET_ASIDE"  # none can take it now, not all for the day (set aside, cooling...)
-
-
 # a wait shorter than this is no wait: float rounding between the slot this process computed
 # and the one the store wrote, far inside the pacing's arrival jitter
 SLOT_GRAIN = 1e-3
@@ -84,16 +77,6 @@ class _Later:
     seconds this try slept before it asked."""
 
     waited: float
-
-
-@dataclass(frozen=True)
-class NoAccount:
-    reason: NoAccountReason
-    exhausted_accounts: tuple[str, ...]
-    # what the failure tells, not what the refusal is: each account whose plan serves the
-    # call and why it took none; each other (account, plan)
-    standing: tuple[tuple[str, str], ...] = field(default=(), compare=False)
-    other_plans: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 class AccountLimiter(KeyVerdicts):
@@ -165,7 +148,7 @@ class AccountLimiter(KeyVerdicts):
                 continue
             refused.add(account_id)
             busy = busy or outcome is ReservationRefusal.BUSY
-        return self._no_account(busy, plans, only)
+        return no_account(self._views, busy, plans, only)
 
     def acquire_many(self, wave: Sequence[Collection[str] | None], *, max_wait: float) -> list[Lease | None]:
         """A lease for each call of a step's first wave where the store can give one, in ONE
@@ -298,23 +281,6 @@ class AccountLimiter(KeyVerdicts):
                 return None
             self._clock.sleep(ahead)
             waited += ahead
-
-    def _no_account(
-        self, busy: bool, plans: Collection[str] | None, only: Collection[str] | None
-    ) -> NoAccount:
-        """Why no account (of those whose plan serves the call, among `only`) could take it:
-        each one's own reason, and the accounts whose plan does not serve it."""
-        exhausted = self._views.exhausted_accounts(plans, only)
-        standing, others = self._views.standing(plans, only)
-        if busy:
-            reason = NoAccountReason.NO_TIME
-        elif self._views.all_disabled(plans, only):
-            reason = NoAccountReason.NO_USABLE_KEY
-        elif len(exhausted) == len(standing):  # (none serves it: validation's to refuse)
-            reason = NoAccountReason.EXHAUSTED
-        else:
-            reason = NoAccountReason.SET_ASIDE
-        return NoAccount(reason, exhausted, standing, others)
 
     def give_back(self, lease: Lease) -> Refund | None:
         """The lease's unit given back: its call never reached CHART-IMG (no connection was
