@@ -122,7 +122,7 @@ def skipped_lines(skipped: tuple[str, ...]) -> list[str]:
 
 # a template's own fields (contracts/chart_template.schema.json): a JSON object with none of
 # them is some other file kept in the folder
-_TEMPLATE_FIELDS = frozenset({"id", "description", "chartImgSymbolTemplate", "request"})
+_TEMPLATE_FIELDS = frozenset({"id", "description", "chartImgSymbolTemplate", "request", "layout"})
 
 
 class LoadedTemplates(NamedTuple):

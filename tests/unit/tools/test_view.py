@@ -124,6 +124,15 @@ def test_every_item_is_shown_with_its_facts_and_embedded_png() -> None:
     assert "SUCCEEDED" in text and "No failures" in text
 
 
+def test_a_layout_chart_says_which_layout_drew_it() -> None:
+    layout_meta = {"chartImgSymbol": "BINANCE:BTCUSDT", "endpoint": "layout-chart", "layoutId": "37wLAGgd"}
+    manifest = _manifest([_item("mine_v1", meta=layout_meta), _item("rsi_v1")], [])
+    page = render_page(_read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json")
+    text = " ".join(_parse(page.html).text)
+    assert "layout 37wLAGgd (layout-chart)" in text
+    assert text.count("37wLAGgd") == 1  # the advanced chart names none
+
+
 def test_page_forbids_every_fetch_and_references_nothing_outside() -> None:
     manifest = _manifest([_item("price_v1")], [])
     html = render_page(_read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json").html

@@ -166,6 +166,8 @@ def _figure(item: ReadItem, manifest: ReadManifest, image: ChartImage | None) ->
         ("timeframe", manifest.timeframe),
         ("generatedAt", rfc3339_utc(item.generated_at)),
     )
+    if item.layout_id is not None:  # the user's TradingView layout drew it, not the template's studies
+        facts += (("layout", f"{item.layout_id} ({item.endpoint or 'layout-chart'})"),)
     return _Figure(item.chart_template_id, item.png_gcs_uri, item.label or None, facts, png_base64, reason)
 
 
