@@ -76,7 +76,7 @@ def test_the_secret_is_read_only_without_the_json_and_named_in_its_problem() -> 
 
 
 def test_an_account_naming_a_session_not_configured_is_refused_by_names() -> None:
-    item, sid, _ = _session("mine")
+    item, _, _ = _session("mine")
     sessions = parse_sessions(json.dumps([item]))
     accounts = parse_accounts(
         json.dumps([{"id": "a1", "apiKey": new_key(), "session": "mine"}, {"id": "a2", "apiKey": new_key()}])
