@@ -202,11 +202,19 @@ class ChaosChartImgServer(ChartImgServer):
                     self._exhausted_at.setdefault(account_id, time.time())
             self.chaos.exhausted[account_id] = window
 
-    def register_template(self, template_id: str, request: Mapping[str, Any], version: str = INITIAL) -> None:
-        """The base's recognition of a template's body, and which version of it the body is."""
-        super().register_template(template_id, request)
+    def register_template(
+        self,
+        template_id: str,
+        request: Mapping[str, Any],
+        version: str = INITIAL,
+        *,
+        layout_id: str | None = None,
+    ) -> None:
+        """The base's recognition of a template's body (on its layout), and which version of
+        it the body is."""
+        super().register_template(template_id, request, layout_id=layout_id)
         with self._lock:
-            self._versions[_canonical(request)] = version
+            self._versions[_canonical(request, layout_id)] = version
 
     def refuse_template(self, template_id: str, window: str) -> None:
         """The base's request-caused 401 for this template, its answers tagged `window`."""
@@ -248,10 +256,12 @@ class ChaosChartImgServer(ChartImgServer):
         arrived: float,
         body: Mapping[str, Any] | None,
         defaulted: tuple[str, ...],
+        *,
+        layout_id: str | None = None,
     ) -> RecordedRequest:
-        record = super()._record(account, arrived, body, defaulted)
+        record = super()._record(account, arrived, body, defaulted, layout_id=layout_id)
         digest = request_sha256(body) if body is not None else None
-        version = self._versions.get(_canonical(body)) if body is not None else None
+        version = self._versions.get(_canonical(body, layout_id)) if body is not None else None
         throttled = self.chaos.throttle if self._throttle is not None else None  # answered before admission
         self._extras[id(record)] = {
             "wall": time.time(),

@@ -1,5 +1,6 @@
-"""A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` (docs/design.md, "How it is tested";
-the answers: "CHART-IMG answers").
+"""A local stand-in for CHART-IMG's `POST /v2/tradingview/advanced-chart` and its Shared Layout
+`POST /v2/tradingview/layout-chart/<LAYOUT_ID>` (docs/design.md, "How it is tested"; the
+answers: "CHART-IMG answers", "Layouts").
 
 It answers the way the real service documents (doc.chart-img.com: Snapshot v2 Advanced Chart,
 Request Limit, Errors / API v2; the lists in contracts/chart-img/, read through
@@ -30,6 +31,22 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   scripted error's body in each of those forms (`secret_scan.key_forms`' names), the first
   in its message, every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
 - otherwise 200 with a small real PNG.
+
+The Shared Layout (contracts/chart-img/layout_bounds.json), after key, pace and quota:
+- `add_layout(id, private=..., sessions=..., forbidden=...)` makes a layout known; any other id
+  gets 404 {"message": "Not Found"} (the docs give the status's type, "Not Found", no body);
+- `add_session(name)` makes a TradingView session (its two values, returned) one the stand-in
+  accepts; `expire_session(name)` ends it, as a logout does. Session headers that match no
+  live session get 409 {"message": "Session Disconnected"} (the docs' "session disconnect ...
+  use the current login sessionId");
+- a private layout answers 403 {"message": "Layout Forbidden"} unless both session headers
+  carry a live session it lists; a `forbidden` layout always does (the docs' 403 example);
+- its body: symbol and interval only override the layout's (no default is filled in), width
+  and height as for the Advanced Chart; a `script(layout=...)` answers it slower (a latency
+  released by the test's own event) or otherwise.
+Each request records its endpoint, its layout id, which session its headers carried (the
+session's name, "unknown", or None) and the names of the session headers it had: never a
+value.
 
 Two answers that are nobody's key's fault, for the tests of who is blamed (issue 26):
 - `throttle()` ... `end_throttle()`: a whole-service throttle window: every request, whatever
@@ -81,6 +98,8 @@ from worker_chart_export.core.naming import fixture_key
 from worker_chart_export.core.types import ChartCall
 
 PATH = "/v2/tradingview/advanced-chart"
+LAYOUT_PATH = "/v2/tradingview/layout-chart/"  # + <LAYOUT_ID>
+SESSION_HEADERS = ("tradingview-session-id", "tradingview-session-id-sign")
 ADMIN_REQUESTS_PATH = "/admin/requests"
 MARKET = ("symbol", "interval")  # optional in the body: CHART-IMG has a default for each
 BAD_SYMBOL = "must be a valid tradingview EXCHANGE:SYMBOL"  # the documented 422 array msgs
@@ -187,6 +206,17 @@ class RecordedRequest:
     answered: float | None = None  # time.monotonic() when the answer was ready
     # requestDigest (naming contract) of the body exactly as received; None: unreadable
     received_digest: str | None = None
+    endpoint: str = "advanced-chart"  # or "layout-chart"
+    layout_id: str | None = None
+    session: str | None = None  # the session its headers carried, by name ("unknown": none live)
+    session_headers: tuple[str, ...] = ()  # the tradingview-session-* headers it had (names)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    private: bool = False
+    sessions: frozenset[str] = frozenset()  # the sessions that reach it when private
+    forbidden: bool = False  # "Layout Forbidden" whatever is sent
 
 
 @dataclass
@@ -207,9 +237,17 @@ def _validation_reply(*problems: tuple[str, Any, str]) -> _Reply:
     return _Reply(422, json.dumps(errors).encode())
 
 
-def _canonical(request: Mapping[str, Any]) -> str:
+def _canonical(request: Mapping[str, Any], layout_id: str | None = None) -> str:
+    """What recognises a template's request: its body but the market (and its layout)."""
     shape = {k: v for k, v in request.items() if k not in MARKET}
-    return json.dumps(shape, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(shape, sort_keys=True, separators=(",", ":"))
+    return text if layout_id is None else f"layout {layout_id} {text}"
+
+
+def _layout_of(path: str) -> str | None:
+    """The LAYOUT_ID of a Shared Layout path, else None."""
+    layout_id = path.removeprefix(LAYOUT_PATH)
+    return layout_id if layout_id != path and layout_id.isalnum() and layout_id.isascii() else None
 
 
 def _read_body(headers: Mapping[str, str], raw: bytes) -> tuple[dict[str, Any], _Reply | None]:
@@ -266,6 +304,9 @@ class ChartImgServer:
         self._scripts_by_symbol: dict[str, Script] = {}
         self._scripts_by_template: dict[str, Script] = {}
         self._scripts_by_key: dict[str, Script] = {}
+        self._scripts_by_layout: dict[str, Script] = {}
+        self._layouts: dict[str, _Layout] = {}
+        self._sessions: dict[str, tuple[str, str]] = {}  # name -> (session id, sign): live ones
         self.invalid_symbols: set[str] = set()
         self.charges: Charges = "admitted"  # what spends a unit of the daily quota (see above)
         self._requests: list[RecordedRequest] = []
@@ -310,9 +351,34 @@ class ChartImgServer:
             )
         return key
 
-    def register_template(self, template_id: str, request: Mapping[str, Any]) -> None:
+    def register_template(
+        self, template_id: str, request: Mapping[str, Any], *, layout_id: str | None = None
+    ) -> None:
+        """Requests with this body (on `layout_id`'s Shared Layout path, when given) are
+        recorded as `template_id`'s."""
         with self._lock:
-            self._templates[_canonical(request)] = template_id
+            self._templates[_canonical(request, layout_id)] = template_id
+
+    def add_layout(
+        self, layout_id: str, *, private: bool = False, sessions: Iterable[str] = (), forbidden: bool = False
+    ) -> None:
+        """A TradingView layout the Shared Layout endpoint knows; a private one is reached
+        only with a live session among `sessions`."""
+        with self._lock:
+            self._layouts[layout_id] = _Layout(private, frozenset(sessions), forbidden)
+
+    def add_session(self, name: str) -> tuple[str, str]:
+        """A live TradingView session: its (session id, sign), each shaped as a test key so
+        the suite-wide leak scan knows them."""
+        values = (new_key(), new_key())
+        with self._lock:
+            self._sessions[name] = values
+        return values
+
+    def expire_session(self, name: str) -> None:
+        """The session ends (a logout, a new login): its headers now draw 409."""
+        with self._lock:
+            self._sessions.pop(name, None)
 
     def script(
         self,
@@ -320,11 +386,15 @@ class ChartImgServer:
         symbol: str | None = None,
         template: str | None = None,
         key: str | None = None,
+        layout: str | None = None,
         **behaviour: Any,
     ) -> Script:
-        """What to answer requests for this symbol, template or API key (checked in that order)."""
+        """What to answer requests for this symbol, template, API key or layout (checked in
+        that order)."""
         script = Script(**behaviour)
         with self._lock:
+            if layout is not None:
+                self._scripts_by_layout[layout] = script
             if symbol is not None:
                 self._scripts_by_symbol[symbol] = script
             if template is not None:
@@ -406,7 +476,7 @@ class ChartImgServer:
         self._stopping.set()  # wakes handlers sleeping in latency/hang
         with self._lock:
             scripts = [*self._scripts_by_symbol.values(), *self._scripts_by_template.values()]
-            scripts += self._scripts_by_key.values()
+            scripts += [*self._scripts_by_key.values(), *self._scripts_by_layout.values()]
         for script in scripts:
             if script.release is not None:
                 script.release.set()  # and those held for the test's word
@@ -423,22 +493,32 @@ class ChartImgServer:
         """Key, pace and quota first (a unit spent when `charges` is "admitted"), then the
         body, then the scripted answer: the stand-in's order, not one the docs give."""
         arrived = time.monotonic()
-        if path != PATH:
+        layout_id = _layout_of(path)
+        if path != PATH and layout_id is None:
             return _json_reply(404, "Not Found")
         sent, unreadable = _read_body(headers, raw)
-        body, defaulted = _with_defaults(sent) if unreadable is None else (sent, ())
+        # a layout's own symbol and interval stand when the body names none: nothing defaulted
+        fill = unreadable is None and layout_id is None
+        body, defaulted = _with_defaults(sent) if fill else (sent, ())
         with self._lock:
             key = headers.get("x-api-key") or ""
             account = self._accounts_by_key.get(key)
-            record = self._record(account, arrived, None if unreadable else body, defaulted)
+            record = self._record(
+                account, arrived, None if unreadable else body, defaulted, layout_id=layout_id
+            )
             record.received_digest = None if unreadable else request_sha256(sent)
+            record.session, record.session_headers = self._session_of(headers)
             throttled = self._throttle
             refusal = throttled or self._admit(account, arrived)
             if account is not None and refusal is None:
                 self._count_in_flight(account, +1)
         try:
             reply = (
-                refusal or unreadable or self._check_request(account, body) or self._answer(record, key, body)
+                refusal
+                or unreadable
+                or self._layout_refusal(record)
+                or self._check_request(account, body, layout=layout_id is not None)
+                or self._answer(record, key, body)
             )
         finally:
             if account is not None and refusal is None:
@@ -460,6 +540,8 @@ class ChartImgServer:
         arrived: float,
         body: Mapping[str, Any] | None,
         defaulted: tuple[str, ...],
+        *,
+        layout_id: str | None = None,
     ) -> RecordedRequest:
         """Under the lock: a new entry of the request log (body None: it could not be read)."""
         symbol, interval = (body.get("symbol"), body.get("interval")) if body is not None else (None, None)
@@ -468,11 +550,41 @@ class ChartImgServer:
             arrived,
             symbol if isinstance(symbol, str) else None,
             interval if isinstance(interval, str) else None,
-            self._templates.get(_canonical(body)) if body is not None else None,
+            self._templates.get(_canonical(body, layout_id)) if body is not None else None,
             defaulted,
         )
+        if layout_id is not None:
+            record.endpoint, record.layout_id = "layout-chart", layout_id
         self._requests.append(record)
         return record
+
+    def _session_of(self, headers: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
+        """Under the lock: which live session the request's headers carry (its name;
+        "unknown" when they match none; None when it sent none), and which of the two
+        session headers it had."""
+        sent = tuple(name for name in SESSION_HEADERS if headers.get(name))
+        if not sent:
+            return None, ()
+        values = tuple(headers.get(name, "") for name in SESSION_HEADERS)
+        named = next((name for name, live in self._sessions.items() if live == values), "unknown")
+        return named, sent
+
+    def _layout_refusal(self, record: RecordedRequest) -> _Reply | None:
+        """A Shared Layout request's layout and session, as the docs describe them."""
+        if record.layout_id is None:
+            return None
+        with self._lock:
+            layout = self._layouts.get(record.layout_id)
+        if layout is None:
+            return _json_reply(404, "Not Found")
+        if layout.forbidden:
+            return _json_reply(403, "Layout Forbidden")
+        both = len(record.session_headers) == len(SESSION_HEADERS)
+        if both and record.session == "unknown":
+            return _json_reply(409, "Session Disconnected")
+        if layout.private and not (both and record.session in layout.sessions):
+            return _json_reply(403, "Layout Forbidden")
+        return None
 
     def _count_in_flight(self, account: _Account, change: int) -> None:
         """Under the lock: the key's and the server's calls in flight, and their peaks."""
@@ -483,15 +595,19 @@ class ChartImgServer:
         self._in_flight_changed.notify_all()
 
     @staticmethod
-    def _check_request(account: _Account | None, body: Mapping[str, Any]) -> _Reply | None:
-        """The body checks CHART-IMG documents for Snapshot v2, against the key's plan."""
+    def _check_request(
+        account: _Account | None, body: Mapping[str, Any], *, layout: bool = False
+    ) -> _Reply | None:
+        """The body checks CHART-IMG documents for Snapshot v2, against the key's plan (a
+        layout's body: its market only when it names one)."""
         assert account is not None  # _admit refused unknown keys
         width, height = body.get("width", 800), body.get("height", 600)
         small = [
             (n, v, f"must be at least {m}") for n, v, m in (("width", width, 400), ("height", height, 300))
         ]
         small = [p for p in small if _number(p[1]) and p[1] < int(p[2].rsplit(" ", 1)[1])]
-        problems = _market_problems(body) + small
+        named = all(name in body for name in MARKET)
+        problems = (_market_problems(body) if named or not layout else []) + small
         if problems:
             return _validation_reply(*problems)
         plan = account.plan
@@ -526,6 +642,7 @@ class ChartImgServer:
                 self._scripts_by_symbol.get(record.symbol or "")
                 or (self._scripts_by_template.get(record.template) if record.template else None)
                 or self._scripts_by_key.get(key)
+                or self._scripts_by_layout.get(record.layout_id or "")
             )
         if script is None:
             return _Reply(200, PNG, "image/png")
@@ -768,10 +885,13 @@ def register_templates_from(server: ChartImgServer, folder: Path, timezone: str 
     """Teach the server each template's request (as the worker builds it: timezone defaulted)."""
     for path in sorted(folder.glob("*.json")):
         template = json.loads(path.read_text(encoding="utf-8"))
-        if "request" not in template:
-            continue  # a layout template
+        template_id = str(template.get("id") or path.stem)
+        if "layout" in template:  # a layout's body has no timezone
+            layout = template["layout"]
+            server.register_template(template_id, layout.get("request", {}), layout_id=layout["layoutId"])
+            continue
         request = {"timezone": timezone, **template["request"]}
-        server.register_template(str(template.get("id") or path.stem), request)
+        server.register_template(template_id, request)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
-"""The CHART-IMG stand-in answers as the docs say (doc.chart-img.com, Snapshot v2 Advanced Chart
-and Errors / API v2, as contracts/chart-img/ holds them): raw HTTP on 127.0.0.1, no worker code."""
+"""The CHART-IMG stand-in answers as the docs say (doc.chart-img.com, Snapshot v2 Advanced Chart,
+Shared Layout and Errors / API v2, as contracts/chart-img/ holds them): raw HTTP on 127.0.0.1,
+no worker code."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from harness.chart_img_server import BAD_INTERVAL, BAD_SYMBOL, PATH, PNG, ChartImgServer
+from harness.chart_img_server import BAD_INTERVAL, BAD_SYMBOL, LAYOUT_PATH, PATH, PNG, ChartImgServer
+from harness.secret_scan import leaks
 from worker_chart_export.bundled import chart_img_docs
 
 # The docs give the minimum size, not the msg of its refusal: the stand-in's own wording
@@ -259,3 +263,115 @@ def test_what_counts_against_the_quota_is_a_setting(
     assert [a.status_code for a in answers] == statuses
     log = json.loads(json.dumps(chart_img_server.request_log()))  # plain values, as served
     assert [r["status"] for r in log] == statuses
+
+
+# --- the Shared Layout endpoint (issue 40) ------------------------------------------------
+
+
+def post_layout(
+    client: httpx.Client, key: str, layout_id: str, body: Any = None, session: tuple[str, ...] = ()
+) -> httpx.Response:
+    headers = {"x-api-key": key}
+    headers.update(zip(("tradingview-session-id", "tradingview-session-id-sign"), session, strict=False))
+    return client.post(LAYOUT_PATH + layout_id, json=body, headers=headers)
+
+
+def test_a_shared_layout_renders_without_a_session_and_is_logged_as_a_layout_call(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    key = chart_img_server.add_account("acc1")
+    chart_img_server.add_layout("37wLAGgd")
+    chart_img_server.register_template("mine_v1", {"width": 800}, layout_id="37wLAGgd")
+    answer = post_layout(
+        client, key, "37wLAGgd", {"symbol": "BINANCE:ETHUSDT", "interval": "4h", "width": 800}
+    )
+    assert (answer.status_code, answer.content) == (200, PNG)
+    (record,) = chart_img_server.requests
+    assert (record.endpoint, record.layout_id, record.template) == ("layout-chart", "37wLAGgd", "mine_v1")
+    assert (record.symbol, record.interval, record.defaulted) == ("BINANCE:ETHUSDT", "4h", ())
+    assert (record.session, record.session_headers) == (None, ())
+    # no body: the layout's own symbol and interval, nothing filled in
+    assert post_layout(client, key, "37wLAGgd").status_code == 200
+    assert chart_img_server.requests[-1].defaulted == ()
+
+
+def test_a_private_layout_needs_both_headers_of_a_live_session_it_lists(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    key = chart_img_server.add_account("acc1")
+    mine = chart_img_server.add_session("mine")
+    other = chart_img_server.add_session("other")
+    chart_img_server.add_layout("OKyFXMzN", private=True, sessions=["mine"])
+    answers = [
+        post_layout(client, key, "OKyFXMzN"),  # no session
+        post_layout(client, key, "OKyFXMzN", session=mine[:1]),  # one header only
+        post_layout(client, key, "OKyFXMzN", session=other),  # a live session it does not list
+        post_layout(client, key, "OKyFXMzN", session=mine),
+    ]
+    assert [a.status_code for a in answers] == [403, 403, 403, 200]
+    for answer in answers[:3]:
+        assert answer.json() == {"message": "Layout Forbidden"}
+        assert_documented(answer)
+    log = chart_img_server.request_log()
+    assert [(r["session"], len(r["session_headers"])) for r in log] == [
+        (None, 0),
+        ("unknown", 1),
+        ("other", 2),
+        ("mine", 2),
+    ]
+    assert not leaks([repr(log)], [*mine, *other])  # names, never values
+
+
+def test_a_session_no_longer_live_is_disconnected_an_unknown_layout_is_404_a_forbidden_one_403(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    key = chart_img_server.add_account("acc1")
+    mine = chart_img_server.add_session("mine")
+    chart_img_server.add_layout("OKyFXMzN", private=True, sessions=["mine"])
+    chart_img_server.add_layout("Locked01", forbidden=True)
+    chart_img_server.expire_session("mine")
+    answers = [
+        post_layout(client, key, "OKyFXMzN", session=mine),
+        post_layout(client, key, "Missing1"),
+        post_layout(client, key, "Locked01", session=mine),
+        post_layout(client, key, "not-an-id"),  # no LAYOUT_ID path at all
+    ]
+    assert [a.status_code for a in answers] == [409, 404, 403, 404]
+    assert [a.json()["message"] for a in answers] == [
+        "Session Disconnected",
+        "Not Found",
+        "Layout Forbidden",
+        "Not Found",
+    ]
+    for answer in answers:
+        assert_documented(answer)
+
+
+def test_the_body_is_held_to_the_documented_minimum_and_the_plans_maximum(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    key = chart_img_server.add_account("basic", plan="BASIC")
+    chart_img_server.add_layout("37wLAGgd")
+    small = post_layout(client, key, "37wLAGgd", {"width": 300})
+    large = post_layout(client, key, "37wLAGgd", {"width": 1920, "height": 1080})
+    bad = post_layout(client, key, "37wLAGgd", {"symbol": "BINANCE:BTCUSDT", "interval": "7m"})
+    assert [small.status_code, large.status_code, bad.status_code] == [422, 403, 422]
+    for answer in (small, large, bad):
+        assert_documented(answer)
+
+
+def test_a_layout_answers_slower_by_an_injected_delay_the_test_releases(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    key = chart_img_server.add_account("acc1")
+    chart_img_server.add_layout("37wLAGgd")
+    release = threading.Event()
+    chart_img_server.script(layout="37wLAGgd", latency=60.0, release=release)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(post_layout, client, key, "37wLAGgd")
+        # the advanced chart is not held: it answers while the layout call waits
+        assert client.post("/v2/tradingview/advanced-chart", headers={"x-api-key": key}).status_code == 200
+        assert not pending.done()
+        assert [r.status for r in chart_img_server.requests if r.layout_id] == [None]  # still in flight
+        release.set()
+        assert pending.result().status_code == 200
