@@ -367,10 +367,10 @@ class ChartImgServer:
         with self._lock:
             self._layouts[layout_id] = _Layout(private, frozenset(sessions), forbidden)
 
-    def add_session(self, name: str) -> tuple[str, str]:
-        """A live TradingView session: its (session id, sign), each shaped as a test key so
-        the suite-wide leak scan knows them."""
-        values = (new_key(), new_key())
+    def add_session(self, name: str, values: tuple[str, str] | None = None) -> tuple[str, str]:
+        """A live TradingView session: its (session id, sign), new ones each shaped as a test
+        key so the suite-wide leak scan knows them (`values`: those, live again)."""
+        values = values or (new_key(), new_key())
         with self._lock:
             self._sessions[name] = values
         return values
