@@ -32,6 +32,8 @@ from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult,
 from worker_chart_export.settings import Settings
 
 REFUSED = "tradingview session refused: set aside, then probed"
+# a usage document's fields that set a key aside (core/chart_img/set_aside.py)
+SET_ASIDE_FIELDS = ("disabled", "disabledUntil", "disabledReason", "coolUntil")
 SERVES_AGAIN = "tradingview session serves again: its probe rendered"
 
 
@@ -88,7 +90,8 @@ def stand(chart_img_server: ChartImgServer, log_capture: LogCapture, tmp_path: P
 def no_key_set_aside(stand: Stand) -> bool:
     """No usage document says a key is disabled or set aside."""
     documents = stand.store.read_all().values()
-    return not any(d.get("disabledAt") or d.get("setAsideUntil") for d in documents)
+    assert documents  # the usage file holds the accounts' books
+    return not any(d.get(field) for d in documents for field in SET_ASIDE_FIELDS)
 
 
 def test_each_layout_goes_with_its_session_from_an_account_that_may_send_it(stand: Stand) -> None:
