@@ -176,3 +176,38 @@ def test_mock_mode_still_needs_no_accounts(
     output = tmp_path / "out"
     code, out, err = run_local(capsys, SAMPLE_FLOW_RUN, output, "--charts-api-mode", "mock")
     assert code == 0 and out.startswith("CHART_EXPORT SUCCEEDED"), err
+
+
+def test_a_layout_template_renders_in_mock_mode_from_its_fixture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "flow_run.json"
+    templates = ["price_psar_adi_v1", "my_tradingview_layout_v1"]
+    path.write_text(json.dumps(flow_run({"charts": chart_step_for(templates)})))
+    output = tmp_path / "out"
+    code, out, err = run_local(capsys, path, output)
+    assert code == 0 and out.startswith("CHART_EXPORT SUCCEEDED"), out + err
+    [manifest_path] = output.rglob("manifest.json")
+    items = {i["chartTemplateId"]: i["meta"] for i in json.loads(manifest_path.read_text())["items"]}
+    assert (items["my_tradingview_layout_v1"]["endpoint"], items["my_tradingview_layout_v1"]["layoutId"]) == (
+        "layout-chart",
+        "37wLAGgd",
+    )
+    assert items["price_psar_adi_v1"]["endpoint"] == "advanced-chart"
+
+
+def test_a_malformed_sessions_file_stops_mock_mode_naming_the_file_never_a_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sessions = tmp_path / "tv.sessions.json"
+    sessions.write_text('[{"id": "mine", "sessionId": "' + SECRET_KEY + '"}]')
+    output = tmp_path / "out"
+    code, out, err = run_local(capsys, SAMPLE_FLOW_RUN, output, "--sessions-config-path", str(sessions))
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line == (
+        f"worker-chart-export run-local: error: --sessions-config-path {sessions}: "
+        "item 1: missing 'sessionIdSign'"
+    )
+    assert SECRET_KEY not in err
+    assert not output.exists()
