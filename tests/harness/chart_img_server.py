@@ -27,9 +27,10 @@ worker_chart_export.bundled.chart_img_docs), on 127.0.0.1 only:
   a scripted status without a message gets the documented one; a message the docs do not
   show is refused unless `undocumented=True`; `empty_body=True` sends none at all, and
   `retry_after` a Retry-After header, which the docs never show), or a 200 that is not a PNG;
-- a careless provider: `echo_key=("url_quote", ...)` writes the request's own key into the
-  scripted error's body in each of those forms (`secret_scan.key_forms`' names), the first
-  in its message, every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
+- a careless provider: `echo_key=("url_quote", ...)` writes the request's own key (and the
+  values of the TradingView session headers it carried) into the scripted error's body in
+  each of those forms (`secret_scan.key_forms`' names), the key's first form in its message,
+  every one in an `errors` entry, a JSON-escaped form escaped in the bytes;
 - otherwise 200 with a small real PNG.
 
 The Shared Layout (contracts/chart-img/layout_bounds.json), after key, pace and quota:
@@ -307,6 +308,7 @@ class ChartImgServer:
         self._scripts_by_layout: dict[str, Script] = {}
         self._layouts: dict[str, _Layout] = {}
         self._sessions: dict[str, tuple[str, str]] = {}  # name -> (session id, sign): live ones
+        self._sent = threading.local()  # the session header values of the request being answered
         self.invalid_symbols: set[str] = set()
         self.charges: Charges = "admitted"  # what spends a unit of the daily quota (see above)
         self._requests: list[RecordedRequest] = []
@@ -497,6 +499,7 @@ class ChartImgServer:
         if path != PATH and layout_id is None:
             return _json_reply(404, "Not Found")
         sent, unreadable = _read_body(headers, raw)
+        self._sent.sessions = tuple(headers[name] for name in SESSION_HEADERS if headers.get(name))
         # a layout's own symbol and interval stand when the body names none: nothing defaulted
         fill = unreadable is None and layout_id is None
         body, defaulted = _with_defaults(sent) if fill else (sent, ())
@@ -655,12 +658,16 @@ class ChartImgServer:
             fail_now = script.failed < script.fail_times
             script.failed += fail_now
         if fail_now:
-            return _scripted_error(script, script.fail_status, script.fail_message or "", key)
+            return _scripted_error(script, script.fail_status, script.fail_message or "", self._echoed(key))
         if script.status is not None:
-            return _scripted_error(script, script.status, script.message or "", key)
+            return _scripted_error(script, script.status, script.message or "", self._echoed(key))
         if script.non_png:
             return _Reply(200, b"<html><body>maintenance</body></html>", "text/html")
         return _Reply(200, PNG, "image/png")
+
+    def _echoed(self, key: str) -> tuple[str, ...]:
+        """What a careless provider echoes: the key, then the session header values sent."""
+        return (key, *getattr(self._sent, "sessions", ()))
 
     def _wait(self, script: Script) -> None:
         if script.release is not None:
@@ -676,11 +683,11 @@ class ChartImgServer:
             )
 
 
-def _scripted_error(script: Script, status: int, message: str, key: str) -> _Reply:
+def _scripted_error(script: Script, status: int, message: str, secrets: tuple[str, ...]) -> _Reply:
     if script.empty_body:
         reply = _Reply(status, b"")
     elif script.echo_key:
-        reply = _Reply(status, _echoing_body(message, key, script.echo_key))
+        reply = _Reply(status, _echoing_body(message, secrets, script.echo_key))
     else:
         reply = _json_reply(status, message)
     if script.retry_after is not None:
@@ -688,20 +695,22 @@ def _scripted_error(script: Script, status: int, message: str, key: str) -> _Rep
     return reply
 
 
-def _echoing_body(message: str, key: str, forms: tuple[str, ...]) -> bytes:
-    """`{"message": "<message> (<form>)", "errors": [{"param": "x-api-key", "msg": <form>}...]}`,
-    each form written into the JSON text as it is: a JSON-escaped form stays escaped in the
-    bytes (the parsed body then holds the key itself), any other is escaped only as JSON must."""
+def _echoing_body(message: str, secrets: tuple[str, ...], forms: tuple[str, ...]) -> bytes:
+    """`{"message": "<message> (<form>)", "errors": [{"param": "x-api-key", "msg": <form>}...]}`
+    for each secret (the key first, then any session value) and form, each form written into
+    the JSON text as it is: a JSON-escaped form stays escaped in the bytes (the parsed body
+    then holds the secret itself), any other is escaped only as JSON must."""
     from harness.secret_scan import key_forms  # lazily: run as a script, only tests echo
 
-    written = key_forms(key)
-
-    def in_json(form: str) -> str:
+    def in_json(written: dict[str, str], form: str) -> str:
         return written[form] if form.startswith("json") else json.dumps(written[form])[1:-1]
 
-    entries = ", ".join(f'{{"param": "x-api-key", "msg": "{in_json(form)}"}}' for form in forms)
+    every = [key_forms(secret) for secret in secrets]
+    entries = ", ".join(
+        f'{{"param": "x-api-key", "msg": "{in_json(written, form)}"}}' for written in every for form in forms
+    )
     head = json.dumps(message)[1:-1]
-    return f'{{"message": "{head} ({in_json(forms[0])})", "errors": [{entries}]}}'.encode()
+    return f'{{"message": "{head} ({in_json(every[0], forms[0])})", "errors": [{entries}]}}'.encode()
 
 
 class _Server(ThreadingHTTPServer):

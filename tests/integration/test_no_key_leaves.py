@@ -1,7 +1,10 @@
-"""The property: whatever keys are configured, no form of any of them leaves through any exit.
+"""The property: whatever keys and TradingView sessions are configured, no form of any of them
+leaves through any exit.
 
-For each drawn set of keys (printable ASCII with the characters JSON and URLs escape), the
-real exits are driven, with the real parts:
+For each drawn set of keys and drawn session (its two values; printable ASCII with the
+characters JSON and URLs escape), the real exits are driven, with the real parts (every
+account has the session as its own, so the step's layout chart is sent with it, and the
+stand-in echoes its values as it echoes the key):
 - execute_step on the Firestore emulator and fake-gcs-server with the real HTTP chart API,
   against a CHART-IMG stand-in that echoes the request's key in every form
   (`secret_scan.key_forms`) in its error bodies: a 422 about the request (into the
@@ -25,7 +28,7 @@ import shutil
 import string
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -101,8 +104,25 @@ class Exits:
 
 def accounts_json(keys: list[str]) -> str:
     return json.dumps(
-        [{"id": f"acc{i}", "apiKey": key, "ratePerSecond": 50, "burst": 10} for i, key in enumerate(keys)]
+        [
+            {"id": f"acc{i}", "apiKey": key, "ratePerSecond": 50, "burst": 10, "session": "mine"}
+            for i, key in enumerate(keys)
+        ]
     )
+
+
+def sessions_json(session: tuple[str, str]) -> str:
+    return json.dumps([{"id": "mine", "sessionId": session[0], "sessionIdSign": session[1]}])
+
+
+# the bundled shared layout beside three Advanced Charts: its call carries the session
+LAYOUT_TEMPLATE = "my_tradingview_layout_v1"
+
+
+def step_with_a_layout() -> dict[str, Any]:
+    step = chart_step()
+    step["inputs"]["requests"].append({"chartTemplateId": LAYOUT_TEMPLATE})
+    return step
 
 
 def every_form(keys: list[str]) -> str:
@@ -110,12 +130,13 @@ def every_form(keys: list[str]) -> str:
 
 
 def served_ports(
-    firestore_client: Any, storage_client: Any, bucket: str, server: ChartImgServer, keys: list[str]
+    firestore_client: Any, storage_client: Any, bucket: str, server: ChartImgServer, secrets: Secrets
 ) -> Ports:
     settings = Settings(
         charts_api_mode="real",
         chart_img_base_url=server.base_url,
-        chart_img_accounts_json=SecretStr(accounts_json(keys)),
+        chart_img_accounts_json=SecretStr(accounts_json(secrets.keys)),
+        chart_img_sessions_json=SecretStr(sessions_json(secrets.session)),
         chart_img_request_timeout_seconds=10.0,
         charts_fixtures_dir=Path("/nonexistent"),
     )
@@ -128,17 +149,18 @@ def served_ports(
     )
 
 
-def run_the_worker(firestore_client: Any, ports: Ports, run_id: str, symbol: str, keys: list[str]) -> None:
+def run_the_worker(firestore_client: Any, ports: Ports, run_id: str, symbol: str, secrets: list[str]) -> None:
     """One step; its producer wrote every form into the run's flowKey, which the worker logs
     (removed again before Firestore is scanned: the producer's words, not the worker's)."""
-    doc = flow_run({"charts": chart_step()}, run_id=run_id, symbol=symbol) | {"flowKey": every_form(keys)}
+    doc = flow_run({"charts": step_with_a_layout()}, run_id=run_id, symbol=symbol)
+    doc["flowKey"] = every_form(secrets)
     run = firestore_client.collection("flow_runs").document(run_id)
     run.set(doc)
     report = execute_step(run_id, "charts", ports=ports, limits=LIMITS, clock=SYSTEM_CLOCK)
     # every chart failed and was written down; whether the step ended or waits is not judged
     # here (a lone key refused for a known-good chart too is disabled, and its step waits for
     # the key's probe: core/step/patience.py), only that no form of a key left through it
-    assert report.outcome in ("FAILED", "WAITING") and report.failures_count == 3
+    assert report.outcome in ("FAILED", "WAITING") and report.failures_count == 4
     run.update({"flowKey": "test_flow"})
 
 
@@ -165,6 +187,18 @@ def planted_manifest(run_id: str, keys: list[str]) -> dict[str, Any]:
     }
 
 
+class Secrets(NamedTuple):
+    keys: list[str]
+    session: tuple[str, str]
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.keys, *self.session]
+
+
+SECRET_TEXT = st.text(alphabet=KEY_ALPHABET, min_size=16, max_size=40).filter(_none_of_our_own_words)
+
+
 # no shrinking: each example drives every exit (seconds), and the first failing one says enough
 @settings(
     max_examples=4,
@@ -172,16 +206,9 @@ def planted_manifest(run_id: str, keys: list[str]) -> dict[str, Any]:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(
-    keys=st.lists(
-        st.text(alphabet=KEY_ALPHABET, min_size=16, max_size=40).filter(_none_of_our_own_words),
-        min_size=1,
-        max_size=3,
-        unique=True,
-    )
-)
-def test_no_form_of_any_configured_key_leaves_through_any_exit(
-    keys: list[str],
+@given(drawn=st.lists(SECRET_TEXT, min_size=3, max_size=5, unique=True))
+def test_no_form_of_any_configured_key_or_session_leaves_through_any_exit(
+    drawn: list[str],
     firestore_emulator: FirestoreEmulator,
     firestore_client: Any,
     gcs_bucket: tuple[Any, str],
@@ -191,6 +218,7 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
     settings_environment: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    keys, secrets = drawn[2:], Secrets(drawn[2:], (drawn[0], drawn[1]))
     storage_client, bucket = gcs_bucket
     tmp = tmp_path_factory.mktemp("exits")
     firestore_emulator.reset()
@@ -199,15 +227,19 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
         chart_img_server.add_account(f"acc{i}", key=key)
         chart_img_server.script(key=key, status=401, message="Unauthorized key", **ECHO)
     chart_img_server.script(symbol="BINANCE:FINALUSDT", status=422, message="Bad request", **ECHO)
+    chart_img_server.add_session("mine", secrets.session)
+    chart_img_server.add_layout("37wLAGgd")
     register_templates_from(chart_img_server, TEMPLATES_DIR)
     for template_id, template in load_templates().items():
         firestore_client.collection("chart_templates").document(template_id).set(template)
     exits = Exits()
 
     # the served worker's exits: the run document, the usage documents, the manifest, the log
-    ports = served_ports(firestore_client, storage_client, bucket, chart_img_server, keys)
-    run_the_worker(firestore_client, ports, f"final_{uuid.uuid4().hex[:8]}", "FINALUSDT", keys)
-    run_the_worker(firestore_client, ports, f"refused_{uuid.uuid4().hex[:8]}", "BTCUSDT", keys)
+    ports = served_ports(firestore_client, storage_client, bucket, chart_img_server, secrets)
+    run_the_worker(firestore_client, ports, f"final_{uuid.uuid4().hex[:8]}", "FINALUSDT", secrets.all)
+    run_the_worker(firestore_client, ports, f"refused_{uuid.uuid4().hex[:8]}", "BTCUSDT", secrets.all)
+    # the layout calls carried the session (and heard it echoed back)
+    assert {r.session for r in chart_img_server.requests if r.layout_id} == {"mine"}
     assert "<redacted>" in log_capture.events("claim succeeded")[0]["flowKey"]
     usage = {d.id: d.to_dict() for d in firestore_client.collection("chart_img_accounts_usage").stream()}
     assert all(usage[f"acc{i}"].get("disabled") for i in range(len(keys)))
@@ -217,11 +249,15 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
         FIRESTORE_EMULATOR_HOST=firestore_emulator.host,
         GOOGLE_CLOUD_PROJECT=firestore_emulator.project,
         CHART_IMG_ACCOUNTS_JSON=accounts_json(keys),
+        CHART_IMG_SESSIONS_JSON=sessions_json(secrets.session),
         CHART_IMG_BASE_URL=chart_img_server.base_url,
     )
     planted_usage = firestore_client.collection("chart_img_accounts_usage").document("acc0")
     planted_usage.update(
-        {"disabledReason": every_form(keys)[:2000], "exhaustedReason": every_form(keys[::-1])[:2000]}
+        {
+            "disabledReason": every_form(secrets.all)[:2000],
+            "exhaustedReason": every_form(secrets.all[::-1])[:2000],
+        }
     )
     assert main(["accounts", "--json"]) == 0
     assert "<redacted>" in exits.printed(capsys)
@@ -229,7 +265,7 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
     planted = f"charts/planted_{uuid.uuid4().hex[:8]}/charts/manifest.json"
     blob = storage_client.bucket(bucket).blob(planted)
     blob.upload_from_string(
-        json.dumps(planted_manifest(planted.split("/")[1], keys)), content_type="application/json"
+        json.dumps(planted_manifest(planted.split("/")[1], secrets.all)), content_type="application/json"
     )
     page = tmp / "page.html"
     assert main(["view", f"gs://{bucket}/{planted}", "--out", str(page)]) == 0
@@ -240,6 +276,7 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
     folder = tmp / "templates"
     shutil.copytree(TEMPLATES_DIR, folder)
     (folder / "chart-img.accounts.json").write_text(accounts_json(keys))
+    (folder / "tv.sessions.json").write_text(sessions_json(secrets.session))
     (folder / "settings.json").write_text(json.dumps({"apiKey": keys[0]}))
     (folder / "broken.json").write_text(json.dumps({"id": "broken", "request": keys, "tags": [keys[0]] * 2}))
     assert main(["templates", "sync", "--dry-run", "--dir", str(folder)]) == 1
@@ -255,10 +292,14 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
     exits.printed(capsys)
 
     source = tmp / "flow_run.json"
-    source.write_text(json.dumps(flow_run({"charts": chart_step()}, run_id="local1", symbol="FINALUSDT")))
+    source.write_text(
+        json.dumps(flow_run({"charts": step_with_a_layout()}, run_id="local1", symbol="FINALUSDT"))
+    )
     (tmp / "accounts.json").write_text(accounts_json(keys))
+    (tmp / "sessions.json").write_text(sessions_json(secrets.session))
     out = tmp / "out"
     argv = ["run-local", f"--flow-run-path={source}", f"--output-dir={out}", "--charts-api-mode=real"]
+    argv += [f"--sessions-config-path={tmp / 'sessions.json'}"]
     assert main([*argv, f"--accounts-config-path={tmp / 'accounts.json'}"]) == 1
     assert "CHART_EXPORT FAILED" in exits.printed(capsys)
     exits.files(out)
@@ -273,4 +314,4 @@ def test_no_form_of_any_configured_key_leaves_through_any_exit(
     manifests = [json.loads(t) for t in exits.texts[-2:] if t.startswith("{")]
     assert any("<redacted>" in json.dumps(m.get("failures")) for m in manifests)
     exits.texts.append(log_capture.text)
-    assert leaks(exits.texts, keys) == []
+    assert leaks(exits.texts, secrets.all) == []
