@@ -77,11 +77,13 @@ def check_sessions_json(sessions_json: SecretStr | None) -> None:
     load_sessions(sessions_json, None, None)
 
 
-def parse_sessions(text: str) -> None:
-    """A sessions JSON parsed as the worker parses it, only to learn its sessions for redaction."""
+def parse_sessions(text: str, *, setting: str | None = None, source: str | None = None) -> list[str]:
+    """A TradingView sessions JSON parsed as the worker parses it (its values learnt for
+    redaction): the sessions' ids."""
+    from worker_chart_export.adapters.chart_img.sessions_config import JSON_SOURCE
     from worker_chart_export.adapters.chart_img.sessions_config import parse_sessions as parse
 
-    parse(text)
+    return [session.id for session in parse(text, setting=setting or JSON_SOURCE, source=source)]
 
 
 def local_usage_documents(usage_file: Path) -> dict[str, Mapping[str, Any]]:

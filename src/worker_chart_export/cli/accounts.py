@@ -1,5 +1,6 @@
 """`worker-chart-export accounts`: what each CHART-IMG account has left today; and
-`accounts --check-file FILE`: is this accounts file usable?
+`accounts --check-file FILE`: is this accounts file usable? (`--check-sessions-file FILE`: this
+TradingView sessions file?)
 
 Without `--check-file`: one row per account (its id, never its key): plan, daily limit, used
 and left today, the next send slot, cooling, exhausted or disabled and why, then the totals
@@ -15,6 +16,9 @@ without any, every usage document found is listed, plan unknown. The rows are
 deploy.sh runs it on ACCOUNTS_FILE before anything is uploaded. One line either way: the
 account ids, or the problem naming the item and field, the file named as this command sees
 it, `accounts file <path>` (deploy.sh puts its own variable's name in front).
+`--check-sessions-file FILE` is the same for a TradingView sessions file
+(adapters/chart_img/sessions_config, CHART_IMG_SESSIONS_JSON; deploy.sh's SESSIONS_FILE): the
+session ids, or the problem, never a value.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.settings import Settings, load_settings
 
-# how --check-file's lines name the file it was given
+# how --check-file's (--check-sessions-file's) lines name the file it was given
 SETTING = "accounts file"
+SESSIONS_SETTING = "sessions file"
 _CONFIG_FLAG = "--accounts-config-path"
 
 
@@ -54,7 +59,8 @@ def add_accounts_command(commands: Any) -> None:
             "with FIRESTORE_EMULATOR_HOST), or with --local from run-local's usage file. The accounts\n"
             "come from where the worker takes them: --accounts-config-path, else CHART_IMG_ACCOUNTS_JSON,\n"
             "else CHART_IMG_ACCOUNTS_SECRET; without any, the usage documents alone are shown.\n"
-            "--check-file FILE only checks an accounts file, as deploy.sh does before uploading it."
+            "--check-file FILE only checks an accounts file, as deploy.sh does before uploading it\n"
+            "(--check-sessions-file FILE: a TradingView sessions file)."
         ),
         exit_codes={0: "shown (or, with --check-file, the file is usable)", 2: USAGE_MEANING},
         run=run_accounts,
@@ -65,6 +71,13 @@ def add_accounts_command(commands: Any) -> None:
         metavar="FILE",
         help="only check FILE, as CHART_IMG_ACCOUNTS_JSON would be parsed: its account ids, exit 0, "
         "or the problem, exit 2 (takes no other flag; default: show the accounts)",
+    )
+    accounts.add_argument(
+        "--check-sessions-file",
+        type=Path,
+        metavar="FILE",
+        help="only check FILE, as CHART_IMG_SESSIONS_JSON would be parsed: its session ids, exit 0, "
+        "or the problem (never a value), exit 2 (takes no other flag; default: show the accounts)",
     )
     accounts.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     accounts.add_argument(
@@ -86,7 +99,7 @@ def add_accounts_command(commands: Any) -> None:
 
 
 def run_accounts(args: argparse.Namespace) -> int:
-    if args.check_file is not None:
+    if args.check_file is not None or args.check_sessions_file is not None:
         return _check(args)
     settings = load_settings(
         {
@@ -160,6 +173,7 @@ def _check(args: argparse.Namespace) -> int:
     others = [
         flag
         for flag, given in (
+            ("--check-sessions-file", args.check_file is not None and args.check_sessions_file is not None),
             ("--json", args.json),
             (_CONFIG_FLAG, args.accounts_config_path is not None),
             ("--local", args.local),
@@ -168,23 +182,31 @@ def _check(args: argparse.Namespace) -> int:
         if given
     ]
     if others:
-        raise UsageError(f"--check-file takes no other flag (got {', '.join(others)})")
+        flag = "--check-file" if args.check_file is not None else "--check-sessions-file"
+        raise UsageError(f"{flag} takes no other flag (got {', '.join(others)})")
+    sessions = args.check_file is None
+    path = args.check_sessions_file if sessions else args.check_file
     try:
-        ids = check_accounts_file(args.check_file)
+        ids = check_accounts_file(path, sessions=sessions)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    print(f"{SETTING} {args.check_file}: {len(ids)} account(s): {', '.join(ids)}")
+    named = f"{len(ids)} session(s)" if sessions else f"{len(ids)} account(s)"
+    print(f"{SESSIONS_SETTING if sessions else SETTING} {path}: {named}: {', '.join(ids)}")
     return EXIT_OK
 
 
-def check_accounts_file(path: Path) -> list[str]:
-    """The account ids of a valid file; ConfigError (`accounts file <path>: <problem>`) else."""
-    from worker_chart_export.bootstrap.commands import parse_accounts
+def check_accounts_file(path: Path, *, sessions: bool = False) -> list[str]:
+    """The account ids of a valid file (`sessions`: the session ids of a TradingView sessions
+    file); ConfigError (`accounts file <path>: <problem>`, `sessions file ...`) else."""
+    from worker_chart_export.bootstrap.commands import parse_accounts, parse_sessions
 
+    setting = SESSIONS_SETTING if sessions else SETTING
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(SETTING, "is not UTF-8 text", source=str(path)) from None
+        raise ConfigError(setting, "is not UTF-8 text", source=str(path)) from None
     except OSError as exc:
-        raise ConfigError(SETTING, f"cannot be read ({exc.strerror or exc})", source=str(path)) from None
-    return [account.id for account in parse_accounts(text, setting=SETTING, source=str(path))]
+        raise ConfigError(setting, f"cannot be read ({exc.strerror or exc})", source=str(path)) from None
+    if sessions:
+        return parse_sessions(text, setting=setting, source=str(path))
+    return [account.id for account in parse_accounts(text, setting=setting, source=str(path))]

@@ -71,3 +71,22 @@ def test_check_file_takes_no_other_flag(tmp_path: Path, capsys: pytest.CaptureFi
         "",
         "worker-chart-export accounts: error: --check-file takes no other flag (got --json, --local)\n",
     )
+
+
+def test_a_sessions_file_is_checked_as_the_worker_parses_it_never_showing_a_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sessions.json"
+    path.write_text(json.dumps([{"id": "mine", "sessionId": KEY, "sessionIdSign": KEY + "s"}]))
+    assert main(["accounts", "--check-sessions-file", str(path)]) == 0
+    assert capsys.readouterr() == (f"sessions file {path}: 1 session(s): mine\n", "")
+    path.write_text(json.dumps([{"id": "mine", "sessionId": KEY + " x"}]))
+    assert main(["accounts", "--check-sessions-file", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, KEY in err) == ("", False)
+    assert err == (
+        f"worker-chart-export accounts: error: sessions file {path}: item 1: 'sessionId' must be a "
+        "non-empty string of printable ASCII without spaces; item 1: missing 'sessionIdSign'\n"
+    )
+    assert main(["accounts", "--check-sessions-file", str(path), "--check-file", str(path)]) == 2
+    assert "--check-file takes no other flag (got --check-sessions-file)" in capsys.readouterr().err

@@ -160,7 +160,7 @@ def _figure(item: ReadItem, manifest: ReadManifest, image: ChartImage | None) ->
     symbol = manifest.symbol
     if item.chart_img_symbol is not None:
         symbol = f"{symbol} ({item.chart_img_symbol})"
-    facts = (
+    facts: tuple[tuple[str, str], ...] = (
         ("kind", item.kind),
         ("symbol", symbol),
         ("timeframe", manifest.timeframe),
