@@ -109,6 +109,14 @@ resolve_names() {
   # latest, or the one made from ACCOUNTS_FILE), never `latest`. SECRET_VERSION pins another one
   # (a roll-back): it is verified the same way.
   SECRET_VERSION="${SECRET_VERSION:-}"
+  # TradingView sessions for private layouts, optional: a JSON file [{"id", "sessionId",
+  # "sessionIdSign"}] in a secret of its own, mounted at a pinned version as the accounts' is
+  # (SESSIONS_SECRET_VERSION pins another). With neither, the secret's latest version is mounted
+  # when the secret exists (a deploy keeps the sessions an earlier one mounted), else none.
+  SESSIONS_SECRET_NAME="${SESSIONS_SECRET_NAME:-chart-img-tradingview-sessions}"
+  SESSIONS_FILE="${SESSIONS_FILE:-}"
+  if [[ -n "${SESSIONS_FILE}" && "${SESSIONS_FILE}" != /* ]]; then SESSIONS_FILE="${PWD}/${SESSIONS_FILE}"; fi
+  SESSIONS_SECRET_VERSION="${SESSIONS_SECRET_VERSION:-}"
   # Contract §13.6: anyone with a chart's URL may read it (allUsers, no listing). false: the
   # bucket is private (public access prevention enforced), for organisations that forbid
   # allUsers; readers then need a role on it or signed URLs (deploy/README.md, "The bucket").
@@ -188,7 +196,7 @@ print_configuration() {
     REAPER_SCHEDULE SCHEDULER_LOCATION APP_ENV REQUEST_TIMEOUT_SECONDS FINALIZE_BUDGET_SECONDS \
     ADVANCE_TIMEOUT_SECONDS CONCURRENCY MAX_INSTANCES MIN_INSTANCES CPU MEMORY \
     ADVANCE_CONCURRENCY ADVANCE_MAX_INSTANCES REAPER_TIMEOUT_SECONDS DASHBOARD_ID PUBLIC_READ \
-    SECRET_VERSION CHART_IMG_PLAN; do
+    SECRET_VERSION SESSIONS_SECRET_NAME SESSIONS_SECRET_VERSION CHART_IMG_PLAN; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
 }
@@ -246,6 +254,12 @@ check_names() {
     [[ -z "${ACCOUNTS_FILE}" ]] \
       || PROBLEMS+=("SECRET_VERSION and ACCOUNTS_FILE are both set: ACCOUNTS_FILE makes the version to deploy, SECRET_VERSION names one that exists")
   fi
+  if [[ -n "${SESSIONS_SECRET_VERSION}" ]]; then
+    [[ "${SESSIONS_SECRET_VERSION}" =~ ^[1-9][0-9]*$ ]] \
+      || PROBLEMS+=("SESSIONS_SECRET_VERSION must be a version number of ${SESSIONS_SECRET_NAME}, got '${SESSIONS_SECRET_VERSION}'")
+    [[ -z "${SESSIONS_FILE}" ]] \
+      || PROBLEMS+=("SESSIONS_SECRET_VERSION and SESSIONS_FILE are both set: SESSIONS_FILE makes the version to deploy, SESSIONS_SECRET_VERSION names one that exists")
+  fi
   [[ "${IAM_RETRY_DELAYS}" =~ ^[0-9]+( [0-9]+)*$ ]] \
     || PROBLEMS+=("IAM_RETRY_DELAYS must be seconds separated by spaces, got '${IAM_RETRY_DELAYS}'")
 }
@@ -263,17 +277,18 @@ find_project_cli() {
   fi
 }
 
-check_accounts_file() {
-  # The accounts file, by the worker's own parser: its line names the item and field, never a key
-  # (`...: error: accounts file <path>: <problem>`), said here of the variable that names the file.
-  local refusal
-  if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
-    PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
-  elif [[ -n "${ACCOUNTS_FILE}" && -n "${WCE}" ]] \
-    && ! refusal="$("${WCE}" accounts --check-file "${ACCOUNTS_FILE}" 2>&1 >/dev/null)"; then
+check_secret_file() { # VARIABLE CHECK_FLAG
+  # The accounts (sessions) file, by the worker's own parser: its line names the item and field,
+  # never a key or a session (`...: error: accounts file <path>: <problem>`), said here of the
+  # variable that names the file.
+  local file="${!1}" refusal
+  if [[ -n "${file}" && ! -f "${file}" ]]; then
+    PROBLEMS+=("$1 ${file}: no such file")
+  elif [[ -n "${file}" && -n "${WCE}" ]] \
+    && ! refusal="$("${WCE}" accounts "$2" "${file}" 2>&1 >/dev/null)"; then
     refusal="$(grep -m1 . <<<"${refusal}")"
     refusal="${refusal#*error: }"
-    PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: ${refusal#*"${ACCOUNTS_FILE}": }")
+    PROBLEMS+=("$1 ${file}: ${refusal#*"${file}": }")
   fi
 }
 
@@ -282,7 +297,8 @@ check_configuration() {
   check_numbers
   check_names
   find_project_cli
-  check_accounts_file
+  check_secret_file ACCOUNTS_FILE --check-file
+  check_secret_file SESSIONS_FILE --check-sessions-file
   if ((${#PROBLEMS[@]} > 0)); then
     printf 'deploy.sh: %s\n' "${PROBLEMS[@]}" >&2
     exit 2
@@ -462,6 +478,12 @@ preflight_project() { # with a login: the project, and the secret's version when
       --format="value(state)" \
     && [[ "${DRY_RUN}" == 0 && "${CHECKED}" != ENABLED ]]; then
     PREFLIGHT+=("secret ${SECRET_NAME}: version ${SECRET_VERSION:-latest} is ${CHECKED:-in no state}, not ENABLED: enable it, or set ACCOUNTS_FILE to add one")
+  fi
+  # A sessions version named without SESSIONS_FILE must exist.
+  if [[ -n "${SESSIONS_SECRET_VERSION}" ]]; then
+    check "secret ${SESSIONS_SECRET_NAME} has no version ${SESSIONS_SECRET_VERSION} to deploy: set SESSIONS_FILE to create it" \
+      gcloud secrets versions describe "${SESSIONS_SECRET_VERSION}" --secret="${SESSIONS_SECRET_NAME}" \
+      --format="value(state)" || true
   fi
 }
 
@@ -658,70 +680,88 @@ ensure_bucket() {
 # SECRET_VERSION, else the latest, which must hold ACCOUNTS_FILE's bytes (a version is added when
 # it does not). Before any service uses it, that version is read back: ENABLED, holding those
 # bytes, and taken by the worker's own accounts parser (a version it refuses would stop every
-# instance at start-up).
-latest_version() {
-  capture "<latest version of ${SECRET_NAME}, read back below>" gcloud secrets versions describe \
-    latest --secret="${SECRET_NAME}" --format="value(name.basename())"
+# instance at start-up). The TradingView sessions' secret (sync_sessions_secret) goes the same way.
+latest_version() { # SECRET
+  capture "<latest version of $1, read back below>" gcloud secrets versions describe \
+    latest --secret="$1" --format="value(name.basename())"
 }
-read_version() { # number: its bytes in ${WORK_DIR}/accounts.json (a real run only)
-  gcloud secrets versions access "$1" --secret="${SECRET_NAME}" \
-    --out-file="${WORK_DIR}/accounts.json" >/dev/null
+read_version() { # SECRET NUMBER FILE: its bytes in FILE (a real run only)
+  gcloud secrets versions access "$2" --secret="$1" --out-file="$3" >/dev/null
 }
 
-pin_secret_version() { # SECRET_PINNED: the version the worker will mount
+pin_version() { # SECRET FILE VERSION: PINNED, the version the worker will mount
   local created=0
-  if ! describe gcloud secrets describe "${SECRET_NAME}" && [[ -n "${ACCOUNTS_FILE}" ]]; then
-    # (without ACCOUNTS_FILE the preflight found a version: a real run does not get here)
-    run gcloud secrets create "${SECRET_NAME}" --replication-policy=automatic \
-      --data-file="${ACCOUNTS_FILE}"
+  if ! describe gcloud secrets describe "$1" && [[ -n "$2" ]]; then
+    # (without a file the preflight found a version: a real run does not get here)
+    run gcloud secrets create "$1" --replication-policy=automatic \
+      --data-file="$2"
     created=1
   fi
-  SECRET_PINNED="${SECRET_VERSION}"
-  [[ -z "${SECRET_PINNED}" ]] || return 0
-  SECRET_PINNED="$(latest_version)"
-  if [[ -n "${ACCOUNTS_FILE}" && "${created}" == 0 && "${DRY_RUN}" == 0 ]]; then
-    read_version "${SECRET_PINNED}"
-    if ! cmp -s "${WORK_DIR}/accounts.json" "${ACCOUNTS_FILE}"; then
-      run gcloud secrets versions add "${SECRET_NAME}" --data-file="${ACCOUNTS_FILE}"
-      SECRET_PINNED="$(latest_version)"
+  PINNED="$3"
+  [[ -z "${PINNED}" ]] || return 0
+  PINNED="$(latest_version "$1")"
+  if [[ -n "$2" && "${created}" == 0 && "${DRY_RUN}" == 0 ]]; then
+    read_version "$1" "${PINNED}" "${WORK_DIR}/read-back.json"
+    if ! cmp -s "${WORK_DIR}/read-back.json" "$2"; then
+      run gcloud secrets versions add "$1" --data-file="$2"
+      PINNED="$(latest_version "$1")"
     fi
+    rm -f "${WORK_DIR}/read-back.json"
   fi
 }
 
-print_secret_check() { # a dry run's account of verify_secret_version
-  local bytes=""
-  print_cmd "? " gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
-    --format="value(state)"
-  print_cmd "? " gcloud secrets versions access "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
-    --out-file="<a file of deploy.sh's, deleted after the check>"
-  [[ -z "${ACCOUNTS_FILE}" ]] || bytes=", does not hold ACCOUNTS_FILE's bytes,"
-  stops_if "that version is not ENABLED${bytes} or the worker's accounts parser refuses it"
-}
-
-verify_secret_version() {
-  local state refusal
-  if [[ "${DRY_RUN}" == 1 ]]; then print_secret_check; return 0; fi
-  state="$(gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" --format="value(state)")"
+verify_version() { # SECRET VERSION FILE_VARIABLE VERSION_VARIABLE WHAT CHECK_FLAG
+  local secret="$1" version="$2" file="${!3}" what="$5" state refusal bytes=""
+  local copy="${WORK_DIR}/${what}.json"
+  if [[ "${DRY_RUN}" == 1 ]]; then # what a real run checks here
+    print_cmd "? " gcloud secrets versions describe "${version}" --secret="${secret}" --format="value(state)"
+    print_cmd "? " gcloud secrets versions access "${version}" --secret="${secret}" \
+      --out-file="<a file of deploy.sh's, deleted after the check>"
+    [[ -z "${file}" ]] || bytes=", does not hold $3's bytes,"
+    stops_if "that version is not ENABLED${bytes} or the worker's ${what} parser refuses it"
+    return 0
+  fi
+  state="$(gcloud secrets versions describe "${version}" --secret="${secret}" --format="value(state)")"
   [[ "${state}" == ENABLED ]] \
-    || die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is ${state:-in no state}, not ENABLED: enable it, or deploy another (ACCOUNTS_FILE, SECRET_VERSION)"
-  read_version "${SECRET_PINNED}"
-  if [[ -n "${ACCOUNTS_FILE}" ]] && ! cmp -s "${WORK_DIR}/accounts.json" "${ACCOUNTS_FILE}"; then
-    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} does not hold ACCOUNTS_FILE's bytes (a version added meanwhile?): run deploy.sh again"
+    || die "version ${version} of secret ${secret} is ${state:-in no state}, not ENABLED: enable it, or deploy another ($3, $4)"
+  read_version "${secret}" "${version}" "${copy}"
+  if [[ -n "${file}" ]] && ! cmp -s "${copy}" "${file}"; then
+    die "version ${version} of secret ${secret} does not hold $3's bytes (a version added meanwhile?): run deploy.sh again"
   fi
-  if ! refusal="$("${WCE}" accounts --check-file "${WORK_DIR}/accounts.json" 2>&1 >/dev/null)"; then
+  if ! refusal="$("${WCE}" accounts "$6" "${copy}" 2>&1 >/dev/null)"; then
     refusal="$(grep -m1 . <<<"${refusal}")"
-    die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is refused by the worker's accounts parser: ${refusal##*"${WORK_DIR}/accounts.json": }"
+    die "version ${version} of secret ${secret} is refused by the worker's ${what} parser: ${refusal##*"${copy}": }"
   fi
-  rm -f "${WORK_DIR}/accounts.json"
-  echo "secret ${SECRET_NAME}: version ${SECRET_PINNED} read back: ENABLED, the accounts the worker takes"
+  rm -f "${copy}"
+  echo "secret ${secret}: version ${version} read back: ENABLED, the ${what} the worker takes"
+}
+
+grant_secret() { # SECRET: the worker's account may read it
+  run gcloud secrets add-iam-policy-binding "$1" \
+    --member="serviceAccount:${RUNTIME_SA}" --role=roles/secretmanager.secretAccessor
 }
 
 sync_secret() {
   section "secret ${SECRET_NAME}: the version the worker mounts, read back first"
-  pin_secret_version
-  verify_secret_version
-  run gcloud secrets add-iam-policy-binding "${SECRET_NAME}" \
-    --member="serviceAccount:${RUNTIME_SA}" --role=roles/secretmanager.secretAccessor
+  pin_version "${SECRET_NAME}" "${ACCOUNTS_FILE}" "${SECRET_VERSION}"
+  SECRET_PINNED="${PINNED}"
+  verify_version "${SECRET_NAME}" "${SECRET_PINNED}" ACCOUNTS_FILE SECRET_VERSION accounts --check-file
+  grant_secret "${SECRET_NAME}"
+}
+
+# Optional: none named and none deployed before, the worker gets no session (shared layouts need none).
+sync_sessions_secret() {
+  SESSIONS_PINNED=""
+  if [[ -z "${SESSIONS_FILE}${SESSIONS_SECRET_VERSION}" ]] \
+    && ! describe gcloud secrets describe "${SESSIONS_SECRET_NAME}"; then
+    return 0
+  fi
+  section "secret ${SESSIONS_SECRET_NAME}: the TradingView sessions' version the worker mounts, read back first"
+  pin_version "${SESSIONS_SECRET_NAME}" "${SESSIONS_FILE}" "${SESSIONS_SECRET_VERSION}"
+  SESSIONS_PINNED="${PINNED}"
+  verify_version "${SESSIONS_SECRET_NAME}" "${SESSIONS_PINNED}" SESSIONS_FILE SESSIONS_SECRET_VERSION \
+    sessions --check-sessions-file
+  grant_secret "${SESSIONS_SECRET_NAME}"
 }
 
 grant_firestore_access() {
@@ -763,7 +803,7 @@ deploy_worker() {
     --cpu="${CPU}" --memory="${MEMORY}" \
     --cpu-boost \
     --execution-environment=gen2 \
-    --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:${SECRET_PINNED}" \
+    --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:${SECRET_PINNED}${SESSIONS_PINNED:+,CHART_IMG_SESSIONS_JSON=${SESSIONS_SECRET_NAME}:${SESSIONS_PINNED}}" \
     --set-env-vars="${WORKER_ENV}"
 }
 
@@ -1005,6 +1045,7 @@ main() {
   build_image
   ensure_bucket
   sync_secret
+  sync_sessions_secret
   grant_firestore_access
   ensure_reaper_index
   deploy_worker
