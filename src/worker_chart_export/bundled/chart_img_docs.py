@@ -79,11 +79,11 @@ def _parameter(name: str, spec: Mapping[str, Any]) -> Parameter:
         maximum=spec.get("max"),
         choices=spec.get("enum"),
         description=spec.get("description"),
-        properties=_parameters(spec.get("properties", {})),
+        properties=parameters(spec.get("properties", {})),
     )
 
 
-def _parameters(specs: Mapping[str, Any]) -> Mapping[str, Parameter]:
+def parameters(specs: Mapping[str, Any]) -> Mapping[str, Parameter]:
     return MappingProxyType({name: _parameter(name, spec) for name, spec in specs.items()})
 
 
@@ -104,8 +104,8 @@ def _items(name: str, key: str) -> Mapping[str, DocumentedItem]:
     for entry in document(name)[key]:
         found[entry["name"]] = DocumentedItem(
             name=entry["name"],
-            input=_parameters(entry["input"]),
-            override=_parameters(entry["override"]),
+            input=parameters(entry["input"]),
+            override=parameters(entry["override"]),
             example=entry["example"],
             example_only_keys=entry.get("exampleOnlyKeys", MappingProxyType({})),
             z_order=_parameter("zOrder", entry["zOrder"]) if "zOrder" in entry else None,
@@ -214,51 +214,17 @@ def request_bounds() -> RequestBounds:
     data = document(REQUEST_BOUNDS)
     styles = data["override.style"]
     return RequestBounds(
-        body=_parameters(data["body"]),
+        body=parameters(data["body"]),
         range_presets=data["range"]["presets"],
-        range_object=_parameters(data["range"]["object"]),
-        override=_parameters(data["override"]),
-        price_range=_parameters(data["override.priceRange"]),
-        style_override=MappingProxyType({style: _parameters(s["keys"]) for style, s in styles.items()}),
-        study_fields=_parameters(data["studies[]"]),
-        drawing_fields=_parameters(data["drawings[]"]),
+        range_object=parameters(data["range"]["object"]),
+        override=parameters(data["override"]),
+        price_range=parameters(data["override.priceRange"]),
+        style_override=MappingProxyType({style: parameters(s["keys"]) for style, s in styles.items()}),
+        study_fields=parameters(data["studies[]"]),
+        drawing_fields=parameters(data["drawings[]"]),
         plans=MappingProxyType({name: _plan(name, row) for name, row in data["plans"].items()}),
         watermark_fields=data["watermark"]["fields"],
         custom_watermark_plans=frozenset(data["watermark"]["customWatermarkPlans"]),
-    )
-
-
-# --- the Shared Layout request --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LayoutBounds:
-    """Snapshot v2 Shared Layout: `POST <path>` with the layout's id in place of LAYOUT_ID."""
-
-    path: str  # /v2/tradingview/layout-chart/<LAYOUT_ID>
-    layout_id_examples: tuple[str, ...]  # the docs give no grammar, only these
-    minimum_timeout_seconds: int  # "Please set the minimum timeout to 60 seconds ..."
-    session_headers: tuple[str, str]  # tradingview-session-id, tradingview-session-id-sign
-    sessions: str  # when both are needed, in the docs' words
-    body: Mapping[str, Parameter]  # symbol, interval, width, ..., watermarkOpacity
-
-    def path_for(self, layout_id: str) -> str:
-        return self.path.replace("<LAYOUT_ID>", layout_id)
-
-
-@cache
-def layout_bounds() -> LayoutBounds:
-    data = document(LAYOUT_BOUNDS)
-    session_headers = tuple(name for name in data["headers"] if name.startswith("tradingview-"))
-    if len(session_headers) != 2:
-        raise ValueError(f"{LAYOUT_BOUNDS}: expected two tradingview-* headers, found {session_headers}")
-    return LayoutBounds(
-        path=data["path"],
-        layout_id_examples=data["layoutId"]["examples"],
-        minimum_timeout_seconds=data["minimumTimeoutSeconds"],
-        session_headers=(session_headers[0], session_headers[1]),
-        sessions=data["sessions"],
-        body=_parameters(data["body"]),
     )
 
 

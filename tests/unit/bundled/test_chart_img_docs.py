@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from harness.builders import REPO, load_templates
 from worker_chart_export.bundled import chart_img_docs as docs
-from worker_chart_export.bundled import chart_img_docs_dir
+from worker_chart_export.bundled import chart_img_docs_dir, layout_docs
 from worker_chart_export.core.chart_img import plans as core_plans
 from worker_chart_export.core.templates import template_rules
 
@@ -299,7 +299,7 @@ def test_the_extractor_stops_at_a_shared_layout_line_it_does_not_expect(changed:
 
 
 def test_layout_bounds_spot_checks() -> None:
-    bounds = docs.layout_bounds()
+    bounds = layout_docs.layout_bounds()
     # "POST /v2/tradingview/layout-chart/<LAYOUT_ID>"
     assert bounds.path_for("37wLAGgd") == "/v2/tradingview/layout-chart/37wLAGgd"
     # "For example, OKyFXMzN in the URL is a LAYOUT_ID."; the curl example's 37wLAGgd
@@ -344,7 +344,7 @@ def documented_key_problems(
 def test_our_layout_templates_use_only_documented_fields_and_values(template_id: str) -> None:
     layout = load_templates()[template_id]["layout"]
     assert re.fullmatch(r"[A-Za-z0-9]+", layout["layoutId"])
-    documented = docs.layout_bounds().body
+    documented = layout_docs.layout_bounds().body
     for name, value in layout.get("request", {}).items():
         spec = documented[name]
         assert {"Integer": int, "Boolean": bool, "String": str}[spec.type] is type(value), name

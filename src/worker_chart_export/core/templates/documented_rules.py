@@ -81,8 +81,9 @@ def documented_problems(request: Mapping[str, Any], plan: Plan) -> list[Template
 def documented_layout_problems(request: Mapping[str, Any], plan: Plan) -> list[TemplateProblem]:
     """Every way a layout's `request` leaves what the Shared Layout section lists, under `plan`."""
     from worker_chart_export.bundled import chart_img_docs as docs
+    from worker_chart_export.bundled import layout_docs
 
-    documented, watermarks = docs.layout_bounds().body, docs.request_bounds()
+    documented, watermarks = layout_docs.layout_bounds().body, docs.request_bounds()
     problems: list[TemplateProblem] = []
     for key, value in request.items():
         path: Path = ("layout", "request", key)
