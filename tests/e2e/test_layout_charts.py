@@ -195,3 +195,15 @@ def test_layouts_refused_end_only_their_charts_with_a_clear_code_and_no_key_set_
             account,
             document,
         )
+
+
+def test_stack_up_against_its_own_stand_in_renders_the_bundled_layout_template(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`stack up --charts-api-mode stand-in`: its stand-in knows the bundled templates' layouts
+    and the stack's short budget holds a layout call."""
+    with running_stack(tmp_path_factory.mktemp("stand-in-stack"), charts_api_mode="real") as stack:
+        step = run_step(stack, ["price_psar_adi_v1", SHARED], min_images=2, symbol="STACKUSDT")
+        assert step["status"] == "SUCCEEDED", (step.get("error"), log_tails(stack))
+        items = {item["chartTemplateId"]: item["meta"] for item in manifest_of(stack, step["runId"])["items"]}
+        assert (items[SHARED]["endpoint"], items[SHARED]["layoutId"]) == ("layout-chart", "37wLAGgd")

@@ -891,12 +891,15 @@ def parse_account_spec(spec: str) -> tuple[str, str, float | None, int, int | No
 
 
 def register_templates_from(server: ChartImgServer, folder: Path, timezone: str = "Etc/UTC") -> None:
-    """Teach the server each template's request (as the worker builds it: timezone defaulted)."""
+    """Teach the server each template's request (as the worker builds it: timezone defaulted),
+    and each layout template's layout (private: reached by the session the template names)."""
     for path in sorted(folder.glob("*.json")):
         template = json.loads(path.read_text(encoding="utf-8"))
         template_id = str(template.get("id") or path.stem)
         if "layout" in template:  # a layout's body has no timezone
             layout = template["layout"]
+            named = [layout["session"]] if layout.get("session") else []
+            server.add_layout(layout["layoutId"], private=layout.get("private") is True, sessions=named)
             server.register_template(template_id, layout.get("request", {}), layout_id=layout["layoutId"])
             continue
         request = {"timezone": timezone, **template["request"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -17,6 +18,12 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
+from worker_chart_export import bundled
+from worker_chart_export.environment import (
+    CHART_IMG_ACCOUNTS_JSON,
+    CHART_IMG_BASE_URL,
+    CHART_IMG_LAYOUT_TIMEOUT_SECONDS,
+)
 from worker_chart_export.tools.devstack.processes import Child, StackError, Supervisor, listening, wait_for
 
 FIRESTORE_JAR = Path(
@@ -157,15 +164,19 @@ def start_function(supervisor: Supervisor, target: str, port: int, env: dict[str
 
 
 def start_chart_img_stand_in(supervisor: Supervisor, account_id: str, key: str) -> tuple[Child, str]:
-    """tests/harness/chart_img_server.py's serve_from_stdin, from a source checkout only;
-    it serves until its stdin closes (or its group is killed). Returns (child, base URL)."""
+    """tests/harness/chart_img_server.py's serve_from_stdin, from a source checkout only, knowing
+    the bundled templates (their layouts too); it serves until its stdin closes (or its group is
+    killed). Returns (child, base URL)."""
     if not CHART_IMG_STAND_IN.is_file():
         raise StackError(
             "--charts-api-mode stand-in needs the CHART-IMG stand-in of a source checkout "
             f"({CHART_IMG_STAND_IN} not found); use --charts-api-mode mock"
         )
     command = [sys.executable, str(CHART_IMG_STAND_IN), "--account", f"{account_id}={key}"]
-    child = supervisor.start("chart-img-stand-in", command, stdin=subprocess.PIPE)
+    command += ["--templates-dir", str(bundled.chart_templates_dir())]
+    # it imports its neighbours in tests/ as `harness.*`
+    tests = {**os.environ, "PYTHONPATH": str(CHART_IMG_STAND_IN.parents[1])}
+    child = supervisor.start("chart-img-stand-in", command, env=tests, stdin=subprocess.PIPE)
     first_line: list[str] = []
 
     def base_url_printed() -> bool:
@@ -175,3 +186,16 @@ def start_chart_img_stand_in(supervisor: Supervisor, account_id: str, key: str) 
 
     wait_for(base_url_printed, child=child, timeout=START_TIMEOUT_SECONDS, what="CHART-IMG stand-in")
     return child, first_line[0]
+
+
+def stand_in_env(supervisor: Supervisor) -> dict[str, str]:
+    """The worker's settings against a stand-in started now with one account of a fresh key. A
+    layout call gets 10 s: the stand-in answers it at once, and the stack's short request
+    timeout could not hold CHART-IMG's 60 s (validation would refuse every layout template)."""
+    key = secrets.token_hex(16)
+    _, base_url = start_chart_img_stand_in(supervisor, "stack", key)
+    return {
+        CHART_IMG_BASE_URL: base_url,
+        CHART_IMG_ACCOUNTS_JSON: json.dumps([{"id": "stack", "apiKey": key}]),
+        CHART_IMG_LAYOUT_TIMEOUT_SECONDS: "10",
+    }

@@ -214,10 +214,7 @@ class LocalStack:
         if self.options.fixtures_dir is not None:
             env[CHARTS_FIXTURES_DIR] = str(self.options.fixtures_dir)
         if self.options.charts_api_mode == "real":
-            key = secrets.token_hex(16)
-            _, base_url = services.start_chart_img_stand_in(self.supervisor, "stack", key)
-            env[CHART_IMG_BASE_URL] = base_url
-            env[CHART_IMG_ACCOUNTS_JSON] = json.dumps([{"id": "stack", "apiKey": key}])
+            env.update(services.stand_in_env(self.supervisor))
         env.update(self.options.extra_env)
         return env
 
