@@ -1,12 +1,14 @@
 """Quota under chaos (issues 27, 37): a day's bad luck lived in minutes, counted as a user feels it.
 
-Steady traffic: a producer creates runs at a steady pace (each one CHART_EXPORT step of 4
-charts, minImages 3, base symbols unique per run), advance_flow starts them, three served
-worker instances render them through Eventarc's front end (chaos/eventarc.py: redelivery with
-a limit, dead letters), 10 accounts of mixed plans (BASIC, PRO, MEGA) whose pace, quota and
-resolution the CHART-IMG stand-in enforces; the reaper on its schedule; a step a window held
-back waits and comes back (chaos/fleet.py's patience settings). All of it on the Firestore
-emulator (its real triggers) and fake-gcs-server, each part in its own process.
+Steady traffic: a producer creates runs at a steady pace (each one CHART_EXPORT step of every
+bundled template, the TradingView layout template my_tradingview_layout_v1 among them: its
+charts go to the stand-in's Shared Layout endpoint; minImages 3, base symbols unique per run),
+advance_flow starts them, three served worker instances render them through Eventarc's front end
+(chaos/eventarc.py: redelivery with a limit, dead letters), 10 accounts of mixed plans (BASIC,
+PRO, MEGA) whose pace, quota and resolution the CHART-IMG stand-in enforces; the reaper on its
+schedule; a step a window held back waits and comes back (chaos/fleet.py's patience settings).
+All of it on the Firestore emulator (its real triggers) and fake-gcs-server, each part in its
+own process.
 
 Bad luck, from a schedule seeded by --seed (chaos/schedule.py, replayable): CHART-IMG refusing
 connections; every key hearing 429 "Too Many Requests" (a window over a minute in the full

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.eventarc import Eventarc, Instance, Service
-from chaos.schedule import edited_request
+from chaos.schedule import edited_layout_request, edited_request
 from chaos.stand_in import ChaosStandInProcess
 from e2e.multi_instance import StandInAccount
 from harness.chaos_stand_in import INITIAL
@@ -39,6 +39,7 @@ from worker_chart_export.environment import (
     CHART_CONCURRENCY,
     CHART_IMG_ACCOUNTS_JSON,
     CHART_IMG_BASE_URL,
+    CHART_IMG_LAYOUT_TIMEOUT_SECONDS,
     CHART_IMG_REQUEST_TIMEOUT_SECONDS,
     CHARTS_API_MODE,
     STEP_MAX_ATTEMPTS,
@@ -69,6 +70,9 @@ class FleetConfig:
     request_timeout: float = 30.0  # the lease: a killed instance's step comes back after it
     finalize_budget: float = 8.0
     chart_img_timeout: float = 10.0
+    # a layout call's own timeout: the step's charts must hold one (CHART-IMG asks 60 s of a
+    # real deployment; the stand-in answers a layout as fast as an Advanced Chart)
+    chart_img_layout_timeout: float = 10.0
     reaper_interval: float = 3.0  # Cloud Scheduler's, compressed as the schedule is
     latency: float = 0.5  # the stand-in's, per chart: steps last long enough for a kill to meet one
     # A step a window kept from minImages waits and is claimed again (core/step/patience.py).
@@ -107,6 +111,13 @@ class Incarnation:
                 with contextlib.suppress(ValueError):
                     lines.append(json.loads(raw))
         return lines
+
+
+def request_of(template: dict[str, Any]) -> dict[str, Any]:
+    """What a template asks of CHART-IMG: its Advanced Chart `request`, or its `layout.request`."""
+    layout = template.get("layout")
+    request: dict[str, Any] = template["request"] if layout is None else layout.get("request", {})
+    return request
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,7 @@ class ChaosStack(LocalStack):
             CHART_IMG_BASE_URL: base_url,
             CHART_IMG_ACCOUNTS_JSON: json.dumps([a.accounts_json_entry() for a in self.accounts]),
             CHART_IMG_REQUEST_TIMEOUT_SECONDS: str(self.config.chart_img_timeout),
+            CHART_IMG_LAYOUT_TIMEOUT_SECONDS: str(self.config.chart_img_layout_timeout),
             THREADS: str(self.config.threads),
             CHART_CONCURRENCY: str(self.config.chart_concurrency),
             STEP_MAX_ATTEMPTS: str(self.config.step_max_attempts),
@@ -228,7 +240,7 @@ class ChaosStack(LocalStack):
         for snapshot in self.db.collection(TEMPLATES).stream():
             document = snapshot.to_dict() or {}
             self.template_versions.append(
-                TemplateVersion(snapshot.id, INITIAL, snapshot.update_time, document["request"])
+                TemplateVersion(snapshot.id, INITIAL, snapshot.update_time, request_of(document))
             )
 
     # --- process chaos
@@ -277,14 +289,18 @@ class ChaosStack(LocalStack):
         so it names the edited request's calls, and their version, `label`)."""
         assert self.stand_in is not None
         reference = self.db.collection(TEMPLATES).document(template_id)
-        request = edited_request((reference.get().to_dict() or {})["request"], number)
+        document = reference.get().to_dict() or {}
+        layout = document.get("layout")
+        if layout is None:
+            request = edited_request(document["request"], number)
+            field, sent, layout_id = "request", {"timezone": TIMEZONE, **request}, None
+        else:  # a layout's body: no timezone, recognised on its layout
+            request = edited_layout_request(layout.get("request", {}), number)
+            field, sent, layout_id = "layout.request", request, layout["layoutId"]
         self.stand_in.control(
-            "register_template",
-            template=template_id,
-            request={"timezone": TIMEZONE, **request},
-            version=label,
+            "register_template", template=template_id, request=sent, version=label, layout_id=layout_id
         )
-        written = reference.update({"request": request})
+        written = reference.update({field: request})
         since = moment_of(written.update_time) or datetime.now(UTC)
         version = TemplateVersion(template_id, label, since, request)
         self.template_versions.append(version)

@@ -275,3 +275,9 @@ def edited_request(request: dict[str, Any], number: int) -> dict[str, Any]:
     flipped = {"dark": "light", "light": "dark"}.get(theme, "dark")
     width = int(request.get("width", 800))
     return {**request, "width": max(400, width - 8), "theme": flipped if number % 2 else theme}
+
+
+def edited_layout_request(request: dict[str, Any], number: int) -> dict[str, Any]:
+    """A layout template's `layout.request` after edit `number`: narrower by 8 px per edit (its
+    body has no theme: the layout holds the style)."""
+    return {**request, "width": max(400, int(request.get("width", 800)) - 8)}

@@ -324,8 +324,12 @@ def apply_control(server: ChaosChartImgServer, command: Mapping[str, Any]) -> No
     elif action == "refuse_template":
         server.refuse_template(str(command["template"]), window)
     elif action == "register_template":
+        layout_id = command.get("layout_id")
         server.register_template(
-            str(command["template"]), command["request"], str(command.get("version", INITIAL))
+            str(command["template"]),
+            command["request"],
+            str(command.get("version", INITIAL)),
+            layout_id=None if layout_id is None else str(layout_id),
         )
     else:
         raise ValueError(f"unknown chaos action {action!r}")
