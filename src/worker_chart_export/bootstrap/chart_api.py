@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,13 +63,13 @@ def build_chart_api(
         accounts = _require_accounts(settings, secret_client)
     if usage_store is None:
         raise ConfigError(CHARTS_API_MODE, f"{settings.charts_api_mode.value} mode needs a usage store")
+    sessions = tradingview_sessions(settings, accounts, secret_client)
     return build_http_chart_api(
-        chart_img_options(settings, steps_at_once=steps_at_once),
+        replace(chart_img_options(settings, steps_at_once=steps_at_once), sessions=sessions),
         accounts,
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
         retry_policy=retry_policy,
-        sessions=tradingview_sessions(settings, accounts, secret_client),
         seams=seams,
     )
 

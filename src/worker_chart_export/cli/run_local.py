@@ -95,6 +95,23 @@ def add_run_local_command(commands: Any) -> None:
         help="write to this GCS bucket instead of the local folder (over env CHARTS_BUCKET; "
         "default: none, the local mirror <output-dir>/gcs/)",
     )
+    _add_secret_files(run)
+    run.add_argument(
+        "--output-summary",
+        choices=["none", "text", "json"],
+        default="text",
+        help="what stdout gets (default text; logs go to stderr)",
+    )
+    run.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="local output folder (over env CHARTS_LOCAL_OUTPUT_DIR; default ./out)",
+    )
+
+
+def _add_secret_files(run: Any) -> None:
+    """The flags whose files stand in for the secrets' variables: the accounts, the sessions."""
     run.add_argument(
         "--accounts-config-path",
         type=Path,
@@ -109,18 +126,6 @@ def add_run_local_command(commands: Any) -> None:
         help="TradingView sessions JSON for private layouts, as CHART_IMG_SESSIONS_JSON "
         '([{"id", "sessionId", "sessionIdSign"}]; over it and CHART_IMG_SESSIONS_SECRET; '
         "default: none, which mock mode does not need)",
-    )
-    run.add_argument(
-        "--output-summary",
-        choices=["none", "text", "json"],
-        default="text",
-        help="what stdout gets (default text; logs go to stderr)",
-    )
-    run.add_argument(
-        "--output-dir",
-        type=Path,
-        metavar="DIR",
-        help="local output folder (over env CHARTS_LOCAL_OUTPUT_DIR; default ./out)",
     )
 
 

@@ -61,7 +61,6 @@ from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolic
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
 from worker_chart_export.core.types import ChartCall, ChartFailure
 from worker_chart_export.logs import get_logger
 
@@ -89,12 +88,11 @@ class RealChartApi:
         mode: str = "real",
         known_good: Mapping[str, Any] | None = None,
         sessions: TradingViewSessions | None = None,
-        layout_timeout: float = LAYOUT_CALL_SECONDS,
         seams: Seams,
     ) -> None:
         self.mode = mode
+        # layout charts: their sessions, their own timeout
         self.sessions = sessions or TradingViewSessions((), (), clock=seams.clock)
-        self.layout_timeout = layout_timeout
         # a key about to be disabled for refused requests is first asked for a chart CHART-IMG
         # renders (the bundled sample's): only the key at fault goes
         self._known_good = None if known_good is None else KnownGoodChart(self, known_good)
@@ -237,7 +235,7 @@ class RealChartApi:
         with the step's first wave, whose line said so)."""
         call = request.call
         ahead = lease.slot_in(self._clock.now())
-        own_timeout = self.request_timeout if call.layout is None else self.layout_timeout
+        own_timeout = self.request_timeout if call.layout is None else self.sessions.timeout
         timeout = min(own_timeout, request.budget.remaining() - ahead)
         session = self.sessions.for_call(call, lease.account_id)
         named = session.id if session is not None else None  # its name: the value is in headers only

@@ -41,6 +41,8 @@ class ChartImgOptions:
     # (None: two refusals disable it, as before)
     known_good_body: Mapping[str, Any] | None = field(default=None, compare=False)
     layout_timeout_seconds: float = LAYOUT_CALL_SECONDS  # one layout chart's HTTP call
+    # the TradingView sessions layout charts are sent with (secrets: never compared, never shown)
+    sessions: Sequence[SessionConfig] = field(default=(), compare=False, repr=False)
 
 
 def build_http_chart_api(
@@ -50,11 +52,9 @@ def build_http_chart_api(
     *,
     record_into: FixtureLibrary | None = None,
     retry_policy: RetryPolicy | None = None,
-    sessions: Sequence[SessionConfig] = (),
     seams: Seams,
 ) -> RealChartApi | RecordChartApi:
-    """Mode `real`, or `record` into `record_into` when it is given; `sessions`: the
-    TradingView sessions layout charts are sent with."""
+    """Mode `real`, or `record` into `record_into` when it is given."""
     defaults = AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
     limiter = AccountLimiter(
         accounts, usage_store, defaults=defaults, clock=seams.clock, default_plan=options.default_plan
@@ -79,8 +79,9 @@ def build_http_chart_api(
         policy=policy,
         mode="real" if record_into is None else "record",
         known_good=options.known_good_body,
-        sessions=TradingViewSessions(sessions, accounts, clock=seams.clock),
-        layout_timeout=options.layout_timeout_seconds,
+        sessions=TradingViewSessions(
+            options.sessions, accounts, clock=seams.clock, timeout=options.layout_timeout_seconds
+        ),
         seams=seams,
     )
     return real if record_into is None else RecordChartApi(record_into, real)

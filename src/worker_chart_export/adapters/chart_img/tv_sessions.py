@@ -1,4 +1,5 @@
-"""The TradingView sessions this process holds, and what CHART-IMG said of each: which
+"""The TradingView sessions this process holds (and a layout call's timeout), and what
+CHART-IMG said of each: which
 accounts may send a layout chart now and with which session (the rules:
 core/chart_img/layout_sessions.py), a session set aside when it was refused (one ERROR naming
 the layout and the session's id, never its value), and served again once a chart sent with
@@ -24,6 +25,7 @@ from worker_chart_export.core.chart_img.layout_sessions import (
     set_aside_until,
 )
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.limits import LAYOUT_CALL_SECONDS
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import ChartCall
 from worker_chart_export.logs import get_logger
@@ -35,8 +37,14 @@ class TradingViewSessions:
     """The configured sessions by id, each account's own, and those set aside until when."""
 
     def __init__(
-        self, sessions: Sequence[SessionConfig], accounts: Sequence[AccountConfig], *, clock: Clock
+        self,
+        sessions: Sequence[SessionConfig],
+        accounts: Sequence[AccountConfig],
+        *,
+        clock: Clock,
+        timeout: float = LAYOUT_CALL_SECONDS,
     ) -> None:
+        self.timeout = timeout  # one layout call's (CHART_IMG_LAYOUT_TIMEOUT_SECONDS)
         self._sessions = {session.id: session for session in sessions}
         self._account_sessions = {account.id: account.session for account in accounts}
         self._clock = clock
