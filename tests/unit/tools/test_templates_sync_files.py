@@ -44,14 +44,17 @@ def test_objects_that_are_no_template_are_skipped_and_templates_still_checked(tm
     (tmp_path / "one-account.json").write_text(json.dumps(ACCOUNTS[0] | {"id": None}))
     (tmp_path / "settings.json").write_text(json.dumps({"apiKey": KEY}))
     (tmp_path / "quoted.json").write_text(json.dumps(KEY))
+    # a layout alone makes a template (a broken one: no id, description, symbol template)
+    (tmp_path / "layout-only.json").write_text(json.dumps({"layout": {"layoutId": "37wLAGgd"}}))
     loaded = load_templates(tmp_path)
     assert loaded.skipped == (
         "quoted.json: skipped: not a chart template (a JSON string, not an object)",
         "settings.json: skipped: not a chart template "
-        "(none of chartImgSymbolTemplate, description, id, request)",
+        "(none of chartImgSymbolTemplate, description, id, layout, request)",
     )
     # `id` makes it a template, a broken one: each problem names the path, never the value
     assert {(p.file, p.path) for p in loaded.problems} >= {("one-account.json", "$.apiKey")}
+    assert "layout-only.json" in {p.file for p in loaded.problems}
     assert leaks([str(p) for p in loaded.problems], [KEY]) == []
 
 
