@@ -21,7 +21,7 @@ from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, make_f
 from worker_chart_export.bootstrap import Runtime, runtime
 from worker_chart_export.core.exceptions import ArtifactListError, ConfigError
 from worker_chart_export.core.retry import Backoff
-from worker_chart_export.settings import load_settings
+from worker_chart_export.settings import ChartsApiMode, load_settings
 from worker_chart_export.testing import FakeClock
 
 NOWHERE = f"127.0.0.1:{free_port()}"  # bound, then closed: nothing listens there
@@ -151,6 +151,7 @@ NOT_THE_DEFAULTS = {
     "THREADS": "3",
     "CHART_IMG_BASE_URL": "https://chart-img.test/",
     "CHART_IMG_REQUEST_TIMEOUT_SECONDS": "12",
+    "CHART_IMG_LAYOUT_TIMEOUT_SECONDS": "45",
     "CHART_IMG_MAX_ATTEMPTS": "4",
     "CHART_IMG_DAILY_LIMIT": "30",
     "CHART_IMG_RATE_PER_SECOND": "2.5",
@@ -192,7 +193,11 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
         rate_per_second=2.5,
         burst=6,
         default_plan="PRO",
+        layout_timeout_seconds=45.0,
     )
+    # a step whose charts cannot hold one layout call is refused: the limits say how long one takes
+    mock = step_limits(settings.model_copy(update={"charts_api_mode": ChartsApiMode.MOCK}))
+    assert (limits.layout_call_seconds, mock.layout_call_seconds) == (45.0, None)  # mock: no call
 
 
 def test_the_worker_takes_its_accounts_from_chart_img_accounts_secret(
@@ -223,3 +228,37 @@ def test_the_worker_takes_its_accounts_from_chart_img_accounts_secret(
     )
     assert [account.id for account in chart_img_accounts(load_settings())] == ["from-secret"]
     assert asked == ["projects/acme-charts/secrets/worker-accounts/versions/latest"]
+
+
+def test_the_worker_takes_its_tradingview_sessions_from_chart_img_sessions_secret(
+    settings_environment: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CHART_IMG_SESSIONS_JSON: the sessions are the secret's (CHART_IMG_SESSIONS_SECRET
+    completed with GOOGLE_CLOUD_PROJECT), an account's own session among them."""
+    import json
+    from types import SimpleNamespace
+
+    from google.cloud import secretmanager
+
+    from worker_chart_export.bootstrap.chart_api import chart_img_accounts, tradingview_sessions
+
+    asked: list[str] = []
+    sessions = [{"id": "mine", "sessionId": "test-key-" + "6" * 32, "sessionIdSign": "test-key-" + "7" * 32}]
+
+    class Secrets:
+        def access_secret_version(self, *, name: str) -> Any:
+            asked.append(name)
+            return SimpleNamespace(payload=SimpleNamespace(data=json.dumps(sessions).encode()))
+
+    monkeypatch.setattr(secretmanager, "SecretManagerServiceClient", Secrets)
+    settings_environment(
+        CHARTS_API_MODE="real",
+        CHART_IMG_ACCOUNTS_JSON=json.dumps(
+            [{"id": "a1", "apiKey": "test-key-" + "8" * 32, "session": "mine"}]
+        ),
+        CHART_IMG_SESSIONS_SECRET="tv-sessions",
+        GOOGLE_CLOUD_PROJECT="acme-charts",
+    )
+    settings = load_settings()
+    assert [s.id for s in tradingview_sessions(settings, chart_img_accounts(settings))] == ["mine"]
+    assert asked == ["projects/acme-charts/secrets/tv-sessions/versions/latest"]

@@ -58,6 +58,14 @@ REACHED_BY = {
         "test_json_carries_the_rows_and_totals",
     ),
     "CHART_IMG_ACCOUNTS_SECRET": SECRET_REACH,
+    "CHART_IMG_SESSIONS_SECRET": (
+        "unit/test_bootstrap.py",
+        "test_the_worker_takes_its_tradingview_sessions_from_chart_img_sessions_secret",
+    ),
+    "CHART_IMG_SESSIONS_JSON": (
+        "e2e/test_layout_charts.py",
+        "test_a_step_mixing_advanced_and_layout_charts_succeeds_each_call_on_its_endpoint",
+    ),
     "GOOGLE_CLOUD_PROJECT": SECRET_REACH,
     "FIRESTORE_EMULATOR_HOST": (
         "integration/test_accounts_command.py",
@@ -78,6 +86,7 @@ REACHED_BY = {
             "THREADS",
             "CHART_IMG_BASE_URL",
             "CHART_IMG_REQUEST_TIMEOUT_SECONDS",
+            "CHART_IMG_LAYOUT_TIMEOUT_SECONDS",
             "CHART_IMG_MAX_ATTEMPTS",
             "CHART_IMG_DAILY_LIMIT",
             "CHART_IMG_RATE_PER_SECOND",
