@@ -1,0 +1,45 @@
+"""What the test lanes of scripts/test.sh need from the collected tests (docs/testing.md),
+applied by tests/conftest.py at collection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+# The emulators need Java and the Google Cloud CLI's jar: the unit lane (`scripts/test.sh
+# --unit`) runs without either, so no unit test may ask for them.
+EMULATOR_FIXTURES = frozenset({"firestore_emulator", "gcs_emulator"})
+# Tests beside their services share module fixtures (a served stack, a deploy sandbox, the
+# browser): under pytest-xdist's --dist loadgroup a file's tests stay on one worker, which
+# builds each such fixture once, as one process does.
+SERVICE_FOLDERS = frozenset({"integration", "e2e", "deploy", "docs"})
+# The heaviest: each starts several served instances of the worker and a stand-in. They
+# share one group, so one worker runs them one after another, never two at once.
+SEVERAL_INSTANCES = frozenset(
+    {"e2e/test_chaos_short.py", "e2e/test_claim_storm.py", "e2e/test_multi_instance.py"}
+)
+
+
+def under_tests(path: Path) -> str:
+    """`path` relative to tests/, as `unit/core/test_naming.py`; a path elsewhere whole."""
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else path.as_posix()
+
+
+def unit_tests_needing_emulators(tests: Iterable[tuple[str, str, Iterable[str]]]) -> list[str]:
+    """Of (path under tests/, test id, fixture names) for each collected test: each unit
+    test that asks, directly or through another fixture, for an emulator, with those asked."""
+    found = []
+    for path, test_id, fixtures in tests:
+        needed = sorted(EMULATOR_FIXTURES.intersection(fixtures))
+        if path.startswith("unit/") and needed:
+            found.append(f"{test_id} needs {', '.join(needed)}")
+    return found
+
+
+def xdist_group(path: str) -> str | None:
+    """The worker group of a test file (path under tests/); none for a unit test, which any
+    worker may take."""
+    if path in SEVERAL_INSTANCES:
+        return "several-instances"
+    return path if path.split("/", 1)[0] in SERVICE_FOLDERS else None
