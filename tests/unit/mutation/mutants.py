@@ -43,6 +43,7 @@ class Target:
         return self.owner.__dict__[self.name]
 
 
+@functools.cache  # looked up for each call a check compares: thousands of times per entry
 def target_of(function: str) -> Target:
     """`package.module.function` or `package.module.Class.method`."""
     parts = function.split(".")
