@@ -14,11 +14,16 @@ EMULATOR_FIXTURES = frozenset({"firestore_emulator", "gcs_emulator"})
 # browser): under pytest-xdist's --dist loadgroup a file's tests stay on one worker, which
 # builds each such fixture once, as one process does.
 SERVICE_FOLDERS = frozenset({"integration", "e2e", "deploy", "docs"})
-# The heaviest: each starts several served instances of the worker and a stand-in. They
-# share one group, so one worker runs them one after another, never two at once.
-SEVERAL_INSTANCES = frozenset(
-    {"e2e/test_chaos_short.py", "e2e/test_claim_storm.py", "e2e/test_multi_instance.py"}
-)
+# Files that must not run beside each other: one worker runs a group's files one after the
+# other, in their order.
+SHARED_GROUPS = {
+    # the heaviest: each starts several served instances of the worker and a stand-in
+    "several-instances": ("e2e/test_chaos_short.py", "e2e/test_claim_storm.py", "e2e/test_multi_instance.py"),
+    # deploy.sh --dry-run empties and refills out/deploy-dry-run/ in the checkout, which their
+    # tests read back: two at once read each other's (or an emptied) folder
+    "deploy-dry-run": ("deploy/test_deploy_dry_run.py", "deploy/test_deploy_dry_run_tells.py"),
+}
+GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
 
 def under_tests(path: Path) -> str:
@@ -40,6 +45,6 @@ def unit_tests_needing_emulators(tests: Iterable[tuple[str, str, Iterable[str]]]
 def xdist_group(path: str) -> str | None:
     """The worker group of a test file (path under tests/); none for a unit test, which any
     worker may take."""
-    if path in SEVERAL_INSTANCES:
-        return "several-instances"
+    if path in GROUP_OF:
+        return GROUP_OF[path]
     return path if path.split("/", 1)[0] in SERVICE_FOLDERS else None

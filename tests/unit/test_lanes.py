@@ -53,6 +53,8 @@ def test_no_unit_test_of_this_session_needs_an_emulator(request: pytest.FixtureR
         ("e2e/test_chaos_short.py", "several-instances"),
         ("e2e/test_claim_storm.py", "several-instances"),
         ("e2e/test_multi_instance.py", "several-instances"),
+        ("deploy/test_deploy_dry_run.py", "deploy-dry-run"),
+        ("deploy/test_deploy_dry_run_tells.py", "deploy-dry-run"),
     ],
 )
 def test_each_file_has_its_worker_group(path: str, group: str | None) -> None:
@@ -61,7 +63,7 @@ def test_each_file_has_its_worker_group(path: str, group: str | None) -> None:
 
 def test_the_files_kept_apart_exist() -> None:
     """A renamed file would fall out of its group silently."""
-    assert sorted(path for path in lanes.SEVERAL_INSTANCES if not (lanes.TESTS / path).is_file()) == []
+    assert sorted(path for path in lanes.GROUP_OF if not (lanes.TESTS / path).is_file()) == []
 
 
 def test_a_path_outside_tests_is_kept_whole() -> None:
