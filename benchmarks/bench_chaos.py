@@ -1,29 +1,35 @@
-"""Quota under chaos (issue 27): a day's bad luck lived in minutes, counted as a user counts it.
+"""Quota under chaos (issues 27, 37): a day's bad luck lived in minutes, counted as a user feels it.
 
 Steady traffic: a producer creates runs at a steady pace (each one CHART_EXPORT step of 4
-charts, base symbols unique per run), advance_flow starts them, three served worker instances
-render them through Eventarc's front end (chaos/eventarc.py: redelivery with a limit, dead
-letters), 10 accounts of mixed plans (BASIC, PRO, MEGA) whose pace, quota and resolution the
-CHART-IMG stand-in enforces; the reaper on its schedule. All of it on the Firestore emulator
-(its real triggers) and fake-gcs-server, each part in its own process.
+charts, minImages 3, base symbols unique per run), advance_flow starts them, three served
+worker instances render them through Eventarc's front end (chaos/eventarc.py: redelivery with
+a limit, dead letters), 10 accounts of mixed plans (BASIC, PRO, MEGA) whose pace, quota and
+resolution the CHART-IMG stand-in enforces; the reaper on its schedule; a step a window held
+back waits and comes back (chaos/fleet.py's patience settings). All of it on the Firestore
+emulator (its real triggers) and fake-gcs-server, each part in its own process.
 
 Bad luck, from a schedule seeded by --seed (chaos/schedule.py, replayable): CHART-IMG refusing
 connections; every key hearing 429 "Too Many Requests" (a window over a minute in the full
 mode); one key spent by another client ("Limit Exceeded"); bursts of 500 and of 504 "External
 Request Timeout" (a unit spent); one template drawing 401; templates edited in Firestore;
-Firestore paused (SIGSTOP/SIGCONT of the emulator); an instance SIGKILLed and restarted.
+Firestore paused (SIGSTOP/SIGCONT of the emulator); an instance SIGKILLed and restarted; and
+in the full mode one outage of about 5 minutes, longer than a step's budget.
 
-Counted at the end (chaos/counting.py) and held to the targets (chaos/targets.py): units
-(usage documents) == calls (the stand-in's log) exactly; calls / charts delivered <= 1.05
-outside the stand-in's own failures; 0 wrong charts (each PNG carries the digest of the body
-it was drawn from, judged against the template's versions: chaos/judging.py); 0 steps left
-unfinished after the settling (2 minutes in the full mode); no key set aside at the end but a
-really exhausted one; every FAILED step explained by a window of the schedule.
+Counted at the end (chaos/counting.py, chaos/judging.py) and held to the targets
+(chaos/targets.py): deliverable steps lost = 0 (deliverable by the schedule and the stand-in's
+books; lost unless SUCCEEDED with minImages items in its manifest); 0 SUCCEEDED steps without
+their manifest or minImages items; units (usage documents) == the units the stand-in charged,
+on every key, but for units a killed instance held as it died; 0 wrong charts (each PNG traced
+by its digest to the request the stand-in received, judged against the step's symbol,
+timeframe, template and the version current at its claim); 0 steps unfinished after the
+settling; calls / charts delivered <= 1.05 outside the stand-in's own failures; no key set
+aside at the end but a really exhausted one; in the full mode, every deliverable step the
+outage met SUCCEEDED after it.
 
     .venv/bin/python benchmarks/bench_chaos.py --seed 1 [--short] [--print-schedule]
 
-Exits 1 if a target is missed. The short mode (--short, under 2 minutes) is the end-to-end
-test's (tests/e2e/test_chaos_short.py).
+Exits 1 if a target is missed. The short mode (--short, about 1 to 2 minutes) is the
+end-to-end test's (tests/e2e/test_chaos_short.py).
 """
 
 from __future__ import annotations
@@ -48,19 +54,19 @@ from chaos.conductor import Conductor  # noqa: E402
 from chaos.counting import (  # noqa: E402
     UNFINISHED,
     KeyWatch,
+    Produced,
     Step,
-    explanations,
     held_at_kills,
     judge_manifest,
-    killed_holding,
-    manifest_writers,
     read_steps,
+    received_by_digest,
     spans_of,
     units_by_key,
 )
 from chaos.fleet import ChaosStack, FleetConfig  # noqa: E402
-from chaos.schedule import FULL, SHORT, Kind, PlannedRun, Profile, Schedule, build_schedule  # noqa: E402
-from chaos.targets import Figures, checks, really_exhausted, report  # noqa: E402
+from chaos.judging import Received, Span, StepAsked, Verdict, outcome, undeliverable  # noqa: E402
+from chaos.schedule import FULL, SHORT, Kind, Profile, Schedule, build_schedule  # noqa: E402
+from chaos.targets import Figures, checks, report  # noqa: E402
 
 from e2e.multi_instance import StandInAccount  # noqa: E402
 from harness.builders import TEMPLATES_DIR, chart_step_for, flow_run  # noqa: E402
@@ -88,14 +94,18 @@ def accounts() -> list[StandInAccount]:
     return made
 
 
-def templates_folder(folder: Path) -> None:
-    """The bundled templates and the refused one (another width, so CHART-IMG tells it apart)."""
+def templates_folder(folder: Path) -> dict[str, str]:
+    """The bundled templates and the refused one (another width, so CHART-IMG tells it apart),
+    written to `folder`; each one's chartImgSymbolTemplate by its id (what a step's symbol
+    becomes for CHART-IMG, which the count expects of every chart)."""
     for path in sorted(TEMPLATES_DIR.glob("*.json")):
         shutil.copy(path, folder / path.name)
     refused = json.loads((TEMPLATES_DIR / "momentum_rsi_macd_v1.json").read_text(encoding="utf-8"))
     refused.update(id=REFUSED_TEMPLATE, description="Refused by CHART-IMG with 401 (issue 27)")
     refused["request"] = {**refused["request"], "width": 720}
     (folder / f"{REFUSED_TEMPLATE}.json").write_text(json.dumps(refused, indent=2), encoding="utf-8")
+    written = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))]
+    return {str(t["id"]): str(t["chartImgSymbolTemplate"]) for t in written}
 
 
 @dataclass
@@ -105,14 +115,15 @@ class Traffic:
     stack: ChaosStack
     schedule: Schedule
     prefix: str
-    created: dict[str, tuple[PlannedRun, datetime]] = field(default_factory=dict)
+    created: dict[str, Produced] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
     def run(self, origin: float) -> None:
         for planned in self.schedule.runs:
             time.sleep(max(0.0, origin + planned.at - time.monotonic()))
             run_id = f"{self.prefix}_{planned.index:04d}"
-            step = chart_step_for(list(planned.templates), min_images=self.schedule.profile.min_images)
+            min_images = self.schedule.profile.min_images
+            step = chart_step_for(list(planned.templates), min_images=min_images)
             step["status"] = "PENDING"
             document = flow_run({"charts": step}, run_id=run_id, symbol=planned.symbol)
             try:
@@ -120,10 +131,10 @@ class Traffic:
             except Exception as exc:  # the producer's own bad luck, counted
                 self.errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
                 continue
-            self.created[run_id] = (planned, datetime.now(UTC))
+            self.created[run_id] = Produced(planned, datetime.now(UTC), str(step["timeframe"]), min_images)
 
 
-def unfinished(stack: ChaosStack, created: dict[str, tuple[PlannedRun, datetime]]) -> list[str]:
+def unfinished(stack: ChaosStack, created: dict[str, Produced]) -> list[str]:
     references = [stack.flow_run_ref(run_id) for run_id in created]
     left = []
     for snapshot in stack.db.get_all(references):
@@ -149,7 +160,13 @@ def settle(stack: ChaosStack, traffic: Traffic, passes: int, seconds: float) -> 
 
 
 def count(
-    stack: ChaosStack, schedule: Schedule, traffic: Traffic, conductor: Conductor, watch: KeyWatch
+    stack: ChaosStack,
+    schedule: Schedule,
+    traffic: Traffic,
+    conductor: Conductor,
+    watch: KeyWatch,
+    config: FleetConfig,
+    symbol_templates: dict[str, str],
 ) -> Figures:
     assert stack.stand_in is not None and stack.eventarc is not None
     figures = Figures(schedule.seed, schedule.profile.name, len(schedule.runs), len(traffic.created))
@@ -159,12 +176,17 @@ def count(
     figures.producer_errors = traffic.errors
     figures.units = units_by_key(stack)
     calls = stack.stand_in.requests()
+    books = stack.stand_in.accounts()
+    figures.charged = {str(a["account_id"]): int(a["charged"]) for a in books}
     figures.calls = dict(Counter(str(c["account_id"]) for c in calls))
-    figures.held_at_kills = dict(held_at_kills(stack.incarnations))
+    charts_of = {run_id: len(produced.planned.templates) for run_id, produced in traffic.created.items()}
+    for name, (units, reserving) in held_at_kills(stack.incarnations, charts_of).items():
+        figures.held_at_kills[name], figures.reserving_at_kills[name] = dict(units), reserving
     figures.answers = Counter(f"{c['status']} {c.get('message') or ''}".strip() for c in calls)
     figures.calls_by_window = Counter(str(c["chaos"]).split("#")[0] for c in calls if c.get("chaos"))
-    figures.really_exhausted = really_exhausted(stack.stand_in.accounts(), figures.calls)
-    judge_charts(stack, steps, figures)
+    exhausted_at = {str(a["account_id"]): _moment(a["exhausted_at"]) for a in books}
+    figures.really_exhausted = sorted(key for key, moment in exhausted_at.items() if moment is not None)
+    judge_charts(stack, steps, figures, received_by_digest(calls), symbol_templates)
     figures.eventarc = stack.eventarc.summary()
     figures.reaper["passes"] = len(stack.reaper_reports)
     for reaped in stack.reaper_reports:
@@ -175,36 +197,87 @@ def count(
         for key, (reason, until) in watch.states(now).items()
     }
     figures.set_aside_seconds = {key: dict(seconds) for key, seconds in watch.seconds.items()}
-    spans = spans_of(conductor.applied)
-    explained = explanations(steps, calls, spans, killed_holding(stack, spans))
-    figures.failed = {
-        s.run_id: (str(s.error.get("code", "?")), explained[s.run_id]) for s in steps if s.status == "FAILED"
-    }
+    judge_steps(steps, figures, spans_of(conductor.applied), exhausted_at, config.step_span())
     figures.conductor_errors = [f"{n}: {e}" for n, a in conductor.applied.items() for e in a.errors]
     return figures
 
 
-def judge_charts(stack: ChaosStack, steps: list[Step], figures: Figures) -> None:
-    writers = manifest_writers(stack.incarnations)
+def _moment(wall: float | None) -> datetime | None:
+    return None if wall is None else datetime.fromtimestamp(wall, UTC)
+
+
+def judge_steps(
+    steps: list[Step],
+    figures: Figures,
+    spans: list[Span],
+    exhausted_at: dict[str, datetime | None],
+    patience_seconds: float,
+) -> None:
+    """Each step: deliverable or not (the schedule and the stand-in's books), and what the user
+    got of it (its status and manifest)."""
+    refused = {s.target for s in spans if s.kind == Kind.TEMPLATE_401.value}
+    outage = next((s for s in spans if s.kind == Kind.OUTAGE.value), None)
+    now = datetime.now(UTC)
+    if outage is not None:
+        figures.outage = f"{outage.name} {outage.seconds(now):.0f} s"
+    for step in steps:
+        ended = step.finished or now
+        asked = StepAsked(step.run.templates, step.produced.min_images, step.created, ended)
+        why = undeliverable(
+            asked,
+            refused_templates=refused,
+            exhausted_at=exhausted_at,
+            spans=spans,
+            patience_seconds=patience_seconds,
+        )
+        items = len(step.manifest.items) if step.manifest is not None else None
+        got = outcome(step.status, items, step.produced.min_images, step.error)
+        if step.status == "SUCCEEDED":
+            if got is not None:
+                figures.misses.append(f"{step.run_id}: {got}")
+            figures.waited[step.attempt] += 1
+        if why is not None:
+            figures.undeliverable[step.run_id] = (why, got or "")
+            continue
+        figures.deliverable += 1
+        if got is not None:
+            figures.lost.append(f"{step.run_id}: {got}")
+        if outage is not None and outage.meets(step.created, ended):
+            figures.outage_met += 1
+            if got is not None:
+                figures.outage_lost.append(f"{step.run_id}: {got}")
+
+
+def judge_charts(
+    stack: ChaosStack,
+    steps: list[Step],
+    figures: Figures,
+    received: dict[str, list[Received]],
+    symbol_templates: dict[str, str],
+) -> None:
     for step in steps:
         if step.manifest is None:
             continue
-        verdicts = judge_manifest(stack, step, writers.get(step.run_id))
+        judged = judge_manifest(stack, step, received, symbol_templates)
         if step.status == "SUCCEEDED":
-            figures.delivered += len(verdicts)
+            figures.delivered += len(judged)
         else:
-            figures.in_failed_manifests += len(verdicts)
-        for template, verdict in verdicts:
-            figures.verdicts[verdict.value] += 1
-            if verdict.value == "wrong":
-                figures.wrong.append(f"{step.run_id}/{template}")
+            figures.in_failed_manifests += len(judged)
+        for template, judgement in judged:
+            figures.verdicts[judgement.verdict.value] += 1
+            if judgement.verdict is Verdict.WRONG:
+                figures.wrong.append(f"{step.run_id}/{template}: {judgement.why}")
 
 
 def keep_for_replay(stack: ChaosStack, conductor: Conductor, log_dir: Path) -> None:
-    """The stand-in's request log (times: the system's monotonic clock) and the windows as
-    applied, beside the processes' logs: a missed target can be read call by call."""
+    """The stand-in's request log (times: the system's monotonic clock) and books, the windows
+    as applied and the usage documents, beside the processes' logs: a missed target can be
+    read call by call."""
     assert stack.stand_in is not None
     (log_dir / "stand_in_requests.json").write_text(json.dumps(stack.stand_in.requests(), indent=1))
+    (log_dir / "stand_in_books.json").write_text(json.dumps(stack.stand_in.accounts(), indent=1))
+    usage = {s.id: s.to_dict() for s in stack.db.collection("chart_img_accounts_usage").stream(timeout=30)}
+    (log_dir / "usage_documents.json").write_text(json.dumps(usage, indent=1, default=str))
     spans = [dataclasses.asdict(span) for span in spans_of(conductor.applied)]
     (log_dir / "windows_applied.json").write_text(json.dumps(spans, indent=1, default=str))
 
@@ -227,7 +300,7 @@ def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | 
     config = config or FleetConfig()
     folder = log_dir / "templates"
     folder.mkdir(parents=True, exist_ok=True)
-    templates_folder(folder)
+    symbol_templates = templates_folder(folder)
     made = accounts()
     schedule = schedule_for(seed, profile, config.instances)
     load_before = load_average()
@@ -247,7 +320,7 @@ def run_chaos(seed: int, profile: Profile, log_dir: Path, config: FleetConfig | 
         finally:
             conductor.stop()
             watch.stop()
-        figures = count(stack, schedule, traffic, conductor, watch)
+        figures = count(stack, schedule, traffic, conductor, watch, config, symbol_templates)
         figures.wall = time.monotonic() - origin
         keep_for_replay(stack, conductor, log_dir)
     figures.load = f"{load_before} -> {load_average()}"
@@ -263,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seed", type=int, action="append", help="a schedule's seed (repeat for several runs)"
     )
-    parser.add_argument("--short", action="store_true", help="the short mode (under 2 minutes)")
+    parser.add_argument("--short", action="store_true", help="the short mode (1 to 2 minutes)")
     parser.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     parser.add_argument("--log-dir", type=Path, help="keep the processes' logs there")
     args = parser.parse_args(argv)

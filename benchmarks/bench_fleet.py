@@ -66,7 +66,7 @@ from e2e.multi_instance import (  # noqa: E402
 )
 from e2e.stack import Worker  # noqa: E402
 from harness.chart_img_server import peak_in_flight_of  # noqa: E402
-from worker_chart_export.adapters.chart_img.account_views import ARRIVAL_JITTER_SECONDS, PACING_HEADROOM  # noqa: E402
+from worker_chart_export.adapters.chart_img.account_view import ARRIVAL_JITTER_SECONDS, PACING_HEADROOM  # noqa: E402
 from worker_chart_export.core.chart_img.plans import plan_named  # noqa: E402
 
 INSTANCES = 3

@@ -7,7 +7,7 @@
 # policies, the dashboard, and the chart templates. Idempotent: each resource is looked up
 # first, created when absent, updated only where it differs (Cloud Run gets a new revision
 # each time). A preflight (gcloud, its login, Application Default Credentials, the project,
-# the secret) runs before anything is changed. See deploy/README.md.
+# REGION among Cloud Run's, the secret) runs before anything is changed. See deploy/README.md.
 #
 # Usage: deploy/deploy.sh [--dry-run] [--print-config] [--help]
 #   --dry-run       print every command that would run, in order, one per line, and run nothing:
@@ -18,6 +18,9 @@
 #   PROJECT_ID=my-project REGION=europe-west1 FIRESTORE_LOCATION=eur3 \
 #   CHARTS_BUCKET=my-charts ACCOUNTS_FILE=./chart-img.accounts.json ./deploy/deploy.sh --dry-run
 set -euo pipefail
+# Layout: constants, then one function per section in the order a deploy runs them, and `main`
+# at the bottom calling them. Every section reads the configuration's global variables
+# (resolve_configuration); the helpers that run or print a command come before the sections.
 
 # Every call below was checked against this Google Cloud CLI (tests/deploy/ has the installed
 # CLI parse each one); alert policies need its alpha track (`gcloud alpha monitoring policies`:
@@ -32,114 +35,153 @@ ADVANCE_EVENT_TYPE=google.cloud.firestore.document.v1.written
 RULES_API=https://firebaserules.googleapis.com/v1
 RULES_RELEASE=cloud.firestore
 RULES_FILE=deploy/firestore.rules
+# rules_api's status for a GET of something absent
+ABSENT_RULES=10
 # Seconds to wait before trying again a call refused while IAM changes propagate (a grant or a
 # service account made a moment ago; usually under a minute): 4 more tries over 2 min 30 s, so a
 # role that is really missing is not waited on for long (the message then says to run it again).
 IAM_RETRY_DELAYS="${IAM_RETRY_DELAYS:-10 20 40 80}"
+# A change refused while IAM propagates (a service account or a grant made a moment ago is not
+# seen everywhere yet: "does not exist", PERMISSION_DENIED, Eventarc's "may take a few minutes")
+# is tried again after each of IAM_RETRY_DELAYS, saying so; any other failure stops the deploy.
+PROPAGATING='does not exist|PERMISSION_DENIED|[Pp]ermission denied|propagat|may take a few minutes'
+# What gcloud says of a resource that is not there (describe, below).
+ABSENT='NOT_FOUND|[Nn]ot found|does not exist|404'
+# A trigger as deploy.sh wants it, in the shape `describe` prints it (sync_trigger): one sorted
+# line per event filter (attribute, operator, value), each followed by destination, account
+# and encoding.
+TRIGGER_FORMAT="value(eventFilters.attribute,eventFilters.operator,eventFilters.value"
+TRIGGER_FORMAT+=",destination.cloudRun.service,destination.cloudRun.region,serviceAccount"
+TRIGGER_FORMAT+=",eventDataContentType)"
+# The Cloud Monitoring dashboard's file, in deploy/monitoring/.
+DASHBOARD_FILE=worker-chart-export.dashboard.json
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 DRY_RUN=0
 PRINT_CONFIG=0
-for arg in "$@"; do
-  case "${arg}" in
-    --dry-run) DRY_RUN=1 ;;
-    --print-config) PRINT_CONFIG=1 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "unknown argument: ${arg} (see --help)" >&2; exit 2 ;;
-  esac
-done
-
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+parse_args() {
+  local arg
+  for arg in "$@"; do
+    case "${arg}" in
+      --dry-run) DRY_RUN=1 ;;
+      --print-config) PRINT_CONFIG=1 ;;
+      -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+      *) echo "unknown argument: ${arg} (see --help)" >&2; exit 2 ;;
+    esac
+  done
+}
 
 # --- configuration: everything below reads these ----------------------------------------------
-missing=()
-for name in PROJECT_ID REGION FIRESTORE_LOCATION CHARTS_BUCKET; do
-  [[ -n "${!name:-}" ]] || missing+=("${name}")
-done
-if ((${#missing[@]} > 0)); then
-  echo "deploy.sh: missing required variables: ${missing[*]} (see deploy/README.md, Configuration)" >&2
-  exit 2
-fi
-# REGION: Cloud Run, Artifact Registry, bucket and scheduler region. FIRESTORE_LOCATION: the
-# (default) database's location (nam5, eur3 or a region); the Eventarc triggers must live there
-# (deploy/README.md, "REGION and FIRESTORE_LOCATION"). CHARTS_BUCKET: a bucket name or
-# gs://name, as the worker itself accepts.
-CHARTS_BUCKET="${CHARTS_BUCKET#gs://}"
-CHARTS_BUCKET="${CHARTS_BUCKET%/}"
-SERVICE="${SERVICE:-worker-chart-export}"
-ADVANCE_SERVICE="${ADVANCE_SERVICE:-${SERVICE}-advance-flow}"
-REAPER_SERVICE="${REAPER_SERVICE:-${SERVICE}-reaper}"
-AR_REPO="${AR_REPO:-containers}"
-IMAGE_TAG="${IMAGE_TAG:-$(git -C "${REPO_ROOT}" rev-parse --short HEAD 2>/dev/null || date +%Y%m%d%H%M%S)}"
-# Set IMAGE to deploy an image that is already built (skips Cloud Build).
-BUILD_IMAGE=1
-[[ -n "${IMAGE:-}" ]] && BUILD_IMAGE=0
-IMAGE="${IMAGE:-${REGION}-docker.pkg.dev/${PROJECT_ID}/${AR_REPO}/${SERVICE}:${IMAGE_TAG}}"
-SECRET_NAME="${SECRET_NAME:-chart-img-accounts}"
-# JSON file [{"id": "...", "apiKey": "..."}]: needed the first time (creates the secret) and to
-# rotate keys (adds a version when it differs from the latest). Checked before anything runs.
-ACCOUNTS_FILE="${ACCOUNTS_FILE:-}"
-# The worker mounts one numbered version of the secret, the one this deploy verified (the
-# latest, or the one made from ACCOUNTS_FILE), never `latest`. SECRET_VERSION pins another one
-# (a roll-back): it is verified the same way.
-SECRET_VERSION="${SECRET_VERSION:-}"
-# Contract §13.6: anyone with a chart's URL may read it (allUsers, no listing). false: the
-# bucket is private (public access prevention enforced), for organisations that forbid
-# allUsers; readers then need a role on it or signed URLs (deploy/README.md, "The bucket").
-PUBLIC_READ="${PUBLIC_READ:-true}"
-RUNTIME_SA_NAME="${RUNTIME_SA_NAME:-worker-chart-export}"
-FLOW_SA_NAME="${FLOW_SA_NAME:-worker-chart-export-flow}"
-TRIGGER_SA_NAME="${TRIGGER_SA_NAME:-worker-chart-export-trigger}"
-SCHEDULER_SA_NAME="${SCHEDULER_SA_NAME:-worker-chart-export-scheduler}"
-TRIGGER_NAME="${TRIGGER_NAME:-${SERVICE}-flow-runs}"
-ADVANCE_TRIGGER_NAME="${ADVANCE_TRIGGER_NAME:-${ADVANCE_SERVICE}-trigger}"
-DEAD_LETTER_TOPIC="${DEAD_LETTER_TOPIC:-${SERVICE}-dead-letter}"
-DEAD_LETTER_HOLD="${DEAD_LETTER_TOPIC}-hold"
-# Pub/Sub counts every delivery, a 429 at max instances included: leave room for those.
-MAX_DELIVERY_ATTEMPTS="${MAX_DELIVERY_ATTEMPTS:-20}"
-REAPER_JOB="${REAPER_JOB:-${REAPER_SERVICE}}"
-REAPER_SCHEDULE="${REAPER_SCHEDULE:-*/5 * * * *}"
-SCHEDULER_LOCATION="${SCHEDULER_LOCATION:-${REGION}}"
-APP_ENV="${APP_ENV:-prod}"
-# The smallest CHART-IMG plan among the accounts: the image size and studies/drawings limits
-# templates are checked against, by the worker and by templates sync (deploy/README.md).
-CHART_IMG_PLAN="${CHART_IMG_PLAN:-BASIC}"
-# The step budget's source: Cloud Run's request timeout AND the worker's REQUEST_TIMEOUT_SECONDS
-# (budget = this - FINALIZE_BUDGET_SECONDS). TIMEOUT_SECONDS is the older name of the same knob.
-REQUEST_TIMEOUT_SECONDS="${REQUEST_TIMEOUT_SECONDS:-${TIMEOUT_SECONDS:-300}}"
-FINALIZE_BUDGET_SECONDS="${FINALIZE_BUDGET_SECONDS:-30}"
-ADVANCE_TIMEOUT_SECONDS="${ADVANCE_TIMEOUT_SECONDS:-60}"
-# Scale-out knobs (deploy/README.md, "Throughput"): steps served at once per instance (= gunicorn
-# THREADS), and instances. Per-key pacing is shared through Firestore, so instances may grow.
-CONCURRENCY="${CONCURRENCY:-4}"
-MAX_INSTANCES="${MAX_INSTANCES:-5}"
-MIN_INSTANCES="${MIN_INSTANCES:-0}"
-CPU="${CPU:-1}"
-MEMORY="${MEMORY:-512Mi}"
-ADVANCE_CONCURRENCY="${ADVANCE_CONCURRENCY:-8}"
-ADVANCE_MAX_INSTANCES="${ADVANCE_MAX_INSTANCES:-5}"
-REAPER_TIMEOUT_SECONDS="${REAPER_TIMEOUT_SECONDS:-120}"
-# Comma-separated notification channel resource names for the alert policies (optional). They
-# are the policies' channels: a re-deploy sets exactly these.
-NOTIFICATION_CHANNELS="${NOTIFICATION_CHANNELS:-}"
-# The Cloud Monitoring dashboard (deploy/monitoring/${DASHBOARD_FILE}): its id in the project.
-DASHBOARD_ID="${DASHBOARD_ID:-${SERVICE}}"
-DASHBOARD_FILE=worker-chart-export.dashboard.json
-# Optional: saves a `gcloud projects describe` (needed for the Pub/Sub service agent's address).
-PROJECT_NUMBER="${PROJECT_NUMBER:-}"
-TEMPLATES_DIR="${TEMPLATES_DIR:-chart-templates}"
+require_variables() {
+  local missing=() name
+  for name in PROJECT_ID REGION FIRESTORE_LOCATION CHARTS_BUCKET; do
+    [[ -n "${!name:-}" ]] || missing+=("${name}")
+  done
+  if ((${#missing[@]} > 0)); then
+    echo "deploy.sh: missing required variables: ${missing[*]} (see deploy/README.md, Configuration)" >&2
+    exit 2
+  fi
+}
 
-RUNTIME_SA="${RUNTIME_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
-FLOW_SA="${FLOW_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
-TRIGGER_SA="${TRIGGER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
-SCHEDULER_SA="${SCHEDULER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
-# The worker's environment; deploy/cloudrun.service.yaml lists the same (a test compares them).
-WORKER_ENV="APP_ENV=${APP_ENV},CHARTS_API_MODE=real,CHARTS_BUCKET=${CHARTS_BUCKET}"
-WORKER_ENV+=",GOOGLE_CLOUD_PROJECT=${PROJECT_ID},REQUEST_TIMEOUT_SECONDS=${REQUEST_TIMEOUT_SECONDS}"
-WORKER_ENV+=",FINALIZE_BUDGET_SECONDS=${FINALIZE_BUDGET_SECONDS},THREADS=${CONCURRENCY}"
-WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true,CHART_IMG_PLAN=${CHART_IMG_PLAN}"
-FLOW_ENV="APP_ENV=${APP_ENV},GOOGLE_CLOUD_PROJECT=${PROJECT_ID}"
+resolve_names() {
+  # REGION: Cloud Run, Artifact Registry, bucket and scheduler region. FIRESTORE_LOCATION: the
+  # (default) database's location (nam5, eur3 or a region); the Eventarc triggers must live there
+  # (deploy/README.md, "REGION and FIRESTORE_LOCATION"). CHARTS_BUCKET: a bucket name or
+  # gs://name, as the worker itself accepts.
+  CHARTS_BUCKET="${CHARTS_BUCKET#gs://}"
+  CHARTS_BUCKET="${CHARTS_BUCKET%/}"
+  SERVICE="${SERVICE:-worker-chart-export}"
+  ADVANCE_SERVICE="${ADVANCE_SERVICE:-${SERVICE}-advance-flow}"
+  REAPER_SERVICE="${REAPER_SERVICE:-${SERVICE}-reaper}"
+  AR_REPO="${AR_REPO:-containers}"
+  IMAGE_TAG="${IMAGE_TAG:-$(git -C "${REPO_ROOT}" rev-parse --short HEAD 2>/dev/null || date +%Y%m%d%H%M%S)}"
+  # Set IMAGE to deploy an image that is already built (skips Cloud Build).
+  BUILD_IMAGE=1
+  if [[ -n "${IMAGE:-}" ]]; then BUILD_IMAGE=0; fi
+  IMAGE="${IMAGE:-${REGION}-docker.pkg.dev/${PROJECT_ID}/${AR_REPO}/${SERVICE}:${IMAGE_TAG}}"
+  SECRET_NAME="${SECRET_NAME:-chart-img-accounts}"
+  # JSON file [{"id": "...", "apiKey": "..."}]: needed the first time (creates the secret) and to
+  # rotate keys (adds a version when it differs from the latest). Checked before anything runs.
+  ACCOUNTS_FILE="${ACCOUNTS_FILE:-}"
+  # A relative path is the caller's: deploy.sh works from the checkout's root (prepare_run).
+  if [[ -n "${ACCOUNTS_FILE}" && "${ACCOUNTS_FILE}" != /* ]]; then ACCOUNTS_FILE="${PWD}/${ACCOUNTS_FILE}"; fi
+  # The worker mounts one numbered version of the secret, the one this deploy verified (the
+  # latest, or the one made from ACCOUNTS_FILE), never `latest`. SECRET_VERSION pins another one
+  # (a roll-back): it is verified the same way.
+  SECRET_VERSION="${SECRET_VERSION:-}"
+  # Contract §13.6: anyone with a chart's URL may read it (allUsers, no listing). false: the
+  # bucket is private (public access prevention enforced), for organisations that forbid
+  # allUsers; readers then need a role on it or signed URLs (deploy/README.md, "The bucket").
+  PUBLIC_READ="${PUBLIC_READ:-true}"
+  RUNTIME_SA_NAME="${RUNTIME_SA_NAME:-worker-chart-export}"
+  FLOW_SA_NAME="${FLOW_SA_NAME:-worker-chart-export-flow}"
+  TRIGGER_SA_NAME="${TRIGGER_SA_NAME:-worker-chart-export-trigger}"
+  SCHEDULER_SA_NAME="${SCHEDULER_SA_NAME:-worker-chart-export-scheduler}"
+  TRIGGER_NAME="${TRIGGER_NAME:-${SERVICE}-flow-runs}"
+  ADVANCE_TRIGGER_NAME="${ADVANCE_TRIGGER_NAME:-${ADVANCE_SERVICE}-trigger}"
+  DEAD_LETTER_TOPIC="${DEAD_LETTER_TOPIC:-${SERVICE}-dead-letter}"
+  DEAD_LETTER_HOLD="${DEAD_LETTER_TOPIC}-hold"
+  REAPER_JOB="${REAPER_JOB:-${REAPER_SERVICE}}"
+  SCHEDULER_LOCATION="${SCHEDULER_LOCATION:-${REGION}}"
+  # The Cloud Monitoring dashboard (deploy/monitoring/${DASHBOARD_FILE}): its id in the project.
+  DASHBOARD_ID="${DASHBOARD_ID:-${SERVICE}}"
+  # Optional: saves a `gcloud projects describe` (needed for the Pub/Sub service agent's address).
+  PROJECT_NUMBER="${PROJECT_NUMBER:-}"
+  TEMPLATES_DIR="${TEMPLATES_DIR:-chart-templates}"
+}
 
-if [[ "${PRINT_CONFIG}" == 1 ]]; then
+resolve_knobs() {
+  # Pub/Sub counts every delivery, a 429 at max instances included: leave room for those.
+  MAX_DELIVERY_ATTEMPTS="${MAX_DELIVERY_ATTEMPTS:-20}"
+  # Every minute: the tick is how soon a step left to the reaper (an expired lease, a step
+  # waiting out a long CHART-IMG outage) is taken up again (deploy/README.md, "What it costs at rest").
+  REAPER_SCHEDULE="${REAPER_SCHEDULE:-* * * * *}"
+  APP_ENV="${APP_ENV:-prod}"
+  # The smallest CHART-IMG plan among the accounts: the image size and studies/drawings limits
+  # templates are checked against, by the worker and by templates sync (deploy/README.md).
+  CHART_IMG_PLAN="${CHART_IMG_PLAN:-BASIC}"
+  # The step budget's source: Cloud Run's request timeout AND the worker's REQUEST_TIMEOUT_SECONDS
+  # (budget = this - FINALIZE_BUDGET_SECONDS). TIMEOUT_SECONDS is the older name of the same knob.
+  REQUEST_TIMEOUT_SECONDS="${REQUEST_TIMEOUT_SECONDS:-${TIMEOUT_SECONDS:-300}}"
+  FINALIZE_BUDGET_SECONDS="${FINALIZE_BUDGET_SECONDS:-30}"
+  ADVANCE_TIMEOUT_SECONDS="${ADVANCE_TIMEOUT_SECONDS:-60}"
+  # Scale-out knobs (deploy/README.md, "Throughput"): steps served at once per instance (= gunicorn
+  # THREADS), and instances. Per-key pacing is shared through Firestore, so instances may grow.
+  CONCURRENCY="${CONCURRENCY:-4}"
+  MAX_INSTANCES="${MAX_INSTANCES:-5}"
+  MIN_INSTANCES="${MIN_INSTANCES:-0}"
+  CPU="${CPU:-1}"
+  MEMORY="${MEMORY:-512Mi}"
+  ADVANCE_CONCURRENCY="${ADVANCE_CONCURRENCY:-8}"
+  ADVANCE_MAX_INSTANCES="${ADVANCE_MAX_INSTANCES:-5}"
+  REAPER_TIMEOUT_SECONDS="${REAPER_TIMEOUT_SECONDS:-120}"
+  # Comma-separated notification channel resource names for the alert policies (optional). They
+  # are the policies' channels: a re-deploy sets exactly these.
+  NOTIFICATION_CHANNELS="${NOTIFICATION_CHANNELS:-}"
+}
+
+resolve_identities() {
+  RUNTIME_SA="${RUNTIME_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  FLOW_SA="${FLOW_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  TRIGGER_SA="${TRIGGER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  SCHEDULER_SA="${SCHEDULER_SA_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  # The worker's environment; deploy/cloudrun.service.yaml lists the same (a test compares them).
+  WORKER_ENV="APP_ENV=${APP_ENV},CHARTS_API_MODE=real,CHARTS_BUCKET=${CHARTS_BUCKET}"
+  WORKER_ENV+=",GOOGLE_CLOUD_PROJECT=${PROJECT_ID},REQUEST_TIMEOUT_SECONDS=${REQUEST_TIMEOUT_SECONDS}"
+  WORKER_ENV+=",FINALIZE_BUDGET_SECONDS=${FINALIZE_BUDGET_SECONDS},THREADS=${CONCURRENCY}"
+  WORKER_ENV+=",DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true,CHART_IMG_PLAN=${CHART_IMG_PLAN}"
+  FLOW_ENV="APP_ENV=${APP_ENV},GOOGLE_CLOUD_PROJECT=${PROJECT_ID}"
+}
+
+resolve_configuration() {
+  require_variables
+  resolve_names
+  resolve_knobs
+  resolve_identities
+}
+
+print_configuration() {
+  local name
   for name in PROJECT_ID REGION FIRESTORE_LOCATION CHARTS_BUCKET SERVICE ADVANCE_SERVICE \
     REAPER_SERVICE IMAGE SECRET_NAME RUNTIME_SA FLOW_SA TRIGGER_SA SCHEDULER_SA TRIGGER_NAME \
     ADVANCE_TRIGGER_NAME DEAD_LETTER_TOPIC DEAD_LETTER_HOLD MAX_DELIVERY_ATTEMPTS REAPER_JOB \
@@ -149,83 +191,128 @@ if [[ "${PRINT_CONFIG}" == 1 ]]; then
     SECRET_VERSION CHART_IMG_PLAN; do
     printf '%s=%q\n' "${name}" "${!name}"
   done
-  exit 0
-fi
+}
 
 # --- checks that gcloud would only report halfway through: all of them, then stop -------------
-problems=()
+PROBLEMS=()
 int_in() { # NAME LOW HIGH WHY
   local value="${!1}"
   if ! [[ "${value}" =~ ^[0-9]+$ ]] || ((10#${value} < $2 || 10#${value} > $3)); then
-    problems+=("$1 must be $2..$3 ($4), got '${value}'")
+    PROBLEMS+=("$1 must be $2..$3 ($4), got '${value}'")
   fi
 }
-# Events reach both event-driven services through Pub/Sub push subscriptions, whose
-# acknowledgement deadline (set below from these timeouts) is at most 600 s: a longer request
-# would be delivered again while it still runs. Cloud Run alone would allow 3600.
-int_in REQUEST_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
-int_in ADVANCE_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
-int_in FINALIZE_BUDGET_SECONDS 0 599 "time kept to finalize the step"
-int_in MAX_DELIVERY_ATTEMPTS 5 100 "Pub/Sub's dead-letter range"
-int_in REAPER_TIMEOUT_SECONDS 15 1800 "Cloud Scheduler's attempt deadline range"
-if [[ "${FINALIZE_BUDGET_SECONDS}" =~ ^[0-9]+$ && "${REQUEST_TIMEOUT_SECONDS}" =~ ^[0-9]+$ ]] \
-  && ((10#${FINALIZE_BUDGET_SECONDS} >= 10#${REQUEST_TIMEOUT_SECONDS})); then
-  problems+=("FINALIZE_BUDGET_SECONDS must be below REQUEST_TIMEOUT_SECONDS")
-fi
-if ! [[ "${CHARTS_BUCKET}" =~ ^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$ ]]; then
-  problems+=("CHARTS_BUCKET: expected a bucket name or gs://<bucket>, got '${CHARTS_BUCKET}'")
-fi
-if ! [[ "${DASHBOARD_ID}" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ ]]; then
-  problems+=("DASHBOARD_ID: expected letters, digits, '-' and '_' (up to 100), got '${DASHBOARD_ID}'")
-fi
-[[ "${CHART_IMG_PLAN}" =~ ^(BASIC|PRO|MEGA|ULTRA|ENTERPRISE)$ ]] \
-  || problems+=("CHART_IMG_PLAN must be BASIC, PRO, MEGA, ULTRA or ENTERPRISE, got '${CHART_IMG_PLAN}'")
-[[ "${PUBLIC_READ}" =~ ^(true|false)$ ]] \
-  || problems+=("PUBLIC_READ must be true or false (contract §13.6: true), got '${PUBLIC_READ}'")
-if [[ -n "${SECRET_VERSION}" ]]; then
-  [[ "${SECRET_VERSION}" =~ ^[1-9][0-9]*$ ]] \
-    || problems+=("SECRET_VERSION must be a version number of ${SECRET_NAME}, got '${SECRET_VERSION}'")
-  [[ -z "${ACCOUNTS_FILE}" ]] \
-    || problems+=("SECRET_VERSION and ACCOUNTS_FILE are both set: ACCOUNTS_FILE makes the version to deploy, SECRET_VERSION names one that exists")
-fi
-[[ "${IAM_RETRY_DELAYS}" =~ ^[0-9]+( [0-9]+)*$ ]] \
-  || problems+=("IAM_RETRY_DELAYS must be seconds separated by spaces, got '${IAM_RETRY_DELAYS}'")
-# The project's own CLI: it checks ACCOUNTS_FILE and the secret's version (the worker's parser)
-# and syncs the templates.
-WCE=""
-if command -v worker-chart-export >/dev/null 2>&1; then
-  WCE="$(command -v worker-chart-export)"
-elif [[ -x "${REPO_ROOT}/.venv/bin/worker-chart-export" ]]; then
-  WCE="${REPO_ROOT}/.venv/bin/worker-chart-export"
-else
-  problems+=("worker-chart-export not found (on PATH or in .venv): install it with 'bash scripts/bootstrap.sh'")
-fi
-# The accounts file, by the worker's own parser: its line names the item and field, never a key.
-if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
-  problems+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
-elif [[ -n "${ACCOUNTS_FILE}" && -n "${WCE}" ]] \
-  && ! refusal="$("${WCE}" accounts --check-file "${ACCOUNTS_FILE}" 2>&1 >/dev/null)"; then
-  refusal="$(grep -m1 . <<<"${refusal}")"
-  problems+=("${refusal#*error: }")
-fi
-if ((${#problems[@]} > 0)); then
-  printf 'deploy.sh: %s\n' "${problems[@]}" >&2
-  exit 2
-fi
-# Pub/Sub's minimum acknowledgement deadline is 10 s.
-WORKER_ACK_DEADLINE=$((10#${REQUEST_TIMEOUT_SECONDS} < 10 ? 10 : 10#${REQUEST_TIMEOUT_SECONDS}))
-ADVANCE_ACK_DEADLINE=$((10#${ADVANCE_TIMEOUT_SECONDS} < 10 ? 10 : 10#${ADVANCE_TIMEOUT_SECONDS}))
+
+# PROJECT_ID and REGION by their form, before anything uses them (a project id as Google documents
+# it; a region as Cloud Run names them). The region is also looked up in Cloud Run's own list at
+# the preflight (check_region_listed), when a login allows.
+PROJECT_ID_FORM='^[a-z][a-z0-9-]{4,28}[a-z0-9]$'
+REGION_FORM='^[a-z]+-[a-z]+[0-9]+$'
+check_project_and_region() {
+  [[ "${PROJECT_ID}" =~ ${PROJECT_ID_FORM} ]] \
+    || PROBLEMS+=("PROJECT_ID: '${PROJECT_ID}' is not a project ID: 6 to 30 lowercase letters, digits and hyphens, starting with a letter, not ending with a hyphen (the ID, not the project's name: 'gcloud projects list' shows both)")
+  [[ "${REGION}" =~ ${REGION_FORM} ]] \
+    || PROBLEMS+=("REGION: '${REGION}' is not a region name: lowercase letters, a hyphen, lowercase letters and a number, like europe-west1 ('gcloud run regions list' names Cloud Run's)")
+}
+
+check_numbers() {
+  # Events reach both event-driven services through Pub/Sub push subscriptions, whose
+  # acknowledgement deadline (set below from these timeouts) is at most 600 s: a longer request
+  # would be delivered again while it still runs. Cloud Run alone would allow 3600.
+  int_in REQUEST_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
+  int_in ADVANCE_TIMEOUT_SECONDS 1 600 "Pub/Sub's maximum acknowledgement deadline is 600 s"
+  int_in FINALIZE_BUDGET_SECONDS 0 599 "time kept to finalize the step"
+  int_in MAX_DELIVERY_ATTEMPTS 5 100 "Pub/Sub's dead-letter range"
+  int_in REAPER_TIMEOUT_SECONDS 15 1800 "Cloud Scheduler's attempt deadline range"
+  if [[ "${FINALIZE_BUDGET_SECONDS}" =~ ^[0-9]+$ && "${REQUEST_TIMEOUT_SECONDS}" =~ ^[0-9]+$ ]] \
+    && ((10#${FINALIZE_BUDGET_SECONDS} >= 10#${REQUEST_TIMEOUT_SECONDS})); then
+    PROBLEMS+=("FINALIZE_BUDGET_SECONDS must be below REQUEST_TIMEOUT_SECONDS")
+  fi
+}
+
+check_names() {
+  if ! [[ "${CHARTS_BUCKET}" =~ ^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$ ]]; then
+    PROBLEMS+=("CHARTS_BUCKET: expected a bucket name or gs://<bucket>, got '${CHARTS_BUCKET}'")
+  fi
+  if ! [[ "${DASHBOARD_ID}" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ ]]; then
+    PROBLEMS+=("DASHBOARD_ID: expected letters, digits, '-' and '_' (up to 100), got '${DASHBOARD_ID}'")
+  fi
+  [[ "${CHART_IMG_PLAN}" =~ ^(BASIC|PRO|MEGA|ULTRA|ENTERPRISE)$ ]] \
+    || PROBLEMS+=("CHART_IMG_PLAN must be BASIC, PRO, MEGA, ULTRA or ENTERPRISE, got '${CHART_IMG_PLAN}'")
+  [[ "${PUBLIC_READ}" =~ ^(true|false)$ ]] \
+    || PROBLEMS+=("PUBLIC_READ must be true or false (contract §13.6: true), got '${PUBLIC_READ}'")
+  if [[ -n "${SECRET_VERSION}" ]]; then
+    [[ "${SECRET_VERSION}" =~ ^[1-9][0-9]*$ ]] \
+      || PROBLEMS+=("SECRET_VERSION must be a version number of ${SECRET_NAME}, got '${SECRET_VERSION}'")
+    [[ -z "${ACCOUNTS_FILE}" ]] \
+      || PROBLEMS+=("SECRET_VERSION and ACCOUNTS_FILE are both set: ACCOUNTS_FILE makes the version to deploy, SECRET_VERSION names one that exists")
+  fi
+  [[ "${IAM_RETRY_DELAYS}" =~ ^[0-9]+( [0-9]+)*$ ]] \
+    || PROBLEMS+=("IAM_RETRY_DELAYS must be seconds separated by spaces, got '${IAM_RETRY_DELAYS}'")
+}
+
+find_project_cli() {
+  # The project's own CLI: it checks ACCOUNTS_FILE and the secret's version (the worker's parser)
+  # and syncs the templates.
+  WCE=""
+  if command -v worker-chart-export >/dev/null 2>&1; then
+    WCE="$(command -v worker-chart-export)"
+  elif [[ -x "${REPO_ROOT}/.venv/bin/worker-chart-export" ]]; then
+    WCE="${REPO_ROOT}/.venv/bin/worker-chart-export"
+  else
+    PROBLEMS+=("worker-chart-export not found (on PATH or in .venv): install it with 'bash scripts/bootstrap.sh'")
+  fi
+}
+
+check_accounts_file() {
+  # The accounts file, by the worker's own parser: its line names the item and field, never a key
+  # (`...: error: accounts file <path>: <problem>`), said here of the variable that names the file.
+  local refusal
+  if [[ -n "${ACCOUNTS_FILE}" && ! -f "${ACCOUNTS_FILE}" ]]; then
+    PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: no such file")
+  elif [[ -n "${ACCOUNTS_FILE}" && -n "${WCE}" ]] \
+    && ! refusal="$("${WCE}" accounts --check-file "${ACCOUNTS_FILE}" 2>&1 >/dev/null)"; then
+    refusal="$(grep -m1 . <<<"${refusal}")"
+    refusal="${refusal#*error: }"
+    PROBLEMS+=("ACCOUNTS_FILE ${ACCOUNTS_FILE}: ${refusal#*"${ACCOUNTS_FILE}": }")
+  fi
+}
+
+check_configuration() {
+  check_project_and_region
+  check_numbers
+  check_names
+  find_project_cli
+  check_accounts_file
+  if ((${#PROBLEMS[@]} > 0)); then
+    printf 'deploy.sh: %s\n' "${PROBLEMS[@]}" >&2
+    exit 2
+  fi
+  # Pub/Sub's minimum acknowledgement deadline is 10 s.
+  WORKER_ACK_DEADLINE=$((10#${REQUEST_TIMEOUT_SECONDS} < 10 ? 10 : 10#${REQUEST_TIMEOUT_SECONDS}))
+  ADVANCE_ACK_DEADLINE=$((10#${ADVANCE_TIMEOUT_SECONDS} < 10 ? 10 : 10#${ADVANCE_TIMEOUT_SECONDS}))
+}
 
 # --- how commands run -----------------------------------------------------------------------------
-# Every gcloud call takes the project from here (the user's gcloud configuration is left alone)
-# and never waits on a prompt.
-export CLOUDSDK_CORE_PROJECT="${PROJECT_ID}" CLOUDSDK_CORE_DISABLE_PROMPTS=1
-WORK_DIR="$(mktemp -d)"
-trap 'rm -rf "${WORK_DIR}"' EXIT
 # run: a command that changes something. describe: a read-only look-up of a resource that may
 # be absent (see below). capture: a read-only look-up whose output is used. A dry run prints
 # each, read-only ones with a leading "? ", and yields a placeholder for captured output.
-exec 3>&1
+prepare_run() {
+  # Every gcloud call takes the project from here (the user's gcloud configuration is left alone)
+  # and never waits on a prompt.
+  export CLOUDSDK_CORE_PROJECT="${PROJECT_ID}" CLOUDSDK_CORE_DISABLE_PROMPTS=1
+  WORK_DIR="$(mktemp -d)"
+  trap 'rm -rf "${WORK_DIR}"' EXIT
+  exec 3>&1 # print_cmd's lines, also from inside $(capture ...)
+  cd "${REPO_ROOT}"
+  # Files handed to gcloud after filling in names (alert policies, the dashboard): a real run
+  # keeps them while it runs; a dry run leaves them in out/deploy-dry-run/ to be read.
+  RENDERED="${WORK_DIR}"
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    RENDERED=out/deploy-dry-run
+    rm -rf "${RENDERED}"
+    mkdir -p "${RENDERED}"
+  fi
+}
 quote() { # one word as a shell reads it back: bare when plain, else in single quotes
   if [[ "$1" =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
 }
@@ -237,10 +324,6 @@ print_cmd() { # prefix word...
 }
 # In a dry run: a line saying what a real run checks here, and where it would stop.
 stops_if() { if [[ "${DRY_RUN}" == 1 ]]; then echo "#   a real run stops here if $*"; fi; }
-# A change refused while IAM propagates (a service account or a grant made a moment ago is not
-# seen everywhere yet: "does not exist", PERMISSION_DENIED, Eventarc's "may take a few minutes")
-# is tried again after each of IAM_RETRY_DELAYS, saying so; any other failure stops the deploy.
-PROPAGATING='does not exist|PERMISSION_DENIED|[Pp]ermission denied|propagat|may take a few minutes'
 attempt() { # the command's stderr is shown as it comes and kept in ${WORK_DIR}/stderr
   local status
   set +e
@@ -275,7 +358,6 @@ capture() {
 # stops the deploy with gcloud's message instead of passing for "absent". A dry run prints it
 # with a leading "? " and takes it as absent, so the create that follows is printed too.
 DESCRIBED=""
-ABSENT='NOT_FOUND|[Nn]ot found|does not exist|404'
 describe() {
   DESCRIBED=""
   if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; return 1; fi
@@ -286,58 +368,92 @@ describe() {
 }
 die() { echo "deploy.sh: $*" >&2; exit 1; }
 section() { if [[ "${DRY_RUN}" == 1 ]]; then echo "# == $*"; else echo "== $*"; fi; }
+# What a check found, where it matters to the reader (a dry run's lines are comments).
+note() { if [[ "${DRY_RUN}" == 1 ]]; then echo "#   $*"; else echo "$*"; fi; }
 # gcloud's first line on stderr, without its "ERROR: (gcloud.command) " head.
 gcloud_said() { grep -m1 . "${WORK_DIR}/stderr" | sed 's/^ERROR: ([^)]*) //'; }
 
-cd "${REPO_ROOT}"
-# Files handed to gcloud after filling in names (alert policies, the dashboard): a real run
-# keeps them while it runs; a dry run leaves them in out/deploy-dry-run/ to be read.
-RENDERED="${WORK_DIR}"
-if [[ "${DRY_RUN}" == 1 ]]; then
-  RENDERED=out/deploy-dry-run
-  rm -rf "${RENDERED}"
-  mkdir -p "${RENDERED}"
-fi
-
 # --- preflight: every check, then stop before any change, naming what to run --------------------
-section "preflight: tools, gcloud's login, Application Default Credentials, project ${PROJECT_ID}, secret ${SECRET_NAME}"
-preflight=()
+PREFLIGHT=()
 check() { # FIX command...: a read-only call that must succeed; its output in CHECKED
   local fix="$1"
   shift
   CHECKED=""
   if [[ "${DRY_RUN}" == 1 ]]; then print_cmd "? " "$@"; stops_if "it fails: ${fix}"; return 0; fi
   if CHECKED="$("$@" 2>"${WORK_DIR}/stderr" </dev/null)"; then return 0; fi
-  preflight+=("${fix} (gcloud: $(gcloud_said))")
+  PREFLIGHT+=("${fix} (gcloud: $(gcloud_said))")
   return 1
 }
-stops_if "curl or python3 is missing (the Firestore rules are released with them)"
-for tool in curl python3; do # the Firebase Rules API's calls and their JSON
-  [[ "${DRY_RUN}" == 1 ]] || command -v "${tool}" >/dev/null 2>&1 \
-    || preflight+=("${tool} not found: install it (the Firestore rules are released with curl and python3)")
-done
-if [[ "${DRY_RUN}" == 0 ]] && ! command -v gcloud >/dev/null 2>&1; then
-  die "gcloud not found: install the Google Cloud CLI >= ${MIN_GCLOUD_VERSION} (https://cloud.google.com/sdk/docs/install); nothing was changed"
-fi
-if check "gcloud is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)" \
-  gcloud version --format='value("Google Cloud SDK")' && [[ "${DRY_RUN}" == 0 ]] \
-  && ! printf '%s\n%s\n' "${MIN_GCLOUD_VERSION}" "${CHECKED:-0}" | sort -V -C; then
-  preflight+=("gcloud ${CHECKED:-(unknown version)} is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)")
-fi
-check "gcloud's alpha track is missing (alert policies are managed with 'gcloud alpha monitoring policies'): run 'gcloud components install alpha' (Debian/RPM packages include it)" \
-  gcloud alpha monitoring policies list --help || true
-if check "gcloud has no usable login: run 'gcloud auth login'" gcloud auth print-access-token; then
-  logged_in=1
-else
-  logged_in=0
-fi
-check "no Application Default Credentials, which templates sync (the last step) writes Firestore with: run 'gcloud auth application-default login'" \
-  gcloud auth application-default print-access-token || true
-CHECKED="" # a token: kept no longer than needed
-if ((logged_in)); then
+
+preflight_tools() {
+  local tool
+  stops_if "curl or python3 is missing (the Firestore rules are released with them)"
+  for tool in curl python3; do # the Firebase Rules API's calls and their JSON
+    [[ "${DRY_RUN}" == 1 ]] || command -v "${tool}" >/dev/null 2>&1 \
+      || PREFLIGHT+=("${tool} not found: install it (the Firestore rules are released with curl and python3)")
+  done
+  if [[ "${DRY_RUN}" == 0 ]] && ! command -v gcloud >/dev/null 2>&1; then
+    die "gcloud not found: install the Google Cloud CLI >= ${MIN_GCLOUD_VERSION} (https://cloud.google.com/sdk/docs/install); nothing was changed"
+  fi
+  if check "gcloud is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)" \
+    gcloud version --format='value("Google Cloud SDK")' && [[ "${DRY_RUN}" == 0 ]] \
+    && ! printf '%s\n%s\n' "${MIN_GCLOUD_VERSION}" "${CHECKED:-0}" | sort -V -C; then
+    PREFLIGHT+=("gcloud ${CHECKED:-(unknown version)} is older than ${MIN_GCLOUD_VERSION}, the version these commands were checked against: run 'gcloud components update' (or upgrade the google-cloud-cli package)")
+  fi
+  check "gcloud's alpha track is missing (alert policies are managed with 'gcloud alpha monitoring policies'): run 'gcloud components install alpha' (Debian/RPM packages include it)" \
+    gcloud alpha monitoring policies list --help || true
+}
+
+LOGGED_IN=0
+preflight_credentials() { # a real run: LOGGED_IN=1 when gcloud's login works
+  local login=0
+  if check "gcloud has no usable login: run 'gcloud auth login'" gcloud auth print-access-token; then
+    login=1
+  fi
+  check "no Application Default Credentials, which templates sync (the last step) writes Firestore with: run 'gcloud auth application-default login'" \
+    gcloud auth application-default print-access-token || true
+  CHECKED="" # a token: kept no longer than needed
+  if [[ "${DRY_RUN}" == 0 ]]; then LOGGED_IN="${login}"; fi
+}
+
+# A dry run changes nothing, and asks Google Cloud one thing when gcloud has a login: Cloud Run's
+# regions (check_region_listed). Without a login it says so, and what it could not check.
+dry_run_credentials() {
+  if command -v gcloud >/dev/null 2>&1 && gcloud auth print-access-token >/dev/null 2>&1 </dev/null; then
+    LOGGED_IN=1
+  else
+    echo "# no gcloud login here ('gcloud auth print-access-token' fails): this dry run asks Google Cloud nothing, so REGION ${REGION} is checked by its form only, not against Cloud Run's regions; a real run would stop at this preflight"
+  fi
+}
+
+region_hint() { # the listed regions: those of REGION's area, or where to find them all
+  local area="${REGION%%-*}" alike
+  alike="$(grep -E "^${area}-" <<<"$1" | paste -sd, - | sed 's/,/, /g')" || true
+  if [[ -n "${alike}" ]]; then echo "Cloud Run's ${area}-* regions: ${alike}"; else echo "'gcloud run regions list' names them"; fi
+}
+
+# REGION among the regions Cloud Run lists for this project; when the list cannot be read (Cloud
+# Run's API not enabled yet in a new project, which only this deploy enables), REGION stands on
+# its form, and a line says so.
+check_region_listed() {
+  local regions
+  print_cmd "? " gcloud run regions list --format="value(locationId)"
+  stops_if "REGION ${REGION} is not among them (when the list cannot be read, REGION is checked by its form only)"
+  ((LOGGED_IN)) || return 0 # a dry run without a login: dry_run_credentials said so
+  if ! regions="$(gcloud run regions list --format="value(locationId)" 2>"${WORK_DIR}/stderr" </dev/null)"; then
+    note "REGION ${REGION} is checked by its form only: Cloud Run's list of regions could not be read (gcloud: $(gcloud_said))"
+  elif grep -qxF -- "${REGION}" <<<"${regions}"; then
+    note "REGION ${REGION} is one of Cloud Run's regions"
+  else
+    PREFLIGHT+=("REGION: '${REGION}' is not a Cloud Run region ($(region_hint "${regions}"))")
+  fi
+}
+
+preflight_project() { # with a login: the project, and the secret's version when no file makes one
   if check "project ${PROJECT_ID} cannot be read with this login: check PROJECT_ID, or ask for a role on it (deploy/README.md, 'What you need')" \
     gcloud projects describe "${PROJECT_ID}" --format="value(projectNumber)"; then
     PROJECT_NUMBER="${PROJECT_NUMBER:-${CHECKED}}"
+    check_region_listed
   fi
   # Without ACCOUNTS_FILE the secret must hold a usable version already.
   if [[ -z "${ACCOUNTS_FILE}" ]] \
@@ -345,46 +461,59 @@ if ((logged_in)); then
       gcloud secrets versions describe "${SECRET_VERSION:-latest}" --secret="${SECRET_NAME}" \
       --format="value(state)" \
     && [[ "${DRY_RUN}" == 0 && "${CHECKED}" != ENABLED ]]; then
-    preflight+=("secret ${SECRET_NAME}: version ${SECRET_VERSION:-latest} is ${CHECKED:-in no state}, not ENABLED: enable it, or set ACCOUNTS_FILE to add one")
+    PREFLIGHT+=("secret ${SECRET_NAME}: version ${SECRET_VERSION:-latest} is ${CHECKED:-in no state}, not ENABLED: enable it, or set ACCOUNTS_FILE to add one")
   fi
-fi
-if ((${#preflight[@]} > 0)); then
-  printf 'deploy.sh: %s\n' "${preflight[@]}" >&2
-  echo "deploy.sh: stopped before changing anything" >&2
-  exit 1
-fi
-PROJECT_NUMBER="${PROJECT_NUMBER:-<PROJECT_NUMBER>}"
+}
 
-section "APIs"
-run gcloud services enable run.googleapis.com eventarc.googleapis.com \
-  eventarcpublishing.googleapis.com firestore.googleapis.com storage.googleapis.com \
-  secretmanager.googleapis.com artifactregistry.googleapis.com cloudbuild.googleapis.com \
-  pubsub.googleapis.com logging.googleapis.com monitoring.googleapis.com \
-  cloudscheduler.googleapis.com firebaserules.googleapis.com
+preflight() {
+  section "preflight: tools, gcloud's login, Application Default Credentials, project ${PROJECT_ID}, secret ${SECRET_NAME}"
+  if [[ "${DRY_RUN}" == 1 ]]; then dry_run_credentials; fi
+  preflight_tools
+  preflight_credentials
+  if ((LOGGED_IN)) || [[ "${DRY_RUN}" == 1 ]]; then preflight_project; fi
+  if ((${#PREFLIGHT[@]} > 0)); then
+    printf 'deploy.sh: %s\n' "${PREFLIGHT[@]}" >&2
+    echo "deploy.sh: stopped before changing anything" >&2
+    exit 1
+  fi
+  PROJECT_NUMBER="${PROJECT_NUMBER:-<PROJECT_NUMBER>}"
+}
 
-section "Firestore database (default), Native mode, in ${FIRESTORE_LOCATION}"
-if describe gcloud firestore databases describe --database="(default)" \
-  --format="value(type,locationId)"; then
-  read -r db_type db_location <<<"${DESCRIBED}"
-  [[ "${db_type}" == FIRESTORE_NATIVE ]] \
-    || die "the (default) database is ${db_type}: Firestore triggers need a Native mode database"
-  [[ "${db_location}" == "${FIRESTORE_LOCATION}" ]] \
-    || die "the (default) database is in ${db_location}, not FIRESTORE_LOCATION=${FIRESTORE_LOCATION}: the triggers must live where the database is; set FIRESTORE_LOCATION=${db_location}"
-else
-  stops_if "the (default) database exists in Datastore mode, or in a location other than ${FIRESTORE_LOCATION}"
-  run gcloud firestore databases create --database="(default)" --location="${FIRESTORE_LOCATION}" \
-    --type=firestore-native
-fi
+# --- the deploy, section by section ------------------------------------------------------------
+enable_apis() {
+  section "APIs"
+  run gcloud services enable run.googleapis.com eventarc.googleapis.com \
+    eventarcpublishing.googleapis.com firestore.googleapis.com storage.googleapis.com \
+    secretmanager.googleapis.com artifactregistry.googleapis.com cloudbuild.googleapis.com \
+    pubsub.googleapis.com logging.googleapis.com monitoring.googleapis.com \
+    cloudscheduler.googleapis.com firebaserules.googleapis.com
+}
 
-section "Firestore security rules (${RULES_FILE}): closed to every client SDK, released as ${RULES_RELEASE}"
-# The services use server credentials, which rules do not apply to; a client (a Firebase app,
-# an end user's token, no token) is refused everything. The Firebase Rules API, as the Firebase
-# CLI calls it: create a ruleset from the file, then point the release at it. A release that
-# already points at a ruleset holding exactly the file is left alone (rulesets are immutable;
-# a project keeps at most 2,500). The caller's gcloud token goes to curl on stdin, never on a
-# command line; x-goog-user-project bills the calls to the project, as user credentials need.
+ensure_database() {
+  local db_type db_location
+  section "Firestore database (default), Native mode, in ${FIRESTORE_LOCATION}"
+  if describe gcloud firestore databases describe --database="(default)" \
+    --format="value(type,locationId)"; then
+    read -r db_type db_location <<<"${DESCRIBED}"
+    [[ "${db_type}" == FIRESTORE_NATIVE ]] \
+      || die "the (default) database is ${db_type}: Firestore triggers need a Native mode database"
+    [[ "${db_location}" == "${FIRESTORE_LOCATION}" ]] \
+      || die "the (default) database is in ${db_location}, not FIRESTORE_LOCATION=${FIRESTORE_LOCATION}: the triggers must live where the database is; set FIRESTORE_LOCATION=${db_location}"
+  else
+    stops_if "the (default) database exists in Datastore mode, or in a location other than ${FIRESTORE_LOCATION}"
+    run gcloud firestore databases create --database="(default)" --location="${FIRESTORE_LOCATION}" \
+      --type=firestore-native
+  fi
+}
+
+# Firestore security rules (release_rules): the services use server credentials, which rules do
+# not apply to; a client (a Firebase app, an end user's token, no token) is refused everything.
+# The Firebase Rules API, as the Firebase CLI calls it: create a ruleset from the file, then
+# point the release at it. A release that already points at a ruleset holding exactly the file
+# is left alone (rulesets are immutable; a project keeps at most 2,500). The caller's gcloud
+# token goes to curl on stdin, never on a command line; x-goog-user-project bills the calls to
+# the project, as user credentials need.
 RULES_TOKEN=""
-ABSENT_RULES=10
 rules_api() { # placeholder METHOD PATH [BODY]: the answer's JSON; ABSENT_RULES for a GET's 404
   local placeholder="$1" method="$2" url="${RULES_API}/$3" body="${4:-}" answer status
   local call=(curl --silent --show-error --request "${method}" --write-out '\n%{http_code}'
@@ -410,12 +539,6 @@ json() { python3 -c "$1" "${@:2}"; } # a JSON answer on stdin, read by a line of
 rules_source() { # the ruleset the file makes, as the API takes it
   json 'import json, sys; print(json.dumps({"source": {"files": [{"name": "firestore.rules", "content": open(sys.argv[1], encoding="utf-8").read()}]}}))' "${RULES_FILE}" </dev/null
 }
-if [[ "${DRY_RUN}" == 0 ]]; then
-  RULES_TOKEN="$(gcloud auth print-access-token)"
-else
-  print_cmd "? " gcloud auth print-access-token
-fi
-release_name="projects/${PROJECT_ID}/releases/${RULES_RELEASE}"
 name_of() { json 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 holds_the_file() { # a ruleset's JSON on stdin
   json 'import json, sys; files = json.load(sys.stdin)["source"]["files"]; sys.exit([f["content"] for f in files] != [open(sys.argv[1], encoding="utf-8").read()])' "${RULES_FILE}"
@@ -425,44 +548,57 @@ new_ruleset() {
   created="$(rules_api "<name of the ruleset just created>" POST "projects/${PROJECT_ID}/rulesets" "$(rules_source)")"
   if [[ "${DRY_RUN}" == 1 ]]; then printf '%s' "${created}"; else name_of name <<<"${created}"; fi
 }
-found=0
-release="$(rules_api "" GET "${release_name}")" || found=$?
-((found == 0 || found == ABSENT_RULES)) || exit 1 # rules_api said why
-if ((found == 0)); then
-  ruleset="$(name_of rulesetName <<<"${release}")"
-  current="$(rules_api "" GET "${ruleset}")" \
-    || die "ruleset ${ruleset}, which ${RULES_RELEASE} names, cannot be read"
-  if holds_the_file <<<"${current}"; then
-    echo "rules: ${RULES_RELEASE} already holds ${RULES_FILE} (${ruleset})"
+
+release_rules() {
+  local release_name="projects/${PROJECT_ID}/releases/${RULES_RELEASE}" found=0 release ruleset current
+  section "Firestore security rules (${RULES_FILE}): closed to every client SDK, released as ${RULES_RELEASE}"
+  if [[ "${DRY_RUN}" == 0 ]]; then
+    RULES_TOKEN="$(gcloud auth print-access-token)"
   else
-    ruleset="$(new_ruleset)"
-    rules_api "" PATCH "${release_name}" \
-      "{\"release\": {\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}}" >/dev/null
-    echo "rules: ${RULES_RELEASE} now holds ${RULES_FILE} (${ruleset})"
+    print_cmd "? " gcloud auth print-access-token
   fi
-else
-  stops_if "the Firebase Rules API refuses a call (not enabled, or no roles/firebaserules.admin)"
-  ruleset="$(new_ruleset)"
-  rules_api "" POST "projects/${PROJECT_ID}/releases" \
-    "{\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}" >/dev/null
-  [[ "${DRY_RUN}" == 1 ]] || echo "rules: ${RULES_RELEASE} created, holding ${RULES_FILE} (${ruleset})"
-fi
-RULES_TOKEN=""
+  release="$(rules_api "" GET "${release_name}")" || found=$?
+  ((found == 0 || found == ABSENT_RULES)) || exit 1 # rules_api said why
+  if ((found == 0)); then
+    ruleset="$(name_of rulesetName <<<"${release}")"
+    current="$(rules_api "" GET "${ruleset}")" \
+      || die "ruleset ${ruleset}, which ${RULES_RELEASE} names, cannot be read"
+    if holds_the_file <<<"${current}"; then
+      echo "rules: ${RULES_RELEASE} already holds ${RULES_FILE} (${ruleset})"
+    else
+      ruleset="$(new_ruleset)"
+      rules_api "" PATCH "${release_name}" \
+        "{\"release\": {\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}}" >/dev/null
+      echo "rules: ${RULES_RELEASE} now holds ${RULES_FILE} (${ruleset})"
+    fi
+  else
+    stops_if "the Firebase Rules API refuses a call (not enabled, or no roles/firebaserules.admin)"
+    ruleset="$(new_ruleset)"
+    rules_api "" POST "projects/${PROJECT_ID}/releases" \
+      "{\"name\": \"${release_name}\", \"rulesetName\": \"${ruleset}\"}" >/dev/null
+    [[ "${DRY_RUN}" == 1 ]] || echo "rules: ${RULES_RELEASE} created, holding ${RULES_FILE} (${ruleset})"
+  fi
+  RULES_TOKEN=""
+}
 
-section "service accounts"
-for sa in "${RUNTIME_SA_NAME}" "${FLOW_SA_NAME}" "${TRIGGER_SA_NAME}" "${SCHEDULER_SA_NAME}"; do
-  describe gcloud iam service-accounts describe "${sa}@${PROJECT_ID}.iam.gserviceaccount.com" \
-    || run gcloud iam service-accounts create "${sa}"
-done
+ensure_service_accounts() {
+  local sa
+  section "service accounts"
+  for sa in "${RUNTIME_SA_NAME}" "${FLOW_SA_NAME}" "${TRIGGER_SA_NAME}" "${SCHEDULER_SA_NAME}"; do
+    describe gcloud iam service-accounts describe "${sa}@${PROJECT_ID}.iam.gserviceaccount.com" \
+      || run gcloud iam service-accounts create "${sa}"
+  done
+}
 
-if [[ "${BUILD_IMAGE}" == 1 ]]; then
+build_image() { # unless IMAGE names one already built
+  [[ "${BUILD_IMAGE}" == 1 ]] || return 0
   section "image ${IMAGE}"
   describe gcloud artifacts repositories describe "${AR_REPO}" --location="${REGION}" \
     || run gcloud artifacts repositories create "${AR_REPO}" --repository-format=docker \
       --location="${REGION}"
   # Cloud Build builds the Dockerfile remotely: no local Docker needed.
   run gcloud builds submit --tag "${IMAGE}" .
-fi
+}
 
 PUBLIC_ROLES=""
 public_roles() { # the roles allUsers has on the bucket now, one per line, in PUBLIC_ROLES
@@ -472,7 +608,8 @@ public_roles() { # the roles allUsers has on the bucket now, one per line, in PU
     PUBLIC_ROLES="$(awk -F'\t' '$2 == "allUsers" { print $1 }' <<<"${DESCRIBED}")"
   fi
 }
-if [[ "${PUBLIC_READ}" == true ]]; then
+
+ensure_public_bucket() {
   section "bucket gs://${CHARTS_BUCKET} (public read of known names, no listing: contract §13.6)"
   describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
     || run gcloud storage buckets create "gs://${CHARTS_BUCKET}" --location="${REGION}" \
@@ -488,7 +625,10 @@ if [[ "${PUBLIC_READ}" == true ]]; then
     run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
       --member=allUsers --role=roles/storage.objectViewer
   fi
-else
+}
+
+ensure_private_bucket() {
+  local role
   section "bucket gs://${CHARTS_BUCKET} (private, PUBLIC_READ=false: readers need a role on it or a signed URL)"
   if describe gcloud storage buckets describe "gs://${CHARTS_BUCKET}" \
     --format="value(public_access_prevention)"; then
@@ -504,24 +644,21 @@ else
     run gcloud storage buckets remove-iam-policy-binding "gs://${CHARTS_BUCKET}" \
       --member=allUsers --role="${role}"
   done
-fi
-# objectUser = create + delete + get, on this bucket only: overwriting manifest.json needs
-# delete, which objectCreator lacks. No project-wide storage role anywhere.
-run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
-  --member="serviceAccount:${RUNTIME_SA}" --role=roles/storage.objectUser
+}
 
-section "secret ${SECRET_NAME}: the version the worker mounts, read back first"
-# The worker mounts one numbered version, never `latest`: SECRET_VERSION, else the latest, which
-# must hold ACCOUNTS_FILE's bytes (a version is added when it does not). Before any service
-# uses it, that version is read back: ENABLED, holding those bytes, and taken by the worker's
-# own accounts parser (a version it refuses would stop every instance at start-up).
-secret_created=0
-if ! describe gcloud secrets describe "${SECRET_NAME}" && [[ -n "${ACCOUNTS_FILE}" ]]; then
-  # (without ACCOUNTS_FILE the preflight found a version: a real run does not get here)
-  run gcloud secrets create "${SECRET_NAME}" --replication-policy=automatic \
-    --data-file="${ACCOUNTS_FILE}"
-  secret_created=1
-fi
+ensure_bucket() {
+  if [[ "${PUBLIC_READ}" == true ]]; then ensure_public_bucket; else ensure_private_bucket; fi
+  # objectUser = create + delete + get, on this bucket only: overwriting manifest.json needs
+  # delete, which objectCreator lacks. No project-wide storage role anywhere.
+  run gcloud storage buckets add-iam-policy-binding "gs://${CHARTS_BUCKET}" \
+    --member="serviceAccount:${RUNTIME_SA}" --role=roles/storage.objectUser
+}
+
+# The secret (sync_secret): the worker mounts one numbered version, never `latest`:
+# SECRET_VERSION, else the latest, which must hold ACCOUNTS_FILE's bytes (a version is added when
+# it does not). Before any service uses it, that version is read back: ENABLED, holding those
+# bytes, and taken by the worker's own accounts parser (a version it refuses would stop every
+# instance at start-up).
 latest_version() {
   capture "<latest version of ${SECRET_NAME}, read back below>" gcloud secrets versions describe \
     latest --secret="${SECRET_NAME}" --format="value(name.basename())"
@@ -530,26 +667,40 @@ read_version() { # number: its bytes in ${WORK_DIR}/accounts.json (a real run on
   gcloud secrets versions access "$1" --secret="${SECRET_NAME}" \
     --out-file="${WORK_DIR}/accounts.json" >/dev/null
 }
-SECRET_PINNED="${SECRET_VERSION}"
-if [[ -z "${SECRET_PINNED}" ]]; then
+
+pin_secret_version() { # SECRET_PINNED: the version the worker will mount
+  local created=0
+  if ! describe gcloud secrets describe "${SECRET_NAME}" && [[ -n "${ACCOUNTS_FILE}" ]]; then
+    # (without ACCOUNTS_FILE the preflight found a version: a real run does not get here)
+    run gcloud secrets create "${SECRET_NAME}" --replication-policy=automatic \
+      --data-file="${ACCOUNTS_FILE}"
+    created=1
+  fi
+  SECRET_PINNED="${SECRET_VERSION}"
+  [[ -z "${SECRET_PINNED}" ]] || return 0
   SECRET_PINNED="$(latest_version)"
-  if [[ -n "${ACCOUNTS_FILE}" && "${secret_created}" == 0 && "${DRY_RUN}" == 0 ]]; then
+  if [[ -n "${ACCOUNTS_FILE}" && "${created}" == 0 && "${DRY_RUN}" == 0 ]]; then
     read_version "${SECRET_PINNED}"
     if ! cmp -s "${WORK_DIR}/accounts.json" "${ACCOUNTS_FILE}"; then
       run gcloud secrets versions add "${SECRET_NAME}" --data-file="${ACCOUNTS_FILE}"
       SECRET_PINNED="$(latest_version)"
     fi
   fi
-fi
-if [[ "${DRY_RUN}" == 1 ]]; then
+}
+
+print_secret_check() { # a dry run's account of verify_secret_version
+  local bytes=""
   print_cmd "? " gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
     --format="value(state)"
   print_cmd "? " gcloud secrets versions access "${SECRET_PINNED}" --secret="${SECRET_NAME}" \
     --out-file="<a file of deploy.sh's, deleted after the check>"
-  bytes=""
   [[ -z "${ACCOUNTS_FILE}" ]] || bytes=", does not hold ACCOUNTS_FILE's bytes,"
   stops_if "that version is not ENABLED${bytes} or the worker's accounts parser refuses it"
-else
+}
+
+verify_secret_version() {
+  local state refusal
+  if [[ "${DRY_RUN}" == 1 ]]; then print_secret_check; return 0; fi
   state="$(gcloud secrets versions describe "${SECRET_PINNED}" --secret="${SECRET_NAME}" --format="value(state)")"
   [[ "${state}" == ENABLED ]] \
     || die "version ${SECRET_PINNED} of secret ${SECRET_NAME} is ${state:-in no state}, not ENABLED: enable it, or deploy another (ACCOUNTS_FILE, SECRET_VERSION)"
@@ -563,94 +714,85 @@ else
   fi
   rm -f "${WORK_DIR}/accounts.json"
   echo "secret ${SECRET_NAME}: version ${SECRET_PINNED} read back: ENABLED, the accounts the worker takes"
-fi
-run gcloud secrets add-iam-policy-binding "${SECRET_NAME}" \
-  --member="serviceAccount:${RUNTIME_SA}" --role=roles/secretmanager.secretAccessor
+}
 
-section "Firestore access (claim/finalize, usage transactions, advance_flow, reaper)"
-# Firestore has no narrower IAM scope than the project's database.
-for sa in "${RUNTIME_SA}" "${FLOW_SA}"; do
-  run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
-    --member="serviceAccount:${sa}" --role=roles/datastore.user --condition=None
-done
+sync_secret() {
+  section "secret ${SECRET_NAME}: the version the worker mounts, read back first"
+  pin_secret_version
+  verify_secret_version
+  run gcloud secrets add-iam-policy-binding "${SECRET_NAME}" \
+    --member="serviceAccount:${RUNTIME_SA}" --role=roles/secretmanager.secretAccessor
+}
 
-section "Firestore index for the reaper's query (deploy/firestore.indexes.json)"
-# step_leases where expiresAt <= now, ordered by it: a single-field index, kept explicit so
-# an exemption elsewhere cannot drop it.
-run gcloud firestore indexes fields update expiresAt --database="(default)" \
-  --collection-group=step_leases --index=order=ASCENDING --async
+grant_firestore_access() {
+  local sa
+  section "Firestore access (claim/finalize, usage transactions, advance_flow, reaper)"
+  # Firestore has no narrower IAM scope than the project's database.
+  for sa in "${RUNTIME_SA}" "${FLOW_SA}"; do
+    run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
+      --member="serviceAccount:${sa}" --role=roles/datastore.user --condition=None
+  done
+}
 
-section "Cloud Run service ${SERVICE} (the worker)"
-run gcloud run deploy "${SERVICE}" \
-  --image="${IMAGE}" \
-  --region="${REGION}" \
-  --service-account="${RUNTIME_SA}" \
-  --no-allow-unauthenticated \
-  --ingress=internal \
-  --concurrency="${CONCURRENCY}" \
-  --max-instances="${MAX_INSTANCES}" \
-  --min-instances="${MIN_INSTANCES}" \
-  --timeout="${REQUEST_TIMEOUT_SECONDS}" \
-  --cpu="${CPU}" --memory="${MEMORY}" \
-  --cpu-boost \
-  --execution-environment=gen2 \
-  --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:${SECRET_PINNED}" \
-  --set-env-vars="${WORKER_ENV}"
+ensure_reaper_index() {
+  section "Firestore index for the reaper's query (deploy/firestore.indexes.json)"
+  # step_leases where expiresAt <= now, ordered by it: a single-field index, kept explicit so
+  # an exemption elsewhere cannot drop it.
+  run gcloud firestore indexes fields update expiresAt --database="(default)" \
+    --collection-group=step_leases --index=order=ASCENDING --async
+}
 
-section "Cloud Run service ${ADVANCE_SERVICE} (advance_flow, CloudEvent)"
-run gcloud run deploy "${ADVANCE_SERVICE}" \
-  --image="${IMAGE}" \
-  --region="${REGION}" \
-  --service-account="${FLOW_SA}" \
-  --no-allow-unauthenticated \
-  --ingress=internal \
-  --command=worker-chart-export \
-  --args=serve,--target=advance_flow \
-  --concurrency="${ADVANCE_CONCURRENCY}" \
-  --max-instances="${ADVANCE_MAX_INSTANCES}" \
-  --timeout="${ADVANCE_TIMEOUT_SECONDS}" \
-  --cpu=1 --memory=512Mi \
-  --cpu-boost \
-  --execution-environment=gen2 \
-  --set-env-vars="${FLOW_ENV}"
+# Every service: from the one image, as its own account, internal traffic only, no public invoker.
+deploy_service() { # service account flag...
+  run gcloud run deploy "$1" \
+    --image="${IMAGE}" \
+    --region="${REGION}" \
+    --service-account="$2" \
+    --no-allow-unauthenticated \
+    --ingress=internal \
+    "${@:3}"
+}
 
-section "Cloud Run service ${REAPER_SERVICE} (reap_expired_leases, HTTP)"
-run gcloud run deploy "${REAPER_SERVICE}" \
-  --image="${IMAGE}" \
-  --region="${REGION}" \
-  --service-account="${FLOW_SA}" \
-  --no-allow-unauthenticated \
-  --ingress=internal \
-  --command=worker-chart-export \
-  --args=serve,--target=reap_expired_leases \
-  --concurrency=1 \
-  --max-instances=1 \
-  --timeout="${REAPER_TIMEOUT_SECONDS}" \
-  --cpu=1 --memory=512Mi \
-  --execution-environment=gen2 \
-  --set-env-vars="${FLOW_ENV}"
+deploy_worker() {
+  section "Cloud Run service ${SERVICE} (the worker)"
+  deploy_service "${SERVICE}" "${RUNTIME_SA}" \
+    --concurrency="${CONCURRENCY}" \
+    --max-instances="${MAX_INSTANCES}" \
+    --min-instances="${MIN_INSTANCES}" \
+    --timeout="${REQUEST_TIMEOUT_SECONDS}" \
+    --cpu="${CPU}" --memory="${MEMORY}" \
+    --cpu-boost \
+    --execution-environment=gen2 \
+    --set-secrets="CHART_IMG_ACCOUNTS_JSON=${SECRET_NAME}:${SECRET_PINNED}" \
+    --set-env-vars="${WORKER_ENV}"
+}
 
-section "Eventarc triggers (${FIRESTORE_LOCATION})"
-# The trigger identity may invoke the two event-driven services and nothing else.
-for svc in "${SERVICE}" "${ADVANCE_SERVICE}"; do
-  run gcloud run services add-iam-policy-binding "${svc}" --region="${REGION}" \
-    --member="serviceAccount:${TRIGGER_SA}" --role=roles/run.invoker
-done
-run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
-  --member="serviceAccount:${TRIGGER_SA}" --role=roles/eventarc.eventReceiver --condition=None
-# PROJECT_NUMBER: given, or read by the preflight's look-up of the project.
-PUBSUB_AGENT="service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
-# Projects created before 8 April 2021 need this for Pub/Sub to mint the trigger's OIDC tokens;
-# granted on the trigger account only (not project-wide), harmless where it is not needed.
-run gcloud iam service-accounts add-iam-policy-binding "${TRIGGER_SA}" \
-  --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/iam.serviceAccountTokenCreator
+# advance_flow and the reaper: the worker's image, serving another function, as the flow's account.
+deploy_flow_service() { # service target concurrency max-instances timeout [flag...]
+  deploy_service "$1" "${FLOW_SA}" \
+    --command=worker-chart-export \
+    --args=serve,--target="$2" \
+    --concurrency="$3" \
+    --max-instances="$4" \
+    --timeout="$5" \
+    --cpu=1 --memory=512Mi \
+    "${@:6}" \
+    --execution-environment=gen2 \
+    --set-env-vars="${FLOW_ENV}"
+}
 
-# A trigger as deploy.sh wants it, in the shape `describe` prints below: one sorted line per event
-# filter (attribute, operator, value), each followed by destination, account and encoding.
-TRIGGER_FORMAT="value(eventFilters.attribute,eventFilters.operator,eventFilters.value"
-TRIGGER_FORMAT+=",destination.cloudRun.service,destination.cloudRun.region,serviceAccount"
-TRIGGER_FORMAT+=",eventDataContentType)"
-wanted_trigger() { # service event-type
+deploy_advance_flow() {
+  section "Cloud Run service ${ADVANCE_SERVICE} (advance_flow, CloudEvent)"
+  deploy_flow_service "${ADVANCE_SERVICE}" advance_flow "${ADVANCE_CONCURRENCY}" \
+    "${ADVANCE_MAX_INSTANCES}" "${ADVANCE_TIMEOUT_SECONDS}" --cpu-boost
+}
+
+deploy_reaper() { # one reap at a time: one request, one instance
+  section "Cloud Run service ${REAPER_SERVICE} (reap_expired_leases, HTTP)"
+  deploy_flow_service "${REAPER_SERVICE}" reap_expired_leases 1 1 "${REAPER_TIMEOUT_SECONDS}"
+}
+
+wanted_trigger() { # service event-type: TRIGGER_FORMAT's lines for the trigger deploy.sh wants
   local rest="$1"$'\t'"${REGION}"$'\t'"${TRIGGER_SA}"$'\tapplication/protobuf'
   printf '%s\t\t%s\t%s\n' database "(default)" "${rest}" type "$2" "${rest}"
   printf 'document\tmatch-path-pattern\tflow_runs/{runId}\t%s\n' "${rest}"
@@ -685,20 +827,27 @@ sync_trigger() { # name service event-type
     run gcloud eventarc triggers create "$1" "${TRIGGER_FLAGS[@]}"
   fi
 }
-sync_trigger "${TRIGGER_NAME}" "${SERVICE}" "${WORKER_EVENT_TYPE}"
-sync_trigger "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_SERVICE}" "${ADVANCE_EVENT_TYPE}"
 
-section "dead-letter topic ${DEAD_LETTER_TOPIC}; the triggers' subscriptions"
-# Eventarc retries a failing delivery for 24 h, then drops it: a crashing defect must leave a
-# trace. The hold subscription keeps dead letters for 7 days to inspect or replay (an alert
-# below fires while it holds any).
-describe gcloud pubsub topics describe "${DEAD_LETTER_TOPIC}" \
-  || run gcloud pubsub topics create "${DEAD_LETTER_TOPIC}"
-describe gcloud pubsub subscriptions describe "${DEAD_LETTER_HOLD}" \
-  || run gcloud pubsub subscriptions create "${DEAD_LETTER_HOLD}" \
-    --topic="${DEAD_LETTER_TOPIC}" --message-retention-duration=7d --expiration-period=never
-run gcloud pubsub topics add-iam-policy-binding "${DEAD_LETTER_TOPIC}" \
-  --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/pubsub.publisher
+sync_triggers() {
+  local svc
+  section "Eventarc triggers (${FIRESTORE_LOCATION})"
+  # The trigger identity may invoke the two event-driven services and nothing else.
+  for svc in "${SERVICE}" "${ADVANCE_SERVICE}"; do
+    run gcloud run services add-iam-policy-binding "${svc}" --region="${REGION}" \
+      --member="serviceAccount:${TRIGGER_SA}" --role=roles/run.invoker
+  done
+  run gcloud projects add-iam-policy-binding "${PROJECT_ID}" \
+    --member="serviceAccount:${TRIGGER_SA}" --role=roles/eventarc.eventReceiver --condition=None
+  # PROJECT_NUMBER: given, or read by the preflight's look-up of the project.
+  PUBSUB_AGENT="service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  # Projects created before 8 April 2021 need this for Pub/Sub to mint the trigger's OIDC tokens;
+  # granted on the trigger account only (not project-wide), harmless where it is not needed.
+  run gcloud iam service-accounts add-iam-policy-binding "${TRIGGER_SA}" \
+    --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/iam.serviceAccountTokenCreator
+  sync_trigger "${TRIGGER_NAME}" "${SERVICE}" "${WORKER_EVENT_TYPE}"
+  sync_trigger "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_SERVICE}" "${ADVANCE_EVENT_TYPE}"
+}
+
 # Each trigger's subscription: its acknowledgement deadline is its service's request timeout (a
 # push is redelivered when unanswered by then), then the dead-letter policy.
 sync_subscription() { # trigger ack-deadline
@@ -716,93 +865,158 @@ sync_subscription() { # trigger ack-deadline
   run gcloud pubsub subscriptions add-iam-policy-binding "${subscription}" \
     --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/pubsub.subscriber
 }
-sync_subscription "${TRIGGER_NAME}" "${WORKER_ACK_DEADLINE}"
-sync_subscription "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_ACK_DEADLINE}"
 
-section "reaper schedule ${REAPER_JOB} (${REAPER_SCHEDULE}), Cloud Scheduler -> HTTP with OIDC"
-run gcloud run services add-iam-policy-binding "${REAPER_SERVICE}" --region="${REGION}" \
-  --member="serviceAccount:${SCHEDULER_SA}" --role=roles/run.invoker
-reaper_url="$(capture "<url of ${REAPER_SERVICE}>" gcloud run services describe \
-  "${REAPER_SERVICE}" --region="${REGION}" --format="value(status.url)")"
-scheduler_verb=create
-describe gcloud scheduler jobs describe "${REAPER_JOB}" --location="${SCHEDULER_LOCATION}" \
-  && scheduler_verb=update
-run gcloud scheduler jobs "${scheduler_verb}" http "${REAPER_JOB}" \
-  --location="${SCHEDULER_LOCATION}" \
-  --schedule="${REAPER_SCHEDULE}" \
-  --time-zone=Etc/UTC \
-  --uri="${reaper_url}" \
-  --http-method=POST \
-  --oidc-service-account-email="${SCHEDULER_SA}" \
-  --oidc-token-audience="${reaper_url}" \
-  --attempt-deadline="${REAPER_TIMEOUT_SECONDS}s"
+sync_dead_letters() {
+  section "dead-letter topic ${DEAD_LETTER_TOPIC}; the triggers' subscriptions"
+  # Eventarc retries a failing delivery for 24 h, then drops it: a crashing defect must leave a
+  # trace. The hold subscription keeps dead letters for 7 days to inspect or replay (an alert
+  # below fires while it holds any).
+  describe gcloud pubsub topics describe "${DEAD_LETTER_TOPIC}" \
+    || run gcloud pubsub topics create "${DEAD_LETTER_TOPIC}"
+  describe gcloud pubsub subscriptions describe "${DEAD_LETTER_HOLD}" \
+    || run gcloud pubsub subscriptions create "${DEAD_LETTER_HOLD}" \
+      --topic="${DEAD_LETTER_TOPIC}" --message-retention-duration=7d --expiration-period=never
+  run gcloud pubsub topics add-iam-policy-binding "${DEAD_LETTER_TOPIC}" \
+    --member="serviceAccount:${PUBSUB_AGENT}" --role=roles/pubsub.publisher
+  sync_subscription "${TRIGGER_NAME}" "${WORKER_ACK_DEADLINE}"
+  sync_subscription "${ADVANCE_TRIGGER_NAME}" "${ADVANCE_ACK_DEADLINE}"
+}
 
-section "log-based metrics and alert policies (deploy/monitoring/)"
-for config in deploy/monitoring/*.metric.json; do
-  metric="$(basename "${config}" .metric.json)"
-  if describe gcloud logging metrics describe "${metric}"; then
-    run gcloud logging metrics update "${metric}" --config-from-file="${config}"
-  else
-    run gcloud logging metrics create "${metric}" --config-from-file="${config}"
+schedule_reaper() {
+  local reaper_url verb=create
+  section "reaper schedule ${REAPER_JOB} (${REAPER_SCHEDULE}), Cloud Scheduler -> HTTP with OIDC"
+  run gcloud run services add-iam-policy-binding "${REAPER_SERVICE}" --region="${REGION}" \
+    --member="serviceAccount:${SCHEDULER_SA}" --role=roles/run.invoker
+  reaper_url="$(capture "<url of ${REAPER_SERVICE}>" gcloud run services describe \
+    "${REAPER_SERVICE}" --region="${REGION}" --format="value(status.url)")"
+  if describe gcloud scheduler jobs describe "${REAPER_JOB}" --location="${SCHEDULER_LOCATION}"; then
+    verb=update
   fi
-done
+  run gcloud scheduler jobs "${verb}" http "${REAPER_JOB}" \
+    --location="${SCHEDULER_LOCATION}" \
+    --schedule="${REAPER_SCHEDULE}" \
+    --time-zone=Etc/UTC \
+    --uri="${reaper_url}" \
+    --http-method=POST \
+    --oidc-service-account-email="${SCHEDULER_SA}" \
+    --oidc-token-audience="${reaper_url}" \
+    --attempt-deadline="${REAPER_TIMEOUT_SECONDS}s"
+}
+
+sync_metrics() {
+  local config metric
+  for config in deploy/monitoring/*.metric.json; do
+    metric="$(basename "${config}" .metric.json)"
+    if describe gcloud logging metrics describe "${metric}"; then
+      run gcloud logging metrics update "${metric}" --config-from-file="${config}"
+    else
+      run gcloud logging metrics create "${metric}" --config-from-file="${config}"
+    fi
+  done
+}
+
 # Alert policies: only gcloud's alpha track has them. A policy is found by its display name and
 # replaced from its file (the file, and NOTIFICATION_CHANNELS, are the truth). Files may name
 # the dead-letter hold subscription as ${DEAD_LETTER_HOLD}.
-create_channels=()
-update_channels=()
-if [[ -n "${NOTIFICATION_CHANNELS}" ]]; then
-  create_channels=(--notification-channels="${NOTIFICATION_CHANNELS}")
-  update_channels=(--set-notification-channels="${NOTIFICATION_CHANNELS}")
-fi
-for template in deploy/monitoring/*.policy.json; do
-  policy="${template}"
-  if grep -qF "\${DEAD_LETTER_HOLD}" "${template}"; then
-    policy="${RENDERED}/$(basename "${template}")"
-    sed "s/\${DEAD_LETTER_HOLD}/${DEAD_LETTER_HOLD}/g" "${template}" >"${policy}"
+sync_policies() {
+  local create_channels=() update_channels=() template policy display_name existing
+  if [[ -n "${NOTIFICATION_CHANNELS}" ]]; then
+    create_channels=(--notification-channels="${NOTIFICATION_CHANNELS}")
+    update_channels=(--set-notification-channels="${NOTIFICATION_CHANNELS}")
   fi
-  display_name="$(sed -n 's/^  "displayName": "\(.*\)",$/\1/p' "${policy}")"
-  existing="$(capture "" gcloud alpha monitoring policies list \
-    --filter="displayName=\"${display_name}\"" --format="value(name)")"
-  stops_if "several alert policies are named '${display_name}'"
-  if [[ "${existing}" == *$'\n'* ]]; then
-    die "several alert policies are named '${display_name}': delete all but one (${existing//$'\n'/, })"
-  elif [[ -n "${existing}" ]]; then
-    run gcloud alpha monitoring policies update "${existing}" --policy-from-file="${policy}" \
-      "${update_channels[@]}"
-  else
-    run gcloud alpha monitoring policies create --policy-from-file="${policy}" "${create_channels[@]}"
-  fi
-done
+  for template in deploy/monitoring/*.policy.json; do
+    policy="${template}"
+    if grep -qF "\${DEAD_LETTER_HOLD}" "${template}"; then
+      policy="${RENDERED}/$(basename "${template}")"
+      sed "s/\${DEAD_LETTER_HOLD}/${DEAD_LETTER_HOLD}/g" "${template}" >"${policy}"
+    fi
+    display_name="$(sed -n 's/^  "displayName": "\(.*\)",$/\1/p' "${policy}")"
+    existing="$(capture "" gcloud alpha monitoring policies list \
+      --filter="displayName=\"${display_name}\"" --format="value(name)")"
+    stops_if "several alert policies are named '${display_name}'"
+    if [[ "${existing}" == *$'\n'* ]]; then
+      die "several alert policies are named '${display_name}': delete all but one (${existing//$'\n'/, })"
+    elif [[ -n "${existing}" ]]; then
+      run gcloud alpha monitoring policies update "${existing}" --policy-from-file="${policy}" \
+        "${update_channels[@]}"
+    else
+      run gcloud alpha monitoring policies create --policy-from-file="${policy}" "${create_channels[@]}"
+    fi
+  done
+}
 
-section "dashboard ${DASHBOARD_ID} (deploy/monitoring/${DASHBOARD_FILE})"
-# GA since long before MIN_GCLOUD_VERSION. The file names the dashboard (projects/${PROJECT_ID}/
-# dashboards/${DASHBOARD_ID}: create takes the id from it), so a re-deploy finds it and replaces it
-# from the file. The API takes an update only with the etag of the version it replaces (it refuses
-# an empty one), read just before: a dashboard edited meanwhile is refused, not overwritten.
-dashboard="${RENDERED}/${DASHBOARD_FILE}"
+sync_monitoring() {
+  section "log-based metrics and alert policies (deploy/monitoring/)"
+  sync_metrics
+  sync_policies
+}
+
+# The dashboard (sync_dashboard): GA since long before MIN_GCLOUD_VERSION. The file names the
+# dashboard (projects/${PROJECT_ID}/dashboards/${DASHBOARD_ID}: create takes the id from it), so a
+# re-deploy finds it and replaces it from the file. The API takes an update only with the etag of
+# the version it replaces (it refuses an empty one), read just before: a dashboard edited
+# meanwhile is refused, not overwritten.
 dashboard_config() { # [etag]
   sed -n '1p' "deploy/monitoring/${DASHBOARD_FILE}"
   [[ -z "${1:-}" ]] || printf '  "etag": "%s",\n' "$1"
   sed -e '1d' -e "s|\${PROJECT_ID}|${PROJECT_ID}|g" -e "s|\${DASHBOARD_ID}|${DASHBOARD_ID}|g" \
     "deploy/monitoring/${DASHBOARD_FILE}"
 }
-if describe gcloud monitoring dashboards describe "${DASHBOARD_ID}" --format="value(etag)"; then
-  [[ "${DESCRIBED}" =~ ^[A-Za-z0-9_=-]+$ ]] \
-    || die "dashboard ${DASHBOARD_ID}: unexpected etag '${DESCRIBED}'"
-  dashboard_config "${DESCRIBED}" >"${dashboard}"
-  run gcloud monitoring dashboards update "${DASHBOARD_ID}" --config-from-file="${dashboard}"
-else
-  dashboard_config >"${dashboard}"
-  run gcloud monitoring dashboards create --config-from-file="${dashboard}"
-fi
 
-section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
-# The real project's Firestore, whatever emulator the shell may point at.
-run env -u FIRESTORE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" \
-  CHART_IMG_PLAN="${CHART_IMG_PLAN}" "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
+sync_dashboard() {
+  local dashboard="${RENDERED}/${DASHBOARD_FILE}"
+  section "dashboard ${DASHBOARD_ID} (deploy/monitoring/${DASHBOARD_FILE})"
+  if describe gcloud monitoring dashboards describe "${DASHBOARD_ID}" --format="value(etag)"; then
+    [[ "${DESCRIBED}" =~ ^[A-Za-z0-9_=-]+$ ]] \
+      || die "dashboard ${DASHBOARD_ID}: unexpected etag '${DESCRIBED}'"
+    dashboard_config "${DESCRIBED}" >"${dashboard}"
+    run gcloud monitoring dashboards update "${DASHBOARD_ID}" --config-from-file="${dashboard}"
+  else
+    dashboard_config >"${dashboard}"
+    run gcloud monitoring dashboards create --config-from-file="${dashboard}"
+  fi
+}
 
-section "done: ${SERVICE} (${IMAGE}) <- ${TRIGGER_NAME}; artifacts in gs://${CHARTS_BUCKET}/charts/"
-if [[ "${DRY_RUN}" == 1 ]]; then
-  echo "# the files above that deploy.sh fills in before gcloud reads them are kept in ${RENDERED}/"
-fi
+sync_templates() {
+  section "chart templates -> Firestore chart_templates/ (Application Default Credentials)"
+  # The real project's Firestore, whatever emulator the shell may point at.
+  run env -u FIRESTORE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT="${PROJECT_ID}" \
+    CHART_IMG_PLAN="${CHART_IMG_PLAN}" "${WCE}" templates sync --dir "${TEMPLATES_DIR}"
+}
+
+finish() {
+  section "done: ${SERVICE} (${IMAGE}) <- ${TRIGGER_NAME}; artifacts in gs://${CHARTS_BUCKET}/charts/"
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    echo "# the files above that deploy.sh fills in before gcloud reads them are kept in ${RENDERED}/"
+  fi
+}
+
+main() {
+  parse_args "$@"
+  resolve_configuration
+  if [[ "${PRINT_CONFIG}" == 1 ]]; then print_configuration; exit 0; fi
+  check_configuration
+  prepare_run
+  preflight
+  enable_apis
+  ensure_database
+  release_rules
+  ensure_service_accounts
+  build_image
+  ensure_bucket
+  sync_secret
+  grant_firestore_access
+  ensure_reaper_index
+  deploy_worker
+  deploy_advance_flow
+  deploy_reaper
+  sync_triggers
+  sync_dead_letters
+  schedule_reaper
+  sync_monitoring
+  sync_dashboard
+  sync_templates
+  finish
+}
+
+main "$@"

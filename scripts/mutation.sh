@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing (README "Mutation testing"): mutmut mutates core/, the limiter's account
+# Mutation testing (docs/testing.md, "Mutation testing"): mutmut mutates core/, the limiter's account
 # choice, service/, functions/, adapters/chart_img/ and the pure parts of adapters/firestore/
 # (pyproject [tool.mutmut]), runs the unit tests against each mutant, then
 # scripts/mutation_score.py prints the score per module and every mutant neither killed nor

@@ -41,6 +41,7 @@ def _actions(stack: ChaosStack, window: Window) -> tuple[Callable[[], None], Cal
     name = window.name
     table: dict[Kind, tuple[Callable[[], None], Callable[[], None] | None]] = {
         Kind.REFUSE: (lambda: stand_in.control("refuse", window=name), lambda: stand_in.control("accept")),
+        Kind.OUTAGE: (lambda: stand_in.control("refuse", window=name), lambda: stand_in.control("accept")),
         Kind.THROTTLE: (
             lambda: stand_in.control("throttle", window=name),
             lambda: stand_in.control("throttle", window=None),
@@ -66,7 +67,7 @@ def _actions(stack: ChaosStack, window: Window) -> tuple[Callable[[], None], Cal
 
 
 def _edit(stack: ChaosStack, window: Window) -> None:
-    stack.edit_template(window.target, window.number)
+    stack.edit_template(window.target, window.number, window.name)
 
 
 def _restart(stack: ChaosStack, name: str) -> None:

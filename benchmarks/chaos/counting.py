@@ -1,14 +1,14 @@
 """What a user counts at the end of a chaos run, read from where a user would read it: the
-usage documents (units), the stand-in's own log (calls), the flow_runs (steps), the manifests
-and their PNGs in the bucket (charts, and whether each is the right one), Eventarc's record
-(5xx answered, dead letters); and, while the run lasts, which keys are set aside and how long
-(`KeyWatch`, sampling the usage documents).
+usage documents (units), the stand-in's own log and books (calls, units charged, keys used
+up), the flow_runs (steps), the manifests and their PNGs in the bucket (charts, and whether
+each is the one its step asked for), Eventarc's record (5xx answered, dead letters); and,
+while the run lasts, which keys are set aside and how long (`KeyWatch`, sampling the usage
+documents).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -16,31 +16,51 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos.conductor import Applied
-from chaos.eventarc import RESET
 from chaos.fleet import ChaosStack, Incarnation
-from chaos.judging import Rendered, Span, Verdict, Version, explain, judge, read_from
+from chaos.judging import Asked, Judgement, Received, Span, Verdict, Version, chart_img_symbol, judge
 from chaos.schedule import Kind, PlannedRun
 from harness.png_digest import digest_in_png
 from worker_chart_export.core.chart_img.plans import plan_named
-from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL, moment_of
+from worker_chart_export.core.chart_img.set_aside import COOL_UNTIL
 from worker_chart_export.core.chart_img.usage import EXHAUSTED_UNTIL, disabled_now, window_start
+from worker_chart_export.core.naming import moment_of
+from worker_chart_export.core.step.manifest_reader import ReadManifest, read_manifest
+from worker_chart_export.tools.devstack.processes import StackError
 
 USAGE = "chart_img_accounts_usage"
 STEP = "charts"
 UNFINISHED = ("PENDING", "READY", "RUNNING")
-KILL_SLACK_SECONDS = 3.0  # a kill is recorded once its process group is gone
+
+
+@dataclass(frozen=True)
+class Produced:
+    """A run the producer created: what it planned, when it was written, and what its step
+    asked beyond the templates (the expectations of the count, never read back)."""
+
+    planned: PlannedRun
+    created: datetime
+    timeframe: str
+    min_images: int
 
 
 @dataclass
 class Step:
-    run: PlannedRun
+    produced: Produced
     run_id: str
-    created: datetime
     status: str = "MISSING"
     error: dict[str, Any] = field(default_factory=dict)
-    started: datetime | None = None  # the last claim
+    claimed: datetime | None = None  # the last claim (startedAt)
     finished: datetime | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: ReadManifest | None = None
+    attempt: int = 0  # its claims (the worker's count: reported, never judged)
+
+    @property
+    def run(self) -> PlannedRun:
+        return self.produced.planned
+
+    @property
+    def created(self) -> datetime:
+        return self.produced.created
 
 
 def key_state(doc: dict[str, Any], limit: int, now: datetime) -> tuple[str, datetime | None] | None:
@@ -95,20 +115,32 @@ class KeyWatch:
         self._thread.join(timeout=10)
 
 
-def read_steps(stack: ChaosStack, created: dict[str, tuple[PlannedRun, datetime]]) -> list[Step]:
+def read_steps(stack: ChaosStack, created: dict[str, Produced]) -> list[Step]:
     steps = []
     references = [stack.flow_run_ref(run_id) for run_id in created]
     for snapshot in stack.db.get_all(references):
-        run, at = created[snapshot.id]
-        step = Step(run, snapshot.id, at)
+        step = Step(created[snapshot.id], snapshot.id)
         fields = ((snapshot.to_dict() or {}).get("steps") or {}).get(STEP) or {}
         step.status = str(fields.get("status", "MISSING"))
         step.error = fields.get("error") or {}
-        step.started, step.finished = moment_of(fields.get("startedAt")), moment_of(fields.get("finishedAt"))
-        with contextlib.suppress(Exception):  # no manifest (validation, or never finished)
-            step.manifest = json.loads(stack.read_object(f"charts/{snapshot.id}/{STEP}/manifest.json"))
+        step.claimed, step.finished = moment_of(fields.get("startedAt")), moment_of(fields.get("finishedAt"))
+        step.attempt = int(fields.get("attempt") or 0)
+        step.manifest = read_step_manifest(stack, snapshot.id)
         steps.append(step)
     return steps
+
+
+def read_step_manifest(stack: ChaosStack, run_id: str) -> ReadManifest | None:
+    """The step's manifest, through the worker's one manifest reader; None when the bucket has
+    none (the step failed validation, or never finished). A manifest that breaks the contract
+    is a finding, not a missing one: its ManifestUnreadable ends the count, naming the object
+    and the JSON path where it breaks."""
+    name = f"charts/{run_id}/{STEP}/manifest.json"
+    try:
+        raw = stack.read_object(name)
+    except StackError:
+        return None
+    return read_manifest(raw, f"gs://{stack.bucket}/{name}")
 
 
 def units_by_key(stack: ChaosStack) -> dict[str, int]:
@@ -143,50 +175,99 @@ def units_in_hand(lines: list[dict[str, Any]]) -> Counter[str]:
     return +held  # only what is positive
 
 
-def held_at_kills(incarnations: list[Incarnation]) -> Counter[str]:
-    """Per account, the units the killed instances held when they died (`units_in_hand`)."""
-    held: Counter[str] = Counter()
+def reserving_at_death(lines: list[dict[str, Any]], charts_of: dict[str, int]) -> int:
+    """The units an instance's log says it may have been reserving when the log ends (any
+    account: which one, only the store knew): a reservation's commit is sent before any line
+    can say a unit is taken, and a commit sent by an instance SIGKILLed meanwhile may still
+    land (the Firestore emulator, resumed after a pause, applies one in about half of the
+    tries), counted for no call. A step claimed and not handled to its end may be reserving
+    one unit for each chart of it (`charts_of`: the producer's count, by run id) that is
+    neither finished ("chart api call finished", "chart reused") nor holding a unit (an
+    attempt open, or one its first wave prepaid): an upper bound, never a guess below it."""
+    charts: dict[str, int] = {}  # claimed run -> charts not finished
+    holding: Counter[str] = Counter()  # run -> units in hand (attempts open, wave units unused)
+    for line in lines:
+        run_id, message = str(line.get("runId")), line.get("message")
+        if message == "claim succeeded":
+            charts[run_id], holding[run_id] = charts_of.get(run_id, 0), 0
+        elif run_id not in charts:
+            continue
+        elif message in ("event handled", "event handling failed"):
+            del charts[run_id]
+        elif message in ("chart api call finished", "chart reused"):
+            charts[run_id] -= 1
+        elif message == "chart-img first wave reserved":
+            holding[run_id] += sum(int(n) for n in line.get("units", {}).values())
+        elif message == "chart api attempt started" and not line.get("prepaid"):
+            holding[run_id] += 1  # (a prepaid attempt uses a unit its wave counted)
+        elif message in ("chartsApi.request", "chart-img prepaid lease dropped"):
+            holding[run_id] -= 1
+    return sum(max(0, left - max(0, holding[run_id])) for run_id, left in charts.items())
+
+
+def held_at_kills(
+    incarnations: list[Incarnation], charts_of: dict[str, int]
+) -> dict[str, tuple[Counter[str], int]]:
+    """Per killed incarnation ("worker-1.2"): the units its log shows in hand as it died, per
+    account (`units_in_hand`), and those it may have been reserving (`reserving_at_death`).
+    Its log ends at the kill (every line is flushed as written; a restart writes a log of
+    its own), so this is the moment of the kill."""
+    held = {}
     for incarnation in incarnations:
         if incarnation.killed:
-            held += units_in_hand(incarnation.log_lines())
+            lines = incarnation.log_lines()
+            name = f"{incarnation.name}.{incarnation.generation}"
+            held[name] = (units_in_hand(lines), reserving_at_death(lines, charts_of))
     return held
 
 
-def manifest_writers(incarnations: list[Incarnation]) -> dict[str, Incarnation]:
-    """run id -> the incarnation whose "manifest written" line for it is the latest."""
-    latest: dict[str, tuple[str, Incarnation]] = {}
-    for incarnation in incarnations:
-        for line in incarnation.log_lines():
-            run_id, moment = line.get("runId"), str(line.get("time"))
-            written = line.get("message") == "manifest written"
-            if written and isinstance(run_id, str) and (run_id not in latest or moment > latest[run_id][0]):
-                latest[run_id] = (moment, incarnation)
-    return {run_id: incarnation for run_id, (_, incarnation) in latest.items()}
+def received_by_digest(calls: list[dict[str, Any]]) -> dict[str, list[Received]]:
+    """The requests the stand-in drew a PNG for, by the digest the PNG carries."""
+    found: dict[str, list[Received]] = defaultdict(list)
+    for call in calls:
+        if call.get("status") == 200 and call.get("digest"):
+            found[str(call["digest"])].append(
+                Received(
+                    call.get("template"),
+                    call.get("template_version"),
+                    call.get("symbol"),
+                    call.get("interval"),
+                    datetime.fromtimestamp(float(call["wall"]), UTC),
+                )
+            )
+    return found
 
 
-def judge_manifest(stack: ChaosStack, step: Step, writer: Incarnation | None) -> list[tuple[str, Verdict]]:
-    """Each item of the step's manifest: (template id, verdict)."""
+def judge_manifest(
+    stack: ChaosStack,
+    step: Step,
+    received: dict[str, list[Received]],
+    symbol_templates: dict[str, str],
+) -> list[tuple[str, Judgement]]:
+    """Each item of the step's manifest: (template id, judgement) against what the step asked
+    (the producer's symbol through the template's pattern, the step's timeframe, the version
+    current at the last claim) and the request the stand-in drew its PNG for."""
     assert step.manifest is not None
     versions: dict[str, list[Version]] = defaultdict(list)
     for version in stack.template_versions:
-        versions[version.template_id].append(Version(version.since, version.request))
-    written = moment_of(step.manifest.get("createdAt")) or datetime.now(UTC)
-    earliest = read_from(step.started or step.created, writer.started if writer else None)
-    verdicts = []
-    for item in step.manifest.get("items", []):
-        name = str(item["png_gcs_uri"]).split("/", 3)[3]
-        digest = digest_in_png(stack.read_object(name))
-        template = str(item["chartTemplateId"])
-        chart = Rendered(
-            digest,
-            versions[template],
-            item["meta"]["chartImgSymbol"],
-            step.manifest["timeframe"],
-            earliest,
-            written,
+        versions[version.template_id].append(Version(version.label, version.since))
+    claimed = step.claimed or step.created
+    asked_templates = set(step.run.templates)
+    judged = []
+    for item in step.manifest.items:
+        template = item.chart_template_id
+        if template not in asked_templates or template not in symbol_templates:
+            judged.append((template, Judgement(Verdict.WRONG, "a template the step did not ask for")))
+            continue
+        asked = Asked(
+            template,
+            chart_img_symbol(symbol_templates[template], step.run.symbol),
+            step.produced.timeframe,
+            claimed,
         )
-        verdicts.append((template, judge(chart)))
-    return verdicts
+        digest = digest_in_png(stack.read_object(item.png_gcs_uri.split("/", 3)[3]))
+        judged.append((template, judge(asked, received.get(digest or "", []), versions[template])))
+    return judged
 
 
 def spans_of(applied: dict[str, Applied]) -> list[Span]:
@@ -199,49 +280,3 @@ def spans_of(applied: dict[str, Applied]) -> list[Span]:
             window = record.window
             spans.append(Span(window.name, window.kind.value, when[0], end, window.target))
     return spans
-
-
-def killed_holding(stack: ChaosStack, spans: list[Span]) -> dict[str, set[str]]:
-    """run id -> the kills whose instance was handling one of its events when it died (the
-    delivery's attempt on that instance got no answer, within KILL_SLACK of the kill)."""
-    assert stack.eventarc is not None
-    kills = [s for s in spans if s.kind == Kind.INSTANCE_KILL.value]
-    found: dict[str, set[str]] = defaultdict(set)
-    for delivery in stack.eventarc.deliveries:
-        for attempt in delivery.attempts:
-            ended = datetime.fromtimestamp(attempt.ended, UTC)
-            for kill in kills:
-                near = abs((ended - kill.start).total_seconds()) <= KILL_SLACK_SECONDS
-                if attempt.failure == RESET and attempt.instance == kill.target and near:
-                    found[delivery.run_id].add(kill.name)
-    return found
-
-
-def explanations(
-    steps: list[Step], calls: list[dict[str, Any]], spans: list[Span], killed: dict[str, set[str]]
-) -> dict[str, list[str]]:
-    """run id -> the windows that explain its FAILED step (empty: unexplained)."""
-    tagged: dict[str, set[str]] = defaultdict(set)
-    called: dict[str, set[str]] = defaultdict(set)  # base symbol -> templates CHART-IMG was asked for
-    for call in calls:
-        if call.get("symbol"):
-            base = str(call["symbol"]).split(":", 1)[-1].removesuffix(".P")
-            called[base].add(str(call.get("template")))
-            if call.get("chaos"):
-                tagged[base].add(str(call["chaos"]))
-    found = {}
-    for step in steps:
-        if step.status == "FAILED":
-            life = (step.created, step.finished or datetime.now(UTC))
-            killed_it = killed.get(step.run_id, ())
-            uncalled = uncalled_failure(step.manifest, called[step.run.symbol])
-            found[step.run_id] = explain(life, tagged[step.run.symbol], killed_it, spans, uncalled=uncalled)
-    return found
-
-
-def uncalled_failure(manifest: dict[str, Any] | None, called: set[str]) -> bool:
-    """A chart of the manifest failed without CHART-IMG ever being asked for it (no call of
-    its template for the run's symbol in the stand-in's log): it waited for keys that were
-    all cooling, or its step's budget ran out first (abandoned)."""
-    failures = (manifest or {}).get("failures") or []
-    return any(str((f.get("request") or {}).get("chartTemplateId")) not in called for f in failures)

@@ -12,8 +12,8 @@ served in its own process, the reaper schedule) with, instead of its router and 
   `restart(name)` (a new process on the same port, its own log), `pause_firestore()` and
   `resume_firestore()` (SIGSTOP / SIGCONT of the emulator's JVM), `edit_template()`.
 
-Every instance's incarnation keeps its log file and the moment it started: a template cache
-cannot be older than its process.
+Every instance's incarnation keeps its log file and the moment it started; a killed one, the
+units its log shows in hand as it died.
 """
 
 from __future__ import annotations
@@ -33,13 +33,17 @@ from chaos.eventarc import Eventarc, Instance, Service
 from chaos.schedule import edited_request
 from chaos.stand_in import ChaosStandInProcess
 from e2e.multi_instance import StandInAccount
-from worker_chart_export.core.chart_img.set_aside import moment_of
+from harness.chaos_stand_in import INITIAL
+from worker_chart_export.core.naming import moment_of
 from worker_chart_export.environment import (
     CHART_CONCURRENCY,
     CHART_IMG_ACCOUNTS_JSON,
     CHART_IMG_BASE_URL,
     CHART_IMG_REQUEST_TIMEOUT_SECONDS,
     CHARTS_API_MODE,
+    STEP_MAX_ATTEMPTS,
+    STEP_RETRY_BASE_SECONDS,
+    STEP_RETRY_MAX_SECONDS,
     THREADS,
 )
 from worker_chart_export.tools.devstack import services
@@ -67,6 +71,25 @@ class FleetConfig:
     chart_img_timeout: float = 10.0
     reaper_interval: float = 3.0  # Cloud Scheduler's, compressed as the schedule is
     latency: float = 0.5  # the stand-in's, per chart: steps last long enough for a kill to meet one
+    # A step a window kept from minImages waits and is claimed again (core/step/patience.py).
+    # Its waits, 10 s doubling to 60 s over 10 attempts (10 + 20 + 40 + 6 x 60 = 430 s, each
+    # attempt's own budget besides), outlast the longest window, the full mode's outage of
+    # 290-310 s, by more than 2 minutes, so no window is longer than a step's attempts allow
+    # and every step it met comes back after it; and the first waits are short, so the short
+    # windows' steps come back within the settling. The reaper (every 3 s) makes a step READY
+    # at most a pass after its wait ends.
+    step_retry_base: float = 10.0
+    step_retry_max: float = 60.0
+    step_max_attempts: int = 10
+
+    def step_span(self) -> float:
+        """The seconds a step's attempts cover at most: its waits between them (without their
+        jitter) and each attempt's budget for its charts (the request's timeout less the
+        finalize's): a window longer than this is longer than its attempts allow."""
+        waits = sum(
+            min(self.step_retry_max, self.step_retry_base * 2**n) for n in range(self.step_max_attempts - 1)
+        )
+        return waits + self.step_max_attempts * (self.request_timeout - self.finalize_budget)
 
 
 @dataclass
@@ -89,6 +112,7 @@ class Incarnation:
 @dataclass(frozen=True)
 class TemplateVersion:
     template_id: str
+    label: str  # as the stand-in knows it: "initial", or the edit's window ("template_edit#2")
     since: datetime  # its update time in Firestore
     request: dict[str, Any]
 
@@ -167,6 +191,9 @@ class ChaosStack(LocalStack):
             CHART_IMG_REQUEST_TIMEOUT_SECONDS: str(self.config.chart_img_timeout),
             THREADS: str(self.config.threads),
             CHART_CONCURRENCY: str(self.config.chart_concurrency),
+            STEP_MAX_ATTEMPTS: str(self.config.step_max_attempts),
+            STEP_RETRY_BASE_SECONDS: str(self.config.step_retry_base),
+            STEP_RETRY_MAX_SECONDS: str(self.config.step_retry_max),
         }
 
     def _front_end(self) -> Eventarc:
@@ -201,7 +228,7 @@ class ChaosStack(LocalStack):
         for snapshot in self.db.collection(TEMPLATES).stream():
             document = snapshot.to_dict() or {}
             self.template_versions.append(
-                TemplateVersion(snapshot.id, snapshot.update_time, document["request"])
+                TemplateVersion(snapshot.id, INITIAL, snapshot.update_time, document["request"])
             )
 
     # --- process chaos
@@ -245,16 +272,20 @@ class ChaosStack(LocalStack):
         if self._emulator is not None:
             os.killpg(self._emulator.pid, signal.SIGCONT)
 
-    def edit_template(self, template_id: str, number: int) -> TemplateVersion:
+    def edit_template(self, template_id: str, number: int, label: str) -> TemplateVersion:
         """Edit `number` of the template, written as an operator would (the stand-in told first,
-        so it names the edited request's calls too)."""
+        so it names the edited request's calls, and their version, `label`)."""
         assert self.stand_in is not None
         reference = self.db.collection(TEMPLATES).document(template_id)
         request = edited_request((reference.get().to_dict() or {})["request"], number)
         self.stand_in.control(
-            "register_template", template=template_id, request={"timezone": TIMEZONE, **request}
+            "register_template",
+            template=template_id,
+            request={"timezone": TIMEZONE, **request},
+            version=label,
         )
         written = reference.update({"request": request})
-        version = TemplateVersion(template_id, moment_of(written.update_time) or datetime.now(UTC), request)
+        since = moment_of(written.update_time) or datetime.now(UTC)
+        version = TemplateVersion(template_id, label, since, request)
         self.template_versions.append(version)
         return version

@@ -18,6 +18,7 @@ from typing import Any
 
 class Kind(StrEnum):
     REFUSE = "refuse"  # CHART-IMG refuses connections (its listening socket closed)
+    OUTAGE = "outage"  # the same, for longer than a step's budget (minutes: the full mode's)
     THROTTLE = "throttle"  # every key hears 429 "Too Many Requests" (CHART-IMG-wide)
     FAULT_500 = "fault_500"  # every admitted request answered 500 "Something Went Wrong"
     FAULT_504 = "fault_504"  # every admitted request answered 504 "External Request Timeout"
@@ -80,15 +81,26 @@ class Profile:
     template_edits: int
     refused_template_share: float  # share of runs whose step asks for the 401 template
     # after the schedule: how long the steps have to finish, counted in the reaper's passes
-    # (settle_seconds / its interval), an event, so a busy machine's slower passes stretch it
+    # (settle_seconds / its interval), an event, so a busy machine's slower passes stretch it;
+    # it ends as soon as no step is unfinished. Several times a step's longest wait (60 s,
+    # chaos/fleet.py), so a step still waiting at the schedule's end gets its next attempts
     settle_seconds: float
     calm_tail: float = 0.2  # share of the duration at its end with no new window
+    # one refusal longer than a step's budget, starting within these shares of the windows'
+    # span; no other window meets it (the windows of each kind are placed around it), so
+    # each kind's bad luck is seen on its own and the outage is the outage alone
+    outage: Span | None = None
+    outage_start: tuple[float, float] = (0.25, 0.3)
 
 
+# The full mode's traffic lasts 10 minutes: the windows of the other kinds before and after a
+# 5-minute outage (issue 37), and a calm tail that sees the outage's steps come back. Its
+# pace (a run every 1.33 s, 450 runs) keeps the day's units (~1800 charts) within what the 10
+# keys hold even when the key another client spends is a MEGA one (3750 - 1000).
 FULL = Profile(
     name="full",
-    duration=240.0,
-    runs=300,
+    duration=600.0,
+    runs=450,
     min_images=3,
     refuse=Span(2, 6.0, 12.0),
     # issue 26: a minute of CHART-IMG-wide 429s retired every key until midnight
@@ -99,7 +111,8 @@ FULL = Profile(
     instance_kill=Span(4, 2.0, 6.0),
     template_edits=3,
     refused_template_share=0.15,
-    settle_seconds=120.0,
+    settle_seconds=300.0,
+    outage=Span(1, 290.0, 310.0),
 )
 SHORT = Profile(
     name="short",
@@ -114,7 +127,7 @@ SHORT = Profile(
     instance_kill=Span(1, 2.0, 4.0),
     template_edits=1,
     refused_template_share=0.2,
-    settle_seconds=60.0,
+    settle_seconds=150.0,
 )
 PROFILES = {profile.name: profile for profile in (FULL, SHORT)}
 GAP_SECONDS = 2.0  # between two windows of one kind
@@ -164,6 +177,7 @@ def _has_end(window: Window) -> bool:
     """Windows whose end is an action: the stand-in's modes, the pause, the restart."""
     return window.kind in (
         Kind.REFUSE,
+        Kind.OUTAGE,
         Kind.THROTTLE,
         Kind.FAULT_500,
         Kind.FAULT_504,
@@ -186,12 +200,14 @@ def build_schedule(
     rng = random.Random(seed)
     latest = profile.duration * (1.0 - profile.calm_tail)
     windows: list[Window] = [Window(Kind.TEMPLATE_401, 1, 0.0, profile.duration, refused_template)]
-    windows += _placed(rng, Kind.REFUSE, [profile.refuse], latest)
-    windows += _placed(rng, Kind.THROTTLE, list(profile.throttle), latest)
-    windows += _placed(rng, Kind.FAULT_500, [profile.fault_500], latest)
-    windows += _placed(rng, Kind.FAULT_504, [profile.fault_504], latest)
-    windows += _placed(rng, Kind.FIRESTORE_PAUSE, [profile.firestore_pause], latest)
-    kills = _placed(rng, Kind.INSTANCE_KILL, [profile.instance_kill], latest)
+    outage = _outage(rng, profile, latest)
+    windows += outage
+    windows += _placed(rng, Kind.REFUSE, [profile.refuse], latest, outage)
+    windows += _placed(rng, Kind.THROTTLE, list(profile.throttle), latest, outage)
+    windows += _placed(rng, Kind.FAULT_500, [profile.fault_500], latest, outage)
+    windows += _placed(rng, Kind.FAULT_504, [profile.fault_504], latest, outage)
+    windows += _placed(rng, Kind.FIRESTORE_PAUSE, [profile.firestore_pause], latest, outage)
+    kills = _placed(rng, Kind.INSTANCE_KILL, [profile.instance_kill], latest, outage)
     windows += [_with_target(w, f"worker-{rng.randrange(instances)}") for w in kills]
     exhausted_at = round(rng.uniform(0.2, 0.5) * profile.duration, 1)
     windows.append(Window(Kind.KEY_EXHAUSTED, 1, exhausted_at, profile.duration, rng.choice(list(accounts))))
@@ -206,16 +222,29 @@ def _with_target(window: Window, target: str) -> Window:
     return Window(window.kind, window.number, window.start, window.end, target)
 
 
-def _placed(rng: random.Random, kind: Kind, spans: Sequence[Span], latest: float) -> list[Window]:
+def _outage(rng: random.Random, profile: Profile, latest: float) -> list[Window]:
+    """The profile's outage, if it has one, starting within its shares of the windows' span."""
+    if profile.outage is None:
+        return []
+    length = rng.uniform(profile.outage.low, profile.outage.high)
+    start = rng.uniform(*profile.outage_start) * latest
+    return [Window(Kind.OUTAGE, 1, round(start, 1), round(start + length, 1))]
+
+
+def _placed(
+    rng: random.Random, kind: Kind, spans: Sequence[Span], latest: float, avoid: Sequence[Window] = ()
+) -> list[Window]:
     """Windows of one kind, longest first, each at a random start, none overlapping another
-    (with GAP_SECONDS between): a window that finds no room after 200 draws is left out."""
+    nor a window of `avoid` (with GAP_SECONDS between): a window that finds no room after 200
+    draws is left out."""
     placed: list[Window] = []
     lengths = sorted((rng.uniform(s.low, s.high) for s in spans for _ in range(s.count)), reverse=True)
     for length in lengths:
         for _ in range(200):
             start = rng.uniform(0.05 * latest, max(0.05 * latest, latest - length))
             clash = any(
-                start - GAP_SECONDS <= w.end and w.start <= start + length + GAP_SECONDS for w in placed
+                start - GAP_SECONDS <= w.end and w.start <= start + length + GAP_SECONDS
+                for w in (*placed, *avoid)
             )
             if not clash:
                 placed.append(Window(kind, 0, round(start, 1), round(start + length, 1)))

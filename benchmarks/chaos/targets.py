@@ -1,10 +1,10 @@
-"""A chaos run's figures, held to issue 27's targets, and printed as a user reads them."""
+"""A chaos run's figures, held to issue 37's targets (what a user feels), and printed as a user
+reads them."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 CALLS_PER_CHART = 1.05
 
@@ -17,21 +17,31 @@ class Figures:
     runs_created: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     stuck: list[str] = field(default_factory=list)  # "runId STATUS" of steps not finished
+    deliverable: int = 0  # steps CHART-IMG could have given their charts (judging.undeliverable)
+    lost: list[str] = field(default_factory=list)  # "runId: what the user got" of deliverable steps
+    misses: list[str] = field(default_factory=list)  # SUCCEEDED without manifest or minImages items
+    undeliverable: dict[str, tuple[str, str]] = field(default_factory=dict)  # run -> (why, outcome)
+    outage_met: int = 0  # deliverable steps whose life met the outage (full mode)
+    outage_lost: list[str] = field(default_factory=list)  # of them, those not SUCCEEDED after it
+    outage: str = ""  # the outage as applied, "outage#1 300 s", or "" without one
     units: dict[str, int] = field(default_factory=dict)  # usage documents, per key
+    charged: dict[str, int] = field(default_factory=dict)  # the stand-in's books, per key
     calls: dict[str, int] = field(default_factory=dict)  # the stand-in's log, per key
-    # units the killed instances held when they died, per key (their logs: units_in_hand)
-    held_at_kills: dict[str, int] = field(default_factory=dict)
-    really_exhausted: list[str] = field(default_factory=list)  # by the stand-in's own count
+    # per killed incarnation ("worker-1.2"), the units it held as it died, per key (its log),
+    # and how many it may have been reserving then, any key (its log: an upper bound)
+    held_at_kills: dict[str, dict[str, int]] = field(default_factory=dict)
+    reserving_at_kills: dict[str, int] = field(default_factory=dict)
+    really_exhausted: list[str] = field(default_factory=list)  # by the stand-in's own books
     answers: Counter[str] = field(default_factory=Counter)  # "200", "429 Too Many Requests"...
     calls_by_window: Counter[str] = field(default_factory=Counter)  # the stand-in's own failures
     delivered: int = 0  # charts in the manifests of SUCCEEDED steps
     in_failed_manifests: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
-    wrong: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)  # "runId/template: why"
     eventarc: dict[str, Counter[str]] = field(default_factory=dict)
     set_aside_end: dict[str, str] = field(default_factory=dict)  # key -> "reason until"
     set_aside_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-    failed: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # run -> (code, windows)
+    waited: Counter[int] = field(default_factory=Counter)  # SUCCEEDED steps by their claims
     conductor_errors: list[str] = field(default_factory=list)
     producer_errors: list[str] = field(default_factory=list)  # runs the producer could not create
     reaper: Counter[str] = field(default_factory=Counter)  # passes answered 200, outcomes over them
@@ -46,6 +56,10 @@ class Figures:
     def calls_total(self) -> int:
         return sum(self.calls.values())
 
+    def held(self, key: str) -> int:
+        """The units of `key` the killed instances held as they died, all of them together."""
+        return sum(units.get(key, 0) for units in self.held_at_kills.values())
+
 
 @dataclass(frozen=True)
 class Check:
@@ -55,60 +69,83 @@ class Check:
 
 
 def checks(f: Figures) -> list[Check]:
-    # every key, the exhausted ones too: the worker records an exhaustion in its own field
-    # (exhaustedUntil), so usageToday stays the units really spent
-    units, calls = sum(f.units.values()), sum(f.calls.get(k, 0) for k in f.units)
-    off = [f"{k} {n} vs {f.calls.get(k, 0)}" for k, n in sorted(f.units.items()) if n != f.calls.get(k, 0)]
+    units, charged = sum(f.units.values()), sum(f.charged.get(k, 0) for k in f.units)
+    off = {k: n - f.charged.get(k, 0) for k, n in sorted(f.units.items()) if n != f.charged.get(k, 0)}
     # A unit taken, then its instance SIGKILLed before the call left, is counted for no call:
-    # no worker can avoid that instant between two systems (it errs one unit high, never
-    # low). Such a key is within the target only by the units its killed instance's log
-    # shows in hand at its death, no more.
-    beyond_kills = [
-        f"{k} {n} vs {f.calls.get(k, 0)}"
-        for k, n in sorted(f.units.items())
-        if not 0 <= n - f.calls.get(k, 0) <= f.held_at_kills.get(k, 0)
-    ]
-    died_with = {k: n - f.calls.get(k, 0) for k, n in sorted(f.units.items()) if n != f.calls.get(k, 0)}
+    # no worker can avoid that instant between two systems (it errs high, never low). A key
+    # is within the target by the units its killed instances' logs show in hand at their
+    # deaths; past those, all keys together by the units those instances may have been
+    # reserving then (a commit sent, no line yet: the account unknown), no more.
+    below = [f"{k} {f.units[k]} vs {f.charged.get(k, 0)}" for k, n in off.items() if n < 0]
+    past_held = {k: n - f.held(k) for k, n in off.items() if n > f.held(k)}
+    reserving = sum(f.reserving_at_kills.values())
+    beyond_kills = below + (
+        [f"{k} {f.units[k]} vs {f.charged.get(k, 0)}" for k in past_held]
+        if sum(past_held.values()) > reserving
+        else []
+    )
     paid = f.calls_total - f.chaos_calls
     ratio = paid / f.delivered if f.delivered else float("inf")
-    unexplained = sorted(run for run, (_, windows) in f.failed.items() if not windows)
-    aside = {
-        k: v
-        for k, v in f.set_aside_end.items()
-        if k not in f.really_exhausted and not v.startswith("cooling")
-    }
-    return [
+    # "cooling" is the usage document's coolUntil: the 429-streak rule's set-aside (15 min,
+    # then a probe), no cooldown of seconds (those live in the instance): set aside too
+    aside = {k: v for k, v in f.set_aside_end.items() if k not in f.really_exhausted}
+    made = [
+        _none(
+            "deliverable steps lost = 0 (a deliverable step ends SUCCEEDED, its manifest holding "
+            "minImages items)",
+            f.lost,
+            f"{len(f.lost)} of {f.deliverable} deliverable",
+        ),
+        _none("0 SUCCEEDED steps without their manifest or with fewer than minImages items", f.misses),
         Check(
-            "units == calls the stand-in counted, exactly (every key), but for units a killed "
-            "instance held as it died (its log)",
+            "units == what the stand-in charged, every key, but for units killed instances held or were "
+            "reserving as they died",
             not beyond_kills,
-            f"{units} units vs {calls} calls"
-            + (f"; per key: {', '.join(off)}" if off else "")
-            + (f"; held by killed instances {died_with} of {f.held_at_kills}" if died_with else "")
+            f"{units} units vs {charged} charged"
+            + (f"; off by {off}" if off else "")
+            + (f"; held by killed instances {_held(f)}" if off else "")
+            + (f"; past them {past_held}, reserving at the kills {reserving}" if past_held else "")
             + (f"; beyond them: {', '.join(beyond_kills)}" if beyond_kills else ""),
         ),
+        _none(
+            "0 wrong charts (against the step's symbol, timeframe, template and the version "
+            "current at its claim, by the request the stand-in received)",
+            f.wrong,
+            f"{len(f.wrong)} wrong",
+        ),
+        _none("0 steps left RUNNING, READY or PENDING after the settling", f.stuck),
         Check(
             f"calls / charts delivered <= {CALLS_PER_CHART} outside the stand-in's own failures",
             ratio <= CALLS_PER_CHART,
             f"({f.calls_total} - {f.chaos_calls}) / {f.delivered} = {ratio:.3f}",
         ),
-        Check("0 wrong charts", not f.wrong, f"{len(f.wrong)} wrong" + _some(f.wrong)),
         Check(
-            "0 steps left RUNNING, READY or PENDING after the settling",
-            not f.stuck,
-            f"{len(f.stuck)}" + _some(f.stuck),
-        ),
-        Check(
-            "no key set aside past the schedule's end but the one really exhausted",
+            "no key set aside past the schedule's end (disabled, exhausted, full, or set aside by the 429 "
+            "streak rule) but a really exhausted one",
             not aside,
             ", ".join(f"{k}: {v}" for k, v in sorted(aside.items())) or "none",
         ),
-        Check(
-            "every FAILED step explained by a window",
-            not unexplained,
-            f"{len(f.failed) - len(unexplained)}/{len(f.failed)} explained" + _some(unexplained),
-        ),
     ]
+    if f.outage:
+        made.append(
+            _none(
+                "every deliverable step the outage met ends SUCCEEDED after it",
+                f.outage_lost,
+                f"{f.outage_met - len(f.outage_lost)} of {f.outage_met} ({f.outage})",
+            )
+        )
+    return made
+
+
+def _none(target: str, found: list[str], figure: str = "") -> Check:
+    """A target met when nothing of its kind was found: the figure, then some of what was."""
+    return Check(target, not found, (figure or str(len(found))) + _some(found))
+
+
+def _held(f: Figures) -> str:
+    held = {name: dict(units) for name, units in sorted(f.held_at_kills.items()) if units}
+    reserving = {name: n for name, n in sorted(f.reserving_at_kills.items()) if n}
+    return f"{held or 'none'} (reserving: {reserving or 'none'})"
 
 
 def _some(items: list[str], shown: int = 5) -> str:
@@ -123,8 +160,10 @@ def report(f: Figures) -> list[str]:
     lines = [
         f"seed {f.seed} ({f.profile}): {f.runs_created}/{f.runs_planned} runs created, wall {f.wall:.0f} s, "
         f"load average {f.load}",
-        f"steps: {dict(sorted(f.statuses.items()))}",
-        f"units (usage documents) {sum(f.units.values())}; calls (stand-in log) {f.calls_total}, of which "
+        f"steps: {dict(sorted(f.statuses.items()))}; deliverable {f.deliverable}, lost {len(f.lost)}; "
+        f"SUCCEEDED by claims {dict(sorted(f.waited.items()))}",
+        f"units (usage documents) {sum(f.units.values())}; charged (stand-in's books) "
+        f"{sum(f.charged.values())}; calls (stand-in log) {f.calls_total}, of which "
         f"{f.chaos_calls} answered by a window ({dict(sorted(f.calls_by_window.items()))})",
         f"answers: {dict(sorted(f.answers.items()))}",
         f"charts delivered {f.delivered} (in FAILED steps' manifests {f.in_failed_manifests}); "
@@ -138,23 +177,16 @@ def report(f: Figures) -> list[str]:
         + (", ".join(f"{k} {dict(v)}" for k, v in sorted(f.set_aside_seconds.items()) if v) or "none"),
         "keys set aside at the end: "
         + (", ".join(f"{k}: {v}" for k, v in sorted(f.set_aside_end.items())) or "none"),
-        "per key units/calls: " + ", ".join(f"{k} {f.units[k]}/{f.calls.get(k, 0)}" for k in sorted(f.units)),
-        f"units killed instances held as they died (their logs): {f.held_at_kills or 'none'}",
+        "per key units/charged/calls: "
+        + ", ".join(f"{k} {f.units[k]}/{f.charged.get(k, 0)}/{f.calls.get(k, 0)}" for k in sorted(f.units)),
+        f"units killed instances held as they died (their logs): {_held(f)} ({len(f.held_at_kills)} killed)",
     ]
-    codes = Counter(code for code, _ in f.failed.values())
-    lines.append(f"FAILED steps by code: {dict(sorted(codes.items()))}")
-    for run, (code, windows) in sorted(f.failed.items())[:12]:
-        lines.append(f"  {run}: {code} <- {', '.join(windows) or 'UNEXPLAINED'}")
+    if f.outage:
+        lines.append(f"outage {f.outage}: met {f.outage_met} deliverable steps, lost {len(f.outage_lost)}")
+    for run, (why, got) in sorted(f.undeliverable.items())[:12]:
+        lines.append(f"  not deliverable {run}: {why} -> {got or 'delivered'}")
+    for lost in f.lost[:12]:
+        lines.append(f"  LOST {lost}")
     lines += [f"conductor: {error}" for error in f.conductor_errors]
     lines += [f"producer: {error}" for error in f.producer_errors]
     return lines
-
-
-def really_exhausted(usage: list[dict[str, Any]], calls: dict[str, int]) -> list[str]:
-    """Keys whose day is really used up: by the stand-in's own count (another client's units,
-    or our admitted calls), or by our calls (each one a unit, as the first target counts)."""
-    return sorted(
-        a["account_id"]
-        for a in usage
-        if a["quota"] is not None and max(a["used"], calls.get(a["account_id"], 0)) >= a["quota"]
-    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from worker_chart_export import bundled
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLAN, plan_named
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.problem_words import plain_problem
+from worker_chart_export.core.retry import CHART_ATTEMPTS, STEP_ATTEMPTS, Backoff
 from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS, MAX_AGE_LIMIT_SECONDS
 from worker_chart_export.environment import (
     APP_ENV,
@@ -49,8 +51,10 @@ from worker_chart_export.environment import (
     FIRESTORE_EMULATOR_HOST,
     GOOGLE_CLOUD_PROJECT,
     PORT,
-    REAPER_MAX_ATTEMPTS,
     REQUEST_TIMEOUT_SECONDS,
+    STEP_MAX_ATTEMPTS,
+    STEP_RETRY_BASE_SECONDS,
+    STEP_RETRY_MAX_SECONDS,
     THREADS,
 )
 
@@ -98,7 +102,10 @@ class Settings(BaseSettings):
     chart_img_request_timeout_seconds: float = Field(
         45.0, gt=0, validation_alias=CHART_IMG_REQUEST_TIMEOUT_SECONDS
     )
-    chart_img_max_attempts: int = Field(3, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS)
+    # a chart's HTTP attempts across accounts, spaced by core.retry.CHART_ATTEMPTS' backoff
+    chart_img_max_attempts: int = Field(
+        CHART_ATTEMPTS.attempts or 1, ge=1, le=10, validation_alias=CHART_IMG_MAX_ATTEMPTS
+    )
     chart_concurrency: int = Field(8, ge=1, le=64, validation_alias=CHART_CONCURRENCY)
     # A retried step lists the PNGs an earlier execution wrote this long ago at most and
     # uses them instead of asking CHART-IMG again (core/step/reuse.py); 0 turns that off.
@@ -118,8 +125,14 @@ class Settings(BaseSettings):
     firestore_emulator_host: str | None = Field(None, validation_alias=FIRESTORE_EMULATOR_HOST)
     local_output_dir: Path = Field(Path("out"), validation_alias=CHARTS_LOCAL_OUTPUT_DIR)
     port: int = Field(8080, ge=1, le=65535, validation_alias=PORT)
-    # the reaper: a step whose lease expired goes back to READY while attempt < this, else FAILED
-    reaper_max_attempts: int = Field(3, ge=1, le=100, validation_alias=REAPER_MAX_ATTEMPTS)
+    # A step's attempts in all (core.retry.STEP_ATTEMPTS): one held back by a bad window waits
+    # while attempt < this, STEP_RETRY_BASE_SECONDS doubling up to STEP_RETRY_MAX_SECONDS, and
+    # the reaper makes an expired step READY again while attempt < this, else FAILED.
+    step_max_attempts: int = Field(
+        STEP_ATTEMPTS.attempts or 1, ge=1, le=100, validation_alias=STEP_MAX_ATTEMPTS
+    )
+    step_retry_base_seconds: float = Field(STEP_ATTEMPTS.base, gt=0, validation_alias=STEP_RETRY_BASE_SECONDS)
+    step_retry_max_seconds: float = Field(STEP_ATTEMPTS.cap, gt=0, validation_alias=STEP_RETRY_MAX_SECONDS)
 
     @classmethod
     def settings_customise_sources(
@@ -179,10 +192,28 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("step_retry_max_seconds")
+    @classmethod
+    def _not_below_the_base(cls, value: float, info: ValidationInfo) -> float:
+        base = info.data.get("step_retry_base_seconds")
+        if base is not None and value < base:
+            raise ValueError(f"must be at least {STEP_RETRY_BASE_SECONDS} ({base:g}): the waits grow from it")
+        return value
+
+    @property
+    def step_retries(self) -> Backoff:
+        """The step's own attempts after a bad window, as these settings say."""
+        return replace(
+            STEP_ATTEMPTS,
+            attempts=self.step_max_attempts,
+            base=self.step_retry_base_seconds,
+            cap=self.step_retry_max_seconds,
+        )
+
     @field_validator("chart_img_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
+        if not re.match(r"^https?://[^/\s]+", value, re.ASCII):
             raise ValueError(f"expected an http(s) URL like https://api.chart-img.com, got {value!r}")
         return value.rstrip("/")
 

@@ -22,6 +22,52 @@ Render = Callable[..., str]
 Answer = tuple[int, str, str]  # exit status, stdout, stderr
 # what `gcloud auth print-access-token` hands deploy.sh: fake_curl.py takes only this one
 ACCESS_TOKEN = "ya29.fake-deployer-token-0123456789"
+# What `gcloud run regions list` answers once Cloud Run's API is enabled: Cloud Run's regions as
+# its documentation (cloud.google.com/run/docs/locations) listed them in 2025.
+CLOUD_RUN_REGIONS = [
+    "africa-south1",
+    "asia-east1",
+    "asia-east2",
+    "asia-northeast1",
+    "asia-northeast2",
+    "asia-northeast3",
+    "asia-south1",
+    "asia-south2",
+    "asia-southeast1",
+    "asia-southeast2",
+    "australia-southeast1",
+    "australia-southeast2",
+    "europe-central2",
+    "europe-north1",
+    "europe-north2",
+    "europe-southwest1",
+    "europe-west1",
+    "europe-west10",
+    "europe-west12",
+    "europe-west2",
+    "europe-west3",
+    "europe-west4",
+    "europe-west6",
+    "europe-west8",
+    "europe-west9",
+    "me-central1",
+    "me-central2",
+    "me-west1",
+    "northamerica-northeast1",
+    "northamerica-northeast2",
+    "northamerica-south1",
+    "southamerica-east1",
+    "southamerica-west1",
+    "us-central1",
+    "us-east1",
+    "us-east4",
+    "us-east5",
+    "us-south1",
+    "us-west1",
+    "us-west2",
+    "us-west3",
+    "us-west4",
+]
 
 
 class Refused(Exception):
@@ -161,7 +207,7 @@ class Project:
         return {
             ("auth", "print-access-token"): lambda c: (0, ACCESS_TOKEN + "\n", ""),
             ("auth", "application-default", "print-access-token"): lambda c: (0, "ya29.fake-adc\n", ""),
-            ("services", "enable"): lambda c: (0, "", "Operation finished successfully.\n"),
+            ("services", "enable"): self.services_enable,
             ("builds", "submit"): lambda c: (0, f"ID  STATUS\n1  SUCCESS {c.flag('tag')}\n", ""),
             ("firestore", "indexes", "fields", "update"): lambda c: (0, "", "Request issued.\n"),
             ("firestore", "databases", "describe"): self.database_describe,
@@ -185,6 +231,7 @@ class Project:
             ("secrets", "add-iam-policy-binding"): lambda c: self.bind_to(c, "secret"),
             ("projects", "describe"): self.project_describe,
             ("projects", "add-iam-policy-binding"): lambda c: self.bind(c, "project"),
+            ("run", "regions", "list"): self.run_regions,
             ("run", "deploy"): self.run_deploy,
             ("run", "services", "describe"): self.run_describe,
             ("run", "services", "add-iam-policy-binding"): self.run_bind,
@@ -345,6 +392,26 @@ class Project:
         return base64.b64encode(call.file("data-file")).decode()
 
     # --- project, Cloud Run -----------------------------------------------------------------
+
+    def services_enable(self, call: Call) -> Answer:
+        enabled = self.state.setdefault("enabled_services", [])
+        enabled.extend(api for api in call.args if api not in enabled)
+        return 0, "", "Operation finished successfully.\n"
+
+    def run_regions(self, call: Call) -> Answer:
+        """A new project has Cloud Run's API disabled until `services enable` (or a state saying
+        it was enabled before): the list is then refused, as the API refuses it."""
+        if "run.googleapis.com" not in self.state.get("enabled_services", []):
+            raise Refused(
+                f"PERMISSION_DENIED: Cloud Run Admin API has not been used in project {self.number} before "
+                "or it is disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+                f"run.googleapis.com/overview?project={self.number} then retry."
+            )
+        locations = [
+            {"locationId": region, "name": f"projects/{self.project_id}/locations/{region}"}
+            for region in CLOUD_RUN_REGIONS
+        ]
+        return self.show(call, locations)
 
     def project_describe(self, call: Call) -> Answer:
         resource = {

@@ -74,7 +74,7 @@ def env_pairs(value: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in value.split(","))
 
 
-def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
+def dry_run(tmp_path: Path, cwd: Path | None = None, **overrides: str) -> DryRun:
     # Real cloud tools on PATH would be a disaster in a dry run: these record any call.
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(exist_ok=True)
@@ -85,10 +85,11 @@ def dry_run(tmp_path: Path, **overrides: str) -> DryRun:
         script.chmod(0o755)
     env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": str(tmp_path), **SAMPLE, **overrides}
     result = subprocess.run(
-        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+        ["bash", str(DEPLOY), "--dry-run"], capture_output=True, text=True, env=env, timeout=60, cwd=cwd
     )
     assert result.returncode == 0, result.stderr
-    assert not calls.exists(), calls.read_text()  # nothing ran
+    # nothing ran but the one question a dry run asks first: has gcloud a login (here: none)
+    assert calls.read_text().splitlines() == ["gcloud auth print-access-token"]
     printed = subprocess.run(
         ["bash", str(DEPLOY), "--print-config"], capture_output=True, text=True, env=env, timeout=60
     )
@@ -289,7 +290,7 @@ def test_reaper_is_called_by_scheduler_with_oidc_and_nobody_else(sample: DryRun)
     url = "<url of worker-chart-export-reaper>"
     assert flag(job, "uri") == url and flag(job, "oidc-token-audience") == url
     assert flag(job, "oidc-service-account-email") == SCHEDULER_SA
-    assert flag(job, "http-method") == "POST" and flag(job, "schedule") == "*/5 * * * *"
+    assert flag(job, "http-method") == "POST" and flag(job, "schedule") == "* * * * *"
     invokers = {
         (c[4], flag(c, "member"))
         for c in sample.find("gcloud", "run", "services", "add-iam-policy-binding")

@@ -98,6 +98,14 @@ def test_with_accounts_file_the_secret_is_made_from_it_and_read_back(tmp_path: P
     assert "does not hold ACCOUNTS_FILE's bytes" in "\n".join(run.notes)
 
 
+def test_a_relative_accounts_file_is_the_one_beside_the_caller(tmp_path: Path) -> None:
+    # deploy.sh runs its commands from the checkout's root: the path must not follow it there
+    (tmp_path / "chart-img.accounts.json").write_text('[{"id": "acc1", "apiKey": "k-not-a-real-key-1"}]')
+    run = dry_run(tmp_path, cwd=tmp_path, ACCOUNTS_FILE="chart-img.accounts.json")
+    create = run.one("gcloud", "secrets", "create", "chart-img-accounts")
+    assert flag(create, "data-file") == str(tmp_path / "chart-img.accounts.json")
+
+
 def test_the_rules_release_is_shown_with_the_file_it_releases(sample: DryRun) -> None:
     curls = [program(c) for c in sample.commands if program(c)[0] == "curl"]
     ruleset, release = curls

@@ -326,13 +326,14 @@ def test_without_accounts_file_a_missing_secret_stops_before_any_change(
         "it (gcloud: NOT_FOUND: Resource 'chart-img-accounts' was not found)",
         "deploy.sh: stopped before changing anything",
     ]
-    # the preflight's look-ups only: tools, login, ADC, the project, the secret
+    # the preflight's look-ups only: tools, login, ADC, the project, Cloud Run's regions, the secret
     assert [" ".join(c[:3]) for c in deploy.calls] == [
         'version --format=value("Google Cloud SDK")',
         "alpha monitoring policies",
         "auth print-access-token",
         "auth application-default print-access-token",
         "projects describe acme-charts",
+        "run regions list",
         "secrets versions describe",
     ]
     assert deploy.state["resources"] == {}

@@ -66,7 +66,11 @@ def test_a_login_without_application_default_credentials_stops_before_any_change
     [problem, stopped] = deploy.stderr.splitlines()
     assert "run 'gcloud auth application-default login'" in problem
     assert stopped == "deploy.sh: stopped before changing anything"
-    assert deploy.calls[-1][:2] == ["projects", "describe"]  # the login itself works
+    # the login itself works: the project is read, then Cloud Run's regions asked
+    assert [c[:3] for c in deploy.calls[-2:]] == [
+        ["projects", "describe", "acme-charts"],
+        ["run", "regions", "list"],
+    ]
     assert deploy.state["resources"] == {}
 
 
@@ -189,3 +193,41 @@ def test_secret_version_rolls_the_worker_back_to_an_older_version(
     assert mounted_secret(rolled_back) == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:1"
     assert [c[3] for c in rolled_back.find("secrets", "versions", "access")] == ["1"]
     assert rolled_back.find("secrets", "versions", "describe")[0][3] == "1"  # the preflight's, too
+
+
+def test_a_first_deploy_cannot_list_regions_yet_and_says_region_stands_on_its_form(
+    first: tuple[Sandbox, Deploy],
+) -> None:
+    # a new project: Cloud Run's API is enabled by this very deploy, after the preflight
+    lines = first[1].stdout.splitlines()
+    assert (
+        "REGION europe-west1 is checked by its form only: Cloud Run's list of regions could not be read "
+        "(gcloud: PERMISSION_DENIED: Cloud Run Admin API has not been used in project 424242424242 before or "
+        "it is disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+        "run.googleapis.com/overview?project=424242424242 then retry.)"
+    ) in lines
+
+
+def test_a_region_cloud_run_does_not_list_stops_a_redeploy_before_any_change(
+    first: tuple[Sandbox, Deploy], tmp_path: Path
+) -> None:
+    sandbox = first[0].copy(tmp_path)
+    before = json.loads((sandbox.state / "state.json").read_text())
+    deploy = sandbox.deploy(REGION="europe-wst1")
+    assert deploy.code == 1 and deploy.rejections == []
+    assert deploy.stderr.splitlines() == [
+        "deploy.sh: REGION: 'europe-wst1' is not a Cloud Run region (Cloud Run's europe-* regions: "
+        "europe-central2, europe-north1, europe-north2, europe-southwest1, europe-west1, europe-west10, "
+        "europe-west12, europe-west2, europe-west3, europe-west4, europe-west6, europe-west8, europe-west9)",
+        "deploy.sh: stopped before changing anything",
+    ]
+    assert [c for c in deploy.calls if c[:2] == ["services", "enable"]] == []
+    assert deploy.state == before  # nothing enabled, created or granted
+
+
+def test_a_listed_region_is_said_to_be_one_and_the_redeploy_runs_through(
+    first: tuple[Sandbox, Deploy], tmp_path: Path
+) -> None:
+    again = first[0].copy(tmp_path).deploy()
+    ran_through(again)
+    assert "REGION europe-west1 is one of Cloud Run's regions" in again.stdout.splitlines()

@@ -11,9 +11,8 @@ one version of the document: the history of statuses the functions saw).
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -21,23 +20,12 @@ from typing import Any
 
 import pytest
 
+from e2e.stack import wait_until as wait_until  # re-exported: one wait for every e2e test
 from worker_chart_export.functions.decoding.versions import decode_document_version
 from worker_chart_export.tools.devstack.router import Delivery
 from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
 ADVANCE_TRIGGER, WORKER_TRIGGER = "advance-flow", "chart-worker"
-SETTLE_SECONDS = 90.0
-
-
-def wait_until(condition: Callable[[], Any], *, timeout: float = SETTLE_SECONDS, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(0.05)
 
 
 @contextmanager

@@ -123,7 +123,7 @@ def test_a_crashed_execution_is_reaped_after_its_lease_and_the_retry_succeeds(
 def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(crash_stack: CrashStack) -> None:
     stack, symbol = crash_stack.stack, "SOLUSDT"
     crash_stack.chart_img.script(symbol=f"BINANCE:{symbol}", latency=120)
-    run_id = start_run(stack, symbol, attempt=2)  # the claim makes it attempt 3 of 3
+    run_id = start_run(stack, symbol, attempt=4)  # the claim makes it attempt 5 of 5 (STEP_MAX_ATTEMPTS)
     crash_while_in_flight(crash_stack, run_id, symbol)
     stack.start_function(WORKER_TARGET)
 
@@ -133,7 +133,7 @@ def test_a_crash_at_the_last_attempt_fails_the_step_with_step_lease_expired(cras
     )
     wait_until(lambda: run_status(stack, run_id) == "FAILED", what=f"{run_id} run FAILED")
     step = (stack.flow_run_ref(run_id).get().to_dict() or {})["steps"][STEP]
-    assert step["attempt"] == 3 and step["error"]["code"] == "STEP_LEASE_EXPIRED"
+    assert step["attempt"] == 5 and step["error"]["code"] == "STEP_LEASE_EXPIRED"
     settled(stack, run_id, "FAILED")
     assert history(stack, run_id, STEP) == ["READY", "RUNNING", "FAILED"]
     assert any(run_id in json.dumps(report["failed"]) for report in stack.reaper_reports)

@@ -40,8 +40,6 @@ from worker_chart_export.tools.devstack.stack import ADVANCE_TARGET, LocalStack
 
 pytestmark = pytest.mark.emulators
 
-SUBMIT_TIMEOUT_SECONDS = 120.0
-
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
@@ -62,7 +60,6 @@ def submit(stack: LocalStack, *flags: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=SUBMIT_TIMEOUT_SECONDS + 60,
     )
 
 
@@ -86,7 +83,8 @@ def test_a_created_run_reaches_succeeded_with_only_our_functions_writing(
     path = tmp_path / "flow_run.json"
     path.write_text(json.dumps(document), encoding="utf-8")
 
-    done = submit(stack, "--flow-run-path", str(path), "--wait", "--timeout", str(SUBMIT_TIMEOUT_SECONDS))
+    # --wait's own limit (600 s) outlasts pytest-timeout's 300 s: the run's end decides, not a clock
+    done = submit(stack, "--flow-run-path", str(path), "--wait")
 
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{log_tails(stack)}"
     lines = done.stdout.splitlines()
@@ -140,7 +138,7 @@ def test_duplicate_and_reordered_creation_and_update_events_write_nothing(stack:
     url = stack.functions[ADVANCE_TARGET].url + "/"
     for delivery in reversed(stack.router.delivered(ADVANCE_TRIGGER, subject(run_id))):
         body, headers = as_delivered(delivery)
-        with request.urlopen(request.Request(url, data=body, headers=headers), timeout=60) as reply:
+        with request.urlopen(request.Request(url, data=body, headers=headers)) as reply:
             assert reply.status == 200
 
     # each answered after any write it made: none made one, so no event can follow

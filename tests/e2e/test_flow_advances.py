@@ -114,7 +114,7 @@ def event_for(
 
 def post(url: str, event: tuple[bytes, dict[str, str]]) -> int:
     body, headers = event
-    with request.urlopen(request.Request(url, data=body, headers=headers), timeout=60) as reply:
+    with request.urlopen(request.Request(url, data=body, headers=headers)) as reply:
         return int(reply.status)
 
 

@@ -46,7 +46,7 @@ def step_of(stack: E2EStack, run_id: str) -> dict[str, Any]:
 
 
 def post(stack: E2EStack, body: bytes, headers: dict[str, str]) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", stack.worker.port, timeout=120)
+    connection = http.client.HTTPConnection("127.0.0.1", stack.worker.port)
     try:
         connection.request("POST", "/", body=body, headers=headers)
         response = connection.getresponse()
@@ -99,5 +99,5 @@ def test_a_run_id_the_emulator_sends_unencoded_runs(e2e: E2EStack, shape: str) -
         ]
         return bool(ignored or e2e.worker.lines_for(run_id, "event handled"))
 
-    wait_until(settled, timeout=60, what=f"the worker's verdict on {run_id!r}:\n{e2e.worker.log_tail()}")
+    wait_until(settled, what=f"the worker's verdict on {run_id!r}:\n{e2e.worker.log_tail()}")
     assert_refused_as_a_path(e2e, run_id)

@@ -64,7 +64,7 @@ def http_exchange(
     the answer read to its end (the server closes the connection)."""
     head = [request_line, b"Host: 127.0.0.1", b"Connection: close", f"Content-Length: {len(body)}".encode()]
     head += [f"{name}: {value}".encode() for name, value in headers.items()]
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+    with socket.create_connection(("127.0.0.1", port)) as connection:
         connection.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
         answer = b""
         while chunk := connection.recv(65536):

@@ -48,9 +48,7 @@ class Served:
         """The event POSTed as Eventarc delivers it; the worker's HTTP status."""
         body, headers = event
         try:
-            with request.urlopen(
-                request.Request(self.worker.base_url + "/", data=body, headers=headers), timeout=300
-            ):
+            with request.urlopen(request.Request(self.worker.base_url + "/", data=body, headers=headers)):
                 return 200
         except error.HTTPError as answer:
             return answer.code

@@ -15,13 +15,19 @@ quota, the documented answers) plus, each a small control:
 - `exhaust(account, window)`: another client spends the key's day: "Limit Exceeded" from now;
 - `refuse_template(template, window)`: the base stand-in's request-caused 401
   (`refuse_request`, issue 26), named: that template's requests draw 401 "Invalid Request";
-- `register_template(id, request)`: an edited template's request recognised as its id.
+- `register_template(id, request, version)`: an edited template's request recognised as its
+  id, and as that version of it (the templates of the folder are version "initial").
 
 Every 200 carries a PNG whose tEXt chunk `request-sha256` is the digest of the body as
-received (`body_digest`), so a manifest's PNG can be checked against the template body that
-was current when it was rendered. Every request is logged with its wall-clock arrival, that
-digest, and the window whose answer it got (`chaos`: None when the stand-in answered as
-CHART-IMG would on a good day), never the key.
+received (`request_sha256`), so a manifest's PNG can be traced to the request it was drawn
+for. Every request is logged with its wall-clock arrival, that digest, the template and the
+version of it its body is, and the window whose answer it got (`chaos`: None when the
+stand-in answered as CHART-IMG would on a good day), never the key.
+
+The stand-in keeps its own books per key (`account_usage`): the units it charged us (`used`
+less what another client spent: `exhaust`), and the moment the key's day was used up, by our
+calls or another client's (`exhausted_at`, wall clock). What spends a unit is the base's
+`charges` ("admitted": past key, pace and quota; no 429 spends one).
 
 Run as a process (`serve_chaos_from_stdin`, started by benchmarks/chaos/stand_in.py), it
 prints the chart URL, then the admin URL (a second port, still answering while the chart port
@@ -47,6 +53,7 @@ from harness.chart_img_server import (
     ChartImgServer,
     RecordedRequest,
     _Account,
+    _canonical,
     _Handler,
     _json_reply,
     _Reply,
@@ -55,7 +62,10 @@ from harness.chart_img_server import (
     parse_account_spec,
     register_templates_from,
 )
-from harness.png_digest import body_digest, png_with_digest
+from harness.naming_contract import request_sha256
+from harness.png_digest import png_with_digest
+
+INITIAL = "initial"  # the version of a template registered from the folder, before any edit
 
 
 class _Connections:
@@ -123,7 +133,10 @@ class ChaosChartImgServer(ChartImgServer):
         self._httpd.server_close()  # the plain server never served: ours tracks connections
         self.connections = _Connections()
         self.chaos = ChaosState()
-        self._extras: dict[int, dict[str, Any]] = {}  # id(record) -> wall, digest, chaos
+        self._extras: dict[int, dict[str, Any]] = {}  # id(record) -> wall, digest, version, chaos
+        self._versions: dict[str, str] = {}  # a template body's shape -> which version it is
+        self._other_client: dict[str, int] = {}  # account id -> units another client spent
+        self._exhausted_at: dict[str, float] = {}  # account id -> when its day was used up (wall)
         self._current = threading.local()
         self._listen(port)
 
@@ -183,8 +196,17 @@ class ChaosChartImgServer(ChartImgServer):
                 if account.account_id == account_id:
                     if account.daily_quota is None:
                         account.daily_quota = account.used
-                    account.used = max(account.used, account.daily_quota)
+                    spent = max(0, account.daily_quota - account.used)
+                    self._other_client[account_id] = self._other_client.get(account_id, 0) + spent
+                    account.used += spent
+                    self._exhausted_at.setdefault(account_id, time.time())
             self.chaos.exhausted[account_id] = window
+
+    def register_template(self, template_id: str, request: Mapping[str, Any], version: str = INITIAL) -> None:
+        """The base's recognition of a template's body, and which version of it the body is."""
+        super().register_template(template_id, request)
+        with self._lock:
+            self._versions[_canonical(request)] = version
 
     def refuse_template(self, template_id: str, window: str) -> None:
         """The base's request-caused 401 for this template, its answers tagged `window`."""
@@ -200,9 +222,17 @@ class ChaosChartImgServer(ChartImgServer):
             return [dataclasses.asdict(r) | self._extras[id(r)] for r in records]
 
     def account_usage(self) -> list[dict[str, Any]]:
+        """Each key's books: `used` (every unit spent, ours and another client's), `quota`,
+        `charged` (the units our calls spent) and `exhausted_at` (None: units left)."""
         with self._lock:
             return [
-                {"account_id": a.account_id, "used": a.used, "quota": a.daily_quota}
+                {
+                    "account_id": a.account_id,
+                    "used": a.used,
+                    "quota": a.daily_quota,
+                    "charged": a.used - self._other_client.get(a.account_id, 0),
+                    "exhausted_at": self._exhausted_at.get(a.account_id),
+                }
                 for a in self._accounts_by_key.values()
             ]
 
@@ -220,9 +250,15 @@ class ChaosChartImgServer(ChartImgServer):
         defaulted: tuple[str, ...],
     ) -> RecordedRequest:
         record = super()._record(account, arrived, body, defaulted)
-        digest = body_digest(body) if body is not None else None
+        digest = request_sha256(body) if body is not None else None
+        version = self._versions.get(_canonical(body)) if body is not None else None
         throttled = self.chaos.throttle if self._throttle is not None else None  # answered before admission
-        self._extras[id(record)] = {"wall": time.time(), "digest": digest, "chaos": throttled}
+        self._extras[id(record)] = {
+            "wall": time.time(),
+            "digest": digest,
+            "template_version": version,
+            "chaos": throttled,
+        }
         self._current.record = record
         return record
 
@@ -232,6 +268,8 @@ class ChaosChartImgServer(ChartImgServer):
 
     def _admit(self, account: _Account | None, now: float) -> _Reply | None:
         refusal = super()._admit(account, now)
+        if account is not None and account.daily_quota is not None and account.used >= account.daily_quota:
+            self._exhausted_at.setdefault(account.account_id, time.time())  # our calls used the day up
         window = self.chaos.exhausted.get(account.account_id) if account is not None else None
         if window is not None and refusal is not None and b"Limit Exceeded" in refusal.body:
             self._tag(window)
@@ -276,7 +314,9 @@ def apply_control(server: ChaosChartImgServer, command: Mapping[str, Any]) -> No
     elif action == "refuse_template":
         server.refuse_template(str(command["template"]), window)
     elif action == "register_template":
-        server.register_template(str(command["template"]), command["request"])
+        server.register_template(
+            str(command["template"]), command["request"], str(command.get("version", INITIAL))
+        )
     else:
         raise ValueError(f"unknown chaos action {action!r}")
 

@@ -73,6 +73,7 @@ from typing import Any, Literal
 
 import pytest
 
+from harness.naming_contract import request_sha256
 from worker_chart_export import testing
 from worker_chart_export.bundled import chart_img_docs
 from worker_chart_export.core.chart_img.plans import Plan, plan_named
@@ -184,6 +185,8 @@ class RecordedRequest:
     status: int | None = None  # None while still being answered
     message: str | None = None
     answered: float | None = None  # time.monotonic() when the answer was ready
+    # requestDigest (naming contract) of the body exactly as received; None: unreadable
+    received_digest: str | None = None
 
 
 @dataclass
@@ -428,6 +431,7 @@ class ChartImgServer:
             key = headers.get("x-api-key") or ""
             account = self._accounts_by_key.get(key)
             record = self._record(account, arrived, None if unreadable else body, defaulted)
+            record.received_digest = None if unreadable else request_sha256(sent)
             throttled = self._throttle
             refusal = throttled or self._admit(account, arrived)
             if account is not None and refusal is None:

@@ -5,8 +5,10 @@ it matches are answered UNAVAILABLE without reaching the emulator.
 
 A fault matches by method (`BatchGetDocuments`, `Commit`, ...) and by bytes of the request (a
 document path such as b"/chart_templates/"), so one kind of read can be made to fail while
-everything else goes through: what pausing the whole emulator cannot do. The calls it refused
-are counted: a test judges by them, never by time.
+everything else goes through: what pausing the whole emulator cannot do. A fault may also
+lose the answer instead (`lose_answer`): the call reaches the emulator, which does it (a write
+lands), and the caller is told UNAVAILABLE, as when a reply is lost on its way back. The calls
+it refused are counted: a test judges by them, never by time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ class Fault:
     method: str
     contains: bytes
     refused: int = 0
+    after: bool = False  # the call is done, then its answer lost
+    times: int | None = None  # how many calls it takes (None: every one while armed)
+
+    def takes(self) -> bool:
+        """Whether this matching call is taken (counted), while `times` allows."""
+        if self.times is not None and self.refused >= self.times:
+            return False
+        self.refused += 1
+        return True
 
 
 @dataclass
@@ -55,6 +66,14 @@ class FirestoreFaultProxy:
             self.faults.append(fault)
         return fault
 
+    def lose_answer(self, method: str, contains: bytes, *, times: int | None = 1) -> Fault:
+        """The next `times` `method` calls whose request holds `contains` are done by the
+        emulator, and their caller answered UNAVAILABLE: a write that landed, its reply lost."""
+        fault = Fault(method, contains, after=True, times=times)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
     def heal(self) -> None:
         with self._lock:
             self.faults.clear()
@@ -73,11 +92,11 @@ class FirestoreFaultProxy:
         if self._channel is not None:
             self._channel.close()
 
-    def _refusal(self, method: str, request: bytes) -> Fault | None:
+    def _refusal(self, method: str, request: bytes, *, after: bool = False) -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if fault.method == method and fault.contains in request:
-                    fault.refused += 1
+                matches = fault.after == after and fault.method == method and fault.contains in request
+                if matches and fault.takes():
                     return fault
         return None
 
@@ -116,6 +135,8 @@ class _Handler(grpc.GenericRpcHandler):
                 answer: bytes = channel.unary_unary(path)(request, **options)
             except grpc.RpcError as error:
                 context.abort(error.code(), error.details() or "")
+            if proxy._refusal(method, request, after=True) is not None:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"fault proxy: {method} done, its answer lost")
             return answer
 
         return grpc.unary_unary_rpc_method_handler(unary)

@@ -1,24 +1,15 @@
-"""The digest of a CHART-IMG request body, drawn into the PNG the chaos stand-in answers with
-(a tEXt chunk `request-sha256`), and read back: a delivered chart names the body it was
-rendered from, so a user can check it against the template current when it was rendered."""
+"""The digest of a CHART-IMG request body (naming_contract.request_sha256, the worker's
+requestDigest form), drawn into the PNG the chaos stand-in answers with (a tEXt chunk
+`request-sha256`), and read back: a delivered chart names the body it was rendered from, so a
+user can check it against the template current when it was rendered."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import struct
-from collections.abc import Mapping
-from typing import Any
 
 from harness.chart_img_server import PNG, _png_chunk
 
 DIGEST_KEYWORD = b"request-sha256"
-
-
-def body_digest(body: Mapping[str, Any]) -> str:
-    """sha256 of the body as canonical JSON (keys sorted, no spaces): what the PNG carries."""
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def png_with_digest(digest: str, png: bytes = PNG) -> bytes:

@@ -5,18 +5,22 @@ can judge it:
 
 - Suite-wide: every key the tests hand out has the shape `test-key-<hex>` (see
   `chart_img_server.new_key`), so fixed patterns find its forms (`TEST_KEY_FORMS`): the key
-  verbatim or cut to `test-key-` and a hex digit (JSON-escaped and URL-encoded, such a key
-  reads the same), its `test-key` written as JSON `\\uXXXX` escapes or percent-escapes, and the
-  base64 of `test-key-` at each of the three byte alignments, in both alphabets. Scanned: each
+  verbatim or cut to `test-key-` and a hex digit, in any case (JSON-escaped and URL-encoded,
+  such a key reads the same), its `test-key` written as JSON `\\uXXXX` escapes,
+  percent-escapes, `\\xHH` escapes, HTML numeric references (decimal or hex, padded or not) or
+  the hex of its bytes, and the base64 of `test-key-` at each of the three byte alignments,
+  in both alphabets. Scanned: each
   test's captured stdout/stderr and logging (`report.sections`), every `log_capture` stream
   (see harness.logs), and whatever a harness feeds to `scan_text` (documents read back from
   the Firestore emulator, GCS objects, the output of served worker processes). A hit fails
   the run, naming the test and the source.
 - For given keys of any shape (`leaks(texts, keys)`): each form `key_forms` makes, found by
   encoding every run of `MIN_RUN` characters of the key as each encoder would (JSON, with and
-  without `\\/`, `\\u` escapes in either case; URL quote, quote_plus, lower-case hex, twice),
-  and base64 found by decoding every base64-looking word of the text at each of its four
-  character offsets, in both alphabets, and looking for a run of the key in the bytes.
+  without `\\/`, `\\u` escapes in either case; URL quote, quote_plus, lower-case hex, twice;
+  upper, lower and mixed case; the hex of its bytes; `\\xHH`; HTML's `&#65;`, `&#00065;`,
+  `&#x41;`, `&#X0041;`) and searching for them ignoring case, and base64 found by decoding
+  every base64-looking word of the text at each of its four character offsets, in both
+  alphabets, and looking for a run of the key in the bytes.
 """
 
 from __future__ import annotations
@@ -50,12 +54,17 @@ def _base64_patterns(prefix: bytes) -> list[str]:
 TEST_KEY_FORMS = re.compile(
     "|".join(
         [
-            r"test-key-[0-9a-f]",
+            r"(?i:test-key-[0-9a-f])",
             "".join(rf"\\u(?i:{ord(c):04x})" for c in "test-key"),
             "".join(rf"%(?i:{ord(c):02x})" for c in "test-key"),
+            "".join(rf"\\(?i:x{ord(c):02x})" for c in "test-key"),
+            "".join(rf"&#0*{ord(c)};?" for c in "test-key"),
+            "".join(rf"&#(?i:x0*{ord(c):x});?" for c in "test-key"),
+            "(?i:" + b"test-key".hex() + ")",
             *_base64_patterns(b"test-key-"),
         ]
-    )
+    ),
+    re.ASCII,
 )
 
 
@@ -86,6 +95,10 @@ def _lower_hex(text: str) -> str:
     return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), text)
 
 
+def _mixed_case(text: str) -> str:
+    return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(text))
+
+
 # How a program writes text into JSON or a URL: each maps a run of the key to what appears.
 ENCODERS: dict[str, Callable[[str], str]] = {
     "verbatim": lambda run: run,
@@ -98,6 +111,17 @@ ENCODERS: dict[str, Callable[[str], str]] = {
     "url_quote_plus": quote_plus,
     "url_lower_hex": lambda run: _lower_hex(quote(run, safe="")),
     "url_twice": lambda run: quote(quote(run, safe=""), safe=""),
+    "upper_case": str.upper,
+    "lower_case": str.lower,
+    "mixed_case": _mixed_case,
+    "hex_lower": lambda run: run.encode().hex(),
+    "hex_upper": lambda run: run.encode().hex().upper(),
+    "backslash_x_lower": lambda run: "".join(f"\\x{byte:02x}" for byte in run.encode()),
+    "backslash_x_upper": lambda run: "".join(f"\\x{byte:02X}" for byte in run.encode()),
+    "html_decimal": lambda run: "".join(f"&#{ord(c)};" for c in run),
+    "html_decimal_padded": lambda run: "".join(f"&#{ord(c):05d};" for c in run),
+    "html_hex": lambda run: "".join(f"&#x{ord(c):x};" for c in run),
+    "html_hex_upper_padded": lambda run: "".join(f"&#X{ord(c):04X};" for c in run),
 }
 
 
@@ -120,7 +144,8 @@ def key_forms(key: str) -> dict[str, str]:
 def _runs_pattern(key: str) -> re.Pattern[str]:
     runs = {key} if len(key) <= MIN_RUN else {key[i : i + MIN_RUN] for i in range(len(key) - MIN_RUN + 1)}
     needles = {encode(run) for run in runs for encode in ENCODERS.values()}
-    return re.compile("|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True)))
+    pattern = "|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True))
+    return re.compile(pattern, re.IGNORECASE | re.ASCII)  # a key in any case is the key
 
 
 _BASE64_WORD = re.compile(r"[A-Za-z0-9+/\-_]{8,}")
@@ -162,7 +187,8 @@ def leaks(texts: Iterable[str], keys: Iterable[str]) -> list[str]:
 def _form_of(find: str, key: str) -> str:
     """Which encoder wrote `find` (for the failure message: never the key itself)."""
     for name, encode in ENCODERS.items():
-        if any(encode(key[i : i + MIN_RUN]) == find for i in range(max(1, len(key) - MIN_RUN + 1))):
+        runs = (encode(key[i : i + MIN_RUN]).lower() for i in range(max(1, len(key) - MIN_RUN + 1)))
+        if find.lower() in runs:
             return name
     return "a run of it"
 

@@ -46,11 +46,13 @@ def run_local(
     monkeypatch.setenv("CHART_TEMPLATES_DIR", str(templates))
     monkeypatch.setenv("CHART_IMG_BASE_URL", chart_img_server.base_url)
 
-    def run(plans: dict[str, str], template_ids: list[str], run_id: str) -> tuple[int, dict[str, Any]]:
+    def run(
+        plans: dict[str, str], template_ids: list[str], run_id: str, quotas: dict[str, int] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         accounts = [
             {
                 "id": a,
-                "apiKey": chart_img_server.add_account(a, plan=p),
+                "apiKey": chart_img_server.add_account(a, plan=p, daily_quota=(quotas or {}).get(a)),
                 "plan": p,
                 "ratePerSecond": 50,
                 "burst": 10,
@@ -74,6 +76,28 @@ def run_local(
         return code, state["steps"]["charts"]
 
     yield run
+
+
+def test_a_big_chart_whose_pro_key_is_spent_names_the_basic_key_its_plan_cannot_use(
+    run_local: Any, chart_img_server: ChartImgServer, tmp_path: Path
+) -> None:
+    """Issue 38: with BASIC and PRO keys, after the PRO key answered "Limit Exceeded" the big
+    chart failed "every CHART-IMG account is at its daily limit" while the BASIC key had its
+    quota: the failure now names the accounts whose plan cannot serve it, and why."""
+    code, step = run_local({"basic": "BASIC", "pro": "PRO"}, [BIG, SMALL], "run-spent", quotas={"pro": 0})
+    assert (code, step["status"]) == (1, "FAILED")
+    manifest = json.loads(
+        (tmp_path / "out" / "gcs").glob("*/charts/run-spent/charts/manifest.json").__next__().read_text()
+    )
+    (big,) = [f["error"] for f in manifest["failures"] if f["request"]["chartTemplateId"] == BIG]
+    assert big["code"] == "CHART_API_LIMIT_EXCEEDED"
+    assert big["message"].endswith(
+        "; basic (BASIC) cannot serve it: the template asks for more than their plan allows"
+    ), big["message"]
+    assert big["details"]["otherPlanAccounts"] == [{"accountId": "basic", "plan": "BASIC"}]
+    served = [(r.template, r.account_id, r.status) for r in chart_img_server.requests]
+    assert [(a, s) for t, a, s in served if t == BIG] == [("pro", 429)]  # never the BASIC key
+    assert [i["chartTemplateId"] for i in manifest["items"]] == [SMALL]
 
 
 def test_a_big_chart_goes_to_the_pro_key_only_and_a_small_one_to_either(

@@ -13,7 +13,8 @@ import pytest
 
 from harness.chaos_stand_in import ChaosChartImgServer, apply_control
 from harness.chart_img_server import PATH
-from harness.png_digest import body_digest, digest_in_png
+from harness.naming_contract import request_sha256
+from harness.png_digest import digest_in_png
 
 BODY = {"symbol": "BINANCE:C0001USDT", "interval": "1h", "width": 800, "height": 600, "theme": "dark"}
 
@@ -55,14 +56,14 @@ def test_a_chart_carries_the_digest_of_the_body_it_was_drawn_from(
     key = server.add_account("a1")
     first, other = post(client, key), post(client, key, {**BODY, "theme": "light"})
     assert first.status_code == other.status_code == 200
-    assert digest_in_png(first.content) == body_digest(BODY)
-    assert digest_in_png(other.content) == body_digest({**BODY, "theme": "light"}) != body_digest(BODY)
+    assert digest_in_png(first.content) == request_sha256(BODY)
+    assert digest_in_png(other.content) == request_sha256({**BODY, "theme": "light"}) != request_sha256(BODY)
     found = chunks(first.content)
     assert [k for k, _, _ in found] == [b"IHDR", b"IDAT", b"tEXt", b"IEND"]
     assert all(zlib.crc32(kind + data) == crc for kind, data, crc in found)  # a valid PNG
     assert [r["digest"] for r in server.request_log()] == [
-        body_digest(BODY),
-        body_digest({**BODY, "theme": "light"}),
+        request_sha256(BODY),
+        request_sha256({**BODY, "theme": "light"}),
     ]
     assert digest_in_png(b"<html>") is None
 
@@ -120,7 +121,28 @@ def test_a_key_spent_by_another_client_answers_limit_exceeded_from_then_on(
     assert (answer.status_code, answer.json()) == (429, {"message": "Limit Exceeded"})
     assert post(client, other).status_code == 200
     assert [r["chaos"] for r in server.request_log()] == [None, "key_exhausted#1", None]
-    assert server.account_usage()[0] == {"account_id": "a1", "used": 50, "quota": 50}
+    books = server.account_usage()
+    # its day is used up, 1 unit of it by our call: the stand-in charged us that one alone
+    assert {k: books[0][k] for k in ("account_id", "used", "quota", "charged")} == {
+        "account_id": "a1",
+        "used": 50,
+        "quota": 50,
+        "charged": 1,
+    }
+    assert books[0]["exhausted_at"] is not None and books[1]["exhausted_at"] is None
+
+
+def test_the_books_charge_each_admitted_call_and_no_429_and_say_when_a_day_is_used_up(
+    server: ChaosChartImgServer, client: httpx.Client
+) -> None:
+    key = server.add_account("a1", daily_quota=2, rate=1.0, burst=2)
+    statuses = [post(client, key).status_code for _ in range(3)]  # the third is past the burst
+    assert statuses == [200, 200, 429]
+    server.throttle_window("throttle#1")
+    assert post(client, key).status_code == 429
+    (books,) = server.account_usage()
+    assert (books["used"], books["charged"]) == (2, 2)  # the two 200s; the 429s spent nothing
+    assert books["exhausted_at"] is not None  # the second call used the day up
 
 
 def test_a_refused_template_draws_401_and_an_edited_one_is_recognised(
@@ -132,13 +154,17 @@ def test_a_refused_template_draws_401_and_an_edited_one_is_recognised(
     server.refuse_template("t_refused", "template_401#1")
     answer = post(client, key)
     assert (answer.status_code, answer.json()) == (401, {"message": "Invalid Request"})
-    apply_control(
-        server, {"action": "register_template", "template": "t_edited", "request": {**refused, "width": 792}}
-    )
+    server.register_template("t_edited", {**refused, "theme": "light"})
+    edit = {"action": "register_template", "template": "t_edited", "request": {**refused, "width": 792}}
+    apply_control(server, {**edit, "version": "template_edit#1"})
     assert post(client, key, {**BODY, "width": 792}).status_code == 200
-    assert [(r["template"], r["chaos"]) for r in server.request_log()] == [
-        ("t_refused", "template_401#1"),
-        ("t_edited", None),
+    assert post(client, key, {**BODY, "theme": "light"}).status_code == 200
+    assert post(client, key, {**BODY, "width": 640}).status_code == 200  # no template's body
+    assert [(r["template"], r["template_version"], r["chaos"]) for r in server.request_log()] == [
+        ("t_refused", "initial", "template_401#1"),
+        ("t_edited", "template_edit#1", None),
+        ("t_edited", "initial", None),
+        (None, None, None),
     ]
 
 

@@ -33,6 +33,7 @@ from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.clock import SYSTEM_CLOCK, SystemClock
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
@@ -59,7 +60,9 @@ class SleepsRecorded(SystemClock):
         super().sleep(seconds)
 
 
-FAST_RETRIES = RetryPolicy(initial_backoff=0.02, max_backoff=0.1, jitter=0.02, min_attempt_seconds=0.2)
+FAST_RETRIES = RetryPolicy(
+    backoff=Backoff(attempts=None, base=0.02, cap=0.1, jitter=0.02), min_attempt_seconds=0.2
+)
 
 
 @dataclass
@@ -170,8 +173,11 @@ def test_429_rotates_across_three_accounts(h: Harness) -> None:
         ("acc2", 429, "Limit Exceeded"),
         ("acc3", 200, None),
     ]
-    usage = store.snapshot()  # each the unit its call spent: an exhaustion is a field of its own
-    assert [usage[a]["usageToday"] for a in ("acc1", "acc2", "acc3")] == [1, 1, 1]
+    # a 429 is refused before it is counted: acc1's and acc2's units given back (an exhaustion
+    # is a field of its own), acc3's the chart's
+    usage = store.snapshot()
+    assert [usage[a]["usageToday"] for a in ("acc1", "acc2", "acc3")] == [0, 0, 1]
+    assert [usage[a].get("refundedToday", 0) for a in ("acc1", "acc2", "acc3")] == [1, 1, 0]
     assert "exhaustedUntil" in usage["acc1"] and "exhaustedUntil" in usage["acc2"]
     h.render(api, chart_call("tpl_b"))  # the burnt accounts are not tried again today
     assert [r.account_id for r in h.server.requests][3:] == ["acc3"]
@@ -279,15 +285,15 @@ def test_usage_is_counted_once_per_real_call_under_concurrency(h: Harness, prepa
 # --- retries and final answers -------------------------------------------------------------
 
 
-def test_500_forever_makes_exactly_three_requests(h: Harness) -> None:
+def test_500_forever_makes_exactly_five_requests(h: Harness) -> None:
     h.server.script(symbol="BINANCE:BTCUSDT", fail_times=1000)
     api = h.api([{"id": "acc1"}])
     result = h.render(api, chart_call("tpl_a"))
     assert code(result) == "CHART_API_FAILED"
     assert details(result)["httpStatus"] == 500
     assert details(result)["message"] == "Something Went Wrong"
-    assert details(result)["attempts"] == 3
-    assert h.server.statuses() == [500, 500, 500]
+    assert details(result)["attempts"] == 5
+    assert h.server.statuses() == [500] * 5
 
 
 def attempt_timeouts(h: Harness) -> list[float]:
@@ -301,9 +307,9 @@ def test_a_hanging_server_is_given_the_request_timeout_on_each_attempt(h: Harnes
     result = h.render(api, chart_call("tpl_a"), budget_seconds=20.0)
     assert code(result) == "CHART_API_FAILED"
     assert details(result)["errorKind"] == "timeout"
-    assert details(result)["attempts"] == 3
-    assert h.server.count() == 3
-    assert attempt_timeouts(h) == [0.3, 0.3, 0.3]  # not the server's 10 s
+    assert details(result)["attempts"] == 5
+    assert h.server.count() == 5
+    assert attempt_timeouts(h) == [0.3] * 5  # not the server's 10 s
 
 
 def test_hang_longer_than_the_budget_is_cut_at_the_budget(h: Harness) -> None:
@@ -315,14 +321,14 @@ def test_hang_longer_than_the_budget_is_cut_at_the_budget(h: Harness) -> None:
     assert 0 < given <= 2.0  # what the budget had left, not the request timeout's 5 s
 
 
-def test_200_that_is_not_a_png(h: Harness) -> None:
+def test_200_that_is_not_a_png_is_tried_again(h: Harness) -> None:
     h.server.register_template("tpl_html", {"width": 640})
     h.server.script(template="tpl_html", non_png=True)
     api = h.api([{"id": "acc1"}])
     result = h.render(api, chart_call("tpl_html", {"width": 640}))
     assert code(result) == "CHART_API_FAILED"
-    assert details(result)["contentType"] == "text/html"
-    assert h.server.count() == 1
+    assert (details(result)["contentType"], details(result)["errorKind"]) == ("text/html", "not_png")
+    assert h.server.count() == 5  # a bad moment: each attempt made
 
 
 def test_422_and_403_are_final_after_one_request(h: Harness) -> None:
@@ -371,11 +377,12 @@ def test_an_unknown_key_is_skipped_for_the_next_account_and_disabled_when_refuse
     assert h.logs.events("chart-img account key refused: account disabled") == []  # once is no proof
     # another request refused on it too (no success between): the key, not the request
     assert h.render(api, chart_call("tpl_b", symbol="BINANCE:BUSDT")) == ChartSuccess(PNG, "acc2")
-    assert [r.status for r in h.server.requests] == [403, 200, 403, 200]
+    # then the known-good chart on acc1: refused too
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200, 403]
     (event,) = h.logs.events("chart-img account key refused: account disabled")
     assert event["accountId"] == "acc1" and event["severity"] == "ERROR"
     assert h.render(api, chart_call("tpl_c")) == ChartSuccess(PNG, "acc2")
-    assert [r.status for r in h.server.requests] == [403, 200, 403, 200, 200]  # acc1 not again today
+    assert [r.status for r in h.server.requests] == [403, 200, 403, 200, 403, 200]  # acc1 not again
 
 
 def test_an_unknown_key_alone_is_final(h: Harness) -> None:
@@ -387,7 +394,8 @@ def test_an_unknown_key_alone_is_final(h: Harness) -> None:
     assert h.server.count() == 1  # every key refused this request: its final failure
     result = h.render(api, chart_call("tpl_b", symbol="BINANCE:BUSDT"))  # another: the key then
     assert details(result)["disabledAccounts"] == ["acc1"]
-    assert h.server.count() == 2  # refused for a second request: disabled, nothing left
+    # refused for a second request and for the known-good chart: disabled, nothing left
+    assert h.server.count() == 3
 
 
 # --- record, then replay -------------------------------------------------------------------
@@ -411,7 +419,7 @@ def test_record_then_mock_replay_gives_the_same_results(h: Harness) -> None:
     recorder = h.api([{"id": "acc1"}], charts_api_mode="record")
     recorded = h.render_all(recorder, calls)
     sent = h.server.count()
-    assert sent == 1 + 1 + 1 + 2 + 3
+    assert sent == 1 + 1 + 1 + 2 + 5
     names = sorted(p.name for p in (h.tmp_path / "fixtures/chart-img/advanced-chart-v2").iterdir())
     assert names == [
         "BINANCE_BTCUSDT__1h__tpl_flaky.png",

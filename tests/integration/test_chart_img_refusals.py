@@ -38,6 +38,7 @@ from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.account_status import AccountState, account_row
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.settings import Settings
 
@@ -57,7 +58,7 @@ class Stand:
     apis: list[Any] = field(default_factory=list)
     results: list[ChartResult] = field(default_factory=list)
 
-    def instance(self, *account_ids: str, rate: float = 50.0, burst: int = 20) -> Any:
+    def instance(self, *account_ids: str, rate: float = 50.0, burst: int = 20, attempts: int = 5) -> Any:
         """A worker instance (its own limiter) on the shared usage file and the fake clock."""
         for account_id in account_ids:
             self.keys.setdefault(account_id, self.server.add_account(account_id))
@@ -69,9 +70,10 @@ class Stand:
             chart_img_request_timeout_seconds=5.0,
             chart_img_rate_per_second=rate,
             chart_img_burst=burst,
+            chart_img_max_attempts=attempts,
             charts_fixtures_dir=Path("/nonexistent"),
         )
-        policy = RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.0)
+        policy = RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0))
         api = build_chart_api(settings, self.store, retry_policy=policy, seams=Seams(clock=self.clock))
         self.apis.append(api)
         return api
@@ -137,10 +139,12 @@ def test_a_429_that_is_not_the_daily_limit_cools_the_key_and_the_call_moves_on(
     stand.server.script(key=stand.keys["acc1"], fail_times=1, fail_status=429, **refusal)
     assert stand.render(api) == ChartSuccess(PNG, "acc2")
     assert [(a, s) for a, s, _ in stand.answers()] == [("acc1", 429), ("acc2", 200)]
-    assert not any(stand.clock.sleeps)  # another key at once
+    # it may be CHART-IMG throttling every key: the next attempt waits its backoff first
+    assert stand.clock.sleeps == [pytest.approx(0.5)]
     assert usable(api, "acc1", "acc2")
     row = stand.row("acc1")  # what `accounts` shows: neither exhausted nor disabled
-    assert (row.exhausted_until, row.disabled, row.used_today) == (None, False, 1)
+    # refused before it was counted: its unit given back
+    assert (row.exhausted_until, row.disabled, row.used_today) == (None, False, 0)
     (cooling,) = stand.logs.events("chart-img key rate-limited: cooling down")
     assert (cooling["accountId"], cooling["cooldownSeconds"]) == ("acc1", 1.0)
     stand.clock.advance(1.0)  # the cooldown is over: the same key serves the next chart
@@ -154,8 +158,9 @@ def test_limit_exceeded_exhausts_the_key_for_the_day_for_every_instance(stand: S
     assert stand.answers() == [("acc1", 429, "Limit Exceeded"), ("acc2", 200, None)]
     assert api.limiter.exhausted_accounts() == ("acc1",)
     doc = stand.doc("acc1")
-    # the unit its call spent, not the limit: the exhaustion is a field of its own (issue 27)
-    assert (doc["usageToday"], doc["exhaustedUntil"]) == (1, MIDNIGHT)
+    # not the limit: the exhaustion is a field of its own (issue 27), and the 429 was refused
+    # before it was counted, its unit given back (issue 37)
+    assert (doc["usageToday"], doc["refundedToday"], doc["exhaustedUntil"]) == (0, 1, MIDNIGHT)
     assert doc["exhaustedReason"] == 'CHART-IMG answered 429 "Limit Exceeded": the day\'s quota'
     row = stand.row("acc1")
     assert (row.state, row.left_today, row.exhausted_reason) == (
@@ -196,15 +201,16 @@ def test_a_cooling_key_is_reserved_only_once_its_cooldown_is_over(stand: Stand) 
     sleep = stand.clock.sleep
 
     def watching(seconds: float) -> None:
-        if seconds >= 1.0:  # the cooldown (1 s after a first 429), not a pacing instant
-            counted_while_cooling.append(stand.doc("acc1")["usageToday"])
+        counted_while_cooling.append(stand.doc("acc1")["usageToday"])
         sleep(seconds)
 
     stand.clock.sleep = watching  # type: ignore[method-assign]
     assert stand.render(api) == ChartSuccess(PNG, "acc1")
     assert [(a, s) for a, s, _ in stand.answers()] == [("acc1", 429), ("acc1", 200)]
-    assert counted_while_cooling == [1]  # the 429's unit only: the retry's not yet taken
-    assert stand.doc("acc1")["usageToday"] == 2 == len(stand.server.requests)
+    # the backoff (0.5 s), then what is left of the 1 s cooldown: nothing counted through
+    # either (the 429's unit given back, the retry's not yet taken)
+    assert sum(stand.clock.sleeps) == pytest.approx(1.0) and counted_while_cooling == [0, 0]
+    assert stand.doc("acc1")["usageToday"] == 1 and len(stand.server.requests) == 2
 
 
 def test_a_unit_is_reserved_when_its_slot_comes_not_before(stand: Stand) -> None:
@@ -305,7 +311,7 @@ def test_every_key_hearing_too_many_requests_for_over_a_minute_sets_none_aside(s
 
     after = stand.step(api, "tpl_c", "tpl_d")  # right after: within the keys' last cooldown
     assert all(isinstance(r, ChartSuccess) for r in after), after
-    assert {r.account_id for r in stand.server.requests if r.status == 200} == {"acc1", "acc2"}
+    assert len([r for r in stand.server.requests if r.status == 200]) == 2
     assert stand.logs.events(STREAK_ERROR) == [] and usable(api, "acc1", "acc2")
     assert any(e["chartImgThrottling"] for e in stand.logs.events(COOLING))
     for account_id in ("acc1", "acc2"):
@@ -329,10 +335,13 @@ def test_401s_for_two_requests_disable_the_key_for_every_instance_until_a_probe(
     api = stand.instance("acc1", "acc2")
     stand.server.script(key=stand.keys["acc1"], status=401)
     assert [stand.render(api, f"tpl_{i}") for i in range(3)] == [ChartSuccess(PNG, "acc2")] * 3
-    assert [a for a, _, _ in stand.answers()] == ["acc1", "acc2", "acc1", "acc2", "acc2"]
+    # the second refusal, then the known-good chart on acc1, refused too: the key's fault
+    assert [a for a, _, _ in stand.answers()] == ["acc1", "acc2", "acc1", "acc2", "acc1", "acc2"]
+    assert stand.server.requests[4].symbol == "BINANCE:BTCUSDT"
     assert api.limiter.usable_accounts() == ("acc2",)
     (event,) = stand.logs.events(DISABLED_ERROR)
     assert (event["severity"], event["accountId"]) == ("ERROR", "acc1")
+    assert event["rule"] == "key refused for two requests, then for a known-good chart"
     assert event["answers"] == [{"httpStatus": 401, "message": "Invalid Request"}] * 2
     row = stand.row("acc1")
     assert (row.state, row.disabled_reason) == (
@@ -342,7 +351,7 @@ def test_401s_for_two_requests_disable_the_key_for_every_instance_until_a_probe(
     assert row.disabled_until == stand.clock.now() + timedelta(minutes=15)  # then one probe
     other = stand.instance("acc1", "acc2")  # another instance: its reservation on acc1 is refused
     assert stand.render(other, "tpl_x") == ChartSuccess(PNG, "acc2")
-    assert stand.server.count("acc1") == 2 and other.limiter.usable_accounts() == ("acc2",)
+    assert stand.server.count("acc1") == 3 and other.limiter.usable_accounts() == ("acc2",)
     stand.server.script(key=stand.keys["acc1"])  # the key was rotated: it serves again
     stand.clock.advance(15 * 60.0)
     assert stand.render(other, "tpl_probe") == ChartSuccess(PNG, "acc1")  # the probe decides
@@ -366,6 +375,34 @@ def test_a_request_that_draws_401_on_the_only_key_fails_alone_and_the_next_chart
     assert "disabled" not in stand.doc("acc1")
 
 
+def test_two_requests_that_draw_401_on_the_only_key_leave_it_in_service(stand: Stand) -> None:
+    """Issue 38: CHART-IMG answers 401 "Invalid Request" (its documented example) for two
+    different requests on the only key. Before, the key was disabled for 15 minutes and the
+    next valid chart failed ("refused the key of every configured account"); now the key is
+    asked for the known-good chart first, which renders: it stays in service."""
+    api = stand.instance("acc1")
+    stand.server.refuse_request(symbol="BINANCE:TPL_BAD1")
+    stand.server.refuse_request(symbol="BINANCE:TPL_BAD2")
+    for template in ("tpl_bad1", "tpl_bad2"):
+        refused = stand.render(api, template)
+        assert isinstance(refused, ChartFailure) and refused.error.details["errorKind"] == "request_refused"
+    assert stand.render(api, "tpl_good") == ChartSuccess(PNG, "acc1")
+    assert stand.answers() == [
+        ("acc1", 401, "Invalid Request"),
+        ("acc1", 401, "Invalid Request"),
+        ("acc1", 200, None),  # the known-good chart
+        ("acc1", 200, None),
+    ]
+    assert [r.symbol for r in stand.server.requests] == [
+        "BINANCE:TPL_BAD1",
+        "BINANCE:TPL_BAD2",
+        "BINANCE:BTCUSDT",
+        "BINANCE:TPL_GOOD",
+    ]
+    assert stand.logs.events(DISABLED_ERROR) == [] and usable(api, "acc1")
+    assert "disabled" not in stand.doc("acc1")
+
+
 def test_a_request_refused_on_every_key_disables_none(stand: Stand) -> None:
     api = stand.instance("acc1", "acc2")
     stand.server.refuse_request(symbol="BINANCE:TPL_BAD")
@@ -384,7 +421,7 @@ def test_requests_each_refused_by_several_keys_disable_none_and_every_key_serves
     chart). A request refused by more than one key, while keys it did not try remain, is the
     request's: no key is blamed, the charts beside it render."""
     keys = ("acc1", "acc2", "acc3", "acc4")
-    api = stand.instance(*keys)
+    api = stand.instance(*keys, attempts=3)  # three of the four keys tried: one left untried
     for n in (1, 2, 3):
         stand.server.refuse_request(symbol=f"BINANCE:BAD{n}")
     for n in (1, 2, 3):

@@ -78,6 +78,24 @@ def test_a_missing_symbol_or_interval_gets_its_default(
     assert (record.symbol, record.interval, record.defaulted) == expected
 
 
+def test_each_request_is_logged_with_the_request_digest_of_the_body_it_received(
+    chart_img_server: ChartImgServer, client: httpx.Client
+) -> None:
+    """The naming contract's requestDigest of the JSON received, whatever its key order or
+    spacing on the wire (the value a worker's PNG of it must carry); none for unreadable JSON.
+    The hex is `sha256sum` of the canonical text,
+    {"interval":"1h","symbol":"BINANCE:BTCUSDT","theme":"dark","title":"caf\\u00e9"}."""
+    key = chart_img_server.add_account("acc1")
+    json_headers = {"content-type": "application/json"}
+    wire = '{"symbol": "BINANCE:BTCUSDT",  "interval": "1h", "title": "café", "theme": "dark"}'
+    post(client, key, content=wire.encode(), headers=json_headers)
+    post(client, key, content=b"{", headers=json_headers)
+    assert [r.received_digest for r in chart_img_server.requests] == [
+        "ffc6e5a1c49b7d2f6d0b1af103d72b4bbbb7f4fc54e49ea80a2479b78c7eb080",
+        None,
+    ]
+
+
 # --- refusals of the body ------------------------------------------------------------------
 
 

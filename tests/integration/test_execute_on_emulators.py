@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,10 +17,11 @@ from harness.builders import REPO, chart_step, flow_run, load_templates
 from harness.gcs_emulator import list_objects, read_object, storage_client_for
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, FirestoreTemplateSource
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy
+from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -78,46 +80,73 @@ def test_step_succeeds_with_pngs_and_manifest_in_gcs(
     assert step_of(firestore_client, "run1", "other") == {"stepType": "LLM_REPORT", "status": "PENDING"}
 
 
-def test_gcs_failing_every_write_fails_the_step_and_never_claims_success(
+# a write's retries made short: these tests are about what a write failing to the end leads to
+SHORT_WRITES = Backoff(attempts=2, base=0.01, cap=0.02)
+
+
+def test_gcs_failing_every_write_makes_the_step_wait_and_never_claims_success(
     world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
 ) -> None:
+    """The bucket refuses every write longer than the step's retries: the charts are paid for
+    but cannot be stored, so the step waits for its next attempt (issue 37): no manifest, no
+    outputs, nothing claimed."""
     _, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=1000, status=503)
-    artifacts = GcsArtifactStore(
-        storage_client_for(proxy.url), bucket, policy=WritePolicy(max_attempts=2), clock=FakeClock()
-    )
-    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
-    report = execute_step(
-        "run1", "charts", ports=world(artifacts=artifacts), limits=LIMITS, clock=SYSTEM_CLOCK
-    )
-    assert report.outcome == "FAILED" and report.error_code == "MANIFEST_WRITE_FAILED"
-    step = step_of(firestore_client, "run1", "charts")
-    assert step["status"] == "FAILED" and step["error"]["code"] == "MANIFEST_WRITE_FAILED"
-    assert "outputs" not in step  # no manifest URI for a manifest that does not exist
-    assert list_objects(gcs_bucket[0], bucket) == []
-
-
-def test_gcs_failing_png_writes_only_records_gcs_write_failed(
-    world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
-) -> None:
-    storage_client, bucket = gcs_bucket
-    proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
-    artifacts = GcsArtifactStore(
-        storage_client_for(proxy.url), bucket, policy=WritePolicy(max_attempts=2), clock=FakeClock()
-    )
-    limits = StepLimits.within_request(
-        request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
-    )
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, clock=FakeClock())
+    limits = replace(LIMITS, artifact_writes=SHORT_WRITES)
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     report = execute_step(
         "run1", "charts", ports=world(artifacts=artifacts), limits=limits, clock=SYSTEM_CLOCK
     )
-    assert report.outcome == "FAILED" and report.error_code == "GCS_WRITE_FAILED"
+    assert report.outcome == "WAITING" and report.error_code == "MANIFEST_WRITE_FAILED"
+    step = step_of(firestore_client, "run1", "charts")
+    assert step["status"] == "RUNNING" and step["retryAt"] == step["leaseExpiresAt"]
+    assert step["waits"][0]["error"]["code"] == "MANIFEST_WRITE_FAILED"
+    assert "outputs" not in step  # no manifest URI for a manifest that does not exist
+    assert list_objects(gcs_bucket[0], bucket) == []
+
+
+def test_gcs_failing_png_writes_records_gcs_write_failed_and_the_step_waits(
+    world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
+) -> None:
+    storage_client, bucket = gcs_bucket
+    proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, clock=FakeClock())
+    limits = StepLimits.within_request(
+        request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
+    )
+    limits = replace(limits, artifact_writes=SHORT_WRITES)
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    report = execute_step(
+        "run1", "charts", ports=world(artifacts=artifacts), limits=limits, clock=SYSTEM_CLOCK
+    )
+    assert report.outcome == "WAITING" and report.error_code == "GCS_WRITE_FAILED"
     manifest = json.loads(read_object(storage_client, bucket, "charts/run1/charts/manifest.json")[0])
     assert [f["error"]["code"] for f in manifest["failures"]] == ["GCS_WRITE_FAILED"] * 3
     assert step_of(firestore_client, "run1", "charts")["outputs"]["outputsManifestGcsUri"].endswith(
         "manifest.json"
     )
+
+
+def test_a_six_second_gcs_blip_costs_seconds_not_the_step(
+    world: Any, firestore_client: Any, gcs_bucket: Any, faulty_gcs_proxy: Any
+) -> None:
+    """Issue 37: uploads answered 503 for 6 s (listing fine) ended the step FAILED
+    MANIFEST_WRITE_FAILED after about 4 s of retrying, with 270 s of budget left and the
+    charts paid for. Each write now waits 1 s doubling (core.retry.ARTIFACT_WRITES) within the
+    budget: the step SUCCEEDS. The 6 s are the FakeClock's, which the retries' sleeps move."""
+    storage_client, bucket = gcs_bucket
+    clock = FakeClock()
+    blip_ends = clock.monotonic() + 6.0
+    proxy = faulty_gcs_proxy(fail_first=0, status=503, failing=lambda: clock.monotonic() < blip_ends)
+    artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, clock=clock)
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    ports = world(artifacts=artifacts, flow_runs=FirestoreFlowRunStore(firestore_client, clock=clock))
+    report = execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=clock)
+    assert (report.outcome, report.items_count) == ("SUCCEEDED", 3)
+    assert proxy.failed_uploads >= 3 and clock.monotonic() >= blip_ends  # the blip was waited out
+    manifest = json.loads(read_object(storage_client, bucket, "charts/run1/charts/manifest.json")[0])
+    assert (len(manifest["items"]), manifest["failures"]) == (3, [])
 
 
 class ClaimHereFinalizeThere:

@@ -18,7 +18,8 @@ from worker_chart_export.adapters.firestore.client import RpcOptions, commit_bat
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import ClaimContended, TransientStoreError
-from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion
+from worker_chart_export.core.retry import CLAIM_COMMITS
+from worker_chart_export.core.step.step_rules import RunVersion
 from worker_chart_export.core.types import Claim, ClaimResult, ClaimStatus, StepFinal, StepStatus
 from worker_chart_export.testing import FakeClock
 
@@ -181,6 +182,7 @@ def test_a_claim_still_ready_after_every_try_is_contended(firestore_client: fire
     commits = CountingCommits(another_step_written(ref))
     store = FirestoreFlowRunStore(firestore_client, commit=commits, clock=clock)
 
+    CLAIM_TRIES = CLAIM_COMMITS.attempts
     with pytest.raises(ClaimContended, match=f"still READY after {CLAIM_TRIES} commits"):
         claim(store, seen=seen_version(ref))
 
@@ -285,7 +287,7 @@ def test_concurrent_claims_have_exactly_one_winner_and_no_redelivery(
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join()  # until it ends: pytest-timeout (pyproject) guards a hang
 
     # no lock to time out on and nobody left asking for a redelivery: the losers saw RUNNING
     assert all(isinstance(r, ClaimResult) for r in results.values()), results

@@ -102,13 +102,29 @@ def test_only_uncached_ids_are_fetched(firestore_client: firestore.Client) -> No
     for template_id in ("a_v1", "b_v1"):
         firestore_client.collection(COLLECTION).document(template_id).set(template(template_id))
     counting = CountingClient(firestore_client)
-    source = FirestoreTemplateSource(counting, clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
+    source = FirestoreTemplateSource(counting, ttl_seconds=60, clock=FakeClock())  # type: ignore[arg-type]
 
     source.get_templates(["a_v1"])
     both = source.get_templates(["a_v1", "b_v1", "a_v1"])
 
     assert set(both) == {"a_v1", "b_v1"}
     assert counting.get_all_calls == [["a_v1"], ["b_v1"]]
+
+
+def test_the_worker_reads_a_template_as_it_is_now_and_checks_a_version_once(
+    firestore_client: firestore.Client,
+) -> None:
+    """No TTL (the worker's): an edit is what the next step reads, not five minutes later
+    (issue 37: a template edited mid-retry is used by the next claim); an unchanged version
+    comes back as the StoredTemplate already checked."""
+    reference = firestore_client.collection(COLLECTION).document("rsi_v1")
+    reference.set(template("rsi_v1"))
+    source = FirestoreTemplateSource(firestore_client, clock=FakeClock())
+    first = source.get_templates(["rsi_v1"])["rsi_v1"]
+    assert source.get_templates(["rsi_v1"])["rsi_v1"] is first  # read again, the same version
+    reference.update({"request.theme": "light"})
+    edited = source.get_templates(["rsi_v1"])["rsi_v1"]
+    assert edited is not first and edited.document["request"]["theme"] == "light"
 
 
 def test_returned_templates_cannot_alter_the_cache(firestore_client: firestore.Client) -> None:

@@ -11,7 +11,10 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 
+from harness.firestore_emulator import FirestoreEmulator
+from harness.firestore_fault_proxy import FirestoreFaultProxy
 from worker_chart_export.adapters.firestore import FirestoreUsageStore
+from worker_chart_export.adapters.firestore.usage_waves import WRITE_ID
 from worker_chart_export.core.chart_img.usage import Pacing, ReservationRequest
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import TransientStoreError
@@ -27,7 +30,9 @@ COLLECTION = "chart_img_accounts_usage"
 
 
 def usage_doc(client: firestore.Client, account_id: str) -> dict[str, Any] | None:
-    return client.collection(COLLECTION).document(account_id).get().to_dict()
+    """The document's fields about the account (its write's id is the store's own)."""
+    doc = client.collection(COLLECTION).document(account_id).get().to_dict()
+    return None if doc is None else {k: v for k, v in doc.items() if k != WRITE_ID}
 
 
 def put_usage(client: firestore.Client, account_id: str, **fields: Any) -> None:
@@ -187,9 +192,12 @@ def test_a_read_makes_the_next_wave_write_on_the_current_versions(firestore_clie
     assert usage_doc(firestore_client, "acc-1") == {"usageToday": 11, "windowStart": TODAY}
 
 
-def test_a_wave_whose_answer_was_lost_is_read_again(
+def test_a_wave_whose_answer_was_lost_counts_once(
     firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The BatchWrite landed, its answer did not come: one read finds the wave's id on the
+    account, so its reservation is made once (before: the caller reserved again, 2 units for
+    one call)."""
     put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
     store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
     store.prime()
@@ -202,11 +210,95 @@ def test_a_wave_whose_answer_was_lost_is_read_again(
 
     with monkeypatch.context() as patched:
         patched.setattr(BulkWriteBatch, "commit", commit_then_lose_the_answer)
+        answer = store.reserve_many([request], now=NOW, max_wait=5.0)
+    assert [r.usage_today for r in answer["acc-1"]] == [4]
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 4, "windowStart": TODAY}
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 5  # the next one: 5
+
+
+def test_a_wave_neither_answered_nor_readable_reserves_nothing_it_knows_of(
+    firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wave's answer lost and the read after it failing too: the store cannot know, says
+    so (TransientStoreError), and reads the account before its next write."""
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    store = FirestoreUsageStore(firestore_client, clock=FakeClock(NOW))
+    store.prime()
+
+    def lost(self: BulkWriteBatch, **kwargs: Any) -> Any:
+        raise api_exceptions.ServiceUnavailable("connection reset")  # type: ignore[no-untyped-call]
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise api_exceptions.ServiceUnavailable("still down")  # type: ignore[no-untyped-call]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BulkWriteBatch, "commit", lost)
+        patched.setattr(firestore_client, "get_all", unreadable)
         with pytest.raises(TransientStoreError, match="acc-1"):
-            store.reserve_many([request], now=NOW, max_wait=5.0)
-    # the unit landed: it is counted, and the next reservation reads before it counts
-    assert store.reserve_many([request], now=NOW, max_wait=5.0) == {}
+            store.reserve_many([ReservationRequest("acc-1", 1, 44, None)], now=NOW, max_wait=5.0)
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 4
+
+
+@pytest.fixture
+def proxied(firestore_client: firestore.Client, firestore_emulator: FirestoreEmulator) -> Any:
+    """A client reaching the emulator through the fault proxy, and the proxy."""
+    proxy = FirestoreFaultProxy(firestore_emulator).start()
+    env = pytest.MonkeyPatch()
+    env.setenv("FIRESTORE_EMULATOR_HOST", proxy.host)
+    client = firestore.Client(project=firestore_emulator.project)
+    env.undo()
+    yield client, proxy
+    client.close()
+    proxy.stop()
+
+
+def test_a_reservation_whose_reply_was_lost_counts_once(
+    firestore_client: firestore.Client, proxied: Any
+) -> None:
+    """The Commit lands, its answer is lost (UNAVAILABLE): api_core sends it again, which
+    fails its precondition on our own new version. The store reads, finds its write's id,
+    and the unit counts once (before: 4 units for 3 calls)."""
+    client, proxy = proxied
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    store = FirestoreUsageStore(client, clock=FakeClock(NOW))
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 4
+    lost = proxy.lose_answer("Commit", b"acc-1")
     assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 5
+    assert lost.refused == 1  # the answer really was lost
+    assert store.reserve("acc-1", default_limit=44, now=NOW).usage_today == 6
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 6, "windowStart": TODAY}
+
+
+def test_a_refund_whose_reply_was_lost_counts_once(firestore_client: firestore.Client, proxied: Any) -> None:
+    client, proxy = proxied
+    put_usage(firestore_client, "acc-1", usageToday=3, windowStart=TODAY)
+    store = FirestoreUsageStore(client, clock=FakeClock(NOW))
+    lost = proxy.lose_answer("Commit", b"acc-1")
+    refund = store.refund("acc-1", day=TODAY)
+    assert (refund.usage_today, refund.refunded_today, lost.refused) == (2, 1, 1)
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 2, "windowStart": TODAY, "refundedToday": 1}
+
+
+def test_a_wave_whose_reply_was_lost_on_the_wire_counts_once(
+    firestore_client: firestore.Client, proxied: Any
+) -> None:
+    """The same through the real gRPC path: BatchWrite done by the emulator, answered
+    UNAVAILABLE by the proxy; the read after it confirms the wave (before: 6 units for 3
+    calls once the calls reserved again one by one)."""
+    client, proxy = proxied
+    for account in ("acc-1", "acc-2"):
+        put_usage(firestore_client, account, usageToday=1, windowStart=TODAY)
+    store = FirestoreUsageStore(client, clock=FakeClock(NOW))
+    store.prime()
+    lost = proxy.lose_answer("BatchWrite", b"chart_img_accounts_usage")
+    requests = [ReservationRequest("acc-1", 2, 44, None), ReservationRequest("acc-2", 1, 44, None)]
+    answer = store.reserve_many(requests, now=NOW, max_wait=5.0)
+    assert lost.refused == 1
+    assert [r.usage_today for r in answer["acc-1"]] == [2, 3] and [
+        r.usage_today for r in answer["acc-2"]
+    ] == [2]
+    assert usage_doc(firestore_client, "acc-1") == {"usageToday": 3, "windowStart": TODAY}
+    assert usage_doc(firestore_client, "acc-2") == {"usageToday": 2, "windowStart": TODAY}
 
 
 class TickingClock(FakeClock):
@@ -288,7 +380,7 @@ def test_concurrent_reservations_never_exceed_the_limit(firestore_client: firest
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join()  # until it ends: pytest-timeout (pyproject) guards a hang
 
     assert len(results) == threads_count * per_thread
     # giving up on contention is allowed (the caller treats it as transient), anything else is not

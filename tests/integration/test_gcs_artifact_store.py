@@ -22,11 +22,11 @@ from harness.gcs_emulator import (
 from worker_chart_export.adapters.gcs import (
     DISABLE_BUCKET_METADATA_ENV,
     GcsArtifactStore,
-    WritePolicy,
     make_storage_client,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import ArtifactWriteError, BucketUnusable
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.testing import FakeClock
 
 pytestmark = pytest.mark.emulators
@@ -56,11 +56,9 @@ def store_via(
     initial_wait: float = 0.2,
     max_wait: float = 2.0,
 ) -> GcsArtifactStore:
+    policy = Backoff(attempts=max_attempts, base=initial_wait, cap=max_wait, jitter=initial_wait)
     return GcsArtifactStore(
-        storage_client_for(proxy.url),
-        bucket,
-        policy=WritePolicy(max_attempts, initial_wait, max_wait, timeout=10.0),
-        clock=sleep,
+        storage_client_for(proxy.url), bucket, requests=policy, writes=policy, timeout=10.0, clock=sleep
     )
 
 
@@ -247,7 +245,8 @@ def test_503_forever_fails_after_max_attempts(gcs_bucket: Bucket, faulty_gcs_pro
     message = str(err.value)
     assert proxy.upload_requests == 3
     assert len(sleep.calls) == 2
-    assert all(wait <= 0.15 for wait in sleep.calls)  # capped by max_wait
+    assert all(wait <= 0.15 + 0.1 for wait in sleep.calls)  # capped by max_wait, plus the jitter
+    assert err.value.transient  # the service may try it again within the step's budget
     assert f"gs://{bucket}/{PNG_PATH}" in message
     assert "3 attempts" in message
     assert "503" in message and "ServiceUnavailable" in message
@@ -296,7 +295,9 @@ def test_connection_refused_is_transient_and_bounded() -> None:
     store = GcsArtifactStore(
         storage_client_for(f"http://127.0.0.1:{port}"),
         "b",
-        policy=WritePolicy(max_attempts=2, timeout=5.0),
+        requests=Backoff(attempts=2, base=0.2, cap=2.0, jitter=0.2),
+        writes=Backoff(attempts=2, base=0.2, cap=2.0, jitter=0.2),
+        timeout=5.0,
         clock=sleep,
     )
 

@@ -7,7 +7,7 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from worker_chart_export.adapters.gcs import describe_error, is_transient, redact
+from worker_chart_export.adapters.gcs_errors import describe_error, is_transient, redact
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])

@@ -12,9 +12,10 @@ import pytest
 from google.cloud import storage
 
 from harness.gcs_emulator import GCS_TEST_PROJECT, FaultyGcsProxy, GcsEmulator, storage_client_for
-from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
+from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
 from worker_chart_export.adapters.local import LocalArtifactStore
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError, BucketUnusable
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ListedObject
 from worker_chart_export.testing import FakeClock
 
@@ -52,8 +53,10 @@ def as_listed(name: str) -> ListedObject:
 
 
 def via(proxy: FaultyGcsProxy, bucket: str, clock: FakeClock) -> GcsArtifactStore:
-    policy = WritePolicy(max_attempts=3, initial_wait=0.1, max_wait=0.2, timeout=10.0)
-    return GcsArtifactStore(storage_client_for(proxy.url), bucket, policy=policy, clock=clock)
+    policy = Backoff(attempts=3, base=0.1, cap=0.2, jitter=0.1)
+    return GcsArtifactStore(
+        storage_client_for(proxy.url), bucket, requests=policy, writes=policy, timeout=10.0, clock=clock
+    )
 
 
 def listings(proxy: FaultyGcsProxy) -> list[str]:

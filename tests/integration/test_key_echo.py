@@ -24,6 +24,7 @@ from worker_chart_export.adapters.usage_local import FileUsageStore
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartFailure, ChartResult
 from worker_chart_export.settings import Settings
 
@@ -43,7 +44,7 @@ def chart_api(server: ChartImgServer, store: FileUsageStore, clock: FakeClock) -
         chart_img_burst=20,
         charts_fixtures_dir=Path("/nonexistent"),
     )
-    policy = RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0))
     return build_chart_api(settings, store, retry_policy=policy, seams=Seams(clock=clock))
 
 

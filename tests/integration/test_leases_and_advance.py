@@ -115,7 +115,7 @@ def test_the_last_attempt_fails_with_step_lease_expired(firestore_client: firest
 
 
 def test_the_attempts_a_step_may_have_are_the_callers(firestore_client: firestore.Client) -> None:
-    """REAPER_MAX_ATTEMPTS at 4 (not the default 3): attempt 3 of 4 is READY again."""
+    """STEP_MAX_ATTEMPTS at 4 (not the default 3): attempt 3 of 4 is READY again."""
     ref = put_run(firestore_client, {STEP: chart_step(attempt=2)})
     claim(FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK), "tok-3")
     report = reap_at(firestore_client, NOW + LEASE + timedelta(seconds=1), max_attempts=4)

@@ -135,7 +135,10 @@ def run_the_worker(firestore_client: Any, ports: Ports, run_id: str, symbol: str
     run = firestore_client.collection("flow_runs").document(run_id)
     run.set(doc)
     report = execute_step(run_id, "charts", ports=ports, limits=LIMITS, clock=SYSTEM_CLOCK)
-    assert report.outcome == "FAILED" and report.failures_count == 3
+    # every chart failed and was written down; whether the step ended or waits is not judged
+    # here (a lone key refused for a known-good chart too is disabled, and its step waits for
+    # the key's probe: core/step/patience.py), only that no form of a key left through it
+    assert report.outcome in ("FAILED", "WAITING") and report.failures_count == 3
     run.update({"flowKey": "test_flow"})
 
 

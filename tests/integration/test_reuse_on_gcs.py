@@ -28,15 +28,13 @@ from harness.builders import TEMPLATES_DIR, chart_step, chart_step_for, flow_run
 from harness.chart_img_server import ChartImgServer, register_templates_from
 from harness.gcs_emulator import object_metadata
 from harness.logs import LogCapture
+from harness.naming_contract import png_name
 from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.adapters.gcs import GcsArtifactStore
 from worker_chart_export.adapters.local import LocalTemplateSource
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.step.reuse import png_metadata
-from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.settings import Settings
@@ -101,6 +99,10 @@ class Retry:
     def calls(self) -> list[tuple[str | None, str | None]]:
         return [(r.template, r.symbol) for r in self.server.requests]
 
+    def received_digests(self) -> dict[str | None, str | None]:
+        """The requestDigest of each template's body as the stand-in received it."""
+        return {r.template: r.received_digest for r in self.server.requests}
+
     def edit_template(self, template_id: str, **request: Any) -> dict[str, Any]:
         path = self.templates_dir / f"{template_id}.json"
         template = json.loads(path.read_text())
@@ -134,14 +136,15 @@ def test_every_png_carries_the_digest_of_the_body_sent_and_the_claim_that_wrote_
     start(retry, chart_step())
     step = retry.execute()
 
+    received = retry.received_digests()
+    assert sorted(received, key=str) == sorted(TEMPLATES)
     for template_id, item in retry.items().items():
-        stored = json.loads((retry.templates_dir / f"{template_id}.json").read_text())
-        sent = build_request_body(stored["request"], "BINANCE:BTCUSDT", "1h", "Etc/UTC")
+        digest = received[template_id]
         path = item["png_gcs_uri"].removeprefix(f"gs://{retry.bucket}/")
         stamped = object_metadata(retry.storage, retry.bucket, path)
         assert stamped["contentType"] == "image/png"
-        assert stamped["metadata"] == {"requestDigest": body_digest(sent), "claimToken": step["claimToken"]}
-        assert item["meta"]["requestDigest"] == body_digest(sent)
+        assert stamped["metadata"] == {"requestDigest": digest, "claimToken": step["claimToken"]}
+        assert item["meta"]["requestDigest"] == digest
 
 
 def test_a_template_edited_before_the_retry_is_rendered_anew_the_others_reused(retry: Retry) -> None:
@@ -172,16 +175,18 @@ def test_a_template_edited_before_the_retry_is_rendered_anew_the_others_reused(r
 
 
 def test_a_symbol_whose_slug_collides_is_never_served_the_other_symbols_png(retry: Retry) -> None:
-    """`BINANCE:US_BTCUSD` and `BINANCE_US:BTCUSD` both name their PNGs BINANCE-US-BTCUSD."""
+    """`BINANCE:US_BTCUSD` and `BINANCE_US:BTCUSD` both name their PNGs BINANCE-US-BTCUSD.
+    scope.symbol is a base symbol (BTCUSD): the exchange moves in the template between runs."""
     template = json.loads((retry.templates_dir / f"{EDITED}.json").read_text())
-    template |= {"id": "pair_v1", "chartImgSymbolTemplate": "{symbol}"}
+    template |= {"id": "pair_v1", "chartImgSymbolTemplate": "BINANCE:US_{symbol}"}
     (retry.templates_dir / "pair_v1.json").write_text(json.dumps(template))
     retry.server.register_template("pair_v1", {"timezone": "Etc/UTC", **template["request"]})
-    start(retry, chart_step_for(["pair_v1"]), symbol="BINANCE:US_BTCUSD")
+    start(retry, chart_step_for(["pair_v1"]), symbol="BTCUSD")
     retry.execute()
     before = retry.items()["pair_v1"]["png_gcs_uri"]
     retry.made_ready_again()
-    retry.runs.runs["run1"]["scope"]["symbol"] = "BINANCE_US:BTCUSD"
+    template["chartImgSymbolTemplate"] = "BINANCE_US:{symbol}"
+    (retry.templates_dir / "pair_v1.json").write_text(json.dumps(template))
 
     retry.execute()
 
@@ -204,7 +209,7 @@ def test_a_symbol_whose_slug_collides_is_never_served_the_other_symbols_png(retr
         (
             "image/png",
             b"<html><body>not a chart</body></html>",
-            "its bytes do not begin with the PNG signature",
+            "its bytes are not a whole PNG",
         ),
     ],
     ids=["text-html", "png-type-html-bytes"],
@@ -218,11 +223,10 @@ def test_an_object_planted_under_a_pngs_name_is_never_served_as_the_chart(
     retry.execute()
     first = retry.items()
     retry.made_ready_again()
-    stored = json.loads((retry.templates_dir / f"{EDITED}.json").read_text())
-    digest = body_digest(build_request_body(stored["request"], "BINANCE:BTCUSDT", "1h", "Etc/UTC"))
-    path = png_object_path("run1", "charts", SYSTEM_CLOCK.now(), "BINANCE:BTCUSDT", "1h", EDITED)
+    digest = retry.received_digests()[EDITED]  # of the body the retry sends again
+    path = png_name("run1", "charts", SYSTEM_CLOCK.now(), "BINANCE-BTCUSDT", "1h", EDITED)
     blob = retry.storage.bucket(retry.bucket).blob(path)
-    blob.metadata = png_metadata(digest, "planted")
+    blob.metadata = {"requestDigest": digest, "claimToken": "planted"}
     blob.upload_from_string(data, content_type=content_type)
 
     retry.execute()
@@ -239,7 +243,7 @@ def test_an_object_planted_under_a_pngs_name_is_never_served_as_the_chart(
 
 def test_a_planted_object_and_no_genuine_png_means_the_chart_is_rendered(retry: Retry) -> None:
     start(retry, chart_step(attempt=1))
-    path = png_object_path("run1", "charts", SYSTEM_CLOCK.now(), "BINANCE:BTCUSDT", "1h", EDITED)
+    path = png_name("run1", "charts", SYSTEM_CLOCK.now(), "BINANCE-BTCUSDT", "1h", EDITED)
     blob = retry.storage.bucket(retry.bucket).blob(path)
     blob.upload_from_string(b"<html>maintenance</html>", content_type="text/html")
 

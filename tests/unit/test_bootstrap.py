@@ -19,7 +19,8 @@ from harness.firestore_emulator import free_port
 from worker_chart_export import bootstrap
 from worker_chart_export.adapters.firestore import FirestoreFlowRunStore, make_firestore_client
 from worker_chart_export.bootstrap import Runtime, runtime
-from worker_chart_export.core.exceptions import ArtifactWriteError, ConfigError
+from worker_chart_export.core.exceptions import ArtifactListError, ConfigError
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.settings import load_settings
 from worker_chart_export.testing import FakeClock
 
@@ -129,13 +130,13 @@ def test_a_part_that_failed_to_build_is_built_by_the_next_caller(unreachable_clo
 
 def test_every_part_is_handed_the_runtimes_clock(unreachable_clouds: None) -> None:
     clock = FakeClock()
-    built = Runtime(load_settings({"charts_api_mode": "mock", "reaper_max_attempts": 5}), clock)
+    built = Runtime(load_settings({"charts_api_mode": "mock", "step_max_attempts": 5}), clock)
     step, reaper = built.step(), built.reaper()
     assert step.clock is clock and reaper.clock is clock and reaper.max_attempts == 5
     # the adapters got it too: the GCS store's retries wait on it, not on the wall clock
-    with pytest.raises(ArtifactWriteError):
-        step.ports.artifacts.create_png("charts/run1/step1/chart.png", b"\x89PNG", metadata={})
-    assert len(clock.sleeps) == 2  # three attempts, two waits, none of them real
+    with pytest.raises(ArtifactListError):
+        step.ports.artifacts.list_objects("charts/run1/step1/")
+    assert len(clock.sleeps) == 2  # three attempts (core.retry.BUCKET_REQUESTS), two waits, none real
 
 
 # Every setting the step and the CHART-IMG client are built from, each away from its default
@@ -154,6 +155,9 @@ NOT_THE_DEFAULTS = {
     "CHART_IMG_DAILY_LIMIT": "30",
     "CHART_IMG_RATE_PER_SECOND": "2.5",
     "CHART_IMG_BURST": "6",
+    "STEP_MAX_ATTEMPTS": "7",
+    "STEP_RETRY_BASE_SECONDS": "2",
+    "STEP_RETRY_MAX_SECONDS": "9",
 }
 
 
@@ -178,6 +182,7 @@ def test_every_setting_reaches_the_step_limits_and_the_chart_img_options(
     )
     assert limits.plans.describe() == "CHART_IMG_PLAN PRO, no account configured"
     assert limits.chart_reuse_max_age_seconds == 60.0
+    assert limits.step_retries == Backoff(attempts=7, base=2.0, cap=9.0)
     assert chart_img_options(settings) == ChartImgOptions(
         base_url="https://chart-img.test",
         request_timeout_seconds=12.0,
@@ -200,7 +205,7 @@ def test_the_worker_takes_its_accounts_from_chart_img_accounts_secret(
 
     from google.cloud import secretmanager
 
-    from worker_chart_export.bootstrap.builders import chart_img_accounts
+    from worker_chart_export.bootstrap.chart_api import chart_img_accounts
 
     asked: list[str] = []
     payload = json.dumps([{"id": "from-secret", "apiKey": "test-key-" + "5" * 32}]).encode()

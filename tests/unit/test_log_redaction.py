@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.logs import LogCapture
 from harness.secret_scan import key_forms, leaks
 from worker_chart_export import known_keys
@@ -33,6 +35,28 @@ def test_every_form_of_a_known_key_is_redacted_from_a_line(log_capture: LogCaptu
     assert REDACTED in line["answers"][0]["message"]  # the blob's bytes around the key stay
     assert line[REDACTED] == "a key as a field name"
     assert "ValueError: provider said <redacted>" in line["exception"]
+    assert leaks([log_capture.text], [KEY]) == []
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "upper_case",
+        "mixed_case",
+        "hex_upper",
+        "backslash_x_lower",
+        "html_decimal_padded",
+        "html_hex_upper_padded",
+    ],
+)
+def test_a_key_in_another_case_in_hex_or_escaped_for_html_or_c_is_redacted_from_a_line(
+    log_capture: LogCapture, form: str
+) -> None:
+    """Issue 38: written into the line as JSON renders it (a `\\x` escape doubled)."""
+    known_keys.learn([KEY])
+    get_logger().warning("provider answered", body=f"invalid key: {key_forms(KEY)[form]}!")
+    (line,) = log_capture.lines()
+    assert line["body"] == f"invalid key: {REDACTED}!"
     assert leaks([log_capture.text], [KEY]) == []
 
 

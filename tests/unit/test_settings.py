@@ -14,7 +14,7 @@ import pytest
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.settings import ChartsApiMode, RunLocalSettings, Settings, load_settings
 
-README = Path(__file__).parents[2] / "README.md"
+CONFIGURATION_DOC = Path(__file__).parents[2] / "docs" / "configuration.md"
 Environment = Callable[..., None]
 
 
@@ -41,7 +41,7 @@ def test_an_empty_variable_is_unset(
     assert settings.chart_img_plan == "BASIC" and settings.threads == 12
 
 
-# Every setting's default, written out (the README's configuration table says the same).
+# Every setting's default, written out (docs/configuration.md's table says the same).
 DEFAULTS = {
     "env": "local",
     "charts_api_mode": ChartsApiMode.REAL,
@@ -55,9 +55,9 @@ DEFAULTS = {
     "chart_img_rate_per_second": 1.0,
     "chart_img_burst": 3,
     "chart_img_request_timeout_seconds": 45.0,
-    "chart_img_max_attempts": 3,
+    "chart_img_max_attempts": 5,
     "chart_concurrency": 8,
-    "chart_reuse_max_age_seconds": 900.0,
+    "chart_reuse_max_age_seconds": 3600.0,
     "threads": 12,  # 4 per CPU, with 3 CPUs
     "request_timeout_seconds": 300.0,
     "finalize_budget_seconds": 30.0,
@@ -65,7 +65,9 @@ DEFAULTS = {
     "firestore_emulator_host": None,
     "local_output_dir": Path("out"),
     "port": 8080,
-    "reaper_max_attempts": 3,
+    "step_max_attempts": 5,
+    "step_retry_base_seconds": 60.0,
+    "step_retry_max_seconds": 480.0,
 }
 
 
@@ -87,10 +89,10 @@ def test_every_default_is_the_documented_value(
     assert load_settings(kind=RunLocalSettings).charts_api_mode is ChartsApiMode.MOCK
 
 
-def readme_defaults() -> dict[str, str]:
-    """The README's "Configuration (environment)" table: {variable: default column}."""
+def documented_defaults() -> dict[str, str]:
+    """docs/configuration.md's table: {variable: default column}."""
     table: dict[str, str] = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in CONFIGURATION_DOC.read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             for variable in re.findall(r"`([A-Z_]+)`", cells[0]):
@@ -108,19 +110,20 @@ def readme_defaults() -> dict[str, str]:
         ("CHART_IMG_PLAN", "`BASIC`"),
         ("CHART_IMG_RATE_PER_SECOND", "`1`, `3`"),  # with CHART_IMG_BURST
         ("CHART_IMG_REQUEST_TIMEOUT_SECONDS", "`45`"),
-        ("CHART_IMG_MAX_ATTEMPTS", "`3`"),
+        ("CHART_IMG_MAX_ATTEMPTS", "`5`"),
         ("CHART_CONCURRENCY", "`8`"),
-        ("CHART_REUSE_MAX_AGE_SECONDS", "`900`"),
+        ("CHART_REUSE_MAX_AGE_SECONDS", "`3600`"),
         ("THREADS", "4 per CPU"),
         ("REQUEST_TIMEOUT_SECONDS", "`300`"),
         ("FINALIZE_BUDGET_SECONDS", "`30`"),
         ("CHARTS_DEFAULT_TIMEZONE", "`Etc/UTC`"),
-        ("REAPER_MAX_ATTEMPTS", "`3`"),
+        ("STEP_MAX_ATTEMPTS", "`5`"),
+        ("STEP_RETRY_BASE_SECONDS", "`60`, `480`"),
         ("APP_ENV", "`local`"),
     ],
 )
-def test_the_readme_shows_the_same_defaults(variable: str, shown: str) -> None:
-    assert readme_defaults()[variable] == shown
+def test_the_configuration_doc_shows_the_same_defaults(variable: str, shown: str) -> None:
+    assert documented_defaults()[variable] == shown
 
 
 def test_flags_over_env_over_the_callers_defaults_over_the_settings_own(
@@ -164,7 +167,7 @@ def test_the_reuse_window_is_read_bounded_and_reaches_the_step_limits(
     from worker_chart_export.bootstrap.builders import step_limits
 
     settings_environment()
-    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 900.0
+    assert step_limits(load_settings()).chart_reuse_max_age_seconds == 3600.0
     settings_environment(CHART_REUSE_MAX_AGE_SECONDS="0")
     assert step_limits(load_settings()).chart_reuse_max_age_seconds == 0.0  # off
     for bad in ("-1", "86401", "soon"):

@@ -1,5 +1,5 @@
 """Every setting has a test that sets it AWAY from its default and sees the effect where the
-worker uses it (issue 28: the reaper's fixture used REAPER_MAX_ATTEMPTS' default 3, so a pass
+worker uses it (issue 28: the reaper's fixture used STEP_MAX_ATTEMPTS' default 3, so a pass
 that ignored the setting passed every test). A setting added to Settings without such a test
 fails here; the named tests are the audit, each able to fail on a wiring that drops its
 setting."""
@@ -63,7 +63,7 @@ REACHED_BY = {
         "integration/test_accounts_command.py",
         "test_json_shows_each_account_as_its_documents_say",
     ),
-    "REAPER_MAX_ATTEMPTS": (
+    "STEP_MAX_ATTEMPTS": (
         "unit/functions/test_main_flow.py",
         "test_a_pass_reaps_with_the_attempts_and_the_clock_of_its_runtime",
     ),
@@ -82,6 +82,8 @@ REACHED_BY = {
             "CHART_IMG_DAILY_LIMIT",
             "CHART_IMG_RATE_PER_SECOND",
             "CHART_IMG_BURST",
+            "STEP_RETRY_BASE_SECONDS",
+            "STEP_RETRY_MAX_SECONDS",
         ),
         BOOTSTRAP_REACH,
     ),

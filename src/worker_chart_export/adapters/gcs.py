@@ -8,26 +8,23 @@ claim was taken back. A retried step lists its folder once, one page at most, na
 content type and metadata, and reads the first bytes of a PNG it may reuse (core/step/reuse.py).
 Each step first checks the bucket with a listing of one name (`check_bucket`); `serve` and the
 warm-up write and delete an object of their own first (`probe_write`).
-Retries are ours and bounded (tenacity, on the injected clock): the client library's own retry is
-switched off, since its default keeps retrying for up to 120 s on its own schedule.
+Retries are ours and bounded (tenacity, on the injected clock, by the policies bootstrap passes:
+core/retry.py): the client library's own retry is switched off, since its default keeps
+retrying for up to 120 s on its own schedule. A write request is made once here: the service
+retries a transient write failure (`ArtifactWriteError.transient`) within the step's budget.
 """
 
 from __future__ import annotations
 
-import http.client
 import os
-import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import requests
-import urllib3
 from google.api_core import exceptions as api_exceptions
-from google.auth import exceptions as auth_exceptions
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception
 
+from worker_chart_export.adapters.gcs_errors import describe_error, is_transient
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import (
     ArtifactListError,
@@ -38,6 +35,12 @@ from worker_chart_export.core.exceptions import (
     StoreError,
 )
 from worker_chart_export.core.naming import CHARTS_PREFIX, gcs_uri
+from worker_chart_export.core.retry import (
+    ARTIFACT_WRITE_REQUEST,
+    BUCKET_REQUESTS,
+    MANIFEST_FENCE_TRIES,
+    Backoff,
+)
 from worker_chart_export.core.step.reuse import LIST_PAGE_SIZE, PNG_CONTENT_TYPE
 from worker_chart_export.core.types import ListedObject
 
@@ -49,36 +52,6 @@ MANIFEST_CONTENT_TYPE = "application/json"
 # manifest is overwritten on re-execution, so readers must always revalidate it.
 MANIFEST_CACHE_CONTROL = "no-cache"
 
-# Same family the library itself treats as transient (google.cloud.storage.retry). api_core
-# has no class for 408 (it surfaces as a plain ClientError), hence the status-code check too.
-TRANSIENT_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504})
-_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
-    api_exceptions.TooManyRequests,
-    api_exceptions.InternalServerError,
-    api_exceptions.BadGateway,
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.GatewayTimeout,
-    requests.exceptions.ConnectionError,
-    requests.exceptions.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-    ConnectionError,
-    TimeoutError,
-    http.client.BadStatusLine,
-    http.client.IncompleteRead,
-    urllib3.exceptions.ProtocolError,
-    urllib3.exceptions.TimeoutError,
-    auth_exceptions.TransportError,
-)
-
-# Scrubbed from any server-supplied text we quote: bearer tokens, OAuth access tokens and
-# key/token query parameters. GCS does not echo them, but a proxy in between might.
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+"), r"\1 <redacted>"),
-    (re.compile(r"\bya29\.[A-Za-z0-9._-]+"), "<redacted>"),
-    (re.compile(r"(?i)\b(access_token|token|key|api_key|apikey)=[^&\s\"']+"), r"\1=<redacted>"),
-)
-_MAX_DETAIL_CHARS = 200
-MAX_FENCED_WRITES = 3
 # `probe_write`'s objects: created, then deleted at once (each name used once)
 WRITE_PROBE_PREFIX = "worker-chart-export/write-probe/"
 
@@ -101,85 +74,35 @@ def make_storage_client(project: str | None) -> StorageClient:
     return Client(project=project)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """408/429/5xx, connection resets, timeouts and auth transport errors are worth a retry."""
-    if isinstance(exc, _TRANSIENT_TYPES):
-        return True
-    if isinstance(exc, api_exceptions.GoogleAPICallError):
-        return exc.code in TRANSIENT_STATUS_CODES
-    return isinstance(exc, auth_exceptions.RefreshError) and bool(getattr(exc, "retryable", False))
-
-
-def redact(text: str) -> str:
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def describe_error(exc: BaseException) -> str:
-    """`HTTP 503 ServiceUnavailable: <server message>` or the exception class for I/O errors.
-
-    Never the exception's full text: for API errors it holds the request URL and raw body.
-    """
-    name = type(exc).__name__
-    if isinstance(exc, api_exceptions.GoogleAPICallError):
-        status = f"HTTP {exc.code} " if exc.code else ""
-        detail = _server_message(exc)
-        return f"{status}{name}" + (f": {detail}" if detail else "")
-    return name
-
-
-def _server_message(exc: api_exceptions.GoogleAPICallError) -> str:
-    """The `error.message` of a JSON API error body, redacted and truncated."""
-    response: Any = exc.response
-    try:
-        message = response.json()["error"]["message"]
-    except Exception:  # no response, not JSON, unexpected shape: say nothing rather than guess
-        return ""
-    if not isinstance(message, str):
-        return ""
-    message = redact(" ".join(message.split()))
-    if len(message) > _MAX_DETAIL_CHARS:
-        message = message[: _MAX_DETAIL_CHARS - 3] + "..."
-    return message
-
-
-@dataclass(frozen=True)
-class WritePolicy:
-    """How hard one object write tries: attempts, backoff (initial doubling to max, with up to
-    `initial` of jitter) and each request's timeout."""
-
-    max_attempts: int = 4
-    initial_wait: float = 0.2
-    max_wait: float = 2.0
-    timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
-
-
 class GcsArtifactStore:
-    """ArtifactStore over one bucket. Safe to share across threads (one Blob per call)."""
+    """ArtifactStore over one bucket. Safe to share across threads (one Blob per call).
+    `requests`: how the bucket check, listings, reads and serve's write probe are retried;
+    `writes`: how a PNG's or the manifest's write request is (once, by default: the service
+    retries writes within the step's budget, core.retry.ARTIFACT_WRITES); `timeout`: each
+    request's."""
 
     def __init__(
         self,
         client: StorageClient,
         bucket: str,
         *,
-        policy: WritePolicy = WritePolicy(),
+        requests: Backoff = BUCKET_REQUESTS,
+        writes: Backoff = ARTIFACT_WRITE_REQUEST,
+        timeout: float = 30.0,
         clock: Clock,
     ) -> None:
         self.bucket = bucket
         self._bucket = client.bucket(bucket)
-        self._timeout = policy.timeout
-        self._retrying = Retrying(
-            stop=stop_after_attempt(policy.max_attempts),
-            # initial * 2^(n-1) plus up to `initial` of jitter, so concurrent writers that
-            # failed together do not retry together
-            wait=wait_exponential_jitter(
-                multiplier=policy.initial_wait, jitter=policy.initial_wait, max=policy.max_wait
-            ),
+        self._timeout = timeout
+        self._requests = self._retrying(requests, clock)
+        self._writes = self._retrying(writes, clock)
+
+    @staticmethod
+    def _retrying(policy: Backoff, clock: Clock) -> Retrying:
+        # jittered, so concurrent writers that failed together do not retry together
+        return Retrying(
+            stop=policy.stop(),
+            wait=policy.wait(),
             retry=retry_if_exception(is_transient),
             sleep=clock.sleep,
             reraise=True,
@@ -278,7 +201,7 @@ class GcsArtifactStore:
         # after it fails (412) instead of being replaced. First as if there were none yet
         # (the common case: one request); after a 412, on the generation now there.
         expected = 0
-        for _ in range(MAX_FENCED_WRITES):
+        for _ in range(MANIFEST_FENCE_TRIES):
             if not still_ours():
                 raise ClaimSuperseded(
                     f"{object_path}: the claim was taken back before the manifest was written"
@@ -290,7 +213,9 @@ class GcsArtifactStore:
                 if not isinstance(exc.__cause__, api_exceptions.PreconditionFailed):
                     raise
             expected = self._current_generation(uri, object_path)
-        raise ArtifactWriteError(f"writing {uri}: the object kept changing under {MAX_FENCED_WRITES} tries")
+        raise ArtifactWriteError(
+            f"writing {uri}: the object kept changing under {MANIFEST_FENCE_TRIES} tries"
+        )
 
     def _manifest_upload(
         self, object_path: str, data: bytes, *, generation: int | None
@@ -320,9 +245,17 @@ class GcsArtifactStore:
         return int(current.generation) if current is not None else 0
 
     def _write(self, uri: str, upload: Callable[[], None], *, action: str = "writing") -> None:
-        self._retried(uri, upload, action=action, failure=ArtifactWriteError)
+        self._retried(uri, upload, action=action, failure=ArtifactWriteError, retrying=self._writes)
 
-    def _retried(self, uri: str, call: Callable[[], None], *, action: str, failure: type[StoreError]) -> None:
+    def _retried(
+        self,
+        uri: str,
+        call: Callable[[], None],
+        *,
+        action: str,
+        failure: type[StoreError],
+        retrying: Retrying | None = None,
+    ) -> None:
         attempts = 0
 
         def attempt() -> None:
@@ -332,11 +265,13 @@ class GcsArtifactStore:
 
         try:
             # copy(): a fresh controller per call, so concurrent calls share no state
-            self._retrying.copy()(attempt)
+            (retrying or self._requests).copy()(attempt)
         except Exception as exc:
             message = self._failure_message(action, uri, exc, attempts)
             if isinstance(exc, api_exceptions.NotFound) and action in ("writing", "listing"):
                 raise BucketUnusable(message) from exc  # the bucket is gone, not one object
+            if failure is ArtifactWriteError:
+                raise ArtifactWriteError(message, transient=is_transient(exc)) from exc
             raise failure(message) from exc
 
     def _failure_message(self, action: str, uri: str, exc: BaseException, attempts: int) -> str:

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.core.step.reaping import lease_document
+from worker_chart_export.core.step.reaping import ReapPlan, lease_document, moved_lease, plan_reap
 from worker_chart_export.core.step.step_rules import (
     RunVersion,
     apply_to_step,
@@ -19,6 +19,7 @@ from worker_chart_export.core.step.step_rules import (
     finalized,
     plan_claim,
     plan_finalize,
+    step_of,
 )
 from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
 
@@ -44,6 +45,9 @@ class PlannedFlowRuns:
 
     def _lease_deleted(self, run_id: str, step_id: str) -> None:
         """The finalize deletes the step's lease with the run's write."""
+
+    def _lease_moved(self, run_id: str, step_id: str, fields: dict[str, Any]) -> None:
+        """A step that waits keeps its lease, moved to the wait's end (`fields` merged in)."""
 
     def claim_step(
         self,
@@ -78,8 +82,27 @@ class PlannedFlowRuns:
             assert document is not None
             apply_to_step(document["steps"][step_id], plan)
             self._save(run_id, document)
-            self._lease_deleted(run_id, step_id)
+            if plan.lease_until is None:
+                self._lease_deleted(run_id, step_id)
+            else:
+                self._lease_moved(run_id, step_id, moved_lease(run_id, step_id, token, plan.lease_until))
             return finalized(step_id)
+
+    def take_back(self, run_id: str, step_id: str, *, now: datetime, max_attempts: int) -> ReapPlan | None:
+        """The reaper's plan for the step as it is now, under whatever claim holds it, applied:
+        run-local's own reaper, for a step that waited (its file store keeps no leases)."""
+        with self._locked():
+            document = self._load(run_id)
+            step = step_of(document, step_id)
+            token = step.get("claimToken") if step is not None else None
+            if document is None or not isinstance(token, str):
+                return None
+            plan = plan_reap(document, step_id, token=token, now=now, max_attempts=max_attempts)
+            if plan is not None:
+                apply_to_step(document["steps"][step_id], plan)
+                self._save(run_id, document)
+                self._lease_deleted(run_id, step_id)
+            return plan
 
     def claim_is_current(self, run_id: str, step_id: str, token: str) -> bool:
         with self._locked():

@@ -6,7 +6,8 @@ kept while the instance is warm: `step()` for on_flow_run_updated (ports, limits
 `advance_store()` for advance_flow (Firestore only: no CHART-IMG accounts, no GCS, no chart
 API), `reaper()` for the reaper. The CLI's `advance` and `reap` take theirs from a Runtime
 around a checked client (`cli_runtime`); run-local builds its own step on local files
-(`local_step`). How each part is built from the settings: `builders.py`.
+(`local_step`). How each part is built from the settings: `builders.py`; the chart API and
+its accounts: `chart_api.py`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from worker_chart_export.bootstrap.builders import (
     LocalLayout,
     LocalStep,
     StepParts,
-    account_defaults,
-    build_chart_api,
-    calls_chart_img,
-    chart_img_options,
     check_configuration,
-    configured_accounts,
     local_step,
     served_step,
     step_limits,
     template_plans,
+)
+from worker_chart_export.bootstrap.chart_api import (
+    account_defaults,
+    build_chart_api,
+    calls_chart_img,
+    chart_img_options,
+    configured_accounts,
 )
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.settings import Settings, load_settings
@@ -141,7 +144,7 @@ class Runtime:
         from worker_chart_export.adapters.firestore.leases import FirestoreLeaseReaper
 
         leases = FirestoreLeaseReaper(self.firestore_client())
-        return ReaperParts(leases, self.clock, self.settings.reaper_max_attempts)
+        return ReaperParts(leases, self.clock, self.settings.step_max_attempts)
 
 
 _runtime: Runtime | None = None

@@ -1,7 +1,7 @@
 """How each part is built from `Settings`: the served step's adapters and limits
-(`served_step`), run-local's step on local files (`local_step`), and the chart-API mode,
-decided once (`calls_chart_img`). Heavy client libraries are imported here, lazily, and only
-for the adapters actually used.
+(`served_step`), run-local's step on local files (`local_step`), the bucket checked at start
+(`check_configuration`); the chart API and its accounts: chart_api.py. Heavy client libraries
+are imported here, lazily, and only for the adapters actually used.
 """
 
 from __future__ import annotations
@@ -12,33 +12,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import (
     LocalArtifactStore,
     LocalFlowRunStore,
     LocalTemplateSource,
 )
-from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
-from worker_chart_export.core.chart_img.plans import AccountLimits, AccountPlans, plan_named
-from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+from worker_chart_export.bootstrap.chart_api import (
+    build_chart_api,
+    calls_chart_img,
+    chart_img_accounts,
+    require_dir,
+)
+from worker_chart_export.core.chart_img.plans import AccountPlans, plan_named
 from worker_chart_export.core.clock import SYSTEM_CLOCK, Clock
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.naming import CHART_TEMPLATES_COLLECTION, is_safe_segment
+from worker_chart_export.core.retry import (
+    ARTIFACT_WRITE_REQUEST,
+    BUCKET_REQUESTS,
+    CLAIM_COMMITS,
+    USAGE_COMMITS,
+)
 from worker_chart_export.environment import (
     CHART_TEMPLATES_DIR,
-    CHARTS_API_MODE,
     CHARTS_BUCKET,
-    CHARTS_FIXTURES_DIR,
 )
-from worker_chart_export.service.ports import ArtifactStore, ChartApi, Ports
-from worker_chart_export.settings import ChartsApiMode, Settings
+from worker_chart_export.service.ports import ArtifactStore, Ports
+from worker_chart_export.settings import Settings
+
+# One request to the bucket may take this long (the library's own default is 60 s).
+GCS_REQUEST_TIMEOUT_SECONDS = 15.0
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-    from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig, SecretClient
-    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions, Seams
+    from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
     from worker_chart_export.adapters.chart_img.usage_store import UsageStore
     from worker_chart_export.adapters.gcs import GcsArtifactStore
 
@@ -65,6 +74,7 @@ def step_limits(settings: Settings, accounts: Sequence[AccountConfig] = ()) -> S
         default_timezone=settings.charts_default_timezone,
         plans=account_plans(settings, accounts),
         chart_reuse_max_age_seconds=settings.chart_reuse_max_age_seconds,
+        step_retries=settings.step_retries,
     )
 
 
@@ -84,119 +94,6 @@ def template_plans(settings: Settings, *, offline: bool = False) -> AccountPlans
     return account_plans(settings, accounts)
 
 
-def chart_img_accounts(settings: Settings) -> tuple[AccountConfig, ...]:
-    """The accounts the chart API calls: required in real and record mode, none in mock."""
-    return _require_accounts(settings) if calls_chart_img(settings) else ()
-
-
-def calls_chart_img(settings: Settings) -> bool:
-    """real and record call CHART-IMG (accounts, usage store, HTTP); mock reads fixtures only."""
-    return settings.charts_api_mode is not ChartsApiMode.MOCK
-
-
-def build_chart_api(
-    settings: Settings,
-    usage_store: UsageStore | None,
-    *,
-    seams: Seams,
-    secret_client: SecretClient | None = None,
-    retry_policy: RetryPolicy | None = None,
-    steps_at_once: int | None = None,
-    accounts: Sequence[AccountConfig] | None = None,
-) -> ChartApi:
-    """The ChartApi for settings.charts_api_mode: the one place the mode is decided.
-    Real and record need accounts (`accounts`, else read from the settings) and a usage
-    store; mock needs neither (nor `seams`: the clock, the HTTP transport). `steps_at_once`:
-    how many steps share it at once (default the served instance's threads)."""
-    library = FixtureLibrary(settings.charts_fixtures_dir)
-    if not calls_chart_img(settings):
-        # a wrong folder would fail every chart as "missing" (record mode creates its folder)
-        require_dir(settings.charts_fixtures_dir, CHARTS_FIXTURES_DIR)
-        return MockChartApi(library)
-    from worker_chart_export.adapters.chart_img.assembly import build_http_chart_api
-
-    if accounts is None:
-        accounts = _require_accounts(settings, secret_client)
-    if usage_store is None:
-        raise ConfigError(CHARTS_API_MODE, f"{settings.charts_api_mode.value} mode needs a usage store")
-    return build_http_chart_api(
-        chart_img_options(settings, steps_at_once=steps_at_once),
-        accounts,
-        usage_store,
-        record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
-        retry_policy=retry_policy,
-        seams=seams,
-    )
-
-
-def chart_img_options(settings: Settings, *, steps_at_once: int | None = None) -> ChartImgOptions:
-    """What the HTTP chart API is built from. Its connections: one for every chart the
-    process runs at once, i.e. steps at once (the instance's threads) x CHART_CONCURRENCY."""
-    from worker_chart_export.adapters.chart_img.assembly import ChartImgOptions
-
-    steps = settings.threads if steps_at_once is None else steps_at_once
-    return ChartImgOptions(
-        base_url=settings.chart_img_base_url,
-        request_timeout_seconds=settings.chart_img_request_timeout_seconds,
-        max_attempts=settings.chart_img_max_attempts,
-        max_connections=steps * settings.chart_concurrency,
-        daily_limit=settings.chart_img_daily_limit,
-        rate_per_second=settings.chart_img_rate_per_second,
-        burst=settings.chart_img_burst,
-        default_plan=settings.chart_img_plan,
-    )
-
-
-def _require_accounts(
-    settings: Settings, secret_client: SecretClient | None = None
-) -> tuple[AccountConfig, ...]:
-    from worker_chart_export.adapters.chart_img.accounts_config import require_accounts
-
-    return require_accounts(
-        settings.chart_img_accounts_json,
-        settings.chart_img_accounts_secret,
-        settings.google_cloud_project,
-        secret_client=secret_client,
-    )
-
-
-def account_defaults(settings: Settings) -> AccountLimits:
-    """The limits of an account that sets none itself (no plan, no own values)."""
-    options = chart_img_options(settings)
-    return AccountLimits(options.daily_limit, options.rate_per_second, options.burst)
-
-
-def configured_accounts(
-    settings: Settings, secret_client: SecretClient | None = None
-) -> tuple[ConfiguredAccount, ...]:
-    """The accounts the worker would use (same sources: CHART_IMG_ACCOUNTS_JSON, else the
-    secret), as `accounts` shows them: plan, limits and the pacing the worker sends at,
-    never the key. () when none is configured."""
-    from worker_chart_export.adapters.chart_img.account_views import PacingMargins
-    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
-
-    loaded = load_accounts(
-        settings.chart_img_accounts_json,
-        settings.chart_img_accounts_secret,
-        settings.google_cloud_project,
-        secret_client=secret_client,
-    )
-    defaults, margins = account_defaults(settings), PacingMargins()
-    configured = []
-    for account in loaded:
-        limits = account.limits(defaults)
-        source = _limit_source(account.daily_limit, account.plan)
-        configured.append(ConfiguredAccount(account.id, account.plan, limits, source, margins.pacing(limits)))
-    return tuple(configured)
-
-
-def _limit_source(own_limit: int | None, plan: str | None) -> LimitSource:
-    """As AccountConfig.limits decides: the account's own value, else its plan's, else the default."""
-    if own_limit is not None:
-        return LimitSource.ACCOUNT
-    return LimitSource.PLAN if plan is not None else LimitSource.DEFAULT
-
-
 def check_configuration(settings: Settings) -> dict[str, object]:
     """What the first event with work would trip on, checked at start-up instead: a bad
     deployment then fails to start with a message naming the problem, rather than failing
@@ -208,7 +105,7 @@ def check_configuration(settings: Settings) -> dict[str, object]:
         "chartsBucket": settings.charts_bucket,
     }
     if calls_chart_img(settings):
-        summary["chartImgAccounts"] = [account.id for account in _require_accounts(settings)]
+        summary["chartImgAccounts"] = [account.id for account in chart_img_accounts(settings)]
     check_bucket_writable(gcs_artifacts(settings, SYSTEM_CLOCK), settings.charts_bucket)
     return summary
 
@@ -227,7 +124,7 @@ def check_bucket_writable(artifacts: GcsArtifactStore, bucket: str) -> None:
 def gcs_artifacts(settings: Settings, clock: Clock) -> GcsArtifactStore:
     from google.auth.exceptions import DefaultCredentialsError
 
-    from worker_chart_export.adapters.gcs import GcsArtifactStore, WritePolicy, make_storage_client
+    from worker_chart_export.adapters.gcs import GcsArtifactStore, make_storage_client
 
     try:
         client = make_storage_client(settings.google_cloud_project)
@@ -239,8 +136,14 @@ def gcs_artifacts(settings: Settings, clock: Clock) -> GcsArtifactStore:
             "emulator, or leave the bucket unset to write to the local folder)",
         ) from None
     # Bounded so that one object's retries stay well inside the step's budget.
-    policy = WritePolicy(max_attempts=3, timeout=15.0)
-    store = GcsArtifactStore(client, settings.charts_bucket, policy=policy, clock=clock)
+    store = GcsArtifactStore(
+        client,
+        settings.charts_bucket,
+        requests=BUCKET_REQUESTS,
+        writes=ARTIFACT_WRITE_REQUEST,  # retried by the service, within the step's budget
+        timeout=GCS_REQUEST_TIMEOUT_SECONDS,
+        clock=clock,
+    )
     return store
 
 
@@ -258,10 +161,14 @@ def served_step(settings: Settings, client: firestore.Client, clock: Clock) -> S
     )
 
     artifacts = gcs_artifacts(settings, clock)
-    usage = FirestoreUsageStore(client, clock=clock) if calls_chart_img(settings) else None
+    usage = (
+        FirestoreUsageStore(client, contention=USAGE_COMMITS, clock=clock)
+        if calls_chart_img(settings)
+        else None
+    )
     accounts = chart_img_accounts(settings)
     ports = Ports(
-        flow_runs=FirestoreFlowRunStore(client, clock=clock),
+        flow_runs=FirestoreFlowRunStore(client, claim_tries=CLAIM_COMMITS.attempts or 1, clock=clock),
         templates=FirestoreTemplateSource(client, clock=clock),
         artifacts=artifacts,
         chart_api=build_chart_api(settings, usage, seams=Seams(clock), accounts=accounts),
@@ -346,8 +253,3 @@ def local_step(settings: Settings, flow_run_path: Path, layout: LocalLayout) -> 
         chart_api=build_chart_api(settings, usage, seams=Seams(clock), steps_at_once=1, accounts=accounts),
     )
     return LocalStep(flow_runs, StepParts(ports, step_limits(settings, accounts), clock))
-
-
-def require_dir(path: Path, setting: str) -> None:
-    if not path.is_dir():
-        raise ConfigError(setting, f"{path} is not a folder")

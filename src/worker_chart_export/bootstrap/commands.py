@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from google.cloud import firestore, storage
+    from pydantic import SecretStr
 
     from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
     from worker_chart_export.adapters.firestore.template_catalog import FirestoreTemplateCatalog
@@ -57,6 +58,15 @@ def parse_accounts(
     from worker_chart_export.adapters.chart_img.accounts_config import parse_accounts as parse
 
     return parse(text, setting=setting or JSON_SOURCE, source=source)
+
+
+def check_accounts_json(accounts_json: SecretStr | None) -> None:
+    """CHART_IMG_ACCOUNTS_JSON (or the --accounts-config-path file standing in for it) parsed as
+    the worker parses it, also where no account is called (mock mode): a malformed list is a
+    mistake in every mode. A ConfigError names the problem, never a key; blank is none."""
+    from worker_chart_export.adapters.chart_img.accounts_config import load_accounts
+
+    load_accounts(accounts_json, None, None)  # no secret: mock mode reads nothing remote
 
 
 def local_usage_documents(usage_file: Path) -> dict[str, Mapping[str, Any]]:

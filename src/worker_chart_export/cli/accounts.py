@@ -13,8 +13,8 @@ without any, every usage document found is listed, plan unknown. The rows are
 `--check-file FILE`: the same parser the worker applies to CHART_IMG_ACCOUNTS_JSON
 (adapters/chart_img/accounts_config), so a file that passes here is one every instance will accept;
 deploy.sh runs it on ACCOUNTS_FILE before anything is uploaded. One line either way: the
-account ids, or the problem naming the item and field, the file named as `ACCOUNTS_FILE
-<path>`, the variable deploy.sh reads it from.
+account ids, or the problem naming the item and field, the file named as this command sees
+it, `accounts file <path>` (deploy.sh puts its own variable's name in front).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
 from worker_chart_export.logs import configure_logging
 from worker_chart_export.settings import Settings, load_settings
 
-SETTING = "ACCOUNTS_FILE"
+# how --check-file's lines name the file it was given
+SETTING = "accounts file"
 _CONFIG_FLAG = "--accounts-config-path"
 
 
@@ -172,7 +173,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def check_accounts_file(path: Path) -> list[str]:
-    """The account ids of a valid file; ConfigError (`ACCOUNTS_FILE <path>: <problem>`) else."""
+    """The account ids of a valid file; ConfigError (`accounts file <path>: <problem>`) else."""
     from worker_chart_export.bootstrap.commands import parse_accounts
 
     try:

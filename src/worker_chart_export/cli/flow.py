@@ -86,7 +86,7 @@ def add_flow_commands(commands: Any) -> None:
         "--max-attempts",
         type=positive_integer,
         metavar="N",
-        help="READY again while attempt < N, else FAILED (over env REAPER_MAX_ATTEMPTS; default 3)",
+        help="READY again while attempt < N, else FAILED (over env STEP_MAX_ATTEMPTS; default 5)",
     )
     reap.add_argument(
         "--batch",
@@ -175,7 +175,7 @@ def run_reap(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import cli_runtime
     from worker_chart_export.service.reaper import reap_once
 
-    settings = load_settings({"reaper_max_attempts": args.max_attempts})
+    settings = load_settings({"step_max_attempts": args.max_attempts})
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     with cli_runtime(settings) as runtime:
         reaper = runtime.reaper()

@@ -30,9 +30,10 @@ from worker_chart_export.command_surface import (
     port_number,
 )
 from worker_chart_export.core.exceptions import ConfigError, UsageError
+from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON, CHARTS_BUCKET
 from worker_chart_export.functions.serve import FUNCTION_TARGET, SIGNATURES
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import load_settings
+from worker_chart_export.settings import Settings, load_settings
 from worker_chart_export.tools.view import add_view_command
 
 DESCRIPTION = """\
@@ -190,7 +191,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from worker_chart_export.bootstrap import check_configuration
     from worker_chart_export.functions.serve import listen_problem, run_server
 
     settings = load_settings()
@@ -202,12 +202,49 @@ def serve(args: argparse.Namespace) -> int:
     if problem is not None:  # gunicorn would retry for 5 s, then exit 1 with ten lines
         raise UsageError(problem)
     # a ConfigError stops here (exit 2, nothing served), naming the environment variable
-    summary = check_configuration(settings) if args.target == FUNCTION_TARGET else {}
+    summary = _served_configuration(settings) if args.target == FUNCTION_TARGET else {}
     get_logger().info("serving the function", target=args.target, port=port, **summary)
     if args.target == FUNCTION_TARGET:
         _schedule_warm_up()
     run_server(port, host=args.host, target=args.target)
     return EXIT_OK
+
+
+# What serve says when the worker's start-up check fails for want of a setting: in serve's own
+# terms (it has no --accounts-config-path; a bucket the user never set is named as not set).
+SERVE_NO_ACCOUNTS = (
+    "no CHART-IMG accounts configured: set CHART_IMG_ACCOUNTS_JSON (the accounts' JSON) or "
+    "CHART_IMG_ACCOUNTS_SECRET (a Secret Manager secret holding it), or serve with CHARTS_API_MODE=mock "
+    "(no CHART-IMG call)"
+)
+SERVE_NO_BUCKET = (
+    "not set, and serve stores the charts in a bucket it checks before it listens: set CHARTS_BUCKET to "
+    "one you can write (with Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator); "
+    "run-local and stack up need no bucket"
+)
+
+
+def _served_configuration(settings: Settings) -> dict[str, object]:
+    """The worker's start-up check (bootstrap.check_configuration), its refusal for a setting
+    the user never gave said as serve sees it."""
+    from worker_chart_export.bootstrap import check_configuration
+
+    try:
+        return check_configuration(settings)
+    except ConfigError as exc:
+        if exc.setting == CHARTS_BUCKET and not settings.charts_bucket_configured:
+            raise ConfigError(CHARTS_BUCKET, SERVE_NO_BUCKET) from None
+        if exc.setting == CHART_IMG_ACCOUNTS_JSON and not _accounts_given(settings):
+            raise ConfigError(CHART_IMG_ACCOUNTS_JSON, SERVE_NO_ACCOUNTS) from None
+        raise
+
+
+def _accounts_given(settings: Settings) -> bool:
+    """Whether either source of the worker's accounts is set (a blank JSON counts as unset)."""
+    given = settings.chart_img_accounts_json
+    return bool(given is not None and given.get_secret_value().strip()) or bool(
+        settings.chart_img_accounts_secret
+    )
 
 
 def _schedule_warm_up() -> None:

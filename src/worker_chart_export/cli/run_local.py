@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,8 @@ from worker_chart_export.command_surface import (
 )
 from worker_chart_export.core.exceptions import RedeliverEvent, StepSelectionError, UsageError
 from worker_chart_export.core.step.step_rules import steps_of
-from worker_chart_export.core.types import CHART_EXPORT, StepStatus
+from worker_chart_export.core.step.step_types import handles
+from worker_chart_export.core.types import StepStatus
 from worker_chart_export.environment import (
     CHART_IMG_ACCOUNTS_JSON,
     CHARTS_API_MODE,
@@ -37,7 +38,7 @@ from worker_chart_export.environment import (
     CHARTS_LOCAL_OUTPUT_DIR,
 )
 from worker_chart_export.logs import configure_logging, get_logger
-from worker_chart_export.settings import RunLocalSettings, load_settings
+from worker_chart_export.settings import RunLocalSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from worker_chart_export.bootstrap import LocalLayout
@@ -131,53 +132,49 @@ def flags_given(args: argparse.Namespace) -> dict[str, str]:
 
 def run_local(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap import LocalLayout, local_step
-    from worker_chart_export.bootstrap.commands import read_flow_run
-    from worker_chart_export.service.execute import execute_chosen_step
+    from worker_chart_export.bootstrap.commands import check_accounts_json, read_valid_flow_run
+    from worker_chart_export.service.local_run import choose_local_step, execute_chosen_step
 
-    settings = load_settings(
-        {
-            "charts_api_mode": args.charts_api_mode,
-            "charts_bucket": args.charts_bucket,
-            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
-            "local_output_dir": args.output_dir,
-        },
-        kind=RunLocalSettings,  # mock mode unless the environment or a flag says otherwise
-    )
+    settings = _settings(args)
     # Logs go to stderr so that stdout carries only the summary (parseable with --output-summary=json).
     configure_logging(service=SERVICE_NAME, env=settings.env, stream=sys.stderr)
     log = get_logger()
-    original = read_flow_run(args.flow_run_path)  # the file, read once
+    # the file, read once and checked as submit checks it: a mistake stops here, nothing written
+    original = read_valid_flow_run(args.flow_run_path)
+    check_accounts_json(settings.chart_img_accounts_json)  # mock mode uses none, yet a bad file is a mistake
     run_id = original["runId"]
     layout = LocalLayout.under(settings.local_output_dir, run_id)
     flow_runs, step = local_step(settings, args.flow_run_path, layout)
-    try:  # the state beside the sample once a run has written it, else the file as read
-        flow_run = flow_runs.read() if layout.flow_run_state.exists() else original
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
-        ) from None
-
-    def started() -> None:
-        try:
-            layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
-        # every mistake was found by now: a run that logs has begun
-        log.info(
-            "run-local started",
-            mode="local",
-            chartsApi={"mode": settings.charts_api_mode.value},
-            flowRunPath=str(args.flow_run_path),
-            stepId=args.step_id,
-        )
-        log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
+    flow_run = _current_state(flow_runs.read, layout, original)
 
     try:
-        report = execute_chosen_step(
-            flow_run, args.step_id, ports=step.ports, limits=step.limits, clock=step.clock, started=started
-        )
+        choice = choose_local_step(flow_run, args.step_id)
     except StepSelectionError as exc:
         raise UsageError(f"--step-id: {exc}") from None
+    try:
+        layout.flow_run_state.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output-dir {layout.output_dir}: cannot be used ({exc.strerror})") from None
+    # every mistake was found by now: a run that logs has begun
+    log.info(
+        "run-local started",
+        mode="local",
+        chartsApi={"mode": settings.charts_api_mode.value},
+        flowRunPath=str(args.flow_run_path),
+        stepId=args.step_id,
+    )
+    log.info("flow_run parsed", runId=run_id, flowKey=flow_run.get("flowKey"))
+    try:
+        report = execute_chosen_step(
+            choice,
+            ports=step.ports,
+            limits=step.limits,
+            clock=step.clock,
+            # a step a bad window holds back waits here, then runs again (the reaper's part)
+            take_back=lambda run, step_id, now: flow_runs.take_back(
+                run, step_id, now=now, max_attempts=settings.step_max_attempts
+            ),
+        )
     except RedeliverEvent as exc:
         print(error_line(args.where, str(exc)), file=sys.stderr)
         return EXIT_FAILED
@@ -185,6 +182,31 @@ def run_local(args: argparse.Namespace) -> int:
         report = replace(report, message=report.message + _how_to_go_on(original, args, layout))
     _print_summary(args.output_summary, report, layout, settings.charts_bucket_configured)
     return EXIT_OK if report.outcome == "SUCCEEDED" else EXIT_FAILED
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """Flags win over the environment, which wins over the defaults (mock mode here)."""
+    return load_settings(
+        {
+            "charts_api_mode": args.charts_api_mode,
+            "charts_bucket": args.charts_bucket,
+            "chart_img_accounts_json": read_accounts_file(args.accounts_config_path),
+            "local_output_dir": args.output_dir,
+        },
+        kind=RunLocalSettings,
+    )
+
+
+def _current_state(
+    read_state: Callable[[], FlowRunDocument], layout: LocalLayout, original: FlowRunDocument
+) -> FlowRunDocument:
+    """The state beside the sample once a run has written it, else the file as read."""
+    try:
+        return read_state() if layout.flow_run_state.exists() else original
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"flow_run state {layout.flow_run_state} is unreadable ({exc}); delete it to start the run over"
+        ) from None
 
 
 def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: LocalLayout) -> str:
@@ -204,9 +226,7 @@ def _how_to_go_on(original: FlowRunDocument, args: argparse.Namespace, layout: L
 
 def _has_pending_chart_step(flow_run: FlowRunDocument) -> bool:
     return any(
-        isinstance(step, Mapping)
-        and step.get("stepType") == CHART_EXPORT
-        and step.get("status") == StepStatus.PENDING
+        isinstance(step, Mapping) and handles(step) and step.get("status") == StepStatus.PENDING
         for step in steps_of(flow_run).values()
     )
 

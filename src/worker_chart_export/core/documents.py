@@ -42,6 +42,15 @@ class StepOutputs(TypedDict, total=False):
     outputsManifestGcsUri: str
 
 
+class StepWait(TypedDict):
+    """One element of a step's `waits`: an attempt held back by a bad window, and why."""
+
+    attempt: int
+    at: str
+    retryAt: str
+    error: ErrorDocument
+
+
 class StepDocument(TypedDict, total=False):
     """`steps[stepId]`: what every step has, and what a CHART_EXPORT step adds (timeframe,
     inputs, outputs) and its claim writes (attempt, claimToken, leaseExpiresAt, startedAt)."""
@@ -58,6 +67,8 @@ class StepDocument(TypedDict, total=False):
     attempt: int
     claimToken: str
     leaseExpiresAt: str
+    retryAt: str
+    waits: list[StepWait]
 
 
 class StepUpdate(TypedDict, total=False):
@@ -71,6 +82,8 @@ class StepUpdate(TypedDict, total=False):
     claimToken: str
     leaseExpiresAt: str
     error: ErrorDocument
+    retryAt: str
+    waits: list[StepWait]
 
 
 class RunScope(TypedDict, total=False):

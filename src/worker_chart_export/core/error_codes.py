@@ -4,7 +4,7 @@ The exceptions are core/exceptions.py's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +41,17 @@ class ErrorCode(StrEnum):
 
 @dataclass(frozen=True)
 class StepError:
-    """The `error{code,message,details}` object; details must never hold secrets."""
+    """The `error{code,message,details}` object; details must never hold secrets.
+
+    `retryable`: the failure came from a bad moment (an outage, a throttle, a store blip, the
+    budget spent waiting), not from the request, its account's spent quota or a missing
+    fixture: the same request may succeed later, so a step it sinks waits and is tried again
+    (core/step/patience.py). Not part of the recorded object."""
 
     code: ErrorCode
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+    retryable: bool = field(default=False, compare=False)
 
     def redacted(self, redaction: Redaction) -> StepError:
         """The error as it may leave the process: no form of a key in its message or details
@@ -53,7 +59,10 @@ class StepError:
         message, details = redaction.text(self.message), redaction.value(self.details)
         if message is self.message and details == self.details:
             return self
-        return StepError(self.code, message, details)
+        return StepError(self.code, message, details, self.retryable)
+
+    def as_retryable(self) -> StepError:
+        return self if self.retryable else replace(self, retryable=True)
 
     def to_dict(self) -> ErrorDocument:
         data: ErrorDocument = {"code": self.code.value, "message": self.message}

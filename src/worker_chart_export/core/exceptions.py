@@ -20,9 +20,10 @@
     │   │   │                    the reaper: HTTP 503; the CLI's Firestore commands: exit 2
     │   │   └── ClaimContended . the step stayed READY while every claim commit lost to other
     │   │                        writes of the run: RedeliverEvent
-    │   ├── ArtifactWriteError . an object was not written: a PNG is recorded in the manifest's
-    │   │                        failures[] as GCS_WRITE_FAILED, the manifest on the step as
-    │   │                        MANIFEST_WRITE_FAILED
+    │   ├── ArtifactWriteError . an object was not written: retried within the step's budget
+    │   │                        while `transient`; then a PNG is recorded in the manifest's
+    │   │                        failures[] as GCS_WRITE_FAILED, the manifest as the step's
+    │   │                        MANIFEST_WRITE_FAILED, and a transient one makes the step wait
     │   ├── ArtifactListError .. the step's folder could not be listed (the reuse lookup): one
     │   │                        WARNING, every chart is rendered as usual
     │   ├── ArtifactReadError .. an earlier PNG's first bytes could not be read (the reuse
@@ -119,7 +120,12 @@ class ClaimContended(TransientStoreError):
 
 
 class ArtifactWriteError(StoreError):
-    """Writing an object failed after the adapter's own bounded retries."""
+    """Writing an object failed. `transient`: worth another try (a 5xx, a timeout, a reset),
+    which the service makes within the step's budget (core.retry.ARTIFACT_WRITES)."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class ArtifactListError(StoreError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, AccountPlans
+from worker_chart_export.core.retry import ARTIFACT_WRITES, STEP_ATTEMPTS, Backoff
 from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS
 
 # Charts may not eat the time the manifest write needs: without a manifest the step fails.
@@ -26,6 +27,10 @@ class StepLimits:
     # CHART_REUSE_MAX_AGE_SECONDS: how old an earlier execution's PNG may be to be listed
     # again instead of rendered (core/step/reuse.py); 0: never
     chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
+    # a PNG or the manifest written after paying: retried within the step's budget
+    artifact_writes: Backoff = ARTIFACT_WRITES
+    # the step's own attempts after a bad window (STEP_MAX_ATTEMPTS, STEP_RETRY_*_SECONDS)
+    step_retries: Backoff = STEP_ATTEMPTS
 
     @classmethod
     def within_request(
@@ -37,6 +42,7 @@ class StepLimits:
         default_timezone: str = "Etc/UTC",
         plans: AccountPlans = DEFAULT_PLANS,
         chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
+        step_retries: Backoff = STEP_ATTEMPTS,
     ) -> StepLimits:
         """The step runs inside one request: its budget is the request's timeout minus the
         finalize reserve, and its claim's lease lasts as long as the request may."""
@@ -50,6 +56,7 @@ class StepLimits:
             default_timezone=default_timezone,
             plans=plans,
             chart_reuse_max_age_seconds=chart_reuse_max_age_seconds,
+            step_retries=step_retries,
         )
 
     @property

@@ -9,7 +9,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 # Firestore collections (worker contract §14, orchestration rules).
 FLOW_RUNS_COLLECTION = "flow_runs"
@@ -46,6 +46,20 @@ def rfc3339_utc(moment: datetime) -> str:
     """RFC 3339 in UTC with millisecond precision and a `Z` suffix."""
     moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def moment_of(value: Any) -> datetime | None:
+    """A timestamp, epoch seconds or ISO-8601 text as an aware UTC datetime; None otherwise."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, UTC)
+        if isinstance(value, str):
+            return moment_of(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
 
 
 # A symbol named as it is in slugs and fixture keys: `EXCHANGE:NAME`-like, short. Any other
@@ -106,7 +120,7 @@ def png_object_path(
 
 # What each part of a PNG name may hold when it is read back: none holds `_` but the
 # template id (the last part), so the first three `_` split it (charts_images_naming.md §2).
-_COMPACT_UTC = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})Z")
+_COMPACT_UTC = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})Z", re.ASCII)
 _SLUG = re.compile(r"[A-Z0-9][A-Z0-9.-]{0,63}")
 _TIMEFRAME = re.compile(r"[0-9]{1,4}[A-Za-z]")
 PNG_SUFFIX = ".png"
@@ -185,7 +199,7 @@ def success_fixture_name(key: str) -> str:
     return f"{key}.png"
 
 
-ERROR_FIXTURE_NAME = re.compile(r"^(?P<key>.+)__(?P<status>[1-5]\d\d)_(?P<reason>[A-Z0-9_]+)\.json$")
+ERROR_FIXTURE_NAME = re.compile(r"^(?P<key>.+)__(?P<status>[1-5][0-9][0-9])_(?P<reason>[A-Z0-9_]+)\.json$")
 
 
 def error_fixture_name(key: str, http_status: int, reason: str) -> str:

@@ -40,7 +40,7 @@ _FIXED = {
     "string_type": "must be a string",
 }
 _LIBRARY_PREFIXES = ("Value error, ", "Assertion failed, ")
-_CAPITALISED_WORD = re.compile(r"[A-Z][a-z]*\b")
+_CAPITALISED_WORD = re.compile(r"[A-Z][a-z]*\b", re.ASCII)
 
 
 def plain_problem(error: Mapping[str, Any]) -> str:

@@ -2,24 +2,31 @@
 
 A `Redaction` is compiled once from the API keys a process holds and applied where text
 leaves it: a log line, a Firestore field, a manifest, CLI output, a page. In a text it finds,
-for every key:
+for every key, in any letter case (the key upper-, lower- or mixed-cased; hex digits of
+either case):
 - any run of `MIN_RUN` (8) or more consecutive characters of the key, so a key cut short
   (its first 10 characters, say) is found too; a key shorter than that only whole;
-- the same once the text's escapes are decoded: JSON's (`\\/`, `\\"`, `\\\\`, `\\uXXXX`, any
-  case) and URL percent-encoding (`%2F`, `%2f`; `quote` and `quote_plus` differ only for a
-  space, which a key cannot hold), decoded again while a pass finds more (`%5C%2F`); and the
-  whole key as those encoders write it, as written (a stray `%` can make the decoder eat a
-  short key's first characters);
+- the hex of the key's bytes, a run of `MIN_RUN` bytes of it (16 hex digits), or a shorter
+  key's whole;
+- the same once the text's escapes are decoded: JSON's (`\\/`, `\\"`, `\\\\`, `\\uXXXX`), URL
+  percent-encoding (`%2F`, `%2f`; `quote` and `quote_plus` differ only for a space, which a
+  key cannot hold), `\\xHH` (C, Python, JavaScript) and HTML's numeric character references
+  (`&#65;`, `&#x41;`, `&#X0041;`: padded with zeros or not, `;` optional as browsers read
+  them), decoded again while a pass finds more (`%5C%2F`); and the whole key as those
+  encoders write it, as written (a stray `%` can make the decoder eat a short key's first
+  characters);
 - the key's base64, standard and URL-safe, at each of the three byte alignments a key can
   have inside a longer blob: any run of `MIN_RUN` characters that only the key's bytes
   determine.
 Each find is replaced by `REDACTED` in the original text, an escape sequence whole.
 
 Cost: applied once per text that leaves, never per byte of a transfer. A text without a
-backslash or a percent sign is not decoded. A sieve first: a run of 8 characters holds, at
-a position that is a multiple of 5, 4 characters of the key; only a text where one such
-slice is 4 characters of a key (or of its base64) is searched, by one regular expression
-(the runs as a trie), and only a text with a find is decoded with positions.
+backslash, a percent sign or `&#` is not decoded. A sieve first: a run of 8 characters
+holds, at a position that is a multiple of 4, 5 characters of the key; only a text where one
+such slice, lower-cased, is 5 characters of a key (or of its hex or base64) is searched, by
+one regular expression (the runs as a trie, over the text lower-cased), and only a text with
+a find is decoded with positions. (Slices of 4 at multiples of 5 let one log line in ten
+through once case was ignored: 4 characters of 38 lower-case ones are too common.)
 `benchmarks/bench_redaction.py` measures a log line.
 """
 
@@ -28,26 +35,40 @@ from __future__ import annotations
 import base64
 import json
 import re
+import string
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
 REDACTED = "<redacted>"
 MIN_RUN = 8
-_SIEVE_WIDTH = 4  # a run of MIN_RUN holds a slice this wide at a multiple of _SIEVE_STEP
+_SIEVE_WIDTH = 5  # a run of MIN_RUN holds a slice this wide at a multiple of _SIEVE_STEP
 _SIEVE_STEP = MIN_RUN - _SIEVE_WIDTH + 1
 _MAX_DECODING_PASSES = 4  # a text escaped four times over is decoded four times
 
-# JSON's escapes and a URL's percent-escapes; a key is printable ASCII, so a decoded escape
-# stands for one character
-_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\[\"\\/bfnrt]|%[0-9a-fA-F]{2}")
+# JSON's escapes, a URL's percent-escapes, `\xHH` and HTML's numeric character references;
+# a key is printable ASCII, so a decoded escape stands for one character
+_ESCAPE = re.compile(
+    r"\\u[0-9a-fA-F]{4}|\\[\"\\/bfnrt]|%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}"
+    r"|&#[xX]0*[0-9a-fA-F]{1,6};?|&#0*[0-9]{1,7};?",
+    re.ASCII,
+)
 _SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+# A key in any case: the runs are lower case and a text is searched lower-cased (twice as
+# fast as a case-ignoring search of the trie). str.lower keeps positions but for the few
+# characters it writes as two (U+0130): then only ASCII letters are folded, one for one.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
 def _unescaped(sequence: str) -> str:
     if sequence[0] == "%":
         return chr(int(sequence[1:], 16))
-    if sequence[1] == "u":
+    if sequence[0] == "&":  # &#65; &#x41;
+        number = sequence[2:].rstrip(";")
+        code = int(number[1:], 16) if number[0] in "xX" else int(number)
+        return chr(min(code, sys.maxunicode))  # one too big: the last code point, in no key either
+    if sequence[1] in "ux":
         return chr(int(sequence[2:], 16))
     return _SIMPLE_ESCAPES.get(sequence[1], sequence[1])
 
@@ -77,6 +98,9 @@ def _written_forms(key: str) -> set[str]:
         json_form.replace("/", "\\/"),
         "".join(f"\\u{ord(char):04X}" for char in key),
         "".join(f"\\u{ord(char):04x}" for char in key),
+        "".join(f"\\x{byte:02x}" for byte in key.encode("utf-8")),
+        "".join(f"&#{ord(char)};" for char in key),
+        "".join(f"&#x{ord(char):x};" for char in key),
         url_form,
         re.sub(r"%[0-9A-F]{2}", lambda escape: escape.group().lower(), url_form),
         quote(key),
@@ -84,6 +108,11 @@ def _written_forms(key: str) -> set[str]:
         quote(url_form, safe=""),
     }
     return forms - {key}
+
+
+def _hex_runs(key: str) -> set[str]:
+    """The hex of the key's bytes, a run of MIN_RUN characters' worth (the search ignores case)."""
+    return {run.encode("utf-8").hex() for run in _runs_of(key)}
 
 
 def _runs_of(secret: str) -> set[str]:
@@ -120,11 +149,12 @@ class Redaction:
         self.keys: frozenset[str] = frozenset(key for key in keys if key)
         runs: set[str] = set()
         for key in self.keys:
-            runs |= _runs_of(key) | _written_forms(key)
+            runs |= _runs_of(key) | _written_forms(key) | _hex_runs(key)
             for encoded in base64_runs(key):
                 runs |= _runs_of(encoded) if len(encoded) >= MIN_RUN else set()
+        runs = {run.lower() for run in runs}  # searched lower-cased: one spelling each
         # a lookahead: every start is found, overlapping finds included
-        self._runs = re.compile(f"(?=({_trie_pattern(runs)}))") if runs else None
+        self._runs = re.compile(f"(?=({_trie_pattern(runs)}))", re.ASCII) if runs else None
         # a key shorter than the sieve's reach is searched for in every text
         self._sieve: frozenset[str] | None = None
         if all(len(key) >= MIN_RUN for key in self.keys):
@@ -187,6 +217,7 @@ class Redaction:
 
     def _sifted(self, text: str) -> bool:
         assert self._sieve is not None
+        text = text.lower()  # the sieve's slices are lower case (positions do not matter here)
         if len(text) < MIN_RUN:
             return False
         starts = range(0, len(text) - _SIEVE_WIDTH + 1, _SIEVE_STEP)
@@ -197,10 +228,16 @@ class Redaction:
         if self._sieve is not None and not self._sifted(text):
             return []
         assert self._runs is not None
-        return [(match.start(), match.end(1)) for match in self._runs.finditer(text)]
+        return [(match.start(), match.end(1)) for match in self._runs.finditer(_lowered(text))]
 
 
 NO_SECRETS = Redaction()
+
+
+def _lowered(text: str) -> str:
+    """`text` lower-cased, each character still where it was."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -215,7 +252,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _decode_once(text: str) -> str | None:
     """`text` with its escapes decoded once; None when it has none."""
-    if "\\" not in text and "%" not in text:
+    if "\\" not in text and "%" not in text and "&#" not in text:
         return None
     decoded = _ESCAPE.sub(lambda escape: _unescaped(escape.group()), text)
     return None if decoded == text else decoded

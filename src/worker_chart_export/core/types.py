@@ -96,12 +96,21 @@ def _no_outputs() -> StepOutputs:
 
 @dataclass(frozen=True)
 class StepFinal:
-    """What finalize writes onto steps[stepId]."""
+    """What finalize writes onto steps[stepId]: SUCCEEDED or FAILED (with `error`), or, with
+    `retry_at`, that the step waits: it stays RUNNING under its claim, held back by `error`
+    (a bad moment), its lease moved to `retry_at` (core/step/patience.py)."""
 
-    status: StepStatus  # SUCCEEDED or FAILED
-    finished_at: datetime
+    status: StepStatus  # SUCCEEDED or FAILED; RUNNING while it waits
+    finished_at: datetime  # when this execution ended
     outputs: StepOutputs = field(default_factory=_no_outputs)  # e.g. {"outputsManifestGcsUri": ...}
     error: StepError | None = None
+    retry_at: datetime | None = None
+
+    @classmethod
+    def waiting(
+        cls, finished_at: datetime, retry_at: datetime, cause: StepError, outputs: StepOutputs | None = None
+    ) -> StepFinal:
+        return cls(StepStatus.RUNNING, finished_at, outputs or {}, cause, retry_at)
 
 
 @dataclass(frozen=True)

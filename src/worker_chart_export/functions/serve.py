@@ -114,7 +114,8 @@ class RequestLogMiddleware:
 
 
 def _log_answer(environ: dict[str, Any], status_line: str) -> None:
-    code = int(status_line.split(" ", 1)[0]) if status_line[:3].isdigit() else 500
+    number = status_line[:3]
+    code = int(status_line.split(" ", 1)[0]) if number.isascii() and number.isdigit() else 500
     method = "info" if code < 400 else "warning" if code < 500 else "error"
     message = "request answered" if code < 400 else "request rejected"
     getattr(_logger(), method)(message, httpStatus=code, **_request_summary(environ))

@@ -8,55 +8,43 @@ RUNNING silently by our fault, and never FAILED for a transient store error.
 
 The story: check the bucket -> read templates (service/step_templates.py) -> claim ->
 validate -> reuse what an earlier execution wrote -> render the rest concurrently -> write
-the manifest -> decide -> finalize (retried in its budget).
+the manifest and decide (service/outcome.py) -> finalize (retried in its budget). run-local's
+loop around it (a step that waits is waited for and run again) is service/local_run.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from worker_chart_export import known_keys
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import (
-    ArtifactWriteError,
     BucketUnusable,
     ClaimContended,
-    ClaimSuperseded,
     RedeliverEvent,
     StorageUnavailable,
     TransientStoreError,
 )
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import manifest_object_path
+from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.step import step_failures
-from worker_chart_export.core.step.manifest import (
-    ManifestFailure,
-    ManifestHeader,
-    build_manifest,
-    manifest_bytes,
-)
-from worker_chart_export.core.step.selection import choose_step
-from worker_chart_export.core.step.step_rules import RunVersion, lease_surely_held, step_of
-from worker_chart_export.core.step.success import insufficient_images_error, step_status
-from worker_chart_export.core.step.validation import ValidatedStep, validate_step
+from worker_chart_export.core.step.step_rules import RunVersion, step_of
+from worker_chart_export.core.step.validation import validate_step
 from worker_chart_export.core.types import (
     Claim,
     ClaimResult,
     ClaimStatus,
-    StepFinal,
-    StepStatus,
 )
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service.finalize import finalize
+from worker_chart_export.service.outcome import write_manifest_and_decide
 from worker_chart_export.service.ports import Ports
-from worker_chart_export.service.render import RenderedCharts, render_charts
+from worker_chart_export.service.render import render_charts
 from worker_chart_export.service.reuse import reuse_earlier_charts
 from worker_chart_export.service.step_context import (
     StepContext,
@@ -66,9 +54,9 @@ from worker_chart_export.service.step_context import (
 from worker_chart_export.service.step_templates import TemplatesRead, read_before_claim, templates_of
 
 if TYPE_CHECKING:
-    from worker_chart_export.core.documents import FlowRunDocument, StepOutputs
+    from worker_chart_export.core.documents import FlowRunDocument
 
-__all__ = ["StepReport", "execute_chosen_step", "execute_step"]
+__all__ = ["StepReport", "execute_step"]
 
 
 def execute_step(
@@ -112,30 +100,6 @@ def execute_step(
         written = finalize(ctx, report.final) if report.final else False  # always one when claimed
         _log_completed(report, ctx, written)
         return report.recorded(written)
-
-
-def execute_chosen_step(
-    flow_run: FlowRunDocument,
-    step_id: str | None,
-    *,
-    ports: Ports,
-    limits: StepLimits,
-    clock: Clock,
-    started: Callable[[], None] = lambda: None,
-) -> StepReport:
-    """run-local's one call: the step `step_id` names (else the first READY CHART_EXPORT
-    one) chosen from the run as read once, then executed, or a NOOP report when there is none.
-    Raises StepSelectionError for a `step_id` that is no CHART_EXPORT step of the run, before
-    `started()` (the caller's "it has begun") is called."""
-    chosen = choose_step(flow_run, step_id)
-    started()
-    run_id = str(flow_run.get("runId"))
-    if chosen is None:
-        code = ErrorCode.NO_READY_STEP.value
-        get_logger().info("no READY CHART_EXPORT step: no-op", runId=run_id, code=code)
-        message = "no READY CHART_EXPORT step in the flow_run"
-        return StepReport(run_id, "", "NOOP", ports.chart_api.mode, error_code=code, message=message)
-    return execute_step(run_id, chosen, ports=ports, limits=limits, clock=clock)
 
 
 def _check_bucket(ctx: StepContext) -> None:
@@ -223,7 +187,7 @@ def _run_claimed(
     try:
         reuse = reuse_earlier_charts(ctx, validated, claim.attempt if claim else None, step)
         rendered = render_charts(ctx, validated, reuse)
-        return _write_manifest_and_decide(ctx, validated, rendered, claim)
+        return write_manifest_and_decide(ctx, validated, rendered, claim, step)
     except BucketUnusable as exc:
         # Gone since the check before the claim: nothing written is lost, and a FAILED step
         # would end what a retry can finish. The reaper gives it back after its lease; until
@@ -233,83 +197,22 @@ def _run_claimed(
         ) from exc
 
 
-def _still_ours(ctx: StepContext, claim: Claim | None) -> bool:
-    """The fence before the manifest: inside the lease no reaper can have taken the step
-    back, so only a late execution (or a claim without its lease) reads the run document."""
-    if claim is not None and lease_surely_held(claim.lease_expires_at, ctx.clock.now()):
-        return True
-    return ctx.ports.flow_runs.claim_is_current(ctx.run_id, ctx.step_id, ctx.token)
-
-
-def _write_manifest_and_decide(
-    ctx: StepContext, validated: ValidatedStep, rendered: RenderedCharts, claim: Claim | None
-) -> StepReport:
-    header = ManifestHeader(
-        ctx.run_id,
-        ctx.step_id,
-        validated.symbol,
-        validated.timeframe,
-        validated.min_images,
-        validated.requests,
-        ctx.mode,
-    )
-    # the manifest is public-read: no form of a key in a failure (CHART-IMG's words, an exception's)
-    redaction = known_keys.redaction()
-    failures = [ManifestFailure(f.request, f.error.redacted(redaction)) for f in rendered.failures]
-    manifest = build_manifest(header, rendered.items, failures, created_at=ctx.clock.now())
-    counts = {  # what the report and a manifest-write failure carry
-        "items_count": len(rendered.items),
-        "failures_count": len(rendered.failures),
-        "min_images": validated.min_images,
-    }
-    try:
-        manifest_uri = ctx.ports.artifacts.put_manifest(
-            manifest_object_path(ctx.run_id, ctx.step_id),
-            manifest_bytes(manifest),
-            still_ours=lambda: _still_ours(ctx, claim),
-        )
-    except ClaimSuperseded as exc:
-        # The reaper took the step back (our lease expired): a newer execution owns its
-        # outputs. Nothing of ours is written over them; the finalize will be refused too.
-        ctx.log.warning("manifest not written: claim superseded", reason=str(exc))
-        return ctx.failed(step_failures.claim_superseded(), **counts)
-    except TransientStoreError as exc:
-        # The fence could not read the step (a Firestore blip): whether the claim still holds
-        # is unknown, so no manifest; and a FAILED step would throw away charts already paid
-        # for. The step keeps its lease: the reaper makes it READY again after it, and the
-        # next execution reuses these PNGs (service/reuse.py) at no further cost.
-        raise RedeliverEvent(
-            f"step {ctx.step_id} left to its lease: its claim could not be checked before the "
-            f"manifest was written ({len(rendered.items)} charts stored for the retry to reuse): {exc}"
-        ) from exc
-    except ArtifactWriteError as exc:
-        write_error = step_failures.manifest_write_failed(exc, **counts)
-        ctx.log.error("manifest write failed", error=write_error.to_dict())
-        return ctx.failed(write_error, **counts)
-    ctx.log.info(
-        "manifest written",
-        gcsUri=manifest_uri,
-        itemsCount=len(rendered.items),
-        failuresCount=len(rendered.failures),
-        minImages=validated.min_images,
-    )
-    status = step_status(len(rendered.items), validated.min_images)
-    error = None
-    if status is StepStatus.FAILED:
-        error = insufficient_images_error(
-            len(rendered.items),
-            validated.min_images,
-            len(validated.requests),
-            [f.error.code for f in rendered.failures],
-        )
-    outputs: StepOutputs = {"outputsManifestGcsUri": manifest_uri}
-    return ctx.report(StepFinal(status, ctx.clock.now(), outputs=outputs, error=error), **counts)
-
-
 # --- the report ----------------------------------------------------------------------------
 
 
 def _log_completed(result: StepReport, ctx: StepContext, written: bool) -> None:
+    if result.retry_at is not None:
+        ctx.log.warning(
+            "step waits: a bad window held it back",
+            retryAt=rfc3339_utc(result.retry_at),
+            error={"code": result.error_code, "message": result.message},
+            itemsCount=result.items_count,
+            failuresCount=result.failures_count,
+            minImages=result.min_images,
+            outputsManifestGcsUri=result.manifest_uri,
+            recorded=written,
+        )
+        return
     ctx.log.info(
         "step completed",
         status=result.outcome,

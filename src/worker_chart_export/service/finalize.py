@@ -4,9 +4,9 @@ bare failure when the store refuses the result itself, so the step never stays R
 The layers a finalize can take, outermost first, with the production constants:
 
 1. here: tenacity retries TransientStoreError (an outage, or contention the store gave up
-   on), waiting FINALIZE_WAIT (0.2 s doubling, plus up to 1 s jitter, at most 5 s) cut to
-   the budget's end (`core.retrying.within_budget`), and stops with the one budget stop
-   (`core.retrying.stop_before_budget_ends`): no call starts after the finalize budget
+   on), waiting core.retry.FINALIZE (0.2 s doubling, plus up to 1 s jitter, at most 5 s) cut
+   to the budget's end (`core.retry.within_budget`), and stops with the one budget stop
+   (`core.retry.stop_before_budget_ends`): no call starts after the finalize budget
    F = FINALIZE_BUDGET_SECONDS (settings: 30 s) and no sleep runs past it.
 2. one FlowRunStore.finalize_step (adapters/firestore/flow_runs.py): a compare-and-set
    loop, a read when the claim's version is not remembered, then up to
@@ -29,18 +29,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from worker_chart_export import known_keys
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
-from worker_chart_export.core.retrying import stop_before_budget_ends, within_budget
+from worker_chart_export.core.retry import FINALIZE, within_budget
 from worker_chart_export.core.step import step_failures
 from worker_chart_export.core.types import FinalizeResult, StepFinal
 from worker_chart_export.service.step_context import StepContext
-
-FINALIZE_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 
 def finalize(ctx: StepContext, final: StepFinal) -> bool:
@@ -54,8 +52,8 @@ def finalize(ctx: StepContext, final: StepFinal) -> bool:
 
     retrying = Retrying(
         retry=retry_if_exception_type(TransientStoreError),
-        stop=stop_before_budget_ends(budget),
-        wait=within_budget(FINALIZE_WAIT, budget),
+        stop=FINALIZE.stop(budget),
+        wait=within_budget(FINALIZE.wait(), budget),
         sleep=ctx.clock.sleep,
         before_sleep=note_retry,
         reraise=True,

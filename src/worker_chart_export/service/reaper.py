@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.retry import STEP_ATTEMPTS
 from worker_chart_export.core.step.reaping import ExpiredLease, LeaseFate, ReapReport
-from worker_chart_export.core.step.step_rules import DEFAULT_MAX_ATTEMPTS
 from worker_chart_export.logs import get_logger
 
 DEFAULT_BATCH = 200
@@ -29,7 +29,7 @@ def reap_once(
     reaper: LeaseReaper,
     *,
     clock: Clock,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int = STEP_ATTEMPTS.attempts or 1,
     batch: int = DEFAULT_BATCH,
 ) -> ReapReport:
     """One pass over at most `batch` expired leases (the next run picks up the rest).

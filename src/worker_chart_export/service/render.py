@@ -19,6 +19,7 @@ from worker_chart_export.core.step.reuse import png_metadata
 from worker_chart_export.core.step.validation import ValidatedStep
 from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure
+from worker_chart_export.service.artifact_writes import write_patiently
 from worker_chart_export.service.ports import ChartSession
 from worker_chart_export.service.reuse import Reuse
 from worker_chart_export.service.step_context import StepContext
@@ -60,6 +61,7 @@ def _render_in_pool(
                 contextvars.copy_context().run,
                 _render_one,
                 ctx,
+                budget,
                 charts,
                 call,
                 requests[call.chart_template_id],
@@ -103,6 +105,7 @@ def _wait_within(budget: Budget, futures: set[ChartFuture]) -> tuple[set[ChartFu
 
 def _render_one(
     ctx: StepContext,
+    budget: Budget,
     charts: ChartSession,
     call: ChartCall,
     request: ChartRequestInput,
@@ -129,7 +132,14 @@ def _render_one(
     )
     digest = body_digest(call.body)  # of the body sent: a retry reuses this PNG for it alone
     try:
-        uri = ctx.ports.artifacts.create_png(path, result.png, metadata=png_metadata(digest, ctx.token))
+        uri = write_patiently(
+            ctx,
+            budget,
+            lambda: ctx.ports.artifacts.create_png(
+                path, result.png, metadata=png_metadata(digest, ctx.token)
+            ),
+            what=path,
+        )
     except ArtifactWriteError as exc:
         error = step_failures.png_write_failed(exc, path)
         log.error("png write failed", error=error.to_dict())

@@ -1,7 +1,8 @@
 """Before a step renders: the charts an earlier execution of it already wrote, listed again
 instead of paid for twice, but only for the very request this execution would send. One
-listing of the step's folder, only when one may find something, then one ranged read of
-each PNG it would reuse; which PNGs qualify is core/step/reuse.py's rule."""
+listing of the step's folder, only when one may find something, then one read of each PNG it
+would reuse, checked whole as a fresh answer is (core/png.py); which PNGs qualify is
+core/step/reuse.py's rule."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.naming import gcs_uri, rfc3339_utc
+from worker_chart_export.core.png import check_png
 from worker_chart_export.core.step.manifest import ManifestItem
 from worker_chart_export.core.step.reuse import (
-    PNG_SIGNATURE,
+    MAX_PNG_BYTES,
     Candidate,
     ReuseRefusal,
-    is_png,
     listing_prefix,
     listing_start,
     reuse_candidates,
@@ -113,10 +114,10 @@ def _look(
 
 def _bytes_refusal(ctx: StepContext, object_path: str) -> ReuseRefusal | None:
     try:
-        head = ctx.ports.artifacts.read_head(object_path, len(PNG_SIGNATURE))
+        stored = ctx.ports.artifacts.read_head(object_path, MAX_PNG_BYTES)
     except ArtifactReadError:
         return ReuseRefusal.UNREADABLE
-    return None if is_png(head) else ReuseRefusal.NOT_PNG_BYTES
+    return None if check_png(stored).whole else ReuseRefusal.NOT_PNG_BYTES
 
 
 def _warn_skipped(ctx: StepContext, skipped: Sequence[tuple[str, Candidate, ReuseRefusal]]) -> None:

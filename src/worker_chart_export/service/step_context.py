@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from structlog.typing import FilteringBoundLogger
@@ -12,8 +13,11 @@ from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import StepError
 from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.core.types import StepFinal, StepStatus
 from worker_chart_export.service.ports import Ports
+
+WAITING = "WAITING"  # a StepReport's outcome while the step waits out a bad window
 
 
 def new_claim_token() -> str:
@@ -23,11 +27,12 @@ def new_claim_token() -> str:
 @dataclass(frozen=True)
 class StepReport:
     """What a step came to: SUCCEEDED or FAILED with its counts and `final`, what finalize
-    records (`finalized`: whether ours was), or NOOP (nothing claimed, no `final`)."""
+    records (`finalized`: whether ours was); WAITING (a bad window held it back: it stays
+    RUNNING until `retry_at`, then is claimed again); or NOOP (nothing claimed, no `final`)."""
 
     run_id: str
     step_id: str
-    outcome: str  # SUCCEEDED | FAILED | NOOP
+    outcome: str  # SUCCEEDED | FAILED | WAITING | NOOP
     charts_api_mode: str
     error_code: str | None = None
     message: str = ""
@@ -41,6 +46,11 @@ class StepReport:
     def recorded(self, written: bool) -> StepReport:
         return replace(self, finalized=written)
 
+    @property
+    def retry_at(self) -> datetime | None:
+        """When a WAITING step may be claimed again."""
+        return self.final.retry_at if self.final is not None else None
+
     def to_summary(self) -> dict[str, Any]:
         return {
             "status": self.outcome,
@@ -53,6 +63,7 @@ class StepReport:
             "chartsApiMode": self.charts_api_mode,
             "errorCode": self.error_code,
             "message": self.message,
+            **({"retryAt": rfc3339_utc(self.retry_at)} if self.retry_at else {}),
         }
 
 
@@ -97,7 +108,7 @@ class StepContext:
         return StepReport(
             self.run_id,
             self.step_id,
-            final.status.value,
+            WAITING if final.retry_at is not None else final.status.value,
             self.mode,
             error_code=error.code.value if error else None,
             message=error.message if error else "",

@@ -10,7 +10,7 @@ terminal").
   event's did not): a transient store error is a RedeliverEvent raised inside the claimed
   step, which keeps its lease for the reaper, as the manifest's fence does
   (service/execute.py). Nothing has been paid for yet; the reaper bounds the tries
-  (REAPER_MAX_ATTEMPTS, then STEP_LEASE_EXPIRED).
+  (STEP_MAX_ATTEMPTS, then STEP_LEASE_EXPIRED).
 Never a FAILED step for a blip.
 """
 

@@ -53,6 +53,10 @@ class InMemoryFlowRuns(PlannedFlowRuns):
     def _lease_deleted(self, run_id: str, step_id: str) -> None:
         self.leases.pop(lease_document_id(run_id, step_id), None)
 
+    def _lease_moved(self, run_id: str, step_id: str, fields: dict[str, Any]) -> None:
+        key = lease_document_id(run_id, step_id)
+        self.leases[key] = {**self.leases.get(key, {}), **fields}
+
     # --- LeaseReaper
 
     def expired_leases(self, now: datetime, limit: int) -> list[ExpiredLease]:

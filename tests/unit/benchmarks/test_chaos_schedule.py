@@ -1,5 +1,6 @@
 """benchmarks/chaos/schedule.py: the seeded schedule of bad luck is replayable by its seed,
-holds every kind issue 27 lists, and never lets one kind's windows overlap."""
+holds every kind issue 27 lists (and the full mode issue 37's outage, which no other window
+meets), and never lets one kind's windows overlap."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_another_seed_gives_another_schedule() -> None:
 @pytest.mark.parametrize("profile", [FULL, SHORT], ids=lambda p: p.name)
 def test_every_kind_is_there_and_one_kind_never_overlaps_itself(seed: int, profile: Profile) -> None:
     built = schedule(seed, profile)
-    assert {w.kind for w in built.windows} == set(Kind)
+    assert {w.kind for w in built.windows} == set(Kind) - ({Kind.OUTAGE} if profile.outage is None else set())
     for kind in Kind:
         windows = sorted(built.of_kind(kind), key=lambda w: w.start)
         assert [w.number for w in windows] == list(range(1, len(windows) + 1))
@@ -56,6 +57,22 @@ def test_the_full_profile_holds_a_throttle_over_a_minute() -> None:
     """Issue 26: a minute of CHART-IMG-wide 429s is the bad luck that retired every key."""
     for seed in range(10):
         assert max(w.end - w.start for w in schedule(seed).of_kind(Kind.THROTTLE)) > 60
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_full_mode_has_an_outage_of_minutes_that_no_other_window_meets(seed: int) -> None:
+    """Issue 37: a window longer than a step's budget (30 s), a step's patience outlasts it."""
+    built = schedule(seed)
+    (outage,) = built.of_kind(Kind.OUTAGE)
+    assert 290 <= outage.end - outage.start <= 310
+    ranged = [
+        w for w in built.windows if w.end > w.start and w.kind not in (Kind.TEMPLATE_401, Kind.KEY_EXHAUSTED)
+    ]
+    assert [w.name for w in ranged if w is not outage and w.overlaps(outage.start, outage.end)] == []
+    long_throttles = [w for w in built.of_kind(Kind.THROTTLE) if w.end - w.start > 60]
+    assert len(long_throttles) == 1  # the full mode's minute of 429s found room beside it
+    assert len(built.of_kind(Kind.REFUSE)) == 2 and len(built.of_kind(Kind.INSTANCE_KILL)) == 4
+    assert schedule(seed, SHORT).of_kind(Kind.OUTAGE) == []
 
 
 def test_targets_name_an_instance_an_account_and_templates() -> None:

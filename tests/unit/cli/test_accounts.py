@@ -31,7 +31,7 @@ def test_a_valid_file_prints_its_ids_on_one_line(tmp_path: Path, capsys: pytest.
     accounts = [{"id": "acc1", "apiKey": KEY}, {"id": "acc2", "apiKey": KEY + "2", "plan": "PRO"}]
     code, out, err = check(tmp_path, capsys, json.dumps(accounts))
     assert (code, err) == (0, "")
-    assert out == f"ACCOUNTS_FILE {tmp_path / 'accounts.json'}: 2 account(s): acc1, acc2\n"
+    assert out == f"accounts file {tmp_path / 'accounts.json'}: 2 account(s): acc1, acc2\n"
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_a_bad_file_is_one_error_line_naming_the_problem(
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith(
-        f"worker-chart-export accounts: error: ACCOUNTS_FILE {tmp_path / 'accounts.json'}: "
+        f"worker-chart-export accounts: error: accounts file {tmp_path / 'accounts.json'}: "
     )
     assert problem in line
 

@@ -337,12 +337,12 @@ def test_a_file_of_pending_steps_names_the_advance_that_makes_them_ready(
 
 
 def test_interrupt_exits_130(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import worker_chart_export.service.execute as execute
+    import worker_chart_export.service.local_run as local_run
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(execute, "execute_step", interrupted)
+    monkeypatch.setattr(local_run, "execute_step", interrupted)
     code, _, err = run_cli(capsys, *run_local_argv(SAMPLE_FLOW_RUN, tmp_path))
     assert code == 130 and "interrupted" in err
 

@@ -215,7 +215,7 @@ MISTAKES = [
     Mistake(
         "reap", ("reap", "--max-attempts", "three"), "argument --max-attempts: 'three' is not a whole number"
     ),
-    Mistake("reap", ("reap",), "REAPER_MAX_ATTEMPTS: must be at least 1", {"REAPER_MAX_ATTEMPTS": "0"}),
+    Mistake("reap", ("reap",), "STEP_MAX_ATTEMPTS: must be at least 1", {"STEP_MAX_ATTEMPTS": "0"}),
     # submit
     Mistake("submit", ("submit",), "the following arguments are required: --flow-run-path"),
     Mistake(
@@ -234,12 +234,12 @@ MISTAKES = [
     Mistake("submit", ("submit", "--flow-run-path", SAMPLE, "--run-id", "no spaces"), "not a valid flow_run"),
     # accounts
     Mistake(
-        "accounts", ("accounts", "--check-file", "/none.json"), "ACCOUNTS_FILE /none.json: cannot be read"
+        "accounts", ("accounts", "--check-file", "/none.json"), "accounts file /none.json: cannot be read"
     ),
     Mistake(
         "accounts",
         ("accounts", "--check-file", "{tmp}/bad.json"),
-        "ACCOUNTS_FILE {tmp}/bad.json: not valid JSON",
+        "accounts file {tmp}/bad.json: not valid JSON",
     ),
     Mistake(
         "accounts",

@@ -94,7 +94,7 @@ def test_the_naming_contract_examples() -> None:
         assert naming.symbol_slug(symbol) == slug, symbol
     for symbol, timeframe, template, key in keys:
         assert naming.fixture_key(symbol, timeframe, template) == key, symbol
-    # the README's formula: its runs joined by `_`, then the cut (a `_` before the cut moves it)
+    # the naming rules' formula: its runs joined by `_`, then the cut (a `_` before the cut moves it)
     assert (
         naming.fixture_key(FORMULA, "1h", "t") == "NASDAQ_MARA_NASDAQ_RIOT_NASDAQ_WULF_NASD-5fc9975345__1h__t"
     )
@@ -165,6 +165,28 @@ def test_the_compact_moment_reads_back_to_the_millisecond() -> None:
     for bad in ("20260102T030405006", "20260102T030405Z", "2026-01-02T03:04:05.006Z", "20261302T030405006Z"):
         with pytest.raises(ValueError):
             naming.parse_compact_utc(bad)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "\u0662\u0660\u0662\u0666\u0660\u0661\u0660\u0662T030405006Z",  # an Arabic-Indic date
+        "20260102T\uff10\uff13\uff10\uff14\uff10\uff15006Z",  # a full-width time
+    ],
+)
+def test_a_compact_moment_holds_ascii_digits_only(moment: str) -> None:
+    """A name read back from the bucket: int() would read these digits as 2026-01-02 03:04:05."""
+    assert naming.parse_compact_utc("20260102T030405006Z") == datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="is not a YYYYMMDDTHHMMSSmmmZ moment"):
+        naming.parse_compact_utc(moment)
+    with pytest.raises(ValueError, match="YYYYMMDDTHHMMSSmmmZ"):
+        naming.parse_png_object_path(f"charts/run1/charts/{moment}_B-X_1h_t.png")
+
+
+def test_an_error_fixture_name_holds_an_ascii_status_only() -> None:
+    """A file name in the fixtures folder: `٤٢٢` would be read as a 422."""
+    assert naming.ERROR_FIXTURE_NAME.fullmatch("K__1h__t__422_INVALID_SYMBOL.json")
+    assert naming.ERROR_FIXTURE_NAME.fullmatch("K__1h__t__4\u0662\u0662_INVALID_SYMBOL.json") is None
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import string
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -106,7 +107,9 @@ KEY_ALPHABET = string.ascii_letters + string.digits + AWKWARD + "-_.~"
 # A key inside the mark itself ("redacted") would be "found" in every redacted text: the mark
 # is what a redaction writes, not a leak (a mutation run's example database once replayed it
 # against every mutant, the code included). No other key can: the alphabet has no "<" or ">".
-keys = st.text(alphabet=KEY_ALPHABET, min_size=MIN_RUN, max_size=48).filter(lambda key: key not in REDACTED)
+keys = st.text(alphabet=KEY_ALPHABET, min_size=MIN_RUN, max_size=48).filter(
+    lambda key: key.lower() not in REDACTED  # the leak finder ignores case
+)
 padding = st.text(alphabet=string.printable, max_size=40)
 
 
@@ -174,6 +177,64 @@ def test_escapes_of_other_characters_are_not_taken_for_a_keys() -> None:
 def test_a_text_that_is_exactly_eight_characters_of_a_key_is_redacted() -> None:
     assert Redaction([PLAIN]).text(PLAIN[:MIN_RUN]) == REDACTED
     assert Redaction([PLAIN]).text(PLAIN[-MIN_RUN:]) == REDACTED
+
+
+# --- issue 38: any case, hex, \x escapes, HTML numeric references ---------------------------
+
+
+@pytest.mark.parametrize("cased", [str.upper, str.lower, str.swapcase], ids=["upper", "lower", "swapped"])
+def test_a_key_cut_short_in_another_case_is_found(cased: Any) -> None:
+    key = "Ab12Cd34Ef56Gh78Ij90Kl/+"
+    written = cased(key[:10])
+    assert written != key[:10]
+    assert Redaction([key]).text(f"id {written} end") == f"id {REDACTED} end"
+
+
+@pytest.mark.parametrize("hex_case", [str.lower, str.upper], ids=["lower", "upper"])
+def test_the_hex_of_a_keys_bytes_is_found_from_eight_bytes_on(hex_case: Any) -> None:
+    """`test-key` is `746573742d6b6579`: 8 bytes of the key, 16 hex digits, inside a dump."""
+    assert PLAIN[:8].encode().hex() == "746573742d6b6579"
+    dump = hex_case("00ff" + PLAIN[:8].encode().hex() + "ff00")
+    assert Redaction([PLAIN]).text(f"dump {dump}.") == f"dump {hex_case('00ff')}{REDACTED}{hex_case('ff00')}."
+    seven = hex_case(PLAIN[:7].encode().hex())  # 7 bytes: too short to tell from other hex
+    assert Redaction([PLAIN]).text(f"dump {seven}.") == f"dump {seven}."
+
+
+@pytest.mark.parametrize(
+    "escape",
+    ["\\x{:02x}", "\\x{:02X}", "&#{};", "&#{:05d};", "&#{}", "&#x{:x};", "&#X{:04X};", "&#x{:02X}"],
+    ids=["x-lower", "x-upper", "decimal", "decimal-padded", "decimal-bare", "hex", "hex-padded", "hex-bare"],
+)
+def test_a_key_cut_short_in_backslash_x_escapes_or_html_references_is_found(escape: str) -> None:
+    """Every character of the key's first 10 escaped: decoded, found, each escape gone whole."""
+    written = "".join(escape.format(ord(c)) for c in PLAIN[:10])
+    assert Redaction([PLAIN]).text(f"<p>{written}</p>") == f"<p>{REDACTED}</p>"
+
+
+def test_html_references_and_backslash_x_escapes_mixed_with_plain_characters_are_found() -> None:
+    written = "te&#115;t-&#x6B;\\x65y-0"  # test-key-0 with three characters escaped
+    assert Redaction([PLAIN]).text(f"key={written}&next") == f"key={REDACTED}&next"
+    escaped_twice = json.dumps("\\x74\\x65\\x73\\x74\\x2d\\x6b\\x65\\x79")[1:-1]  # \\x74... in JSON
+    assert Redaction([PLAIN]).text(escaped_twice) == REDACTED
+
+
+def test_references_to_other_characters_are_not_taken_for_a_key() -> None:
+    """`&#4161;` is no `A`, `&#99999999;` no character at all (read as U+10FFFF, no error)."""
+    for text in ("&#4161;" * 8, "&#x1041;" * 8, "&#99999999;&#x110000;" * 4, "\\x4" * 8, "&#;&#x;" * 4):
+        assert Redaction(["AAAAAAAA"]).text(text) is text
+
+
+@pytest.mark.parametrize("around", ["\u0130", "\u00c9", "\U0001d400"], ids=["dotted-I", "E-acute", "astral"])
+def test_a_key_in_another_case_is_cut_out_exactly_beside_any_character(around: str) -> None:
+    """`İ` lower-cases to two characters (`i̇`): the search folds ASCII only then, and the
+    positions still hold."""
+    text = f"{around}{PLAIN.upper()}{around} {around}"
+    assert Redaction([PLAIN]).text(text) == f"{around}{REDACTED}{around} {around}"
+
+
+def test_hex_that_is_not_the_keys_is_kept() -> None:
+    text = "trace 4bf92f3577b34da6a3ce929d0e0e4736 sha256 " + "0123456789abcdef" * 4
+    assert Redaction([PLAIN[:9] + "zzzzzzzzzzzzzzzz"]).text(text) is text
 
 
 # --- a short key behind stray escape characters: its whole forms, as written ----------------

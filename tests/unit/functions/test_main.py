@@ -349,8 +349,7 @@ def test_log_lines_carry_service_and_env_from_a_fresh_request_thread(
     )
     worker = threading.Thread(target=on_flow_run_updated, args=(event,))
     worker.start()
-    worker.join(timeout=60)  # a hang guard: the no-op path takes milliseconds
-    assert not worker.is_alive(), "the handler did not return"
+    worker.join()  # the handler returns: pytest-timeout (pyproject) ends one that hangs
     lines = log_capture.lines()
     assert lines, "the handler logged nothing"
     assert all(line.get("service") == "worker-chart-export" and line.get("env") for line in lines)

@@ -265,7 +265,7 @@ class FakeLeaseReaper:
 
 
 REAPER_CLOCK = FakeClock(datetime(2026, 11, 22, 5, 30, tzinfo=UTC))
-REAPER_MAX_ATTEMPTS = 7  # not the default (3): a pass that drops the setting reaps with 3
+STEP_MAX_ATTEMPTS = 7  # not the default (3): a pass that drops the setting reaps with 3
 
 
 @pytest.fixture
@@ -273,7 +273,7 @@ def lease_reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLeaseReaper]:
     import worker_chart_export.bootstrap as bootstrap_module
 
     fake = FakeLeaseReaper()
-    reaper = ReaperParts(fake, REAPER_CLOCK, REAPER_MAX_ATTEMPTS)
+    reaper = ReaperParts(fake, REAPER_CLOCK, STEP_MAX_ATTEMPTS)
     monkeypatch.setattr(bootstrap_module, "runtime", lambda: SimpleNamespace(reaper=lambda: reaper))
     yield fake
 
@@ -335,7 +335,7 @@ def test_a_path_functions_framework_reserves_is_a_404_with_one_line(
 def test_a_pass_reaps_with_the_attempts_and_the_clock_of_its_runtime(
     reaper: FlaskClient, lease_reaper: FakeLeaseReaper, log_capture: LogCapture
 ) -> None:
-    """REAPER_MAX_ATTEMPTS reaches every reap of the HTTP pass (the runtime's ReaperParts)."""
+    """STEP_MAX_ATTEMPTS reaches every reap of the HTTP pass (the runtime's ReaperParts)."""
     leases = [
         ExpiredLease(f"doc{i}", f"run{i}", "charts", f"tok{i}", "2026-11-22T05:00:00.000Z") for i in (1, 2)
     ]
@@ -344,7 +344,7 @@ def test_a_pass_reaps_with_the_attempts_and_the_clock_of_its_runtime(
     assert response.status_code == 200
     now = REAPER_CLOCK.now()
     assert lease_reaper.listings == [(now, DEFAULT_BATCH)]
-    assert lease_reaper.reaps == [(lease, now, REAPER_MAX_ATTEMPTS) for lease in leases]
+    assert lease_reaper.reaps == [(lease, now, STEP_MAX_ATTEMPTS) for lease in leases]
     assert json.loads(response.data)["counts"] == {"retried": 2}
 
 

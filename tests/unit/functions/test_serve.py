@@ -60,7 +60,7 @@ class Served:
     def stopped_log(self) -> str:
         """Its whole log, once it has stopped: every line written, none still on its way."""
         self.process.terminate()  # gunicorn's arbiter stops its worker on SIGTERM
-        self.process.wait(timeout=60)
+        self.process.wait()  # pytest-timeout (pyproject) ends a stop that hangs
         return self.log_path.read_text()
 
 

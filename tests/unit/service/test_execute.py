@@ -16,6 +16,7 @@ import pytest
 
 from harness.builders import REPO, chart_step, flow_run
 from harness.logs import picked
+from harness.naming_contract import request_sha256
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
@@ -30,7 +31,6 @@ from worker_chart_export.core.exceptions import (
 )
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.step.step_rules import LEASE_SAFETY_MARGIN, RunVersion
-from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ClaimResult, ClaimStatus
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
@@ -864,12 +864,14 @@ def test_a_step_renders_on_at_most_chart_concurrency_threads_and_leaves_late_cha
 
 
 def test_run_local_on_a_run_without_a_ready_step_reports_a_noop(tmp_path: Path, log_capture: Any) -> None:
-    from worker_chart_export.service.execute import execute_chosen_step
+    from worker_chart_export.service.local_run import choose_local_step, execute_chosen_step
     from worker_chart_export.service.step_context import StepReport
 
     doc = flow_run({"charts": chart_step(status="PENDING")})
     world = make_world(tmp_path, doc)
-    report = execute_chosen_step(doc, None, ports=world.ports, limits=LIMITS, clock=FakeClock())
+    report = execute_chosen_step(
+        choose_local_step(doc, None), ports=world.ports, limits=LIMITS, clock=FakeClock()
+    )
     assert report == StepReport(
         "run1",
         "",
@@ -915,9 +917,8 @@ def test_a_template_without_a_timezone_is_rendered_in_the_default_timezone_setti
     report = execute_step("run1", "charts", ports=world.ports, limits=limits, clock=FakeClock())
     assert report.outcome == "SUCCEEDED"
     assert chart_api.bodies[template_id]["timezone"] == "America/New_York"
-    sent = build_request_body(stored["request"], "BINANCE:BTCUSDT", "1h", "America/New_York")
     [item] = world.manifest()["items"]
-    assert item["meta"]["requestDigest"] == body_digest(sent)
+    assert item["meta"]["requestDigest"] == request_sha256(chart_api.bodies[template_id])  # of what was sent
 
 
 def test_a_step_failed_before_rendering_reports_no_items_and_no_failures(tmp_path: Path) -> None:

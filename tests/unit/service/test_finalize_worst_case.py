@@ -17,10 +17,11 @@ from worker_chart_export.adapters.firestore.client import (
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import FinalizeFailed, TransientStoreError
 from worker_chart_export.core.limits import StepLimits
+from worker_chart_export.core.retry import FINALIZE
 from worker_chart_export.core.types import FinalizeResult, StepFinal, StepStatus
 from worker_chart_export.logs import get_logger
 from worker_chart_export.service import finalize as finalize_module
-from worker_chart_export.service.finalize import FINALIZE_WAIT, finalize
+from worker_chart_export.service.finalize import finalize
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.service.step_context import StepContext
 from worker_chart_export.settings import Settings
@@ -41,7 +42,7 @@ def test_the_docstring_states_the_worst_case_of_the_constants() -> None:
     assert f"A = DEFAULT_TRANSACTION_ATTEMPTS = {A}" in doc and f"1 + 2A = {1 + 2 * A} RPCs" in doc
     assert f"T = DEFAULT_RPC_TIMEOUT_SECONDS = {T:g} s" in doc and f"2T = {RPC:g} s" in doc
     assert f"= {CALL:g} s" in doc and f"= {WORST:g} s" in doc and f"= {WORST_REFUSED:g} s" in doc
-    assert FINALIZE_WAIT.max == 5.0 and "at most 5 s" in doc
+    assert FINALIZE.cap == 5.0 and "at most 5 s" in doc
 
 
 class NotUsed:
@@ -103,4 +104,4 @@ def test_a_failing_finalize_ends_within_the_stated_worst_case(
     assert clock.elapsed <= (WORST_REFUSED if refuse else WORST) + 1e-9
     assert sum(clock.sleeps) <= F + 1e-9  # no sleep runs past the budget
     if slow_from == float("inf"):
-        assert store.calls > 5 and clock.sleeps[-1] < FINALIZE_WAIT.max  # the last wait cut short
+        assert store.calls > 5 and clock.sleeps[-1] < FINALIZE.cap  # the last wait cut short

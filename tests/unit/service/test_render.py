@@ -10,19 +10,17 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from harness.builders import REPO, chart_step_for, flow_run
 from harness.logs import LogCapture, picked
+from harness.naming_contract import request_sha256
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import ArtifactWriteError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartResult, ChartSuccess
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
@@ -86,12 +84,6 @@ class Rendered:
         path = self.bucket / "bkt" / "charts" / "run1" / "charts" / "manifest.json"
         return dict(json.loads(path.read_text()))
 
-    def written_at(self, template: str) -> datetime:
-        """When `template`'s chart came back: the charts ran one after the other, in order."""
-        order = [DRAWN, REFUSED, UNSTORED]
-        taken = sum(TAKES[t] for t in order[: order.index(template) + 1])
-        return self.clock.start + timedelta(seconds=taken)
-
 
 def rendered(tmp_path: Path, logs: LogCapture) -> Rendered:
     clock = FakeClock()
@@ -154,7 +146,8 @@ def test_a_chart_not_rendered_or_not_stored_is_a_failure_that_says_why(
     tmp_path: Path, log_capture: LogCapture
 ) -> None:
     step = rendered(tmp_path, log_capture)
-    path = png_object_path("run1", "charts", step.written_at(UNSTORED), SYMBOL, INTERVAL, UNSTORED)
+    # came back at 10:00:00 + 1.23456 + 0.04321 + 2.5 s = 10:00:03.777 (FakeClock's start)
+    path = "charts/run1/charts/20261122T100003777Z_BINANCE-BTCUSDT_1h_momentum_rsi_macd_v1.png"
     write_failure = {
         "code": "GCS_WRITE_FAILED",
         "message": f"PNG could not be written: {WRITE_ERROR}",
@@ -178,16 +171,16 @@ def test_a_stored_chart_is_listed_with_its_templates_description_symbol_and_requ
 ) -> None:
     step = rendered(tmp_path, log_capture)
     template = json.loads((REPO / "chart-templates" / f"{DRAWN}.json").read_text())
-    drawn_at = step.written_at(DRAWN)
-    path = png_object_path("run1", "charts", drawn_at, SYMBOL, INTERVAL, DRAWN)
+    # came back at 10:00:00 + 1.23456 s (FakeClock's start), kept to the millisecond
+    path = "charts/run1/charts/20261122T100001234Z_BINANCE-BTCUSDT_1h_price_psar_adi_v1.png"
     assert step.manifest()["items"] == [
         {
             "chartTemplateId": DRAWN,
             "kind": template["description"],
-            "generatedAt": drawn_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+            "generatedAt": "2026-11-22T10:00:01.234Z",
             "png_gcs_uri": f"gs://bkt/{path}",
             # of the very body CHART-IMG was sent
-            "meta": {"chartImgSymbol": SYMBOL, "requestDigest": body_digest(step.chart_api.sent[DRAWN])},
+            "meta": {"chartImgSymbol": SYMBOL, "requestDigest": request_sha256(step.chart_api.sent[DRAWN])},
         }
     ]
     assert (step.bucket / "bkt" / path).read_bytes() == PNGS[DRAWN]

@@ -13,16 +13,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.builders import REPO, chart_step, flow_run
+from harness.chart_img_server import PNG
 from harness.logs import LogCapture, picked
+from harness.naming_contract import png_name, request_sha256
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.adapters.local import LocalArtifactStore, LocalFlowRunStore, LocalTemplateSource
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.exceptions import ArtifactListError, ArtifactReadError
 from worker_chart_export.core.limits import StepLimits
-from worker_chart_export.core.naming import png_object_path
-from worker_chart_export.core.step.reuse import png_metadata
-from worker_chart_export.core.templates.chart_request import body_digest, build_request_body
 from worker_chart_export.core.types import ChartCall, ChartResult, ListedObject
 from worker_chart_export.service.execute import StepReport, execute_step
 from worker_chart_export.service.ports import Ports
@@ -30,13 +31,15 @@ from worker_chart_export.testing import FakeClock
 
 LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=2)
 TEMPLATES = [r["chartTemplateId"] for r in chart_step()["inputs"]["requests"]]  # three
-PNG = b"\x89PNG\r\n\x1a\n earlier"
 
 
 def sent_body(template: str, **changes: Any) -> dict[str, Any]:
-    """The body this step sends for `template` (BINANCE:BTCUSDT, 1h), with `changes`."""
+    """The body this step sends for `template`, with `changes`, as docs/contract.md composes it
+    (13.3, 14.2): the template's request, its timezone (Etc/UTC unless it names one), the
+    chartImgSymbol and the step's timeframe."""
     stored = json.loads((REPO / "chart-templates" / f"{template}.json").read_text())
-    return build_request_body({**stored["request"], **changes}, "BINANCE:BTCUSDT", "1h", "Etc/UTC")
+    market = {"symbol": "BINANCE:BTCUSDT", "interval": "1h"}
+    return {"timezone": "Etc/UTC", **stored["request"], **changes, **market}
 
 
 class CountingChartApi:
@@ -48,6 +51,7 @@ class CountingChartApi:
     def __init__(self) -> None:
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
         self.rendered: list[str] = []  # in the order the step's threads got to them
+        self.bodies: dict[str, Mapping[str, Any]] = {}  # what each chart was asked with
         self.sessions = 0
 
     @contextmanager
@@ -57,6 +61,7 @@ class CountingChartApi:
 
     def render(self, call: ChartCall) -> ChartResult:
         self.rendered.append(call.chart_template_id)
+        self.bodies[call.chart_template_id] = call.body
         return self.inner.render(call)
 
 
@@ -108,9 +113,10 @@ class Retry:
         """A PNG the dead execution wrote, as it named and stamped it: rendered from `body`
         (by default the one this step sends for `template`)."""
         moment = self.clock.now() - timedelta(seconds=seconds_ago)
-        path = png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", template)
-        digest = body_digest(body if body is not None else sent_body(template))
-        return self.local.create_png(path, data, metadata=png_metadata(digest, "dead-token"))
+        path = png_name("run1", "charts", moment, "BINANCE-BTCUSDT", "1h", template)
+        digest = request_sha256(body if body is not None else sent_body(template))
+        stamped = {"requestDigest": digest, "claimToken": "dead-token"}
+        return self.local.create_png(path, data, metadata=stamped)
 
     def run(self, limits: StepLimits = LIMITS) -> StepReport:
         ports = Ports(self.store, LocalTemplateSource(REPO / "chart-templates"), self.artifacts, self.charts)
@@ -149,7 +155,8 @@ def test_a_retry_renders_only_the_charts_the_dead_execution_did_not_write(
     assert report.outcome == "SUCCEEDED" and report.items_count == 3
     assert sorted(retry.charts.rendered) == sorted(TEMPLATES[2:])  # n - k calls
     assert len(retry.artifacts.listings) == 1  # one listing of the step's folder
-    assert retry.artifacts.read_sizes == [8, 8]  # of each PNG reused, its 8-byte signature only
+    # each PNG reused read whole (at most 32 MiB), to be checked as a fresh answer is
+    assert retry.artifacts.read_sizes == [32 * 1024 * 1024] * 2
     items = {i["chartTemplateId"]: i for i in retry.manifest()["items"]}
     for template, uri in earlier.items():
         assert items[template]["png_gcs_uri"] == uri and items[template]["meta"]["reused"] is True
@@ -229,12 +236,19 @@ def test_a_png_of_an_edited_template_is_named_once_and_rendered_anew(
     assert retry.artifacts.reads == [kept.removeprefix("gs://bkt/")]  # only what would be reused is read
 
 
-def test_bytes_that_are_not_a_png_are_never_reused_an_older_good_png_is(
-    tmp_path: Path, log_capture: LogCapture
+@pytest.mark.parametrize(
+    "data",
+    [b"<html><body>not a chart</body></html>", PNG[:8], PNG[: len(PNG) // 2], PNG[:-1]],
+    ids=["html", "bare-signature", "first-half", "last-byte-missing"],
+)
+def test_bytes_that_are_not_a_whole_png_are_never_reused_an_older_good_png_is(
+    tmp_path: Path, log_capture: LogCapture, data: bytes
 ) -> None:
+    """A PNG half-written (an instance killed mid-upload on a store without create-only), a
+    bare signature, a page: each was reused before when it began with the signature."""
     retry = retry_of(tmp_path)
     good = retry.earlier_png(TEMPLATES[0], 300)
-    planted = retry.earlier_png(TEMPLATES[0], 10, data=b"<html><body>not a chart</body></html>")
+    planted = retry.earlier_png(TEMPLATES[0], 10, data=data)
 
     assert retry.run().outcome == "SUCCEEDED"
 
@@ -246,7 +260,7 @@ def test_bytes_that_are_not_a_png_are_never_reused_an_older_good_png_is(
         {
             "chartTemplateId": TEMPLATES[0],
             "gcsUri": planted,
-            "reason": "its bytes do not begin with the PNG signature",
+            "reason": "its bytes are not a whole PNG",
         }
     ]
 
@@ -257,13 +271,13 @@ def test_a_png_whose_bytes_cannot_be_read_is_rendered_anew(tmp_path: Path, log_c
     retry.artifacts.unreadable.add(unreadable.removeprefix("gs://bkt/"))
     assert retry.run().outcome == "SUCCEEDED" and sorted(retry.charts.rendered) == sorted(TEMPLATES)
     (warning,) = log_capture.events("earlier charts not reused: rendering them anew")
-    assert warning["skipped"][0]["reason"] == "its first bytes could not be read"
+    assert warning["skipped"][0]["reason"] == "its bytes could not be read"
 
 
 def test_a_file_put_in_the_bucket_folder_by_other_means_is_never_reused(tmp_path: Path) -> None:
     retry = retry_of(tmp_path)
     moment = retry.clock.now() - timedelta(seconds=10)
-    path = png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", TEMPLATES[0])
+    path = png_name("run1", "charts", moment, "BINANCE-BTCUSDT", "1h", TEMPLATES[0])
     planted = retry.local.local_path(path)
     planted.parent.mkdir(parents=True)
     planted.write_bytes(PNG)  # a real PNG's bytes, but no content type and no digest beside it
@@ -279,7 +293,7 @@ def test_every_png_written_carries_the_digest_of_its_body_and_the_claim_that_wro
     assert len(pngs) == 3
     for item in retry.manifest()["items"]:
         stored = pngs[item["png_gcs_uri"].removeprefix("gs://bkt/")]
-        digest = body_digest(sent_body(item["chartTemplateId"]))
+        digest = request_sha256(retry.charts.bodies[item["chartTemplateId"]])  # of the body sent
         assert stored.content_type == "image/png"
         assert stored.metadata == {"requestDigest": digest, "claimToken": token}
         assert item["meta"]["requestDigest"] == digest
@@ -317,7 +331,7 @@ def test_a_reused_chart_is_said_in_the_log_and_in_its_item_as_the_earlier_execut
         "png_gcs_uri": uri,
         "meta": {
             "chartImgSymbol": "BINANCE:BTCUSDT",
-            "requestDigest": body_digest(sent_body(template)),
+            "requestDigest": request_sha256(sent_body(template)),
             "reused": True,
         },
     }
@@ -333,10 +347,11 @@ def test_the_one_listing_starts_at_the_oldest_moment_a_chart_may_be_reused_from(
     assert retry.run().outcome == "SUCCEEDED"
 
     [(prefix, start)] = retry.artifacts.listings
-    assert prefix == "charts/run1/charts/"
+    # 10:00:00.000456 less the default window's 3600 s, cut to the millisecond
+    assert (prefix, start) == ("charts/run1/charts/", "charts/run1/charts/20261122T090000000Z")
 
     def named(moment: datetime) -> str:
-        return png_object_path("run1", "charts", moment, "BINANCE:BTCUSDT", "1h", TEMPLATES[0])
+        return png_name("run1", "charts", moment, "BINANCE-BTCUSDT", "1h", TEMPLATES[0])
 
     assert named(oldest) >= start > named(oldest - timedelta(milliseconds=1))
 

@@ -12,6 +12,7 @@ import pytest
 
 from harness.builders import REPO
 from worker_chart_export.cli.main import main
+from worker_chart_export.core.step.manifest_reader import ReadManifest, manifest_of
 from worker_chart_export.tools.view import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -66,6 +67,11 @@ def _manifest(
     }
 
 
+def _read(manifest: dict[str, Any]) -> ReadManifest:
+    """The document as `view` has it once read: through the one manifest reader."""
+    return manifest_of(manifest, "m.json")
+
+
 class _Tags(HTMLParser):
     """Every start tag with its attributes, and the page's text."""
 
@@ -97,7 +103,7 @@ def _images_for(manifest: dict[str, Any], data: bytes) -> dict[str, ChartImage]:
 def test_every_item_is_shown_with_its_facts_and_embedded_png() -> None:
     png = FIXTURE_PNG.read_bytes()
     manifest = _manifest([_item("price_v1", meta={"chartImgSymbol": "BINANCE:BTCUSDT"}), _item("rsi_v1")], [])
-    page = render_page(manifest, _images_for(manifest, png), source="m.json")
+    page = render_page(_read(manifest), _images_for(manifest, png), source="m.json")
     parsed = _parse(page.html)
     images = [attrs for tag, attrs in parsed.tags if tag == "img"]
     assert len(images) == 2 and page.problems == ()
@@ -120,7 +126,7 @@ def test_every_item_is_shown_with_its_facts_and_embedded_png() -> None:
 
 def test_page_forbids_every_fetch_and_references_nothing_outside() -> None:
     manifest = _manifest([_item("price_v1")], [])
-    html = render_page(manifest, _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json").html
+    html = render_page(_read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json").html
     parsed = _parse(html)
     csp = [
         a["content"]
@@ -150,7 +156,9 @@ def test_untrusted_manifest_text_is_escaped() -> None:
         ],
     )
     state = StepState(status="FAILED", source=f"state{hostile}", error_code="X", error_message=hostile)
-    page = render_page(manifest, _images_for(manifest, FIXTURE_PNG.read_bytes()), source=hostile, state=state)
+    page = render_page(
+        _read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source=hostile, state=state
+    )
     parsed = _parse(page.html)
     assert not [t for t, _ in parsed.tags if t == "script"]
     assert len([t for t, _ in parsed.tags if t == "img"]) == 1  # only the chart, never the injected one
@@ -162,13 +170,13 @@ def test_missing_or_non_png_image_gets_a_placeholder_and_a_problem() -> None:
     uris = [i["png_gcs_uri"] for i in manifest["items"]]
     images = {
         uris[0]: ChartImage(where="/x/gone.png", problem="PNG missing: not found at /x/gone.png"),
-        uris[1]: ChartImage(where="/x/text.png", data=b"<html>not a png</html>"),
+        uris[1]: ChartImage(where="/x/text.png", data=FIXTURE_PNG.read_bytes()[:40]),  # cut short
         uris[2]: ChartImage(where="/x/ok.png", data=FIXTURE_PNG.read_bytes()),
     }
-    page = render_page(manifest, images, source="m.json")
+    page = render_page(_read(manifest), images, source="m.json")
     assert len(page.problems) == 2
     assert "gone_v1" in page.problems[0] and "not found at /x/gone.png" in page.problems[0]
-    assert "text_v1" in page.problems[1] and "not a PNG" in page.problems[1]
+    assert "text_v1" in page.problems[1] and "/x/text.png is not a whole PNG (40 bytes: " in page.problems[1]
     parsed = _parse(page.html)
     assert len([t for t, _ in parsed.tags if t == "img"]) == 1
     assert len([a for t, a in parsed.tags if "placeholder" in (a.get("class") or "")]) == 2
@@ -178,7 +186,7 @@ def test_missing_or_non_png_image_gets_a_placeholder_and_a_problem() -> None:
 def test_a_request_neither_rendered_nor_failed_is_a_problem() -> None:
     manifest = _manifest([_item("a_v1")], [])
     manifest["requested"].append({"chartTemplateId": "lost_v1"})
-    page = render_page(manifest, _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json")
+    page = render_page(_read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json")
     assert page.problems == ("lost_v1: requested, but neither in items nor in failures",)
 
 
@@ -187,7 +195,7 @@ def test_a_request_neither_rendered_nor_failed_is_a_problem() -> None:
 )
 def test_status_follows_the_success_rule(items: int, min_images: int, status: str) -> None:
     manifest = _manifest([_item(f"t{n}_v1") for n in range(items)], [_failure("f_v1")], min_images)
-    html = render_page(manifest, _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json").html
+    html = render_page(_read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m.json").html
     assert f'id="step-status">{status}<' in html
     assert f'id="stat-min-images">{min_images}<' in html
 
@@ -201,7 +209,7 @@ def test_the_state_file_status_wins_and_a_disagreement_is_noted() -> None:
         error_message="boom",
     )
     html = render_page(
-        manifest, _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m", state=state
+        _read(manifest), _images_for(manifest, FIXTURE_PNG.read_bytes()), source="m", state=state
     ).html
     assert 'id="step-status">FAILED<' in html
     # the note as the page reads (jinja2 spells an escaped quote &#39;, html.escape &#x27;)
@@ -213,7 +221,7 @@ def test_failures_table_lists_code_message_and_details() -> None:
     failure = _failure("x_v1", "CHART_API_LIMIT_EXCEEDED", "all accounts exhausted")
     failure["error"]["details"] = {"accountsTried": 3}
     manifest = _manifest([], [failure, _failure("y_v1")])
-    parsed = _parse(render_page(manifest, {}, source="m.json").html)
+    parsed = _parse(render_page(_read(manifest), {}, source="m.json").html)
     text = " ".join(parsed.text)
     assert "CHART_API_LIMIT_EXCEEDED" in text and "CHART_API_MOCK_MISSING" in text
     assert "all accounts exhausted" in text and '{"accountsTried": 3}' in text
@@ -228,13 +236,15 @@ def test_failures_table_lists_code_message_and_details() -> None:
     [
         (b"{not json", "not JSON"),
         (b"\xff\xfe", "not UTF-8"),
-        (b"[1, 2]", "a manifest is a JSON object, found list"),
+        (b"[1, 2]", "a manifest is a JSON object, found an array"),
         (json.dumps({**_manifest([], []), "minImages": -1}).encode(), "$.minImages"),
         (json.dumps({**_manifest([], []), "runId": "../etc"}).encode(), "$.runId"),
         (
             json.dumps({k: v for k, v in _manifest([], []).items() if k != "items"}).encode(),
             "'items' is a required",
         ),
+        (json.dumps({**_manifest([], []), "schemaVersion": 2}).encode(), "$.schemaVersion: format version 2"),
+        (json.dumps(_manifest([_item("a_v1")], [])).encode()[:-40], "a file cut short?"),
     ],
 )
 def test_a_bad_manifest_is_refused_naming_the_problem(raw: bytes, expected: str) -> None:
@@ -285,7 +295,7 @@ def test_output_folder_step_folder_and_file_all_find_the_manifest(tmp_path: Path
     step_dir = _mirror(tmp_path, manifest, FIXTURE_PNG.read_bytes())
     for given in (tmp_path, step_dir, step_dir / "manifest.json"):
         run = load_local(given)
-        assert run.manifest == manifest and run.local_dir == step_dir
+        assert run.manifest == _read(manifest) and run.local_dir == step_dir
         assert [i.data for i in run.images.values()] == [FIXTURE_PNG.read_bytes()]
 
 
@@ -317,7 +327,7 @@ def test_the_page_goes_under_out_view_whatever_the_input(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     where = tmp_path / "mirror" if local else None  # never beside a manifest read from disk
-    run = LoadedRun(_manifest([], [_failure("x_v1")]), {}, "gs://b/m.json", where)
+    run = LoadedRun(_read(_manifest([], [_failure("x_v1")])), {}, "gs://b/m.json", where)
     assert default_page_path(run) == Path("out/view/chart-view-run1-charts_1h.html")
 
 
@@ -405,7 +415,10 @@ def test_the_page_and_the_command_carry_no_form_of_a_configured_key(
     forms = list(key_forms(key).values())
     failures = [_failure(f"t{i}_v1", message=f"CHART-IMG said {form}") for i, form in enumerate(forms)]
     failures[0]["error"]["details"] = {"message": forms[1], forms[2]: forms[3]}
-    step_dir = _mirror(tmp_path, _manifest([_item("a_v1")], failures), FIXTURE_PNG.read_bytes())
+    failures[1]["request"]["note"] = forms[5]  # a request's own fields are copied as they are
+    # every text of an item, typed or kept as written (meta), once the reader has read it
+    item = _item("a_v1", kind=f"kind {forms[6]}", label=forms[7], meta={"chartImgSymbol": forms[8]})
+    step_dir = _mirror(tmp_path, _manifest([item], failures), FIXTURE_PNG.read_bytes())
     state = tmp_path / "state.json"
     step = {"status": "FAILED", "error": {"code": "CHART_API_FAILED", "message": forms[4]}}
     state.write_text(json.dumps({"runId": "run1", "steps": {"charts_1h": step}}))

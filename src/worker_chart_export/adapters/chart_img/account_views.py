@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from worker_chart_export.adapters.chart_img.account_view import AccountView, PacingMargins
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.core.chart_img.key_history import (
     Answer,
-    KeyHistory,
     RateVerdict,
+    StreakEvidence,
     after_rate_limit,
     after_refusal,
     after_success,
@@ -29,11 +30,9 @@ from worker_chart_export.core.chart_img.set_aside import (
     COOL_UNTIL,
     DISABLED_UNTIL,
     SET_ASIDE_SECONDS,
-    moment_of,
     refusal_now,
 )
 from worker_chart_export.core.chart_img.usage import (
-    Pacing,
     Refund,
     daily_limit_of,
     exhausted_now,
@@ -43,74 +42,8 @@ from worker_chart_export.core.chart_img.usage import (
     window_start,
 )
 from worker_chart_export.core.clock import Clock
+from worker_chart_export.core.naming import moment_of
 from worker_chart_export.core.types import Reservation, ReservationRefusal
-
-# Pace a little under the plan's rate: the provider counts arrivals, we count sends, and
-# instances' clocks and network paths differ by milliseconds.
-PACING_HEADROOM = 0.9
-# How much later than its slot a request may reach CHART-IMG relative to the one after it:
-# measured on a 2-core machine, a burst sent while 96 charts started at once arrived 0.2 s late
-# and the next, on time, met a 429 (benchmarks/bench_fleet.py). The burst is banked that much less.
-ARRIVAL_JITTER_SECONDS = 0.3
-
-
-@dataclass(frozen=True)
-class PacingMargins:
-    """How far under the plan's own limits each account is paced (see the constants)."""
-
-    headroom: float = PACING_HEADROOM
-    arrival_jitter: float = ARRIVAL_JITTER_SECONDS
-
-    def pacing(self, limits: AccountLimits) -> Pacing:
-        return Pacing(limits.rate_per_second * self.headroom, limits.burst, self.arrival_jitter)
-
-
-@dataclass
-class AccountView:
-    """This process's last knowledge of one account; only used to choose the order."""
-
-    config: AccountConfig
-    daily_limit: int
-    pacing: Pacing
-    plan: str = DEFAULT_PLAN  # its declared plan, else CHART_IMG_PLAN: which calls it may serve
-    usage_today: int = 0
-    tat: float | None = None  # the shared pacing state as the last reservation saw it
-    in_flight: int = 0  # picked, reservation not yet returned
-    exhausted_until: datetime | None = None
-    # CHART-IMG itself said the day's quota is gone (not just our count): see still_accepted
-    provider_exhausted_until: datetime | None = None
-    history: KeyHistory = field(default_factory=KeyHistory)  # its recent answers (monotonic moments)
-    last_success: float | None = None  # its latest 200 (monotonic): it serves
-    # set aside until then (here or, per the store, by another instance), then probed:
-    disabled_until: datetime | None = None  # its key refused for two different requests
-    set_aside_until: datetime | None = None  # the 429 streak rule
-
-    @property
-    def cool_until(self) -> float:
-        """No call before this monotonic moment (0: never cooled)."""
-        return self.history.cool_until
-
-    def disabled(self, now: datetime) -> bool:
-        return self.disabled_until is not None and self.disabled_until > now
-
-    def expected_wait(self, now: float, moment: float) -> float:
-        """How long one more request on this account would wait, by what this process
-        knows: the pacing state its last reservation saw, advanced by one slot for each
-        of its picks still reserving (so concurrent picks spread over the accounts
-        instead of queueing on the one that looked free), or the cooldown."""
-        tat = self.tat
-        for _ in range(self.in_flight):
-            tat = self.pacing.next_tat(tat, now)
-        return max(self.pacing.send_time(tat, now) - now, self.cool_until - moment)
-
-    def usable(self, now: datetime) -> bool:
-        exhausted = self.exhausted_until is not None and self.exhausted_until > now
-        set_aside = self.set_aside_until is not None and self.set_aside_until > now
-        return not self.disabled(now) and not exhausted and not set_aside
-
-    def serves(self, plans: Collection[str] | None) -> bool:
-        """Its plan allows the call (`plans`: the call's serving plans; None: any)."""
-        return plans is None or self.plan in plans
 
 
 class AccountViews:
@@ -183,6 +116,17 @@ class AccountViews:
         """The pick's reservation returned (or never started)."""
         with self._lock:
             self._views[account_id].in_flight -= 1
+
+    def hold(self, account_id: str) -> None:
+        """Counted in flight as a pick is, for a reservation on this very account."""
+        with self._lock:
+            self._views[account_id].in_flight += 1
+
+    def reinstated(self, account_id: str) -> None:
+        """The key's disabling is undone: a known-good chart showed it works (or could not
+        show it does not), so the requests, not the key, were refused."""
+        with self._lock:
+            self._views[account_id].disabled_until = None
 
     def cooling(self, account_id: str) -> float:
         """Seconds until the account's rate cooldown ends (0: not cooling)."""
@@ -268,15 +212,19 @@ class AccountViews:
         now, moment = self._clock.now(), self._clock.monotonic()
         with self._lock:
             view = self._views[account_id]
-            others = [v.last_success for v in self._views.values() if v is not view and v.last_success]
+            others = [v for v in self._views.values() if v is not view]
             view.history, verdict = after_rate_limit(
                 view.history,
                 replace(answer, retry_after=retry_after),
                 at=moment,
                 day=window_start(now),
-                has_quota=view.usage_today < view.daily_limit,
-                others_served_at=max(others, default=None),
+                evidence=StreakEvidence(
+                    view.usage_today < view.daily_limit,
+                    max((v.last_success for v in others if v.last_success), default=None),
+                    max((v.last_limited for v in others if v.last_limited), default=None),
+                ),
             )
+            view.last_limited = moment
             if verdict.set_aside is not None or probe:
                 view.set_aside_until = now + timedelta(seconds=SET_ASIDE_SECONDS)
                 return replace(verdict, cooling=0.0)
@@ -325,6 +273,17 @@ class AccountViews:
                     if v.serves(plans) and v.exhausted_until is not None and v.exhausted_until > now
                 )
             )
+
+    def standing(
+        self, plans: Collection[str] | None
+    ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+        """((account, why no call goes to it now) of each account whose plan serves the call,
+        (account, plan) of each whose plan does not): what a chart no account took is told."""
+        now, moment = self._clock.now(), self._clock.monotonic()
+        with self._lock:
+            serving = tuple((a, v.why_not(now, moment)) for a, v in self._views.items() if v.serves(plans))
+            others = tuple((a, v.plan) for a, v in self._views.items() if not v.serves(plans))
+        return serving, others
 
     def all_disabled(self, plans: Collection[str] | None = None) -> bool:
         """Every account (of `plans`; None: all) has its key disabled; False when there is none."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import httpx
@@ -34,7 +35,9 @@ from worker_chart_export.adapters.chart_img.attempts import (
     judge_refusals,
     tell_limiter,
 )
-from worker_chart_export.adapters.chart_img.http import ChartImgClient
+from worker_chart_export.adapters.chart_img.call_logs import log_context, log_global_exhaustion, log_request
+from worker_chart_export.adapters.chart_img.http import NEVER_LEFT, ChartImgClient, HttpAnswer
+from worker_chart_export.adapters.chart_img.known_good import KnownGoodChart
 from worker_chart_export.adapters.chart_img.limiter import UNIT_HOLD_SECONDS, AccountLimiter, Lease, NoAccount
 from worker_chart_export.adapters.chart_img.session import RenderedCall, StepSession
 from worker_chart_export.core.budget import Budget
@@ -43,22 +46,17 @@ from worker_chart_export.core.chart_img.answers import (
     classify,
     error_message,
     failure_from_response,
-    looks_like_png,
     not_a_png,
 )
 from worker_chart_export.core.chart_img.key_history import Answer
-from worker_chart_export.core.chart_img.request_retries import RetryPolicy, wants_retry
-from worker_chart_export.core.chart_img.usage import Refund
+from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolicy, wants_retry
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.png import check_png
+from worker_chart_export.core.templates.chart_request import requested_size
 from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.logs import get_logger
-
-# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
-# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
-# A read timeout, a reset or a write error may come after the request left: its unit stays.
-NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -82,13 +80,17 @@ class RealChartApi:
         request_timeout: float,
         policy: RetryPolicy | None = None,
         mode: str = "real",
+        known_good: Mapping[str, Any] | None = None,
         seams: Seams,
     ) -> None:
         self.mode = mode
+        # a key about to be disabled for refused requests is first asked for a chart CHART-IMG
+        # renders (the bundled sample's): only the key at fault goes
+        self._known_good = None if known_good is None else KnownGoodChart(self, known_good)
         self.client = client
         self.limiter = limiter
-        self._request_timeout = request_timeout
-        self._policy = policy or RetryPolicy()
+        self.request_timeout = request_timeout
+        self.policy = policy or RetryPolicy()
         self._clock = seams.clock
         self._rand = seams.rand
         self._permits = client.permits
@@ -122,7 +124,7 @@ class RealChartApi:
     def _reserve_first_wave(
         self, calls: Sequence[ChartCall], budget: Budget
     ) -> list[tuple[ChartCall, Lease]]:
-        max_wait = min(budget.remaining() - self._policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
+        max_wait = min(budget.remaining() - self.policy.min_attempt_seconds, UNIT_HOLD_SECONDS)
         if max_wait < 0:
             return []
         try:
@@ -140,10 +142,11 @@ class RealChartApi:
         return prepaid
 
     def render_in(self, session: StepSession, call: ChartCall) -> RenderedCall:
-        request = ChartRequest(call, session)
+        check = None if self._known_good is None else partial(self._known_good.key_works, session.budget)
+        request = ChartRequest(call, session, check_key=check)
         retrying = Retrying(
-            stop=self._policy.stop(session.budget),
-            wait=self._policy.wait(self._rand),
+            stop=self.policy.stop(session.budget),
+            wait=self.policy.wait(session.budget, self._rand),
             retry=wants_retry,
             sleep=self._clock.sleep,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
@@ -157,8 +160,11 @@ class RealChartApi:
             details = {**result.error.details, "attempts": len(request.tried)}
             if request.tried:
                 details["accountIds"] = list(dict.fromkeys(request.tried))
-            result = ChartFailure(replace(result.error, details=details))
-            self._log_global_exhaustion(session, call, result.error)
+            error = replace(result.error, details=details)
+            # the attempts ended on a bad moment (not the request, not a spent quota): a
+            # later try of the same request may succeed (core/step/patience.py)
+            result = ChartFailure(error.as_retryable() if outcome.disposition in AGAIN else error)
+            log_global_exhaustion(self.limiter, session, call, result.error, mode=self.mode)
         return RenderedCall(result, outcome.answer)
 
     def close(self) -> None:
@@ -188,7 +194,7 @@ class RealChartApi:
 
     def _max_wait(self, request: ChartRequest) -> float:
         """How long an attempt may wait to start and still have its minimum time."""
-        return request.budget.remaining() - self._policy.min_attempt_seconds
+        return request.budget.remaining() - self.policy.min_attempt_seconds
 
     def _reserve_and_send(self, request: ChartRequest) -> AttemptPass:
         max_wait = self._max_wait(request)
@@ -199,10 +205,13 @@ class RealChartApi:
                 tried=request.tried, max_wait=max_wait, plans=request.call.serving_plans
             )
         except TransientStoreError as exc:  # quota unknown: no call, but worth another try
+            # CHART_API_FAILED, retryable: a chart failure is listed in the manifest, whose
+            # schema allows the contract's codes only (§8); errorKind says it was the store
             error = StepError(
                 ErrorCode.CHART_API_FAILED,
                 "could not reserve CHART-IMG quota: the usage store is unavailable",
                 {"errorKind": "usage_store", "exception": type(exc).__name__},
+                retryable=True,
             )
             get_logger().warning(
                 "chart-img usage store unavailable",
@@ -225,7 +234,7 @@ class RealChartApi:
         with the step's first wave, whose line said so)."""
         call = request.call
         ahead = lease.slot_in(self._clock.now())
-        timeout = min(self._request_timeout, request.budget.remaining() - ahead)
+        timeout = min(self.request_timeout, request.budget.remaining() - ahead)
         log = get_logger().bind(
             runId=call.run_id,
             stepId=call.step_id,
@@ -234,7 +243,7 @@ class RealChartApi:
             interval=call.interval,
             accountId=lease.account_id,
             attempt=attempt,
-            chartsApi=self._log_context(call, lease.account_id),
+            chartsApi=log_context(self.mode, call, lease.account_id),
         )
         started_fields: dict[str, Any] = {"timeoutSeconds": round(timeout, 3)}
         if ahead > 0:
@@ -242,6 +251,8 @@ class RealChartApi:
         if prepaid:
             started_fields["prepaid"] = True
         log.info("chart api attempt started", **started_fields)
+        if timeout < self.policy.min_attempt_seconds:
+            return self._not_sent(request, lease, log)
         lease = self.limiter.wait_for_slot(lease)
         started = self._clock.monotonic()
         try:
@@ -254,18 +265,39 @@ class RealChartApi:
         if disposition is Disposition.SUCCESS:
             # the key works: its 429 streak, refusals (and a set-aside it was probed out of) end
             self.limiter.succeeded(lease.account_id, probe=lease.reservation.probe)
-            if looks_like_png(answer.content):
-                self._log_request(log, started, 200, None)
-                return AttemptPass(None, ChartSuccess(answer.content, lease.account_id), answer)
-            error = not_a_png(answer.content_type, len(answer.content))
-            self._log_request(log, started, 200, error)
-            return AttemptPass(None, ChartFailure(error))  # not recorded as a fixture
+            return self._chart_or_retry(request, answer, lease.account_id, log, started)
+        # a 429 is refused before anything is rendered: read as uncounted by CHART-IMG, its
+        # unit given back (docs/design.md, "The books follow CHART-IMG's charge")
+        refund = self.limiter.give_back(lease) if answer.status == 429 else None
         error = failure_from_response(answer.status, answer.body, template_id=call.chart_template_id)
-        self._log_request(log, started, answer.status, error)
+        log_request(log, self._clock, started, answer.status, error, refund=refund)
         next_step = None if disposition is Disposition.FINAL else disposition
         refused = AttemptPass(next_step, ChartFailure(error), answer)
         seen = Answer(answer.status, error_message(answer.body), answer.retry_after, request.digest)
         return tell_limiter(self.limiter, request, lease, refused, seen, log)
+
+    def _chart_or_retry(
+        self, request: ChartRequest, answer: HttpAnswer, account_id: str, log: Any, started: float
+    ) -> AttemptPass:
+        """A 200: the chart when its body is a whole PNG (core/png.py), else a transient
+        failure, tried again (a body cut short, an HTML page: never a fixture)."""
+        check = check_png(answer.content)
+        if not check.whole:
+            assert check.problem is not None
+            error = not_a_png(answer.content_type, len(answer.content), check.problem)
+            log_request(log, self._clock, started, 200, error)
+            return AttemptPass(Disposition.RETRY, ChartFailure(error))
+        log_request(log, self._clock, started, 200, None)
+        asked = requested_size(request.call.body)
+        if asked != (check.width, check.height):
+            log.warning(
+                "chart size differs from the size asked",
+                askedWidth=asked[0],
+                askedHeight=asked[1],
+                width=check.width,
+                height=check.height,
+            )
+        return AttemptPass(None, ChartSuccess(answer.content, account_id), answer)
 
     def _unreached(self, exc: httpx.HTTPError, lease: Lease, log: Any, started: float) -> AttemptPass:
         """No answer: transient. When the call provably never left (no connection was made),
@@ -282,8 +314,18 @@ class RealChartApi:
             f"CHART-IMG could not be reached ({kind}: {type(exc).__name__}){said}",
             details,
         )
-        self._log_request(log, started, None, error, refund=refund)
+        log_request(log, self._clock, started, None, error, refund=refund)
         return AttemptPass(Disposition.RETRY, ChartFailure(error))
+
+    def _not_sent(self, request: ChartRequest, lease: Lease, log: Any) -> AttemptPass:
+        """The unit is taken but the budget has less than an attempt's minimum left (the
+        reservation itself took it: a store slow to commit): a call sent now could only burn
+        the unit, its answer never read. It is not sent; its unit goes back."""
+        refund = self.limiter.give_back(lease)
+        outcome = self._cannot_start(request, None)
+        assert isinstance(outcome.result, ChartFailure)
+        log_request(log, self._clock, self._clock.monotonic(), None, outcome.result.error, refund=refund)
+        return outcome
 
     def _cannot_start(self, request: ChartRequest, refusal: NoAccount | None) -> AttemptPass:
         return cannot_start(
@@ -292,53 +334,3 @@ class RealChartApi:
 
     def _disabled_accounts(self) -> list[str]:
         return sorted(set(self.limiter.account_ids) - set(self.limiter.usable_accounts()))
-
-    # --- logs ---
-
-    def _log_context(self, call: ChartCall, account_id: str | None) -> dict[str, Any]:
-        context: dict[str, Any] = {"mode": self.mode, "accountId": account_id}
-        if self.mode == "record":
-            context["fixtureKey"] = call.fixture_key
-        return context
-
-    def _log_request(
-        self,
-        log: Any,
-        started: float,
-        http_status: int | None,
-        error: StepError | None,
-        *,
-        refund: Refund | None = None,
-    ) -> None:
-        fields: dict[str, Any] = {
-            "status": "failed" if error else "succeeded",
-            "httpStatus": http_status,
-            "errorCode": error.code.value if error else None,
-            "durationMs": round((self._clock.monotonic() - started) * 1000),
-        }
-        if refund is not None:  # a call that never left: how many units came back today
-            fields["unitGivenBack"] = refund.given_back
-            fields["refundedToday"] = refund.refunded_today
-        if error is not None:
-            fields["errorKind"] = error.details.get("errorKind", "http")
-            fields["apiMessage"] = error.details.get("message")
-            log.warning("chartsApi.request", **fields)
-        else:
-            log.info("chartsApi.request", **fields)
-
-    def _log_global_exhaustion(self, session: StepSession, call: ChartCall, error: StepError) -> None:
-        """One ERROR event per step when every account is out (log-based alert, §10)."""
-        if error.code is not ErrorCode.CHART_API_LIMIT_EXCEEDED:
-            return
-        exhausted = self.limiter.exhausted_accounts()
-        usable = set(self.limiter.usable_accounts())
-        if not usable or not usable <= set(exhausted) or not session.first_to_log_exhaustion():
-            return
-        get_logger().error(
-            "chart-img accounts exhausted",
-            error={"code": ErrorCode.CHART_API_LIMIT_EXCEEDED.value},
-            exhaustedAccounts=list(exhausted),
-            runId=call.run_id,
-            stepId=call.step_id,
-            chartsApi={"mode": self.mode},
-        )

@@ -1,13 +1,14 @@
 """The `real` and `record` ChartApi adapters (worker contract §13), assembled.
 
-`build_http_chart_api` assembles them from plain values; bootstrap/builders.py decides the mode and
+`build_http_chart_api` assembles them from plain values; bootstrap/chart_api.py decides the mode and
 passes what the settings say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.api import RealChartApi, Seams
@@ -33,6 +34,9 @@ class ChartImgOptions:
     rate_per_second: float
     burst: int
     default_plan: str = DEFAULT_PLAN  # the plan of an account that declares none (CHART_IMG_PLAN)
+    # a chart CHART-IMG renders, asked of a key about to be disabled for refused requests
+    # (None: two refusals disable it, as before)
+    known_good_body: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 def build_http_chart_api(
@@ -58,7 +62,7 @@ def build_http_chart_api(
     policy = retry_policy or RetryPolicy()
     policy = replace(
         policy,
-        max_attempts=options.max_attempts,
+        backoff=policy.backoff.with_attempts(options.max_attempts),
         # an attempt never needs more than its own timeout
         min_attempt_seconds=min(policy.min_attempt_seconds, options.request_timeout_seconds),
     )
@@ -68,6 +72,7 @@ def build_http_chart_api(
         request_timeout=options.request_timeout_seconds,
         policy=policy,
         mode="real" if record_into is None else "record",
+        known_good=options.known_good_body,
         seams=seams,
     )
     return real if record_into is None else RecordChartApi(record_into, real)

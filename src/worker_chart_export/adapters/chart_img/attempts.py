@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from worker_chart_export.adapters.chart_img.http import HttpAnswer
+from worker_chart_export.adapters.chart_img.key_verdicts import KeyCheck
 from worker_chart_export.adapters.chart_img.limiter import AccountLimiter, Lease, NoAccount, NoAccountReason
 from worker_chart_export.adapters.chart_img.session import StepSession
 from worker_chart_export.core.budget import Budget
@@ -32,6 +33,11 @@ class AttemptPass:
     result: ChartResult
     answer: HttpAnswer | None = None  # the HTTP answer `result` comes from, for record mode
 
+    @property
+    def retry_after(self) -> float | None:
+        """The answer's Retry-After (seconds), which the next attempt waits at least."""
+        return self.answer.retry_after if self.answer is not None else None
+
 
 @dataclass
 class ChartRequest:
@@ -46,6 +52,8 @@ class ChartRequest:
     # only when the request ends (`judge_refusals`)
     pending: list[tuple[str, Answer]] = field(default_factory=list)
     refused_everywhere: bool = False  # every account that could serve it refused it
+    # asks CHART-IMG for a known-good chart on a key about to be disabled (None: no check)
+    check_key: KeyCheck | None = None
 
     @property
     def budget(self) -> Budget:
@@ -103,7 +111,7 @@ def _key_refused(
     request.refused_by.add(account_id)
     nowhere_else = set(limiter.usable_accounts(request.call.serving_plans)) <= request.refused_by
     if probe or (nowhere_else and len(request.refused_by) == 1):
-        if limiter.key_refused(account_id, seen, probe=probe):
+        if limiter.key_refused(account_id, seen, probe=probe, check=request.check_key):
             return refused
     else:
         request.pending.append((account_id, seen))
@@ -139,7 +147,7 @@ def judge_refusals(limiter: AccountLimiter, request: ChartRequest, result: Chart
         )
         return
     for account_id, seen in pending:
-        limiter.key_refused(account_id, seen)
+        limiter.key_refused(account_id, seen, check=request.check_key)
 
 
 def cannot_start(
@@ -150,42 +158,90 @@ def cannot_start(
     disabled: Callable[[], list[str]],
 ) -> AttemptPass:
     """No attempt possible after `last` (None: before the first): all accounts exhausted or
-    refused (`refusal`), or no time left (`remaining` seconds of the budget)."""
-    if refusal is not None and refusal.reason is NoAccountReason.NO_USABLE_KEY:
-        return AttemptPass(
-            None, ChartFailure(_no_usable_key(last, disabled())), last.answer if last else None
-        )
+    refused (`refusal`, each account's reason with it), or no time left (`remaining` seconds
+    of the budget). Only a quota really spent is for good; keys set aside are probed again,
+    and time comes back with the step's next attempt: those failures are retryable."""
     if refusal is not None and refusal.reason is NoAccountReason.EXHAUSTED:
-        if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
-            error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts))
-            return AttemptPass(None, ChartFailure(error), last.answer)
-        error = accounts_exhausted(list(refusal.exhausted_accounts))
-        if last is not None:  # e.g. a 5xx, then the only other account was used up
-            error = StepError(
-                error.code,
-                "every CHART-IMG account reached its daily limit before the request succeeded",
-                {**error.details, "lastError": _error_dict(last.result)},
-            )
-        return AttemptPass(None, ChartFailure(error))
-    if last is not None:  # keep the last real answer: it says more than "out of time"
+        return _all_exhausted(last, refusal)
+    if refusal is not None and refusal.reason is NoAccountReason.NO_USABLE_KEY:
+        error = _no_usable_key(last, disabled(), refusal)
+    elif refusal is not None and refusal.reason is NoAccountReason.SET_ASIDE:
+        error = _none_free_now(last, refusal)
+    elif last is not None:  # keep the last real answer: it says more than "out of time"
         error = _with_details(last.result, stoppedBy="budget")
+    else:
+        error = StepError(
+            ErrorCode.CHART_API_FAILED,
+            "the step's time budget ran out before CHART-IMG could be called",
+            {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
+        )
+    return AttemptPass(None, ChartFailure(error.as_retryable()), last.answer if last else None)
+
+
+def _all_exhausted(last: AttemptPass | None, refusal: NoAccount) -> AttemptPass:
+    others = _other_plans(refusal)
+    if last is not None and _code(last.result) is ErrorCode.CHART_API_LIMIT_EXCEEDED:
+        error = _with_details(last.result, exhaustedAccounts=list(refusal.exhausted_accounts), **others)
+        error = replace(error, message=error.message + _other_plans_said(refusal), retryable=False)
         return AttemptPass(None, ChartFailure(error), last.answer)
-    error = StepError(
-        ErrorCode.CHART_API_FAILED,
-        "the step's time budget ran out before CHART-IMG could be called",
-        {"errorKind": "budget", "remainingSeconds": round(remaining, 3)},
-    )
+    error = accounts_exhausted(list(refusal.exhausted_accounts), refusal.other_plans)
+    if last is not None:  # e.g. a 5xx, then the only other account was used up
+        error = StepError(
+            error.code,
+            f"every CHART-IMG account{_serving(refusal)} reached its daily limit before the request "
+            "succeeded" + _other_plans_said(refusal),
+            {**error.details, "lastError": _error_dict(last.result)},
+        )
     return AttemptPass(None, ChartFailure(error))
 
 
-def _no_usable_key(last: AttemptPass | None, disabled: list[str]) -> StepError:
+def _no_usable_key(last: AttemptPass | None, disabled: list[str], refusal: NoAccount) -> StepError:
     if last is not None and isinstance(last.result, ChartFailure):
-        return _with_details(last.result, disabledAccounts=disabled)
+        return _with_details(last.result, disabledAccounts=disabled, **_other_plans(refusal))
     return StepError(
         ErrorCode.CHART_API_FAILED,
-        "CHART-IMG refused the key of every configured account; no request was sent",
-        {"errorKind": "bad_key", "disabledAccounts": disabled},
+        f"CHART-IMG refused the key of every {_accounts_meant(refusal)}; no request was sent"
+        + _other_plans_said(refusal),
+        {"errorKind": "bad_key", "disabledAccounts": disabled, **_other_plans(refusal)},
     )
+
+
+def _none_free_now(last: AttemptPass | None, refusal: NoAccount) -> StepError:
+    """Every account that could serve the call is out for now, each for its own reason
+    (exhausted, key disabled, set aside, cooling), not all of them for the day."""
+    accounts = [{"accountId": a, "why": why} for a, why in refusal.standing]
+    if last is not None and isinstance(last.result, ChartFailure):
+        return _with_details(last.result, accounts=accounts, **_other_plans(refusal))
+    said = "; ".join(f"{a}: {why}" for a, why in refusal.standing)
+    return StepError(
+        ErrorCode.CHART_API_LIMIT_EXCEEDED,
+        f"no CHART-IMG account that can serve this chart can take it now ({said}); no request was sent"
+        + _other_plans_said(refusal),
+        {"errorKind": "no_account_now", "accounts": accounts, **_other_plans(refusal)},
+    )
+
+
+def _other_plans(refusal: NoAccount) -> dict[str, Any]:
+    """The accounts whose plan cannot serve the call, for the failure's details."""
+    if not refusal.other_plans:
+        return {}
+    return {"otherPlanAccounts": [{"accountId": a, "plan": plan} for a, plan in refusal.other_plans]}
+
+
+def _accounts_meant(refusal: NoAccount) -> str:
+    return "account that can serve this chart" if refusal.other_plans else "configured account"
+
+
+def _serving(refusal: NoAccount) -> str:
+    """The accounts meant, when some of the configured ones cannot serve the call."""
+    return " that can serve this chart" if refusal.other_plans else ""
+
+
+def _other_plans_said(refusal: NoAccount) -> str:
+    if not refusal.other_plans:
+        return ""
+    named = ", ".join(f"{a} ({plan})" for a, plan in refusal.other_plans)
+    return f"; {named} cannot serve it: the template asks for more than their plan allows"
 
 
 def _code(result: ChartResult) -> ErrorCode | None:

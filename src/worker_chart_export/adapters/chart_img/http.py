@@ -21,6 +21,10 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.redaction import Redaction
 
 ADVANCED_CHART_PATH = "/v2/tradingview/advanced-chart"
+# Failures before a connection existed: nothing was sent, so CHART-IMG cannot have counted
+# the call (refused, DNS, connect timeout, TLS handshake; or no pooled connection at all).
+# A read timeout, a reset or a write error may come after the request left: its unit stays.
+NEVER_LEFT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ def parse_retry_after(value: str | None, clock: Clock) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # delay-seconds is ASCII digits only
         return float(value)
     try:
         moment = parsedate_to_datetime(value)

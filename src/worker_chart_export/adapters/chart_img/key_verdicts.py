@@ -20,6 +20,10 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import rfc3339_utc
 from worker_chart_export.logs import get_logger
 
+# A key's check with a known-good chart (api.py): True it renders, False CHART-IMG refuses
+# the key for it too, None no verdict (no time, no unit, another answer).
+KeyCheck = Callable[[str], bool | None]
+
 
 def _stored(reason: str) -> str:
     """A reason as a usage document may hold it: a usage document is an exit (known_keys)."""
@@ -86,20 +90,38 @@ class KeyVerdicts:
             account_id,
         )
 
-    def key_refused(self, account_id: str, answer: Answer, *, probe: bool = False) -> bool:
+    def key_refused(
+        self, account_id: str, answer: Answer, *, probe: bool = False, check: KeyCheck | None = None
+    ) -> bool:
         """After CHART-IMG refused the key (401, 403 "Forbidden"): True when the key is
         disabled (for 15 minutes, then probed: core/chart_img/set_aside.py): refused for another
-        request too with no success between, or its probe refused (then one ERROR line, and
-        no instance uses it meanwhile), or already. False: the call only moves on."""
+        request too with no success between AND refused for a known-good chart as well
+        (`check`; without one, the two refusals suffice), or its probe refused (then one ERROR
+        line, and no instance uses it meanwhile), or already. False: the call only moves on;
+        a key whose known-good chart renders (or cannot be tried) stays in service: the
+        requests were what CHART-IMG refused, not the key."""
         disabled, refusals = self._views.refused(account_id, answer, probe=probe)
         if not refusals:
             return disabled
+        rule = "key refused on its probe" if probe else "key refused for two requests"
+        if check is not None and not probe:
+            works = check(account_id)
+            if works is not False:
+                self._views.reinstated(account_id)
+                get_logger().warning(
+                    "chart-img key refused for two requests but not for a known-good chart: kept",
+                    accountId=account_id,
+                    knownGoodChart="rendered" if works else "no verdict",
+                    answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
+                )
+                return False
+            rule = "key refused for two requests, then for a known-good chart"
         until = self._views[account_id].disabled_until or self._clock.now()
         get_logger().error(
             "chart-img account key refused: account disabled",
             accountId=account_id,
             error={"code": "CHART_API_KEY_REFUSED"},
-            rule="key refused for two requests" if not probe else "key refused on its probe",
+            rule=rule,
             disabledUntil=rfc3339_utc(until),
             answers=[{"httpStatus": a.status, "message": a.message} for a in refusals],
         )

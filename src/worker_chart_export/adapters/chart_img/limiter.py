@@ -21,14 +21,15 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
 from pydantic import SecretStr
 
 from worker_chart_export import known_keys
-from worker_chart_export.adapters.chart_img.account_views import AccountViews, PacingMargins
+from worker_chart_export.adapters.chart_img.account_view import PacingMargins
+from worker_chart_export.adapters.chart_img.account_views import AccountViews
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.adapters.chart_img.key_verdicts import KeyVerdicts
 from worker_chart_export.adapters.chart_img.usage_store import UsageStore
@@ -58,9 +59,10 @@ class Lease:
 
 
 class NoAccountReason(StrEnum):
-    EXHAUSTED = "EXHAUSTED"  # every usable account is at its daily limit (no call may be made)
+    EXHAUSTED = "EXHAUSTED"  # every account that serves the call is at its daily limit (for the day)
     NO_TIME = "NO_TIME"  # no send slot frees up within the time left
     NO_USABLE_KEY = "NO_USABLE_KEY"  # every account's key is disabled (refused by CHART-IMG)
+    SET_ASIDE = "SET_ASIDE"  # none can take it now, not all for the day (set aside, cooling...)
 
 
 # a wait shorter than this is no wait: float rounding between the slot this process computed
@@ -87,6 +89,10 @@ class _Later:
 class NoAccount:
     reason: NoAccountReason
     exhausted_accounts: tuple[str, ...]
+    # what the failure tells, not what the refusal is: each account whose plan serves the
+    # call and why it took none; each other (account, plan)
+    standing: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    other_plans: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 class AccountLimiter(KeyVerdicts):
@@ -217,6 +223,17 @@ class AccountLimiter(KeyVerdicts):
             return  # the wave goes on what is known; its reservations still hold exactly
         self._views.caught_up(docs)
 
+    def reserve_on(self, account_id: str, *, max_wait: float) -> Lease | None:
+        """A unit and a send slot on this very account, whatever this process's view says of
+        its key (a key's check with a known-good chart); None when the store refuses it or
+        its slot is further than `max_wait` (at most UNIT_HOLD_SECONDS)."""
+        self._views.hold(account_id)  # `_try` releases it as it releases a pick
+        try:
+            outcome = self._try(account_id, min(max_wait, UNIT_HOLD_SECONDS))
+        except TransientStoreError:
+            return None
+        return outcome if isinstance(outcome, Lease) else None
+
     def wait_for_slot(self, lease: Lease) -> Lease:
         """Sleeps until the lease's send slot (at most UNIT_HOLD_SECONDS away); the lease,
         saying how long that was."""
@@ -276,14 +293,19 @@ class AccountLimiter(KeyVerdicts):
             waited += ahead
 
     def _no_account(self, busy: bool, plans: Collection[str] | None) -> NoAccount:
-        """Why no account (of those whose plan serves the call) could take it."""
+        """Why no account (of those whose plan serves the call) could take it: each one's
+        own reason, and the accounts whose plan does not serve it."""
         exhausted = self._views.exhausted_accounts(plans)
+        standing, others = self._views.standing(plans)
         if busy:
-            return NoAccount(NoAccountReason.NO_TIME, exhausted)
-        all_disabled = self._views.all_disabled(plans)
-        return NoAccount(
-            NoAccountReason.NO_USABLE_KEY if all_disabled else NoAccountReason.EXHAUSTED, exhausted
-        )
+            reason = NoAccountReason.NO_TIME
+        elif self._views.all_disabled(plans):
+            reason = NoAccountReason.NO_USABLE_KEY
+        elif len(exhausted) == len(standing):  # (none serves it: validation's to refuse)
+            reason = NoAccountReason.EXHAUSTED
+        else:
+            reason = NoAccountReason.SET_ASIDE
+        return NoAccount(reason, exhausted, standing, others)
 
     def give_back(self, lease: Lease) -> Refund | None:
         """The lease's unit given back: its call never reached CHART-IMG (no connection was

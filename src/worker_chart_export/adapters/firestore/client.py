@@ -17,9 +17,17 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry, if_exception_type
 from google.cloud import firestore
 
+from worker_chart_export.core.retry import (
+    FIRESTORE_RPC,
+    FIRESTORE_RPC_DEADLINE_SECONDS,
+    FIRESTORE_WRITE_ROUNDS,
+    Backoff,
+)
+
 EMULATOR_DEFAULT_PROJECT = "demo-worker-chart-export"
-DEFAULT_RPC_TIMEOUT_SECONDS = 10.0
-DEFAULT_TRANSACTION_ATTEMPTS = 5
+# the policies' (core/retry.py), under the names this package's bounds are written with
+DEFAULT_RPC_TIMEOUT_SECONDS = FIRESTORE_RPC_DEADLINE_SECONDS
+DEFAULT_TRANSACTION_ATTEMPTS = FIRESTORE_WRITE_ROUNDS
 
 T = TypeVar("T")
 TransactionBody = Callable[[firestore.Transaction], T]
@@ -39,7 +47,7 @@ def make_firestore_client(project: str | None, *, emulator_host: str | None = No
     return firestore.Client(project=project)
 
 
-def bounded_retry(rpc_timeout: float) -> Retry:
+def bounded_retry(rpc_timeout: float, policy: Backoff = FIRESTORE_RPC) -> Retry:
     # The client's defaults retry UNAVAILABLE for 60-300 s; a step budget cannot afford that.
     return Retry(
         predicate=if_exception_type(
@@ -48,9 +56,9 @@ def bounded_retry(rpc_timeout: float) -> Retry:
             api_exceptions.InternalServerError,
             api_exceptions.ResourceExhausted,
         ),
-        initial=0.1,
-        maximum=1.0,
-        multiplier=1.5,
+        initial=policy.base,
+        maximum=policy.cap,
+        multiplier=policy.factor,
         timeout=rpc_timeout,
     )
 

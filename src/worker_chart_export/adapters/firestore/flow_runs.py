@@ -33,7 +33,8 @@ from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.documents import FlowRunDocument, as_flow_run
 from worker_chart_export.core.flow.flow_rules import AdvancePlan
 from worker_chart_export.core.naming import FLOW_RUNS_COLLECTION, STEP_LEASES_COLLECTION
-from worker_chart_export.core.step.step_rules import CLAIM_TRIES, RunVersion, claim_is_current
+from worker_chart_export.core.retry import CLAIM_COMMITS
+from worker_chart_export.core.step.step_rules import RunVersion, claim_is_current
 from worker_chart_export.core.types import ClaimResult, FinalizeResult, StepFinal
 
 
@@ -47,7 +48,7 @@ class FirestoreFlowRunStore:
         *,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         max_attempts: int = DEFAULT_TRANSACTION_ATTEMPTS,
-        claim_tries: int = CLAIM_TRIES,
+        claim_tries: int = CLAIM_COMMITS.attempts or 1,
         commit: BatchCommitter = commit_batch,
         clock: Clock,
     ) -> None:

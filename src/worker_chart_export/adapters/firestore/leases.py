@@ -83,7 +83,7 @@ class FirestoreLeaseReaper:
         ]
 
     def reap(self, lease: ExpiredLease, *, now: datetime, max_attempts: int) -> LeaseFate:
-        """`max_attempts`: the step's (REAPER_MAX_ATTEMPTS), not this write's tries."""
+        """`max_attempts`: the step's (STEP_MAX_ATTEMPTS), not this write's tries."""
         operation = f"reap of step {lease.step_id} in flow_runs/{lease.run_id}"
         run_ref = self._runs.document(lease.run_id)
         lease_ref = self._leases.document(lease.document_id)

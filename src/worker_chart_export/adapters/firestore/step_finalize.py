@@ -16,9 +16,10 @@ from google.cloud import firestore
 
 from worker_chart_export.adapters.firestore.client import Version
 from worker_chart_export.adapters.firestore.exception_map import translated
-from worker_chart_export.adapters.firestore.run_documents import RunDocuments, finalize_update
+from worker_chart_export.adapters.firestore.run_documents import BatchWrites, RunDocuments, finalize_update
 from worker_chart_export.core.documents import as_flow_run
 from worker_chart_export.core.exceptions import TransientStoreError
+from worker_chart_export.core.step.reaping import moved_lease
 from worker_chart_export.core.step.step_rules import FinalizePlan, finalized, plan_finalize
 from worker_chart_export.core.types import FinalizeResult, StepFinal
 
@@ -39,7 +40,7 @@ def finalize_step(
                 if fresh:
                     docs.written.forget(run_id)
                     return decided
-            elif _finalize_on(docs, version, ref, decided, lease):
+            elif _finalize_on(docs, version, ref, decided, _lease_write(decided, lease, run_id, token)):
                 docs.written.forget(run_id)
                 return finalized(step_id)
             version, fresh = docs.read_version(ref), True
@@ -48,8 +49,20 @@ def finalize_step(
     raise TransientStoreError(f"{operation}: the document changed under {max_attempts} tries")
 
 
+def _lease_write(plan: FinalizePlan, lease: Any, run_id: str, token: str) -> BatchWrites:
+    """Ours: the step held our token in that version, so its lease goes with it, or, when the
+    step waits, moves to the wait's end (the reaper makes it READY then)."""
+    if plan.lease_until is None:
+        return lambda batch: batch.delete(lease)
+    fields = moved_lease(run_id, plan.step_id, token, plan.lease_until)
+    return lambda batch: batch.set(lease, fields, merge=True)
+
+
 def _finalize_on(
-    docs: RunDocuments, version: Version, ref: firestore.DocumentReference, plan: FinalizePlan, lease: Any
+    docs: RunDocuments,
+    version: Version,
+    ref: firestore.DocumentReference,
+    plan: FinalizePlan,
+    also: BatchWrites,
 ) -> bool:
-    # ours: the step held our token in that version, so its lease goes with it
-    return docs.commit_on(version, ref, finalize_update(plan), lambda b: b.delete(lease)) is not None
+    return docs.commit_on(version, ref, finalize_update(plan), also) is not None

@@ -1,5 +1,7 @@
-"""TemplateSource over `chart_templates/{id}`, with a per-instance TTL cache; each stored
-version is checked once (core.templates.template_check.StoredTemplate, kept while update_time stays)."""
+"""TemplateSource over `chart_templates/{id}`: read for each step (one BatchGet), so a template
+edited in Firestore is what the next claim uses; each stored version is checked once
+(core.templates.template_check.StoredTemplate, kept while update_time stays). A TTL may be set
+to read less often (tests); the worker sets none."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from worker_chart_export.core.templates.template_check import StoredTemplate, Te
 
 
 class FirestoreTemplateSource:
-    """Missing templates are cached as missing for the same TTL, so a template synced later
-    shows up within `ttl_seconds`. Ids that are not safe path segments are never looked up
+    """With a TTL, missing templates are cached as missing for the same TTL, so a template
+    synced later shows up within `ttl_seconds`. Ids that are not safe path segments are never looked up
     (they could not be valid template ids, and '/' would address another collection).
     After the TTL a template is read again; while its update_time is the one seen before,
     the StoredTemplate already returned (and its check) is kept: `check` runs once per version.
@@ -33,7 +35,7 @@ class FirestoreTemplateSource:
         client: firestore.Client,
         *,
         collection: str = CHART_TEMPLATES_COLLECTION,
-        ttl_seconds: float = 300.0,
+        ttl_seconds: float = 0.0,
         clock: Clock,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
         check: TemplateCheck = template_problems,

@@ -12,29 +12,25 @@ instance, as a transaction would serialize them, at fewer round trips and with n
   again and the reservation recomputed: a read and a commit more;
 - a cold account: a read and a commit.
 Repeated conflicts are retried a few times with short jittered waits, then the caller gets
-a TransientStoreError. A unit given back (`refund`: the call never left) is the same kind of
-compare-and-set. mark_exhausted, mark_disabled, mark_cooling and mark_serving (rare:
-CHART-IMG refused the quota or the key, a key set aside or probed back) stay transactions.
-
-reserve_many (a step's first wave of calls) puts the compare-and-sets of several accounts in
-ONE BatchWrite: each write keeps its own precondition and gets its own status, so it is the
-same reservations at one round trip instead of one per account. An account whose version is
-not known, or whose write fails its precondition, is simply left out of the answer; its
-calls then reserve one at a time as above. Not retried: the fallback is the retry.
+a TransientStoreError. Each write carries an id of its own (`lastWriteId`): one whose answer
+was lost is found landed by the read that follows (api_core's retry of it failing its
+precondition on our own version, or an outage's error), and counts once. A unit given back
+(`refund`: the call never left) is the same kind of compare-and-set. A step's first wave
+of reservations in one BatchWrite: usage_waves.py; what CHART-IMG said of a key (exhausted,
+disabled, set aside, serving again), persisted in rare transactions: usage_verdicts.py.
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
-from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception
 
 from worker_chart_export.adapters.firestore.client import (
     DEFAULT_RPC_TIMEOUT_SECONDS,
@@ -43,23 +39,21 @@ from worker_chart_export.adapters.firestore.client import (
     TransactionRunner,
     Version,
     run_transaction,
+    version_of,
 )
 from worker_chart_export.adapters.firestore.exception_map import is_contention, translated
-from worker_chart_export.core.chart_img.set_aside import cooling_fields, serving_again_fields
+from worker_chart_export.adapters.firestore.usage_verdicts import UsageVerdicts
+from worker_chart_export.adapters.firestore.usage_waves import WRITE_ID, UsageWaves, written_by
 from worker_chart_export.core.chart_img.usage import (
-    QUOTA_REFUSED,
     Pacing,
     Refund,
-    ReservationRequest,
     ReservationTime,
-    disabled_fields,
-    exhausted_fields,
     refund_one,
-    reserve_many,
     reserve_one,
 )
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import ACCOUNTS_USAGE_COLLECTION
+from worker_chart_export.core.retry import USAGE_COMMITS, Backoff
 from worker_chart_export.core.types import Reservation
 
 T = TypeVar("T")
@@ -69,27 +63,17 @@ _ABSENT = Version(None, None)
 MAX_COMMIT_ESTIMATE = 0.25  # seconds
 
 
-@dataclass(frozen=True)
-class _PlannedWrite:
-    account_id: str
-    known: Version
-    update: dict[str, Any]
-    reservations: list[Reservation]
-
-
-class FirestoreUsageStore:
+class FirestoreUsageStore(UsageWaves, UsageVerdicts):
     def __init__(
         self,
         client: firestore.Client,
         *,
         collection: str = ACCOUNTS_USAGE_COLLECTION,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SECONDS,
-        contention_attempts: int = 8,
+        contention: Backoff = USAGE_COMMITS,
         clock: Clock,
         run_in_transaction: TransactionRunner = run_transaction,
     ) -> None:
-        if contention_attempts < 1:
-            raise ValueError("contention_attempts must be >= 1")
         self._client = client
         self._collection = client.collection(collection)
         self._rpc = RpcOptions(rpc_timeout)
@@ -103,9 +87,9 @@ class FirestoreUsageStore:
         self._commit_seconds = 0.0  # how long a commit takes, as recently seen
         self._retrying = Retrying(
             retry=retry_if_exception(is_contention),
-            stop=stop_after_attempt(contention_attempts),
+            stop=contention.stop(),
             # jittered, so contenders that failed together do not come back together
-            wait=wait_random_exponential(multiplier=0.05, max=0.5),
+            wait=contention.wait(),
             sleep=clock.sleep,
             reraise=True,
         )
@@ -152,64 +136,45 @@ class FirestoreUsageStore:
         written as a compare-and-set on that version; read and planned again after another
         instance wrote it meanwhile, a few times."""
         ref = self._collection.document(account_id)
+        write_id = uuid.uuid4().hex
+        in_flight: list[T] = []  # what the write carrying `write_id` planned, once sent
 
         def attempt() -> T:
             known = self._known_version(account_id)
             if known is None:
-                snapshot = self._rpc.get(ref)
-                known = Version(snapshot.to_dict() if snapshot.exists else None, snapshot.update_time)
+                known = version_of(self._rpc.get(ref))
+                if in_flight and written_by(known.doc, write_id):
+                    # our write landed though its answer was lost (api_core sent it again and
+                    # met our own version): it counts once
+                    self._remember(account_id, known, {}, known.update_time)
+                    return in_flight[-1]
             update, result = plan(known.doc)
-            if update is not None:
-                self._compare_and_set(ref, account_id, known, update)
+            if update is None:
+                return result
+            in_flight[:] = [result]
+            try:
+                self._compare_and_set(ref, account_id, known, {**update, WRITE_ID: write_id})
+            except api_exceptions.Aborted:
+                raise  # changed meanwhile, or our own write: the next attempt reads and sees
+            except Exception:
+                if not self._landed(ref, account_id, write_id):
+                    raise
             return result
 
         with translated(operation):
             return self._retrying.copy()(attempt)
 
-    def reserve_many(
-        self, requests: Sequence[ReservationRequest], *, now: datetime, max_wait: float
-    ) -> dict[str, list[Reservation]]:
-        answer: dict[str, list[Reservation]] = {}
-        planned: list[_PlannedWrite] = []
-        batch = BulkWriteBatch(self._client)
-        at = ReservationTime(now, max_wait, self._commit_estimate())
-        for request in requests:
-            known = self._known_version(request.account_id)
-            if known is None:
-                continue  # a read first: the one-at-a-time path does it
-            update, reservations = reserve_many(request, known.doc, at)
-            if update is None:
-                answer[request.account_id] = reservations  # refused on what we know: no write
-                continue
-            ref = self._collection.document(request.account_id)
-            if known.doc is None:
-                batch.create(ref, update)
-            else:
-                option = self._client.write_option(last_update_time=known.update_time)
-                batch.update(ref, update, option=option)
-            planned.append(_PlannedWrite(request.account_id, known, update, reservations))
-        if planned:
-            self._commit_batch(batch, planned, answer)
-        return answer
-
-    def _commit_batch(
-        self, batch: BulkWriteBatch, planned: list[_PlannedWrite], answer: dict[str, list[Reservation]]
-    ) -> None:
-        started = self._clock.monotonic()
+    def _landed(self, ref: firestore.DocumentReference, account_id: str, write_id: str) -> bool:
+        """After a write whose answer never came: one read says whether it landed (then it is
+        remembered, and counts once); False when it did not, or the read fails too."""
         try:
-            with translated(f"reservations on accounts {', '.join(p.account_id for p in planned)}"):
-                response = batch.commit(retry=None, timeout=self._rpc.timeout)
+            known = version_of(self._rpc.get(ref))
         except Exception:
-            for write in planned:
-                self._forget(write.account_id)  # landed or not: read them next time
-            raise
-        self._note_commit(self._clock.monotonic() - started)  # one round trip, counted once
-        for write, result, status in zip(planned, response.write_results, response.status, strict=True):
-            if status.code != 0:  # changed meanwhile (or refused): nothing reserved here
-                self._forget(write.account_id)
-                continue
-            self._remember(write.account_id, write.known, write.update, result.update_time)
-            answer[write.account_id] = write.reservations
+            return False
+        if not written_by(known.doc, write_id):
+            return False
+        self._remember(account_id, known, {}, known.update_time)
+        return True
 
     def prime(self) -> int:
         """Read every usage document once (one query) and remember their versions, so the
@@ -306,49 +271,3 @@ class FirestoreUsageStore:
         with self._versions_lock:
             self._versions.pop(account_id, None)
             self._forgotten.add(account_id)
-
-    def mark_exhausted(self, account_id: str, *, now: datetime, reason: str = QUOTA_REFUSED) -> None:
-        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-            return exhausted_fields(doc, now=now, reason=reason)
-
-        self._merge(account_id, fields, f"marking account {account_id} exhausted")
-
-    def mark_disabled(self, account_id: str, *, reason: str, now: datetime) -> None:
-        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-            return disabled_fields(doc, reason=reason, now=now)
-
-        self._merge(account_id, fields, f"disabling account {account_id}")
-
-    def mark_cooling(self, account_id: str, *, reason: str, now: datetime) -> None:
-        def fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-            return cooling_fields(reason=reason, now=now)
-
-        self._merge(account_id, fields, f"setting account {account_id} aside")
-
-    def mark_serving(self, account_id: str, *, now: datetime) -> None:
-        self._merge(account_id, serving_again_fields, f"account {account_id} serving again")
-
-    def _merge(
-        self, account_id: str, fields: Callable[[dict[str, Any] | None], dict[str, Any]], operation: str
-    ) -> None:
-        """`fields(document)` merged into the document, in a transaction (rare: after CHART-IMG
-        refused the quota or the key); this store reads the document before its next write."""
-        ref = self._collection.document(account_id)
-
-        def merge(transaction: firestore.Transaction) -> None:
-            snapshot = self._rpc.get(ref, transaction)
-            doc = snapshot.to_dict() if snapshot.exists else None
-            transaction.set(ref, fields(doc), merge=True)
-
-        self._forget(account_id)
-        self._with_retries(merge, operation)
-
-    def _with_retries(self, body: Callable[[firestore.Transaction], T], operation: str) -> T:
-        def attempt() -> T:
-            return self._run_in_transaction(
-                self._client, body, max_attempts=self._max_attempts, rpc=self._rpc
-            )
-
-        with translated(operation):
-            # copy(): a fresh controller per call, so concurrent callers share no retry state
-            return self._retrying.copy()(attempt)

@@ -33,7 +33,6 @@ from worker_chart_export.core.chart_img.set_aside import (
     COOL_UNTIL,
     DISABLED_REASON,
     DISABLED_UNTIL,
-    moment_of,
 )
 from worker_chart_export.core.chart_img.usage import (
     EXHAUSTED_REASON,
@@ -47,7 +46,7 @@ from worker_chart_export.core.chart_img.usage import (
     tat_of,
     usage_today,
 )
-from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.naming import moment_of, rfc3339_utc
 
 DAILY_LIMIT_REACHED = "daily limit used up"  # by our count, or CHART-IMG said so (mark_exhausted)
 KEY_REFUSED = "key refused by CHART-IMG"

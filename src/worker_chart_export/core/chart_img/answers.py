@@ -15,21 +15,24 @@ on first sight:
   is disabled only when refused again (core/chart_img/key_history.py);
 - 403 `Exceed Max Usage Resolution/Parameter Limit (...)`: the template asks for more than
   the plan allows: final, like the other 4xx about the request;
-- 5xx: transient, retried with backoff; other 4xx: final (the key stays usable).
+- 5xx (the CDN's 52x timeouts among them), 408 Request Timeout, 425 Too Early: transient,
+  retried with backoff (the next answer may well be a chart); a 200 that is not a whole PNG
+  (an HTML page, a body cut short: core/png.py) too; other 4xx: final (the key stays usable).
 See docs/design.md, "CHART-IMG answers".
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from worker_chart_export.core.error_codes import ErrorCode, StepError
 
-RETRY_STATUSES = frozenset({500, 502, 503, 504})
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Transient below 500: the request took too long to arrive (408), or came too early (425).
+RETRY_BELOW_500 = frozenset({408, 425})
 _MAX_MESSAGE = 300
 _MAX_VALIDATION_ITEMS = 20
 
@@ -123,7 +126,7 @@ def classify(http_status: int, body: Any = None) -> Disposition:
         return Disposition.RATE_LIMITED  # quota's words, undocumented status: cooled, not retired
     if http_status == 401 or (http_status == 403 and wording(message) == BAD_KEY_WORDING):
         return Disposition.BAD_KEY
-    if http_status in RETRY_STATUSES:
+    if http_status >= 500 or http_status in RETRY_BELOW_500:
         return Disposition.RETRY
     return Disposition.FINAL
 
@@ -134,10 +137,6 @@ def limit_kind(disposition: Disposition, message: str) -> str:
     if disposition is Disposition.EXHAUSTED:
         return "daily"
     return "rate" if wording(message) == RATE_LIMIT_WORDING else "unrecognised"
-
-
-def looks_like_png(data: bytes) -> bool:
-    return data.startswith(PNG_SIGNATURE)
 
 
 def failure_from_response(
@@ -190,11 +189,12 @@ def refused_everywhere(error: StepError, account_ids: list[str]) -> StepError:
     )
 
 
-def not_a_png(content_type: str | None, size: int) -> StepError:
+def not_a_png(content_type: str | None, size: int, problem: str) -> StepError:
+    """A 200 whose body is no whole PNG (core/png.py says what is wrong): transient, retried."""
     return StepError(
         ErrorCode.CHART_API_FAILED,
-        "CHART-IMG answered HTTP 200 but the body is not a PNG image",
-        {"httpStatus": 200, "contentType": content_type or "", "bytes": size},
+        f"CHART-IMG answered HTTP 200 but the body is not a whole PNG image: {problem}",
+        {"httpStatus": 200, "contentType": content_type or "", "bytes": size, "errorKind": "not_png"},
     )
 
 
@@ -210,9 +210,22 @@ def mock_missing(fixture_key: str, directory: Path) -> StepError:
     )
 
 
-def accounts_exhausted(account_ids: list[str]) -> StepError:
+def accounts_exhausted(account_ids: list[str], other_plans: Sequence[tuple[str, str]] = ()) -> StepError:
+    """Every account that could serve the chart is at its daily limit; `other_plans`: the
+    (account, plan) whose plan cannot serve it (they may well have quota: said so)."""
+    if not other_plans:
+        return StepError(
+            ErrorCode.CHART_API_LIMIT_EXCEEDED,
+            "every CHART-IMG account is at its daily limit; no request was sent",
+            {"exhaustedAccounts": sorted(account_ids)},
+        )
+    named = ", ".join(f"{a} ({plan})" for a, plan in other_plans)
     return StepError(
         ErrorCode.CHART_API_LIMIT_EXCEEDED,
-        "every CHART-IMG account is at its daily limit; no request was sent",
-        {"exhaustedAccounts": sorted(account_ids)},
+        "every CHART-IMG account whose plan can serve this chart is at its daily limit; no request "
+        f"was sent; {named} cannot serve it: the template asks for more than their plan allows",
+        {
+            "exhaustedAccounts": sorted(account_ids),
+            "otherPlanAccounts": [{"accountId": a, "plan": plan} for a, plan in other_plans],
+        },
     )

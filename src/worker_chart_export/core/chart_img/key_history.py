@@ -10,12 +10,13 @@ and applies the verdicts; nothing here reads a clock: moments come in as seconds
   the cooldown began: it is counted among the answers seen, and begins no new cooldown.
 - **The streak rule**: a key that answered 429 through `streak_cooldowns` cooldowns or more,
   its first and last such answers more than `streak_span` seconds apart, while our own count
-  says it has quota left AND other keys served meanwhile (one succeeded since this key's
-  previous 429), is set aside for `set_aside_seconds` (15 min), then probed
-  (core/chart_img/set_aside.py). It is that key's problem: CHART-IMG's count is ahead of ours (another
-  client uses the key), or it words the daily quota in a way we do not know. When no other
-  key serves (every key hears 429, or there is only one), nobody can be blamed: CHART-IMG
-  is throttling, the keys only cool down (escalating, or Retry-After) and none is set aside.
+  says it has quota left AND other keys served meanwhile without hearing 429 themselves (one
+  succeeded since this key's previous 429, none answered 429 since), is set aside for
+  `set_aside_seconds` (15 min), then probed (core/chart_img/set_aside.py). It is that key's
+  problem: CHART-IMG's count is ahead of ours (another client uses the key), or it words the
+  daily quota in a way we do not know. When no other key serves alone (every key hears 429,
+  one throttle after another, or there is only one), nobody can be blamed: CHART-IMG is
+  throttling, the keys only cool down (escalating, or Retry-After) and none is set aside.
 - **Refusals**: a key refused (401, 403 `Forbidden`) moves the call to another account; it
   is disabled when refused again for another request (`refusals_to_disable` different
   requests in a row, no success between): one request refused twice (a chart's retry, or
@@ -29,6 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from worker_chart_export.core.retry import KEY_COOLDOWN, KEY_RETRY_AFTER_MAX_SECONDS
 
 _MAX_KEPT = 20  # answers kept per streak: enough to say what was seen, bounded
 _MAX_WORDS = 80  # characters of CHART-IMG's message kept per answer
@@ -55,9 +58,12 @@ class Answer:
 
 @dataclass(frozen=True)
 class KeyPolicy:
-    first_cooldown: float = 1.0  # seconds, after the first 429 of a streak
-    max_cooldown: float = 30.0  # where the doubling stops
-    max_retry_after: float = 600.0  # a longer Retry-After is held to this (a misread date parks no key)
+    # the cooldown's numbers are core.retry's (KEY_COOLDOWN, KEY_RETRY_AFTER_MAX_SECONDS)
+    first_cooldown: float = KEY_COOLDOWN.base  # seconds, after the first 429 of a streak
+    max_cooldown: float = KEY_COOLDOWN.cap  # where the doubling stops
+    max_retry_after: float = (
+        KEY_RETRY_AFTER_MAX_SECONDS  # a longer one is held to this (a misread date parks no key)
+    )
     streak_cooldowns: int = 5  # "several cooldowns"
     streak_span: float = 60.0  # seconds between the streak's first and last 429, at least
     refusals_to_disable: int = 2
@@ -117,20 +123,39 @@ class RateVerdict:
     throttled: bool = False  # every usable key hears 429 at once: CHART-IMG's throttling
 
 
+@dataclass(frozen=True)
+class StreakEvidence:
+    """What decides whether a key's 429 streak is its own problem: whether our count says it
+    has quota left, and what the other keys did lately (monotonic moments; None: never):
+    their latest success, and their latest 429 that was not the day's quota."""
+
+    has_quota: bool = True
+    served_at: float | None = None
+    limited_at: float | None = None
+
+    def blames_the_key(self, previous: float | None) -> bool:
+        """It has quota, another key served since `previous` and none heard a 429 meanwhile:
+        the trouble is this key's alone. A 429 another key heard in that time (CHART-IMG
+        throttling every key, one window after another) makes it nobody's."""
+        if not self.has_quota:
+            return False
+        if previous is None or self.served_at is None or self.served_at <= previous:
+            return False
+        return self.limited_at is None or self.limited_at <= previous
+
+
 def after_rate_limit(
     history: KeyHistory,
     answer: Answer,
     *,
     at: float,
     day: str,
-    has_quota: bool,
-    others_served_at: float | None = None,
+    evidence: StreakEvidence = StreakEvidence(),
     policy: KeyPolicy = DEFAULT_POLICY,
 ) -> tuple[KeyHistory, RateVerdict]:
     """A 429 that is not the day's quota, at `at`: the history after it, and the verdict
-    (the cooldown honours the answer's Retry-After when it has one). `others_served_at`:
-    the latest success of any other key (None: none), which alone can make the streak this
-    key's problem."""
+    (the cooldown honours the answer's Retry-After when it has one). `evidence`: what alone can
+    make the streak this key's problem."""
     history = history.on(day)
     answers = (*history.answers, answer)[-_MAX_KEPT:]
     previous = history.last_at
@@ -148,10 +173,8 @@ def after_rate_limit(
         answers=answers,
     )
     span = at - first_at
-    others_served = others_served_at is not None and previous is not None and others_served_at > previous
     if (
-        has_quota
-        and others_served
+        evidence.blames_the_key(previous)
         and history.cooldowns >= policy.streak_cooldowns
         and span > policy.streak_span
     ):

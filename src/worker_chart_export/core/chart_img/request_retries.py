@@ -1,60 +1,76 @@
-"""When to try a CHART-IMG request again, and how long to wait first (contract §13.5).
+"""When a CHART-IMG request is tried again, and how long it waits first (contract §13.5).
 
 The decisions are tenacity strategies over plain values: the attempt loop in
 `adapters/chart_img/api.py` runs them with an injected sleep, so tests never wait for real.
+The numbers are `core.retry.CHART_ATTEMPTS`'s (the one home of retry policy).
 
-- RETRY (5xx, timeout, connection error): back off exponentially (tenacity's
-  `wait_exponential`), plus jitter (`core.retrying.wait_jitter`, its randomness injected).
-- EXHAUSTED, RATE_LIMITED, BAD_KEY: no backoff: the next attempt goes to another key (or,
-  after a rate 429 on the only key, waits in the limiter for the key's cooldown).
-- at most `max_attempts` attempts in total, across accounts (`stop_after_attempt`);
-- never sleep into, or start an attempt in, the last `min_attempt_seconds` of the budget
-  (`core.retrying.stop_before_budget_ends`, the one budget stop).
+- A transient answer (RETRY: 5xx, 408, 425, a timeout, a refused or reset connection, a 200
+  that is not a whole PNG; RATE_LIMITED: a 429 that is not the day's quota, CHART-IMG
+  throttling): the next attempt waits the policy's backoff, or the answer's Retry-After when
+  longer, so a few attempts span a bad window instead of its first second; the limiter then
+  also waits out the chosen key's cooldown.
+- EXHAUSTED (the key's day is used up) and BAD_KEY (the key refused): no wait, the next
+  attempt goes to another key at once: nothing says the moment is bad.
+- At most the policy's attempts in total, across accounts; a wait is cut to what the budget
+  leaves after an attempt's minimum time (`core.retry.within_budget`), and no attempt starts
+  without that minimum (`core.retry.stop_before_budget_ends`, the one budget stop): in a
+  window longer than the waits, the last attempt comes at the budget's end.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from tenacity import RetryCallState, stop_after_attempt, wait_exponential
+from tenacity import RetryCallState
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.answers import ROTATING, Disposition
-from worker_chart_export.core.retrying import stop_before_budget_ends, wait_jitter
+from worker_chart_export.core.retry import (
+    CHART_ATTEMPT_MIN_SECONDS,
+    CHART_ATTEMPTS,
+    Backoff,
+    Rand,
+    within_budget,
+)
 
 AGAIN = frozenset({Disposition.RETRY, *ROTATING})
+# The next attempt goes to another key at once: the answer was about one key, not the moment.
+AT_ONCE = frozenset({Disposition.EXHAUSTED, Disposition.BAD_KEY})
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 3
-    initial_backoff: float = 0.5  # seconds before the 2nd attempt; doubles each time
-    max_backoff: float = 4.0  # where the doubling stops
-    jitter: float = 0.5  # up to this many seconds added at random, to spread retries
+    backoff: Backoff = field(default=CHART_ATTEMPTS)
     # an attempt that cannot get this much time is not started (it would only burn quota)
-    min_attempt_seconds: float = 1.0
+    min_attempt_seconds: float = CHART_ATTEMPT_MIN_SECONDS
 
-    def wait(self, rand: Callable[[], float] = random.random) -> wait_base:
-        """After failed attempt n: initial_backoff x 2^(n-1), at most max_backoff, plus
-        jitter x rand(); nothing when the next attempt moves to another key."""
-        backoff = wait_exponential(multiplier=self.initial_backoff, max=self.max_backoff)
-        return _unless_rotating(backoff + wait_jitter(self.jitter, rand))
+    @property
+    def max_attempts(self) -> int:
+        return self.backoff.attempts or 1
+
+    def wait(self, budget: Budget, rand: Rand = random.random) -> wait_base:
+        """After a transient answer: the backoff or its Retry-After, the longer, cut to the
+        budget; nothing when the next attempt moves to another key."""
+        waited = _after_answer(self.backoff.wait(rand))
+        return within_budget(waited, budget, reserve=self.min_attempt_seconds)
 
     def stop(self, budget: Budget) -> stop_base:
-        return stop_after_attempt(self.max_attempts) | stop_before_budget_ends(
-            budget, reserve=self.min_attempt_seconds
-        )
+        return self.backoff.stop(budget, reserve=self.min_attempt_seconds)
 
 
 class HasDisposition(Protocol):
     @property
     def disposition(self) -> Disposition | None:
         """None: nothing further can be tried (no account, no time)."""
+        ...
+
+    @property
+    def retry_after(self) -> float | None:
+        """The answer's Retry-After in seconds, when it sent one."""
         ...
 
 
@@ -71,13 +87,15 @@ def wants_retry(retry_state: RetryCallState) -> bool:
     return _last(retry_state).disposition in AGAIN
 
 
-class _unless_rotating(wait_base):  # lower case, as tenacity names its waits
-    """`backoff` after a transient error; none when the next attempt goes to another key."""
+class _after_answer(wait_base):  # lower case, as tenacity names its waits
+    """`backoff` after a transient answer, or its Retry-After when longer; none when the next
+    attempt goes to another key."""
 
     def __init__(self, backoff: wait_base) -> None:
         self.backoff = backoff
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        if _last(retry_state).disposition in ROTATING:
+        last = _last(retry_state)
+        if last.disposition in AT_ONCE:
             return 0.0
-        return self.backoff(retry_state)
+        return max(self.backoff(retry_state), last.retry_after or 0.0)

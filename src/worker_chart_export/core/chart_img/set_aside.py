@@ -24,10 +24,10 @@ else's: respected, never probed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.naming import moment_of, rfc3339_utc
 from worker_chart_export.core.types import ReservationRefusal
 
 COOL_UNTIL = "coolUntil"
@@ -37,20 +37,6 @@ DISABLED_UNTIL = "disabledUntil"
 DISABLED_REASON = "disabledReason"
 SET_ASIDE_SECONDS = 15 * 60.0  # "after at most 15 minutes one probe call decides"
 PROBE_SECONDS = 60.0  # how long others wait for a probe's answer (a call's timeout is 45 s)
-
-
-def moment_of(value: Any) -> datetime | None:
-    """A timestamp, epoch seconds or ISO-8601 text as an aware UTC datetime; None otherwise."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    try:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return datetime.fromtimestamp(value, UTC)
-        if isinstance(value, str):
-            return moment_of(datetime.fromisoformat(value.replace("Z", "+00:00")))
-    except (ValueError, OverflowError, OSError):
-        return None
-    return None
 
 
 def disabled_at(doc: Mapping[str, Any], now: datetime, today: str) -> bool:

@@ -47,11 +47,10 @@ from worker_chart_export.core.chart_img.set_aside import (
     DISABLED_REASON,
     disabled_at,
     disabled_until_field,
-    moment_of,
     probe_fields,
     refusal_now,
 )
-from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.naming import moment_of, rfc3339_utc
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
 # The fields a usage document may hold about CHART-IMG's answers (read by core/chart_img/account_status.py);

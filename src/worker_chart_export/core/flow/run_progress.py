@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker_chart_export.core.flow.flow_rules import TERMINAL_RUN_STATUSES
 from worker_chart_export.core.step.step_rules import steps_of
-from worker_chart_export.core.types import CHART_EXPORT
+from worker_chart_export.core.step.step_types import handles
 
 if TYPE_CHECKING:
     from worker_chart_export.core.documents import FlowRunDocument
@@ -71,6 +71,6 @@ def chart_manifests(flow_run: FlowRunDocument | None) -> dict[str, str]:
             continue  # a malformed step names no manifest (and must not stop the watch)
         outputs = step.get("outputs")
         uri = outputs.get(MANIFEST_OUTPUT) if isinstance(outputs, Mapping) else None
-        if step.get("stepType") == CHART_EXPORT and isinstance(uri, str) and uri:
+        if handles(step) and isinstance(uri, str) and uri:
             found[step_id] = uri
     return found

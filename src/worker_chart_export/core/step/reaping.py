@@ -10,11 +10,84 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD
-from worker_chart_export.core.step.step_rules import ClaimPlan, ReapPlan, claim_is_current, plan_reap
+from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.naming import LEASE_EXPIRY_FIELD, rfc3339_utc
+from worker_chart_export.core.step.step_rules import ClaimPlan, attempt_of, claim_is_current, step_of
+from worker_chart_export.core.types import StepStatus
 
 if TYPE_CHECKING:
-    from worker_chart_export.core.documents import FlowRunDocument
+    from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepUpdate
+
+
+@dataclass(frozen=True)
+class ReapPlan:
+    """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
+
+    step_id: str
+    set_fields: StepUpdate
+    delete_fields: tuple[str, ...]
+    retried: bool  # True: READY again; False: FAILED STEP_LEASE_EXPIRED
+
+
+def plan_reap(
+    document: FlowRunDocument | None,
+    step_id: str,
+    *,
+    token: str,
+    now: datetime,
+    max_attempts: int,
+) -> ReapPlan | None:
+    """What to write for an expired lease held by `token`, or None: the step finished, was
+    claimed again, or its lease is still valid. Never touches outputs."""
+    step = step_of(document, step_id)
+    if step is None or not claim_is_current(document, step_id, token):
+        return None
+    lease = step.get("leaseExpiresAt")
+    if not isinstance(lease, str) or lease > rfc3339_utc(now):
+        return None  # RFC 3339 UTC with fixed precision: string order is time order
+    attempt = attempt_of(step)
+    if attempt < max_attempts:
+        return ReapPlan(
+            step_id,
+            {"status": StepStatus.READY.value},
+            ("claimToken", "leaseExpiresAt", *(("retryAt",) if "retryAt" in step else ())),
+            retried=True,
+        )
+    if "retryAt" in step:  # it waited out a bad window, and no attempt is left
+        return _reap_failed(
+            step_id, _waited_out(step, attempt, max_attempts), now, ("leaseExpiresAt", "retryAt")
+        )
+    error = StepError(
+        ErrorCode.STEP_LEASE_EXPIRED,
+        f"the step's lease expired {attempt} time(s) without a result (max {max_attempts} attempts)",
+        {"attempt": attempt, "maxAttempts": max_attempts, "leaseExpiresAt": lease},
+    )
+    return _reap_failed(step_id, error, now, ("leaseExpiresAt",))
+
+
+def _reap_failed(step_id: str, error: StepError, now: datetime, delete_fields: tuple[str, ...]) -> ReapPlan:
+    return ReapPlan(
+        step_id,
+        {"status": StepStatus.FAILED.value, "finishedAt": rfc3339_utc(now), "error": error.to_dict()},
+        delete_fields,
+        retried=False,
+    )
+
+
+def _waited_out(step: StepDocument, attempt: int, max_attempts: int) -> StepError:
+    """A waiting step the reaper finds with no attempt left (STEP_MAX_ATTEMPTS lowered since it
+    began to wait): FAILED with its last wait's cause, naming every wait."""
+    from worker_chart_export.core.step.patience import waits_of
+
+    waits = waits_of(step)
+    last = waits[-1]["error"] if waits else {"code": ErrorCode.STEP_LEASE_EXPIRED.value, "message": ""}
+    code = ErrorCode(last["code"]) if last["code"] in ErrorCode.__members__ else ErrorCode.CHART_API_FAILED
+    return StepError(
+        code,
+        f"{last['message']}; after {attempt} attempt(s), each held back by a bad moment "
+        f"(max {max_attempts} attempts)".lstrip("; "),
+        {"attempt": attempt, "maxAttempts": max_attempts, "attempts": [dict(w) for w in waits]},
+    )
 
 
 class LeaseFate(StrEnum):
@@ -52,6 +125,12 @@ def lease_document(run_id: str, plan: ClaimPlan) -> dict[str, Any]:
         LEASE_EXPIRY_FIELD: plan.set_fields["leaseExpiresAt"],
         "attempt": plan.claim.attempt,
     }
+
+
+def moved_lease(run_id: str, step_id: str, token: str, expires_at: str) -> dict[str, Any]:
+    """The fields of a waiting step's lease (merged into the claim's): it expires when the
+    step may be tried again, and the reaper then makes it READY."""
+    return {"runId": run_id, "stepId": step_id, "claimToken": token, LEASE_EXPIRY_FIELD: expires_at}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ PNG carries, as object metadata, the digest of the exact body that was sent for 
 (`png_metadata`). A listed PNG stands for a chart when its name (`naming.parse_png_object_path`)
 says it is this step's PNG of that chart, it was generated at most `max_age_seconds` ago
 (never in the future), its content type is image/png, and its digest is the digest of the
-body this execution would send now; then its bytes must begin with the PNG signature
-(`is_png`, checked by the caller on the newest such PNG first). A name is not an identity:
+body this execution would send now; then its bytes must be a whole PNG (core/png.py, the check
+a fresh answer passes too; made by the caller on the newest such PNG first). A name is not an identity:
 a template edited meanwhile, another symbol whose slug collides, an object planted under a
 PNG's name all fail one of these and the chart is rendered anew.
 Pure: the listing and the reading are the caller's (one listing, `should_look` first).
@@ -32,17 +32,21 @@ if TYPE_CHECKING:
     from worker_chart_export.core.documents import StepDocument
 
 # CHART_REUSE_MAX_AGE_SECONDS' default. A crashed step comes back after its lease
-# (REQUEST_TIMEOUT_SECONDS, 300 s by default) and the reaper's next pass (every 5 min as
-# deployed): 15 min still finds the PNGs of a step that died early, and is young enough for
-# the charts to show the market as the step was asked about it.
-DEFAULT_MAX_AGE_SECONDS = 900.0
+# (REQUEST_TIMEOUT_SECONDS, 300 s by default) and the reaper's next pass; a step a bad window
+# held back comes back after its waits (core.retry.STEP_ATTEMPTS: 15 min in all over 5
+# attempts, each attempt up to a request's timeout): an hour still finds the PNGs its first
+# attempt paid for at its last, and a chart drawn then is as close to when the step was asked
+# about the market as one drawn anew.
+DEFAULT_MAX_AGE_SECONDS = 3600.0
 MAX_AGE_LIMIT_SECONDS = 86_400.0  # a day: the setting's upper bound
 # The one listing's page, at most (GCS's own largest page): a step's folder holds one PNG
 # per chart (100 at most) per execution, and its manifest.
 LIST_PAGE_SIZE = 1000
 
 PNG_CONTENT_TYPE = "image/png"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG (RFC 2083, 3.1)
+# The most of a stored PNG read to check it whole: a chart at a plan's largest resolution
+# is far below it; a bigger object is cut here and so refused.
+MAX_PNG_BYTES = 32 * 1024 * 1024
 # The object metadata every PNG is written with (GCS custom metadata; beside the file locally)
 REQUEST_DIGEST_METADATA = "requestDigest"
 CLAIM_TOKEN_METADATA = "claimToken"
@@ -54,8 +58,8 @@ class ReuseRefusal(StrEnum):
     NOT_IMAGE_PNG = "its content type is not image/png"
     NO_DIGEST = "it carries no request digest"
     OTHER_REQUEST = "it was rendered from another request body"
-    NOT_PNG_BYTES = "its bytes do not begin with the PNG signature"
-    UNREADABLE = "its first bytes could not be read"
+    NOT_PNG_BYTES = "its bytes are not a whole PNG"
+    UNREADABLE = "its bytes could not be read"
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,6 @@ class Candidate:
 def png_metadata(request_digest: str, claim_token: str) -> dict[str, str]:
     """What a PNG is written with: the digest of the body sent for it, and who wrote it."""
     return {REQUEST_DIGEST_METADATA: request_digest, CLAIM_TOKEN_METADATA: claim_token}
-
-
-def is_png(head: bytes) -> bool:
-    """Whether an object's first bytes are a PNG's."""
-    return head.startswith(PNG_SIGNATURE)
 
 
 def should_look(max_age_seconds: float, attempt: int | None, step: StepDocument | None) -> bool:

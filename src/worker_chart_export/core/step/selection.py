@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from worker_chart_export.core.exceptions import StepSelectionError
 from worker_chart_export.core.step.step_rules import is_ready_chart_export, steps_of
+from worker_chart_export.core.step.step_types import handles
 from worker_chart_export.core.types import CHART_EXPORT
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def choose_step(flow_run: FlowRunDocument, step_id: str | None = None) -> str | 
     if not isinstance(step, Mapping):
         known = ", ".join(sorted(steps_of(flow_run))) or "none"
         raise StepSelectionError(f"step {step_id!r} not found in flow_run (steps: {known})")
-    if step.get("stepType") != CHART_EXPORT:
+    if not handles(step):
         raise StepSelectionError(
             f"step {step_id!r} has stepType {step.get('stepType')!r}, expected {CHART_EXPORT!r}"
         )

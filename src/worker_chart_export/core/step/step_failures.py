@@ -16,30 +16,41 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:_CAUSE_CHARS]}"
 
 
+def _transient(exc: Exception) -> bool:
+    return bool(getattr(exc, "transient", False))
+
+
 def manifest_write_failed(
     exc: Exception, *, items_count: int, failures_count: int, min_images: int
 ) -> StepError:
-    """Without a manifest downstream has nothing to read: the step cannot be SUCCEEDED."""
+    """Without a manifest downstream has nothing to read: the step cannot be SUCCEEDED (it
+    waits when the store only had a bad moment: the next attempt reuses the PNGs)."""
     return StepError(
         ErrorCode.MANIFEST_WRITE_FAILED,
         f"manifest could not be written: {exc}",
         {"itemsCount": items_count, "failuresCount": failures_count, "minImages": min_images},
+        retryable=_transient(exc),
     )
 
 
 def png_write_failed(exc: Exception, object_path: str) -> StepError:
     return StepError(
-        ErrorCode.GCS_WRITE_FAILED, f"PNG could not be written: {exc}", {"objectPath": object_path}
+        ErrorCode.GCS_WRITE_FAILED,
+        f"PNG could not be written: {exc}",
+        {"objectPath": object_path},
+        retryable=_transient(exc),
     )
 
 
 def chart_abandoned(chart_template_id: str, fixture_key: str, step_budget_seconds: float) -> StepError:
-    """A chart still rendering when the step's budget ran out."""
+    """A chart still rendering when the step's budget ran out: time comes back with the step's
+    next attempt."""
     return StepError(
         ErrorCode.CHART_API_FAILED,
         f"the step's time budget ({step_budget_seconds:.0f}s) ran out "
         f"before {chart_template_id} was rendered",
         {"reason": "STEP_BUDGET_EXHAUSTED", "fixtureKey": fixture_key},
+        retryable=True,
     )
 
 

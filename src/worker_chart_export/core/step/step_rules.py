@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from worker_chart_export.core.error_codes import ErrorCode, StepError
 from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.step.step_types import handles
 from worker_chart_export.core.types import (
     CHART_EXPORT,
     Claim,
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
     from worker_chart_export.core.documents import FlowRunDocument, StepDocument, StepOutputs, StepUpdate
 
-# What a previous attempt left on the step that a new claim must not carry over.
-STALE_AFTER_CLAIM = ("finishedAt", "error")
+# What a previous attempt left on the step that a new claim must not carry over (its `waits`
+# stay: the step's history, named by its last FAILED).
+STALE_AFTER_CLAIM = ("finishedAt", "error", "retryAt")
 
 
 def steps_of(flow_run: FlowRunDocument | None) -> Mapping[str, StepDocument]:
@@ -58,7 +59,7 @@ class RunVersion:
 
 def is_ready_chart_export(step: Mapping[str, object]) -> bool:
     """The step this worker may take (contract §2.1); any map, as an event's skim of a step."""
-    return step.get("stepType") == CHART_EXPORT and step.get("status") == StepStatus.READY
+    return handles(step) and step.get("status") == StepStatus.READY
 
 
 def attempt_of(step: StepDocument) -> int:
@@ -94,7 +95,7 @@ def claim_refusal(run_id: str, step_id: str, document: FlowRunDocument | None) -
     step = step_of(document, step_id)
     if step is None:
         return ClaimResult(ClaimStatus.CONFLICT, f"step {step_id} does not exist")
-    if step.get("stepType") != CHART_EXPORT:
+    if not handles(step):
         return ClaimResult(
             ClaimStatus.CONFLICT, f"step {step_id} is a {step.get('stepType')} step, not {CHART_EXPORT}"
         )
@@ -134,24 +135,23 @@ def plan_claim(
     return ClaimPlan(step_id, set_fields, delete_fields, Claim(token, attempt, lease_expires_at), claimed)
 
 
-# Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter. A retry is
-# only for a step still READY after a commit that lost to another write of the run (another
-# step's claim or finalize, advance_flow): losers of a race for the same step stop at once.
-# The claim's layers and worst case, with the production constants: the tries below, at
-# most 0.5 s apart (claim_retry_wait): 4 x 0.5 = 2 s of sleep; a read first when no version
-# was seen, then per try a commit and, when it lost, a read: 1 + 2 x 5 = 11 RPCs, each under
-# 2T = 20 s (adapters/firestore/client.py: api_core's retry deadline
-# T = DEFAULT_RPC_TIMEOUT_SECONDS = 10 s; an attempt started in its last second gets T
-# again). Worst: 2 + 11 x 20 = 222 s. An outage ends the claim after one read back.
-CLAIM_TRIES = 5
+# Error model, "Step claim retries": 3-5 retries, 100-500 ms apart with jitter
+# (core.retry.CLAIM_COMMITS). A retry is only for a step still READY after a commit that lost
+# to another write of the run (another step's claim or finalize, advance_flow): losers of a
+# race for the same step stop at once. The claim's layers and worst case, with the production
+# constants: the tries, at most 0.5 s apart (claim_retry_wait): 4 x 0.5 = 2 s of sleep; a
+# read first when no version was seen, then per try a commit and, when it lost, a read:
+# 1 + 2 x 5 = 11 RPCs, each under 2T = 20 s (adapters/firestore/client.py: api_core's retry
+# deadline T = DEFAULT_RPC_TIMEOUT_SECONDS = 10 s; an attempt started in its last second
+# gets T again). Worst: 2 + 11 x 20 = 222 s. An outage ends the claim after one read back.
 
 
 def claim_retry_wait() -> wait_base:
     """Between two claim commits, at random (so contenders that lost together do not come
     back together): 0.1-0.2 s, then 0.1-0.4 s, then 0.1-0.5 s."""
-    from tenacity import wait_random_exponential  # not on the no-op path, which imports this module
+    from worker_chart_export.core.retry import CLAIM_COMMITS  # tenacity: not on the no-op path
 
-    return wait_random_exponential(multiplier=0.2, min=0.1, max=0.5)
+    return CLAIM_COMMITS.wait()
 
 
 def settled_claim(
@@ -202,12 +202,15 @@ def confirmed_claim(
 @dataclass(frozen=True)
 class FinalizePlan:
     """RUNNING (ours) -> SUCCEEDED/FAILED: fields to set on the step, one output at a time
-    (outputs other workers or earlier attempts wrote stay), and whether `error` goes."""
+    (outputs other workers or earlier attempts wrote stay), and whether `error` goes. Or the
+    step waits (`lease_until`, RFC 3339): it stays RUNNING under our claim and its lease is
+    moved to that moment instead of deleted."""
 
     step_id: str
     set_fields: StepUpdate
     set_outputs: StepOutputs
     delete_error: bool
+    lease_until: str | None = None
 
 
 def finalize_refusal(
@@ -236,14 +239,36 @@ def plan_finalize(
     refusal = finalize_refusal(run_id, step_id, token, document)
     if refusal is not None:
         return refusal
+    outputs: StepOutputs = {**final.outputs}
+    if final.retry_at is not None:
+        return _plan_wait(document, step_id, final, outputs)
     set_fields: StepUpdate = {
         "status": final.status.value,
         "finishedAt": rfc3339_utc(final.finished_at),
     }
     if final.error is not None:
         set_fields["error"] = final.error.to_dict()
-    outputs: StepOutputs = {**final.outputs}
     return FinalizePlan(step_id, set_fields, outputs, delete_error=final.error is None)
+
+
+def _plan_wait(
+    document: FlowRunDocument | None, step_id: str, final: StepFinal, outputs: StepOutputs
+) -> FinalizePlan:
+    """The step waits (core/step/patience.py): still RUNNING under our claim, `retryAt` and
+    its lease at the wait's end, the wait added to its history."""
+    from worker_chart_export.core.step.patience import MAX_WAITS_KEPT, wait_record, waits_of
+
+    assert final.retry_at is not None and final.error is not None  # StepFinal.waiting's
+    step = step_of(document, step_id)
+    assert step is not None  # finalize_refusal found it RUNNING under our claim
+    until = rfc3339_utc(final.retry_at)
+    wait = wait_record(attempt_of(step) or 1, final.finished_at, final.retry_at, final.error)
+    set_fields: StepUpdate = {
+        "retryAt": until,
+        "leaseExpiresAt": until,
+        "waits": [*waits_of(step), wait][-MAX_WAITS_KEPT:],
+    }
+    return FinalizePlan(step_id, set_fields, outputs, delete_error=False, lease_until=until)
 
 
 def finalized(step_id: str) -> FinalizeResult:
@@ -259,9 +284,19 @@ def _write_fields(step: StepDocument, set_fields: StepUpdate, delete_fields: Ite
     fields.update(set_fields)
 
 
-def apply_to_step(step: StepDocument, plan: ClaimPlan | FinalizePlan | ReapPlan) -> None:
+class FieldsPlan(Protocol):
+    """A plan that sets some fields of a step and deletes others: a claim's, a reap's."""
+
+    @property
+    def set_fields(self) -> StepUpdate: ...
+
+    @property
+    def delete_fields(self) -> tuple[str, ...]: ...
+
+
+def apply_to_step(step: StepDocument, plan: FieldsPlan | FinalizePlan) -> None:
     """Execute a plan on a plain step dict (the local and in-memory stores' documents)."""
-    if isinstance(plan, ClaimPlan | ReapPlan):
+    if not isinstance(plan, FinalizePlan):
         _write_fields(step, plan.set_fields, plan.delete_fields)
         return
     _write_fields(step, plan.set_fields, ())
@@ -291,52 +326,3 @@ def lease_surely_held(
     """True when the claim cannot have been reaped yet, so the fence needs no read; False
     means "ask the store" (claim_is_current), not "lost"."""
     return now < lease_expires_at - margin
-
-
-# --- lease expiry (the reaper) -------------------------------------------------------------
-
-DEFAULT_MAX_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class ReapPlan:
-    """A RUNNING step whose lease expired: READY again (attempt kept) or FAILED for good."""
-
-    step_id: str
-    set_fields: StepUpdate
-    delete_fields: tuple[str, ...]
-    retried: bool  # True: READY again; False: FAILED STEP_LEASE_EXPIRED
-
-
-def plan_reap(
-    document: FlowRunDocument | None,
-    step_id: str,
-    *,
-    token: str,
-    now: datetime,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-) -> ReapPlan | None:
-    """What to write for an expired lease held by `token`, or None: the step finished, was
-    claimed again, or its lease is still valid. Never touches outputs."""
-    step = step_of(document, step_id)
-    if step is None or not claim_is_current(document, step_id, token):
-        return None
-    lease = step.get("leaseExpiresAt")
-    if not isinstance(lease, str) or lease > rfc3339_utc(now):
-        return None  # RFC 3339 UTC with fixed precision: string order is time order
-    attempt = attempt_of(step)
-    if attempt < max_attempts:
-        return ReapPlan(
-            step_id, {"status": StepStatus.READY.value}, ("claimToken", "leaseExpiresAt"), retried=True
-        )
-    error = StepError(
-        ErrorCode.STEP_LEASE_EXPIRED,
-        f"the step's lease expired {attempt} time(s) without a result (max {max_attempts} attempts)",
-        {"attempt": attempt, "maxAttempts": max_attempts, "leaseExpiresAt": lease},
-    )
-    return ReapPlan(
-        step_id,
-        {"status": StepStatus.FAILED.value, "finishedAt": rfc3339_utc(now), "error": error.to_dict()},
-        ("leaseExpiresAt",),
-        retried=False,
-    )

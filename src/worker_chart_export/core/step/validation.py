@@ -179,7 +179,7 @@ def _symbol(flow_run: FlowRunDocument, problems: list[str]) -> str | None:
         return None
     problem = base_symbol_problem(symbol)
     if problem is not None:
-        problems.append(f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)")
+        problems.append(f"scope.symbol: {shown(symbol)}: {problem} (e.g. BTCUSDT, ES1!, BTCUSDT.P)")
         return None
     assert isinstance(symbol, str)
     return symbol

@@ -36,3 +36,15 @@ def body_digest(body: Mapping[str, Any]) -> str:
     API key (that travels in a header only)."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def requested_size(body: Mapping[str, Any]) -> tuple[int, int]:
+    """(width, height) the body asks for: its own, else CHART-IMG's documented defaults."""
+    from worker_chart_export.bundled.chart_img_docs import request_bounds
+
+    documented = request_bounds().body
+    width, height = body.get("width"), body.get("height")
+    return (
+        width if isinstance(width, int) else int(documented["width"].default),
+        height if isinstance(height, int) else int(documented["height"].default),
+    )

@@ -244,11 +244,13 @@ def _choice_hint(value: Any, spec: Parameter) -> str:
     return f" (did you mean {close[0]!r}?)"
 
 
-# CSS-style colours as the docs write them (rgb(), rgba()) and their hex forms
+# CSS-style colours as the docs write them (rgb(), rgba()) and their hex forms; ASCII digits
+# and spaces only (Unicode's `\d` takes `٤١` for 41, and int() reads it so)
 _RGB = r"\s*(\d{1,3})\s*,\s*(\d{1,3})\s*,\s*(\d{1,3})\s*"
 _ALPHA = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*"
 _COLOUR = re.compile(
-    rf"rgb\({_RGB}\)|rgba\({_RGB},{_ALPHA}\)|#[0-9a-fA-F]{{3}}|#[0-9a-fA-F]{{6}}|#[0-9a-fA-F]{{8}}"
+    rf"rgb\({_RGB}\)|rgba\({_RGB},{_ALPHA}\)|#[0-9a-fA-F]{{3}}|#[0-9a-fA-F]{{6}}|#[0-9a-fA-F]{{8}}",
+    re.ASCII,
 )
 
 

@@ -17,10 +17,15 @@ A `/` inside a symbol joins the next word only when that word is neither a numbe
 followed by `:` (`BMV:CEMEX/CPO` is one symbol, `NASDAQ:WULF/NASDAQ:MSTR` a division); either
 way the text is accepted as it is and sent unchanged. Upper case only, no spaces, at most
 MAX_SYMBOL_LENGTH characters. The symbol CHART-IMG receives needs an exchange on every
-operand (`require_exchange`); `scope.symbol` may leave it to the template (`BINANCE:{symbol}`).
-`scope.symbol` itself is the base symbol, without a slash (worker contract §4.1:
-`base_symbol_problem`): a symbol with `/` (`BMV:CEMEX/CPO`) or a division is written in the
-template's `chartImgSymbolTemplate` (`BMV:{symbol}/CPO`), where the grammar accepts it.
+operand (`require_exchange`); `scope.symbol` leaves it to the template (`BINANCE:{symbol}`).
+`scope.symbol` itself is the base symbol (worker contract §3, §4.1: "in the base format,
+without a slash", e.g. BTCUSDT; `base_symbol_problem`): one `symbol` of the grammar without
+exchange or slash, so only A-Z 0-9 `_` `.` `!`, the characters of every base symbol in the
+docs' tables (contracts/chart-img/symbols.json: 391 rows; digits first as in `2HP`, `000001`,
+`NOVO_B`, `FONE.DB.C`, `RR.`, `ES1!`, `BTCUSDT.P`; no `-` in any of them). An exchange, a
+slash or a formula is written in the template's `chartImgSymbolTemplate` (`BINANCE:{symbol}`,
+`BMV:{symbol}/CPO`, `(NASDAQ:{symbol}+NASDAQ:RIOT)/2`), where the grammar accepts it.
+Every class here is an explicit ASCII range: a Unicode `\\d` would take `٤` for a digit.
 Pure: no I/O, nothing imported.
 """
 
@@ -31,9 +36,11 @@ from dataclasses import dataclass
 
 MAX_SYMBOL_LENGTH = 200
 ALLOWED = "A-Z 0-9 _ . ! : / + - * ( )"
+BASE_ALLOWED = "A-Z 0-9 _ . !"  # a base symbol's, as the docs' tables show them
 _WORD = re.compile(r"[A-Z0-9_]*")
-_NUMBER = re.compile(r"\d+(\.\d+)?")
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 _ALLOWED_CHARACTER = re.compile(r"[A-Z0-9_.!:/+\-*()]")
+_BASE_CHARACTER = re.compile(r"[A-Z0-9_.!]")
 _OPERATORS = {"+": "additive", "-": "additive", "*": "multiplicative", "/": "multiplicative"}
 
 
@@ -59,17 +66,36 @@ def symbol_problem(text: object, *, require_exchange: bool) -> str | None:
 
 
 def base_symbol_problem(text: object) -> str | None:
-    """None when `text` may be a flow's `scope.symbol`: a symbol of the grammar without a
-    slash (worker contract §4.1: "in the base format, without a slash", e.g. BTCUSDT); else
-    why not. `BTC/USDT` would reach CHART-IMG as `BINANCE:BTC/USDT`, which it refuses."""
-    problem = symbol_problem(text, require_exchange=False)
-    if problem is not None or not isinstance(text, str) or "/" not in text:
-        return problem
-    return (
-        f"'/' at {text.index('/') + 1}: scope.symbol is the base symbol, without a slash (e.g. "
-        "BTCUSDT); a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate "
-        "(e.g. BMV:{symbol}/CPO)"
-    )
+    """None when `text` may be a flow's `scope.symbol`: one symbol of the grammar, without
+    exchange, slash or operator (worker contract §4.1: "in the base format, without a slash",
+    e.g. BTCUSDT); else why not, naming the first character that does not belong. `BTC/USDT`
+    would reach CHART-IMG as `BINANCE:BTC/USDT` (a 422, a unit), `BTCUSDT*2` as a chart of
+    twice the price labelled BTCUSDT."""
+    if isinstance(text, str) and 0 < len(text) <= MAX_SYMBOL_LENGTH:
+        for index, character in enumerate(text):
+            if not _BASE_CHARACTER.fullmatch(character):
+                return _base_character_problem(character, index + 1)
+    return symbol_problem(text, require_exchange=False)  # the shape: `.` and `!` in their places
+
+
+def _base_character_problem(character: str, at: int) -> str:
+    where = f"{character!r} at {at}: scope.symbol is the base symbol"
+    if character == "/":
+        return (
+            f"{where}, without a slash (e.g. BTCUSDT); a symbol with '/' or a division belongs in "
+            "the template's chartImgSymbolTemplate (e.g. BMV:{symbol}/CPO)"
+        )
+    if character == ":":
+        return (
+            f"{where}, without an exchange (e.g. BTCUSDT); the exchange belongs in the template's "
+            "chartImgSymbolTemplate (e.g. BINANCE:{symbol})"
+        )
+    if character in _OPERATORS or character in "()":
+        return (
+            f"{where} (e.g. BTCUSDT), not a formula: no documented base symbol holds {character!r}; a "
+            "formula belongs in the template's chartImgSymbolTemplate (e.g. (NASDAQ:{symbol}+NASDAQ:RIOT)/2)"
+        )
+    return _character_problem(character, at, allowed=BASE_ALLOWED)
 
 
 def check_symbol(text: object, *, require_exchange: bool) -> None:
@@ -110,12 +136,12 @@ def _scan(text: str) -> list[_Token]:
     return tokens
 
 
-def _character_problem(character: str, at: int) -> str:
+def _character_problem(character: str, at: int, allowed: str = ALLOWED) -> str:
     if character.isascii() and character.islower():
         return f"lower-case {character!r} at {at}: TradingView symbols are upper case"
     if character.isspace() or not character.isprintable():
         return f"{_named(character)} at {at} is not allowed (no spaces or control characters)"
-    return f"{_named(character)} at {at} is not allowed (only {ALLOWED})"
+    return f"{_named(character)} at {at} is not allowed (only {allowed})"
 
 
 def _named(character: str) -> str:
@@ -176,7 +202,7 @@ def _slash_joins(text: str, slash: int) -> bool:
     after = _word_end(text, slash + 1)
     word = text[slash + 1 : after]
     followed_by_colon = after < len(text) and text[after] == ":"
-    return bool(word) and not word.isdigit() and not followed_by_colon
+    return bool(word) and not _NUMBER.fullmatch(word) and not followed_by_colon
 
 
 class _Parser:

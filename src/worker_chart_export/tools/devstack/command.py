@@ -50,6 +50,15 @@ if TYPE_CHECKING:  # rich and the Firestore client load only when the stack runs
 POLL_SECONDS = 0.25
 SAMPLE_NAME = "flow_run.sample.json"
 DEFAULT_OUTPUT_DIR = Path("out") / "stack"
+# --charts-api-mode: the worker's mode each value runs. `stand-in` is the worker's real mode
+# against the local CHART-IMG stand-in (never CHART-IMG itself); `real` is its older spelling,
+# kept working with a note.
+STACK_MODES = {"mock": "mock", "stand-in": "real"}
+OLD_STAND_IN_SPELLING = "real"
+OLD_SPELLING_NOTE = (
+    "note: --charts-api-mode real is the old spelling of --charts-api-mode stand-in: the worker runs in "
+    "real mode against the local CHART-IMG stand-in, never CHART-IMG itself"
+)
 DESCRIPTION = """\
 Starts the Firestore emulator with real triggers, fake-gcs-server, the worker, advance_flow
 and the reaper (each served in its own process, as on Cloud Run), creates the flow_run as a
@@ -81,6 +90,10 @@ def add_stack_command(commands: Any) -> None:
         },
         run=run_stack,
     )
+    _add_up_flags(up)
+
+
+def _add_up_flags(up: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--flow-run",
         type=Path,
@@ -89,10 +102,11 @@ def add_stack_command(commands: Any) -> None:
     )
     up.add_argument(
         "--charts-api-mode",
-        choices=["mock", "real"],
+        choices=[*STACK_MODES, OLD_STAND_IN_SPELLING],
         default="mock",
-        help="mock: recorded answers; real: a local CHART-IMG stand-in, from a source checkout "
-        "only (default mock)",
+        help="mock: recorded answers; stand-in: the worker's real mode against the local CHART-IMG "
+        "stand-in (tests/harness/chart_img_server.py, never CHART-IMG itself), from a source checkout "
+        "only; real: the old spelling of stand-in (default mock)",
     )
     up.add_argument(
         "--simulate-other-steps",
@@ -140,10 +154,12 @@ def run_stack(args: argparse.Namespace) -> int:
     from worker_chart_export.bootstrap.commands import read_valid_flow_run
     from worker_chart_export.tools.devstack.stack import LocalStack, StackOptions
 
+    if args.charts_api_mode == OLD_STAND_IN_SPELLING:
+        print(f"{args.where}: {OLD_SPELLING_NOTE}", file=sys.stderr)
     document = read_valid_flow_run(args.flow_run or bundled.fixtures_dir() / SAMPLE_NAME, "--flow-run")
     log_dir = _fresh_log_dir(args.output_dir / "logs")
     options = StackOptions(
-        charts_api_mode=args.charts_api_mode,
+        charts_api_mode=STACK_MODES.get(args.charts_api_mode, "real"),
         request_timeout_seconds=args.lease_seconds,
         finalize_budget_seconds=min(5.0, args.lease_seconds / 4),
         log_dir=log_dir,

@@ -10,6 +10,8 @@ and ends, instead of retrying a dead one until gunicorn's graceful timeout), the
 A wave sends SIGTERM to every group, waits up to STOP_GRACE_SECONDS for all of them
 together, then SIGKILLs every group: nothing the stack started outlives it, and stopping
 takes about two graces at most, not the sum of every child's.
+
+`side_by_side` starts parts at once (the emulator and fake-gcs-server, say), each in a thread.
 """
 
 from __future__ import annotations
@@ -194,3 +196,29 @@ def wait_for(
             said = child.last_words() if child is not None else ""
             raise StackError(f"{what}: not ready after {timeout:.0f}s{said}")
         time.sleep(interval)
+
+
+def side_by_side(*calls: Callable[[], object]) -> None:
+    """Each call in a daemon thread of its own; returns when all are done, or raises the
+    first failure at once (the caller stops the stack, which ends the others' waits).
+    Daemon threads: a process that stops meanwhile does not wait for them."""
+    failures: list[BaseException] = []
+    remaining = [len(calls)]
+    lock, finished = threading.Lock(), threading.Event()
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            failures.append(exc)
+            finished.set()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                finished.set()
+
+    for call in calls:
+        threading.Thread(target=run, args=(call,), daemon=True).start()
+    finished.wait()
+    if failures:
+        raise failures[0]

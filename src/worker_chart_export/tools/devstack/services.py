@@ -161,7 +161,7 @@ def start_chart_img_stand_in(supervisor: Supervisor, account_id: str, key: str) 
     it serves until its stdin closes (or its group is killed). Returns (child, base URL)."""
     if not CHART_IMG_STAND_IN.is_file():
         raise StackError(
-            "--charts-api-mode real needs the CHART-IMG stand-in of a source checkout "
+            "--charts-api-mode stand-in needs the CHART-IMG stand-in of a source checkout "
             f"({CHART_IMG_STAND_IN} not found); use --charts-api-mode mock"
         )
     command = [sys.executable, str(CHART_IMG_STAND_IN), "--account", f"{account_id}={key}"]

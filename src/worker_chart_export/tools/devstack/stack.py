@@ -16,7 +16,7 @@ import os
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,7 +38,13 @@ from worker_chart_export.environment import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from worker_chart_export.tools.devstack import services
-from worker_chart_export.tools.devstack.processes import Child, StackError, Supervisor, free_port
+from worker_chart_export.tools.devstack.processes import (
+    Child,
+    StackError,
+    Supervisor,
+    free_port,
+    side_by_side,
+)
 from worker_chart_export.tools.devstack.router import TriggerRouter
 
 if TYPE_CHECKING:
@@ -150,7 +156,7 @@ class LocalStack:
         # The JVM, the Go server and three Python processes start side by side: the functions
         # connect to the emulators lazily, so their ports are all they need up front; only
         # the worker waits for its bucket, which `serve` checks before it serves.
-        _side_by_side(
+        side_by_side(
             _warm_imports,
             lambda: services.start_firestore_emulator(self.supervisor, firestore_port, self._router_host),
             partial(self._start_storage_then_worker, gcs_port),
@@ -301,32 +307,6 @@ class LocalStack:
             path.write_bytes(self.read_object(name))
             written.append(path)
         return written
-
-
-def _side_by_side(*calls: Callable[[], object]) -> None:
-    """Each call in a daemon thread of its own; returns when all are done, or raises the
-    first failure at once (the caller stops the stack, which ends the others' waits).
-    Daemon threads: a process that stops meanwhile does not wait for them."""
-    failures: list[BaseException] = []
-    remaining = [len(calls)]
-    lock, finished = threading.Lock(), threading.Event()
-
-    def run(call: Callable[[], object]) -> None:
-        try:
-            call()
-        except BaseException as exc:
-            failures.append(exc)
-            finished.set()
-        with lock:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                finished.set()
-
-    for call in calls:
-        threading.Thread(target=run, args=(call,), daemon=True).start()
-    finished.wait()
-    if failures:
-        raise failures[0]
 
 
 def _warm_imports() -> None:

@@ -22,11 +22,11 @@ from rich.text import Text
 from worker_chart_export.core.documents import FlowRunDocument, StepDocument, as_flow_run
 from worker_chart_export.core.flow.run_progress import StatusChange, is_finished, status_changes
 from worker_chart_export.core.step.step_rules import steps_of
+from worker_chart_export.core.step.step_types import handles
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-HANDLED_STEP_TYPES = frozenset({"CHART_EXPORT"})  # the worker this stack serves
 SIMULATED_BY = "worker-chart-export stack --simulate-other-steps"
 _STYLES = {
     "PENDING": "dim",
@@ -135,7 +135,7 @@ def complete_other_step(snapshot: Any) -> str | None:
     if document is None or is_finished(document):
         return None
     for step_id, step in sorted(steps_of(document).items()):
-        if step.get("stepType") in HANDLED_STEP_TYPES or step.get("status") != "READY":
+        if handles(step) or step.get("status") != "READY":
             continue
         return step_id if _complete_step(snapshot.reference, step_id, step, snapshot.update_time) else None
     return None

@@ -44,7 +44,7 @@ def default_page_path(run: LoadedRun) -> Path:
 
     runId and stepId passed the schema's safeId pattern, so they are safe in a file name.
     """
-    return DEFAULT_FOLDER / f"chart-view-{run.manifest['runId']}-{run.manifest['stepId']}.html"
+    return DEFAULT_FOLDER / f"chart-view-{run.manifest.run_id}-{run.manifest.step_id}.html"
 
 
 def _read_state(path: Path, run: LoadedRun) -> StepState:
@@ -52,7 +52,7 @@ def _read_state(path: Path, run: LoadedRun) -> StepState:
         raw = path.read_bytes()
     except OSError as exc:
         raise ViewInputError(f"flow_run state {path}: cannot be read: {exc.strerror or exc}") from exc
-    return parse_state(raw, str(path), run.manifest["runId"], run.manifest["stepId"])
+    return parse_state(raw, str(path), run.manifest.run_id, run.manifest.step_id)
 
 
 def view_manifest(
@@ -75,7 +75,7 @@ def view_manifest(
 
 
 def _derived_status(run: LoadedRun) -> str:
-    return step_status(len(run.manifest["items"]), run.manifest["minImages"]).value
+    return step_status(len(run.manifest.items), run.manifest.min_images).value
 
 
 def add_view_command(commands: Any) -> None:

@@ -1,4 +1,5 @@
-"""A ChartsOutputsManifest (already validated) and its PNG bytes -> one static HTML page.
+"""A ChartsOutputsManifest (as core/step/manifest_reader.py read it) and its PNG bytes -> one
+static HTML page.
 
 Pure: no I/O beyond reading the packaged template, no clock, so the same inputs give the same
 page. The functions here turn the manifest into plain values; `page.html.j2` (package data)
@@ -18,11 +19,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
+from enum import Enum
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from worker_chart_export.core.naming import rfc3339_utc
+from worker_chart_export.core.png import check_png
 from worker_chart_export.core.redaction import NO_SECRETS, Redaction
 from worker_chart_export.core.step.success import step_status
 from worker_chart_export.tools.view.model import ChartImage, StepState
@@ -31,7 +35,9 @@ from worker_chart_export.tools.view.style import CSS
 if TYPE_CHECKING:
     from jinja2 import Template
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+    from worker_chart_export.core.step.manifest import ManifestFailure
+    from worker_chart_export.core.step.manifest_reader import ReadItem, ReadManifest
+
 _PACKAGE, TEMPLATE_NAME = "worker_chart_export.tools.view", "page.html.j2"
 _DETAILS_MAX_CHARS = 600
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -88,34 +94,36 @@ def _template() -> Template:
 
 
 def image_problem(image: ChartImage | None) -> str | None:
-    """Why this item's image cannot be shown, or None when its bytes are a PNG."""
+    """Why this item's image cannot be shown, or None when its bytes are a whole PNG (the
+    worker's own check, core/png.py)."""
     if image is None:
         return "no image was read for this item"
     if image.data is None:
         return image.problem or "the image could not be read"
-    if not image.data.startswith(PNG_SIGNATURE):
-        return f"{image.where} is not a PNG ({len(image.data)} bytes without the PNG signature)"
+    check = check_png(image.data)
+    if not check.whole:
+        return f"{image.where} is not a whole PNG ({len(image.data)} bytes: {check.problem})"
     return None
 
 
-def page_problems(manifest: Mapping[str, Any], images: Mapping[str, ChartImage]) -> list[str]:
+def page_problems(manifest: ReadManifest, images: Mapping[str, ChartImage]) -> list[str]:
     """Missing or unreadable PNGs, and requests the manifest neither rendered nor reports failed."""
     problems = []
-    for item in manifest["items"]:
-        reason = image_problem(images.get(item["png_gcs_uri"]))
+    for item in manifest.items:
+        reason = image_problem(images.get(item.png_gcs_uri))
         if reason:
-            problems.append(f"{item['chartTemplateId']}: {reason}")
-    accounted = {i["chartTemplateId"] for i in manifest["items"]}
-    accounted |= {f["request"]["chartTemplateId"] for f in manifest["failures"]}
-    for request in manifest["requested"]:
+            problems.append(f"{item.chart_template_id}: {reason}")
+    accounted = {i.chart_template_id for i in manifest.items}
+    accounted |= {f.request["chartTemplateId"] for f in manifest.failures}
+    for request in manifest.requested:
         if request["chartTemplateId"] not in accounted:
             problems.append(f"{request['chartTemplateId']}: requested, but neither in items nor in failures")
     return problems
 
 
-def _status(manifest: Mapping[str, Any], state: StepState | None) -> _Status:
-    derived = step_status(len(manifest["items"]), manifest["minImages"]).value
-    rule = f"{len(manifest['items'])} image(s), minImages {manifest['minImages']}"
+def _status(manifest: ReadManifest, state: StepState | None) -> _Status:
+    derived = step_status(len(manifest.items), manifest.min_images).value
+    rule = f"{len(manifest.items)} image(s), minImages {manifest.min_images}"
     if state is None:
         return _Status(derived, f"from the manifest: {rule}", _css_class(derived), None, "")
     note = f"from {state.source}"
@@ -128,40 +136,37 @@ def _css_class(status: str) -> str:
     return {"SUCCEEDED": "ok", "FAILED": "bad"}.get(status, "neutral")
 
 
-def _facts(manifest: Mapping[str, Any]) -> list[str]:
-    facts = [manifest["symbol"], manifest["timeframe"], f"created {manifest['createdAt']}"]
-    if "chartsApiMode" in manifest:
-        facts.append(f"{manifest['chartsApiMode']} mode")
+def _facts(manifest: ReadManifest) -> list[str]:
+    facts = [manifest.symbol, manifest.timeframe, f"created {rfc3339_utc(manifest.created_at)}"]
+    if manifest.charts_api_mode is not None:
+        facts.append(f"{manifest.charts_api_mode} mode")
     return facts
 
 
-def _stats(manifest: Mapping[str, Any]) -> list[_Stat]:
+def _stats(manifest: ReadManifest) -> list[_Stat]:
     return [
-        _Stat("requested", len(manifest["requested"]), "stat-requested"),
-        _Stat("images", len(manifest["items"]), "stat-items"),
-        _Stat("failures", len(manifest["failures"]), "stat-failures"),
-        _Stat("minImages", manifest["minImages"], "stat-min-images"),
+        _Stat("requested", len(manifest.requested), "stat-requested"),
+        _Stat("images", len(manifest.items), "stat-items"),
+        _Stat("failures", len(manifest.failures), "stat-failures"),
+        _Stat("minImages", manifest.min_images, "stat-min-images"),
     ]
 
 
-def _figure(item: Mapping[str, Any], manifest: Mapping[str, Any], image: ChartImage | None) -> _Figure:
+def _figure(item: ReadItem, manifest: ReadManifest, image: ChartImage | None) -> _Figure:
     reason = image_problem(image)
     png_base64 = None
     if reason is None and image is not None and image.data is not None:
         png_base64 = base64.b64encode(image.data).decode("ascii")
-    symbol = manifest["symbol"]
-    meta = item.get("meta") or {}
-    if isinstance(meta.get("chartImgSymbol"), str):
-        symbol = f"{symbol} ({meta['chartImgSymbol']})"
+    symbol = manifest.symbol
+    if item.chart_img_symbol is not None:
+        symbol = f"{symbol} ({item.chart_img_symbol})"
     facts = (
-        ("kind", item["kind"]),
+        ("kind", item.kind),
         ("symbol", symbol),
-        ("timeframe", manifest["timeframe"]),
-        ("generatedAt", item["generatedAt"]),
+        ("timeframe", manifest.timeframe),
+        ("generatedAt", rfc3339_utc(item.generated_at)),
     )
-    return _Figure(
-        item["chartTemplateId"], item["png_gcs_uri"], item.get("label") or None, facts, png_base64, reason
-    )
+    return _Figure(item.chart_template_id, item.png_gcs_uri, item.label or None, facts, png_base64, reason)
 
 
 def _details(details: object) -> str:
@@ -173,55 +178,60 @@ def _details(details: object) -> str:
     return text
 
 
-def _failures(failures: Sequence[Mapping[str, Any]]) -> list[_Failure]:
+def _failures(failures: Sequence[ManifestFailure]) -> list[_Failure]:
     return [
-        _Failure(
-            f["request"]["chartTemplateId"],
-            f["error"]["code"],
-            f["error"]["message"],
-            _details(f["error"].get("details")),
-        )
+        _Failure(f.request["chartTemplateId"], f.error.code.value, f.error.message, _details(f.error.details))
         for f in failures
     ]
 
 
-def _texts_redacted(value: Any, redaction: Redaction) -> Any:
-    """A ChartImage or StepState with each of its text fields redacted (bytes kept)."""
-    changes = {
-        f.name: redaction.text(v) for f in fields(value) if isinstance(v := getattr(value, f.name), str)
-    }
-    return replace(value, **changes)
+def _redacted(value: Any, redaction: Redaction) -> Any:
+    """`value` with every text in it redacted: a str; in a dataclass (a read manifest, its items
+    and failures, a ChartImage, a StepState) each field, nested ones and tuples of them too; the
+    JSON values a manifest holds (requests, meta, details). Bytes, moments, numbers and enum
+    members (an error's code) are kept."""
+    if isinstance(value, Enum):
+        return value
+    if isinstance(value, str):
+        return redaction.text(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: _redacted(getattr(value, f.name), redaction) for f in fields(value)})
+    if isinstance(value, tuple):
+        return tuple(_redacted(v, redaction) for v in value)
+    if isinstance(value, Mapping | list):
+        return redaction.value(value)
+    return value
 
 
 def render_page(
-    manifest: Mapping[str, Any],
+    manifest: ReadManifest,
     images: Mapping[str, ChartImage],
     *,
     source: str,
     state: StepState | None = None,
     redaction: Redaction = NO_SECRETS,
 ) -> Page:
-    """The page for a schema-valid manifest; `images` is keyed by `png_gcs_uri`."""
+    """The page for a manifest the reader read; `images` is keyed by `png_gcs_uri`."""
     from markupsafe import Markup  # comes with jinja2
 
     if redaction:
-        manifest, source = redaction.value(manifest), redaction.text(source)
-        images = {redaction.text(uri): _texts_redacted(image, redaction) for uri, image in images.items()}
-        state = None if state is None else _texts_redacted(state, redaction)
+        manifest, source = _redacted(manifest, redaction), redaction.text(source)
+        images = {redaction.text(uri): _redacted(image, redaction) for uri, image in images.items()}
+        state = _redacted(state, redaction)
 
     problems = page_problems(manifest, images)
     html = _template().render(
         csp=_CSP,
         css=Markup(CSS),  # our own stylesheet, not input: its quotes must stay quotes
-        step_id=manifest["stepId"],
-        run_id=manifest["runId"],
+        step_id=manifest.step_id,
+        run_id=manifest.run_id,
         facts=_facts(manifest),
         status=_status(manifest, state),
         stats=_stats(manifest),
         problems=problems,
-        figures=[_figure(i, manifest, images.get(i["png_gcs_uri"])) for i in manifest["items"]],
-        failures=_failures(manifest["failures"]),
+        figures=[_figure(i, manifest, images.get(i.png_gcs_uri)) for i in manifest.items],
+        failures=_failures(manifest.failures),
         source=source,
-        schema_version=manifest["schemaVersion"],
+        schema_version=manifest.schema_version,
     )
     return Page(html=html + "\n", problems=tuple(problems))

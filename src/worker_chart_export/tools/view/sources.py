@@ -1,19 +1,19 @@
 """Reading a run for the page: the manifest, its PNGs and optionally a flow_run state file,
 from run-local's output folder (a mirror of the bucket) or from GCS (real or fake-gcs-server).
 
-Everything read here is untrusted: the manifest is validated against the contract before any
-of its values is used, and object names never escape the local mirror (no `..` segments).
+Everything read here is untrusted: the manifest is read by the one manifest reader
+(core/step/manifest_reader.py: the contract's schema, its format version, real moments) before
+any of its values is used, and object names never escape the local mirror (no `..` segments).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from worker_chart_export.bundled.contracts import MANIFEST, schema_errors
+from worker_chart_export.core.step.manifest_reader import ManifestUnreadable, ReadManifest, read_manifest
 from worker_chart_export.core.types import StepStatus
 from worker_chart_export.tools.view.model import ChartImage, StepState, ViewInputError
 
@@ -24,12 +24,11 @@ MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 10 * 1024 * 1024
 MAX_PNG_BYTES = 20 * 1024 * 1024
 _GCS_TIMEOUT_SECONDS = 30.0
-_SHOWN_SCHEMA_ERRORS = 5
 
 
 @dataclass(frozen=True)
 class LoadedRun:
-    manifest: dict[str, Any]
+    manifest: ReadManifest
     images: dict[str, ChartImage]  # keyed by png_gcs_uri
     source: str  # the manifest's path or gs:// URI
     local_dir: Path | None  # the manifest's folder when it was read from disk
@@ -45,30 +44,16 @@ def split_gs_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
-def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
-    """JSON bytes -> a manifest that satisfies charts_outputs_manifest.schema.json."""
+def parse_manifest(raw: bytes, where: str) -> ReadManifest:
+    """A manifest's bytes -> its values (`read_manifest`), refused beyond MAX_MANIFEST_BYTES."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ViewInputError(
             f"{where}: {len(raw)} bytes, larger than a manifest can be ({MAX_MANIFEST_BYTES})"
         )
     try:
-        document = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ViewInputError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except json.JSONDecodeError as exc:
-        raise ViewInputError(
-            f"{where}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-        ) from exc
-    if not isinstance(document, dict):
-        raise ViewInputError(f"{where}: a manifest is a JSON object, found {type(document).__name__}")
-    errors = schema_errors(MANIFEST, document)
-    if errors:
-        shown = "; ".join(errors[:_SHOWN_SCHEMA_ERRORS])
-        more = (
-            f" (and {len(errors) - _SHOWN_SCHEMA_ERRORS} more)" if len(errors) > _SHOWN_SCHEMA_ERRORS else ""
-        )
-        raise ViewInputError(f"{where}: not a valid ChartsOutputsManifest: {shown}{more}")
-    return document
+        return read_manifest(raw, where)
+    except ManifestUnreadable as exc:
+        raise ViewInputError(str(exc)) from exc
 
 
 def parse_state(raw: bytes, where: str, run_id: str, step_id: str) -> StepState:
@@ -127,7 +112,7 @@ def _safe_object_name(name: str) -> bool:
     return bool(name) and all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def local_png_candidates(uri: str, manifest_path: Path, manifest: Mapping[str, Any]) -> list[Path]:
+def local_png_candidates(uri: str, manifest_path: Path, manifest: ReadManifest) -> list[Path]:
     """Where a PNG of a local manifest may be: the bucket mirror, then beside the manifest.
 
     The manifest lives at <root>/<bucket>/charts/<runId>/<stepId>/manifest.json, so <root> is
@@ -138,7 +123,7 @@ def local_png_candidates(uri: str, manifest_path: Path, manifest: Mapping[str, A
         return []
     folder = manifest_path.parent
     candidates = []
-    expected = [manifest["stepId"], manifest["runId"], "charts"]
+    expected = [manifest.step_id, manifest.run_id, "charts"]
     if [folder.name, folder.parent.name, folder.parents[1].name] == expected and len(folder.parents) > 3:
         candidates.append(folder.parents[3] / bucket / name)
     beside = folder / name.rsplit("/", 1)[-1]
@@ -147,7 +132,7 @@ def local_png_candidates(uri: str, manifest_path: Path, manifest: Mapping[str, A
     return candidates
 
 
-def _read_local_png(uri: str, manifest_path: Path, manifest: Mapping[str, Any]) -> ChartImage:
+def _read_local_png(uri: str, manifest_path: Path, manifest: ReadManifest) -> ChartImage:
     candidates = local_png_candidates(uri, manifest_path, manifest)
     if not candidates:
         return ChartImage(where=uri, problem=f"{uri} has an unsafe object name; not read")
@@ -174,8 +159,8 @@ def load_local(path: Path) -> LoadedRun:
         raise ViewInputError(f"{manifest_path}: cannot be read: {exc.strerror or exc}") from exc
     manifest = parse_manifest(raw, str(manifest_path))
     images = {
-        item["png_gcs_uri"]: _read_local_png(item["png_gcs_uri"], manifest_path, manifest)
-        for item in manifest["items"]
+        item.png_gcs_uri: _read_local_png(item.png_gcs_uri, manifest_path, manifest)
+        for item in manifest.items
     }
     return LoadedRun(manifest, images, str(manifest_path), manifest_path.parent)
 
@@ -227,8 +212,8 @@ def load_gcs(uri: str) -> LoadedRun:
     try:
         manifest = parse_manifest(_read_gcs_object(client, uri, MAX_MANIFEST_BYTES), uri)
         images: dict[str, ChartImage] = {}
-        for item in manifest["items"]:
-            png_uri = item["png_gcs_uri"]
+        for item in manifest.items:
+            png_uri = item.png_gcs_uri
             try:
                 images[png_uri] = ChartImage(
                     where=png_uri, data=_read_gcs_object(client, png_uri, MAX_PNG_BYTES)

@@ -22,6 +22,7 @@ from worker_chart_export.adapters.chart_img.assembly import Seams
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.budget import Budget
 from worker_chart_export.core.chart_img.request_retries import RetryPolicy
+from worker_chart_export.core.retry import Backoff
 from worker_chart_export.core.types import ChartFailure, ChartResult
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
@@ -126,7 +127,9 @@ def make_rig(
     api = build_chart_api(
         Settings(**values),
         store,
-        retry_policy=RetryPolicy(initial_backoff=0.5, max_backoff=4.0, jitter=0.5),
+        # numbers of its own, so that a test reads its waits from here (the attempts are
+        # CHART_IMG_MAX_ATTEMPTS': settings, else the default)
+        retry_policy=RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0, jitter=0.5)),
         seams=Seams(clock=clock, transport=httpx.MockTransport(transport.handler), rand=lambda: 0.5),
     )
     return Rig(api, clock, transport, store, logs)

@@ -12,7 +12,8 @@ import pytest
 from pydantic import SecretStr
 
 from harness.chart_img_server import FakeClock, new_key
-from worker_chart_export.adapters.chart_img.account_views import AccountViews, PacingMargins
+from worker_chart_export.adapters.chart_img.account_view import PacingMargins
+from worker_chart_export.adapters.chart_img.account_views import AccountViews
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.plans import AccountLimits

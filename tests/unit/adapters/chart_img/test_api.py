@@ -22,9 +22,11 @@ from worker_chart_export.adapters.chart_img.assembly import RealChartApi, Seams
 from worker_chart_export.adapters.fixtures import MockChartApi
 from worker_chart_export.bootstrap import build_chart_api
 from worker_chart_export.core.clock import SYSTEM_CLOCK
+from worker_chart_export.core.documents import ChartRequestInput
 from worker_chart_export.core.error_codes import ErrorCode
 from worker_chart_export.core.exceptions import ConfigError, TransientStoreError
-from worker_chart_export.core.types import ChartCall, ChartSuccess
+from worker_chart_export.core.step.manifest import ManifestFailure, ManifestHeader, build_manifest
+from worker_chart_export.core.types import ChartCall, ChartFailure, ChartSuccess
 from worker_chart_export.settings import Settings
 from worker_chart_export.testing import InMemoryUsageStore
 
@@ -61,7 +63,12 @@ def test_logs_the_call_without_the_key(rig: Callable[..., Rig]) -> None:
 
 def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: Callable[..., Rig]) -> None:
     html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
-    r = rig([answer(500, "Something Went Wrong"), html], accounts=("acc1", "acc2"), latency=1.25)
+    r = rig(
+        [answer(500, "Something Went Wrong"), html],
+        accounts=("acc1", "acc2"),
+        latency=1.25,
+        chart_img_max_attempts=2,
+    )
     error = failure(r.render(budget_seconds=7.12345))
     assert error["details"]["bytes"] == len(b"<html>oops</html>")
     started = [line["timeoutSeconds"] for line in r.logs.events("chart api attempt started")]
@@ -80,7 +87,7 @@ def test_each_attempt_says_its_timeout_duration_status_and_chart_img_words(rig: 
         "status": "failed",
         "httpStatus": 200,
         "errorCode": "CHART_API_FAILED",
-        "errorKind": "http",
+        "errorKind": "not_png",
         "apiMessage": None,
         "severity": "WARNING",
     }
@@ -110,13 +117,58 @@ def test_final_statuses_are_not_retried(rig: Callable[..., Rig], status: int, me
     assert r.clock.sleeps == []
 
 
-def test_200_that_is_not_a_png_fails(rig: Callable[..., Rig]) -> None:
-    html = httpx.Response(200, content=b"<html>oops</html>", headers={"content-type": "text/html"})
-    r = rig([html, png()])
-    error = failure(r.render())
-    assert error["code"] == "CHART_API_FAILED"
-    assert error["details"]["contentType"] == "text/html"
-    assert len(r.transport.seen) == 1
+NOT_WHOLE = {
+    "html": (b"<html>oops</html>", "text/html"),
+    "bare-signature": (PNG[:8], "image/png"),
+    "first-half": (PNG[: len(PNG) // 2], "image/png"),
+    "trailing-bytes": (PNG + b"garbage", "image/png"),
+}
+
+
+@pytest.mark.parametrize(("body", "content_type"), NOT_WHOLE.values(), ids=NOT_WHOLE.keys())
+def test_a_200_that_is_no_whole_png_is_tried_again(
+    rig: Callable[..., Rig], body: bytes, content_type: str
+) -> None:
+    """A body cut short or an HTML page behind a 200 is a bad moment, not a chart: never
+    delivered, tried again after a backoff (it ended the chart at once before)."""
+    broken = httpx.Response(200, content=body, headers={"content-type": content_type})
+    r = rig([broken, png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 2 and r.clock.sleeps == [pytest.approx(0.75)]
+    first, _ = r.logs.events("chartsApi.request")
+    assert (first["httpStatus"], first["errorKind"]) == (200, "not_png")
+
+
+def test_a_200_that_is_never_a_whole_png_fails_as_a_bad_moment(rig: Callable[..., Rig]) -> None:
+    broken = httpx.Response(200, content=PNG[:8], headers={"content-type": "image/png"})
+    r = rig([broken])
+    result = r.render()
+    assert isinstance(result, ChartFailure) and result.error.retryable  # the step may wait for it
+    error = failure(result)
+    assert error["message"] == (
+        "CHART-IMG answered HTTP 200 but the body is not a whole PNG image: "
+        "it holds the PNG signature and nothing else"
+    )
+    assert (error["details"]["contentType"], error["details"]["bytes"], error["details"]["attempts"]) == (
+        "image/png",
+        8,
+        5,
+    )
+
+
+def test_a_whole_png_of_another_size_is_delivered_with_one_warning(rig: Callable[..., Rig]) -> None:
+    """CHART-IMG's docs do not promise the exact size: the chart is delivered, the difference
+    said. The stand-in's PNG is 4 x 3; the call asks for CHART-IMG's defaults (800 x 600)."""
+    r = rig([png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    (warning,) = r.logs.events("chart size differs from the size asked")
+    assert {k: warning[k] for k in ("askedWidth", "askedHeight", "width", "height", "severity")} == {
+        "askedWidth": 800,
+        "askedHeight": 600,
+        "width": 4,
+        "height": 3,
+        "severity": "WARNING",
+    }
 
 
 @pytest.mark.parametrize(
@@ -166,20 +218,26 @@ def test_a_plan_limit_403_is_final_and_names_the_template(rig: Callable[..., Rig
 def test_a_refused_key_moves_the_call_and_is_disabled_when_refused_for_another_request(
     rig: Callable[..., Rig], status: int, message: str
 ) -> None:
-    r = rig([answer(status, message), png(), answer(status, message), png()], accounts=("acc1", "acc2"))
+    refused = answer(status, message)
+    # acc1 refuses AAA, acc2 renders it; acc1 refuses BBB, acc2 renders it, and acc1 refuses
+    # the known-good chart asked once BBB ended
+    r = rig([refused, png(), refused, png(), refused, png()], accounts=("acc1", "acc2"))
     assert r.render(symbol="BINANCE:AAAUSDT") == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")  # refused once: still usable
     (warning,) = r.logs.events("chart-img key refused once: the call moves to another account")
     assert warning["accountId"] == "acc1" and warning["severity"] == "WARNING"
-    # acc1 (least used again) refused a second time, for another request: disabled
+    # acc1 (least used again) refused a second time, for another request, and refused for
+    # the known-good chart too: disabled
     assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
     assert r.api.limiter.usable_accounts() == ("acc2",)
     assert r.store.snapshot()["acc1"]["disabled"] is True
     r.render(symbol="BINANCE:CCCUSDT")
-    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc2"]  # acc1 not again today
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc1", "acc2"]  # acc1 not again
+    assert json.loads(r.transport.seen[4].content)["symbol"] == "BINANCE:BTCUSDT"  # the known-good chart
     (event,) = r.logs.events("chart-img account key refused: account disabled")
     assert event["severity"] == "ERROR" and event["accountId"] == "acc1"
+    assert event["rule"] == "key refused for two requests, then for a known-good chart"
 
 
 def test_one_request_refused_twice_on_a_key_counts_once(rig: Callable[..., Rig]) -> None:
@@ -217,13 +275,41 @@ def test_a_request_refused_on_the_only_key_is_its_own_final_failure(rig: Callabl
 def test_the_only_key_refused_for_a_second_request_is_disabled_at_once(rig: Callable[..., Rig]) -> None:
     """On the only key, the second request refused with no success between disables it then
     and there: the failure says the key is out of service, not that the request was refused."""
-    r = rig([answer(401, "Invalid Request")])
+    r = rig([answer(401, "Invalid Request")])  # the known-good chart refused too: the key
     assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
     error = failure(r.render(symbol="BINANCE:BBBUSDT"))
     assert error["details"]["disabledAccounts"] == ["acc1"] and "refusedBy" not in error["details"]
-    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 2
+    assert r.api.limiter.usable_accounts() == () and len(r.transport.seen) == 3
     (disabled,) = r.logs.events("chart-img account key refused: account disabled")
-    assert disabled["rule"] == "key refused for two requests"
+    assert disabled["rule"] == "key refused for two requests, then for a known-good chart"
+
+
+def test_the_only_key_refused_for_two_bad_requests_keeps_rendering_good_ones(rig: Callable[..., Rig]) -> None:
+    """Issue 38: CHART-IMG answers 401 "Invalid Request" (its documented example) for two
+    different symbols on the only key. Before, the key was disabled for 15 minutes and the
+    next valid chart failed; the known-good chart now shows the key works."""
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, refused, png(), png()])  # AAA, BBB, the known-good chart, then CCC
+    assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["errorKind"] == "request_refused"
+    assert failure(r.render(symbol="BINANCE:BBBUSDT"))["details"]["errorKind"] == "request_refused"
+    assert r.api.limiter.usable_accounts() == ("acc1",) and "disabled" not in r.store.snapshot()["acc1"]
+    assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
+    symbols = [json.loads(request.content)["symbol"] for request in r.transport.seen]
+    assert symbols == ["BINANCE:AAAUSDT", "BINANCE:BBBUSDT", "BINANCE:BTCUSDT", "BINANCE:CCCUSDT"]
+    (kept,) = r.logs.events("chart-img key refused for two requests but not for a known-good chart: kept")
+    assert (kept["accountId"], kept["knownGoodChart"], kept["severity"]) == ("acc1", "rendered", "WARNING")
+    assert r.logs.events("chart-img account key refused: account disabled") == []
+
+
+def test_a_key_whose_known_good_chart_gets_no_verdict_is_kept(rig: Callable[..., Rig]) -> None:
+    """A 5xx to the known-good chart says nothing of the key: it stays in service."""
+    refused = answer(401, "Invalid Request")
+    r = rig([refused, refused, answer(503, "Service Unavailable"), png()])
+    failure(r.render(symbol="BINANCE:AAAUSDT"))
+    failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert r.api.limiter.usable_accounts() == ("acc1",)
+    (kept,) = r.logs.events("chart-img key refused for two requests but not for a known-good chart: kept")
+    assert kept["knownGoodChart"] == "no verdict"
 
 
 def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) -> None:
@@ -233,26 +319,55 @@ def test_keys_refused_for_every_request_are_disabled(rig: Callable[..., Rig]) ->
     error = failure(r.render(symbol="BINANCE:AAAUSDT"))  # acc1, acc2: this request, final
     assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 2
     assert r.api.limiter.usable_accounts() == ("acc1", "acc2")
-    error = failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request: both keys disabled
-    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 4
+    # another request, and the known-good chart on each key: both keys disabled
+    error = failure(r.render(symbol="BINANCE:BBBUSDT"))
+    assert error["details"]["errorKind"] == "request_refused" and len(r.transport.seen) == 6
     assert r.api.limiter.usable_accounts() == ()
     again = failure(r.render(symbol="BINANCE:CCCUSDT"))  # no call at all
-    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 4
+    assert again["details"]["disabledAccounts"] == ["acc1", "acc2"] and len(r.transport.seen) == 6
 
 
 # --- retries -------------------------------------------------------------------------------
 
 
-def test_5xx_forever_makes_exactly_three_attempts_with_backoff(rig: Callable[..., Rig]) -> None:
+def test_5xx_forever_makes_exactly_five_attempts_with_backoff(rig: Callable[..., Rig]) -> None:
     r = rig([answer(500, "Something Went Wrong")])
-    error = failure(r.render())
-    assert len(r.transport.seen) == 3
+    result = r.render()
+    assert isinstance(result, ChartFailure) and result.error.retryable
+    error = failure(result)
+    assert len(r.transport.seen) == 5
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["httpStatus"] == 500
     assert error["details"]["message"] == "Something Went Wrong"
-    assert error["details"]["attempts"] == 3
-    assert r.clock.sleeps == [pytest.approx(0.75), pytest.approx(1.25)]  # 0.5*2^n + 0.5*0.5
-    assert r.store.snapshot()["acc1"]["usageToday"] == 3  # every attempt took a unit
+    assert error["details"]["attempts"] == 5
+    # the rig's backoff: 0.5 s doubling, plus 0.5 x 0.5 of jitter, at most 4 s
+    assert r.clock.sleeps == pytest.approx([0.75, 1.25, 2.25, 4.0])
+    assert r.store.snapshot()["acc1"]["usageToday"] == 5  # every attempt took a unit
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (408, {"message": "Request Timeout"}),
+        (425, {"message": "Too Early"}),
+        (520, "<html>Web server is returning an unknown error</html>"),
+        (522, "<html>Connection timed out</html>"),
+        (524, "<html>A timeout occurred</html>"),
+        (529, None),
+    ],
+)
+def test_timeouts_and_the_cdns_answers_are_tried_again(
+    rig: Callable[..., Rig], status: int, body: Any
+) -> None:
+    """Each ended the chart after one attempt before; the next answer is a chart."""
+    refusal = (
+        httpx.Response(status, json=body)
+        if isinstance(body, dict)
+        else httpx.Response(status, text=body or "")
+    )
+    r = rig([refusal, png()])
+    assert r.render() == ChartSuccess(PNG, "acc1")
+    assert len(r.transport.seen) == 2 and r.clock.sleeps == [pytest.approx(0.75)]
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
@@ -269,7 +384,7 @@ def test_max_attempts_comes_from_settings(rig: Callable[..., Rig]) -> None:
 
 
 def test_the_pacing_comes_from_the_rate_and_burst_settings(rig: Callable[..., Rig]) -> None:
-    """By hand: 2.5/s paced at 0.9 (README) is one call every 0.444 s; a burst of 6 banks
+    """By hand: 2.5/s paced at 0.9 (docs/usage.md) is one call every 0.444 s; a burst of 6 banks
     5 x 0.444 s less the 0.3 s kept for late arrivals = 1.922 s. So eight calls in a row: five
     at once, the sixth 0.3 s later, then one every 0.444 s (the default 1/s, burst 3 would
     wait after the second, then 1.111 s each)."""
@@ -302,8 +417,8 @@ def test_transport_errors_are_retried_then_fail(rig: Callable[..., Rig], exc: Ex
     assert error["code"] == "CHART_API_FAILED"
     assert error["details"]["errorKind"] == kind
     assert error["details"]["exception"] == type(exc).__name__
-    assert error["details"]["attempts"] == 3
-    assert len(r.transport.seen) == 3
+    assert error["details"]["attempts"] == 5
+    assert len(r.transport.seen) == 5
     assert all(e["httpStatus"] is None for e in r.logs.events("chartsApi.request"))
 
 
@@ -318,12 +433,15 @@ def test_timeouts_never_exceed_the_budget(rig: Callable[..., Rig]) -> None:
     assert error["details"]["errorKind"] == "timeout"
 
 
-def test_no_backoff_sleeps_past_the_budget(rig: Callable[..., Rig]) -> None:
+def test_a_wait_is_cut_so_the_last_attempt_comes_at_the_budgets_end(rig: Callable[..., Rig]) -> None:
+    """1 s call; the 0.75 s backoff would leave 0.75 s, less than an attempt's minimum (1 s):
+    the wait is cut to 0.5 s, and the second attempt has the last second of the budget."""
     r = rig([answer(500, "Something Went Wrong")], latency=1.0)
-    error = failure(r.render(budget_seconds=2.5))  # 1 s call, 0.75 s sleep, then 0.75 s left
-    assert len(r.transport.seen) == 1
-    assert r.clock.sleeps == []
-    assert error["details"]["httpStatus"] == 500
+    error = failure(r.render(budget_seconds=2.5))
+    assert len(r.transport.seen) == 2
+    assert r.clock.sleeps == [pytest.approx(0.5)]
+    assert r.transport.seen[1].extensions["timeout"]["read"] == pytest.approx(1.0)
+    assert error["details"]["httpStatus"] == 500 and r.clock.elapsed == pytest.approx(2.5)
 
 
 def test_expired_budget_makes_no_call(rig: Callable[..., Rig]) -> None:
@@ -349,7 +467,9 @@ def test_a_quota_429_rotates_without_backoff_and_marks_the_account(rig: Callable
     assert r.render() == ChartSuccess(PNG, "acc2")
     assert not any(r.clock.sleeps)
     used = r.store.snapshot()["acc1"]
-    assert used["usageToday"] == 1  # the unit really spent: the exhaustion is a field of its own
+    # a 429 is refused before it is counted: its unit given back (the exhaustion is a field
+    # of its own)
+    assert (used["usageToday"], used["refundedToday"]) == (0, 1)
     assert used["exhaustedUntil"] == "2025-01-16T00:00:00.000Z"  # out for the UTC day
     assert r.api.limiter.exhausted_accounts() == ("acc1",)
     assert r.logs.events("chart-img accounts exhausted") == []
@@ -384,9 +504,11 @@ def test_a_429_that_does_not_say_the_daily_limit_only_cools_the_key(
 def test_a_rate_429_cools_the_key_down_without_exhausting_it(rig: Callable[..., Rig]) -> None:
     r = rig([answer(429, "Too Many Requests"), png()], accounts=("acc1", "acc2"))
     assert r.render() == ChartSuccess(PNG, "acc2")
-    assert not any(r.clock.sleeps)  # another key at once, no backoff
+    # it may be CHART-IMG throttling every key: the next attempt waits its backoff first
+    assert r.clock.sleeps == [pytest.approx(0.75)]
     assert r.api.limiter.exhausted_accounts() == ()
-    assert r.store.snapshot()["acc1"]["usageToday"] == 1  # not the day's quota
+    used = r.store.snapshot()["acc1"]
+    assert (used["usageToday"], used["refundedToday"]) == (0, 1)  # refused before it was counted
 
 
 def test_a_rate_429_on_the_only_key_waits_out_retry_after(rig: Callable[..., Rig]) -> None:
@@ -464,15 +586,54 @@ def test_usage_store_outage_fails_the_request_without_a_call(rig: Callable[..., 
             raise TransientStoreError("firestore unavailable")
 
     r = rig([png()], store=Down())
-    error = failure(r.render())
+    result = r.render()
+    error = failure(result)
+    # a chart failure: listed in the step's manifest, so one of the codes its schema allows
+    # (chaos benchmark, seed 23: FIRESTORE_UNAVAILABLE here failed the manifest's own check,
+    # and a step holding minImages charts ended FAILED WORKER_INTERNAL_ERROR)
     assert error["code"] == "CHART_API_FAILED"
+    assert isinstance(result, ChartFailure) and result.error.retryable  # a bad moment: the step waits
+    request: ChartRequestInput = {"chartTemplateId": "t1"}
+    header = ManifestHeader("run-1", "step-1", "BTCUSDT", "1h", 1, [request], "real")
+    build_manifest(header, [], [ManifestFailure(request, result.error)], created_at=FakeClock().now())
     assert error["message"] == "could not reserve CHART-IMG quota: the usage store is unavailable"
     # retried (no call was made: no attempt counted), as the store may come back
     assert error["details"] == {"errorKind": "usage_store", "exception": "TransientStoreError", "attempts": 0}
     assert r.transport.seen == []
     lines = r.logs.events("chart-img usage store unavailable")
-    assert len(lines) == 3 and lines[0]["errorKind"] == "TransientStoreError"
+    assert len(lines) == 5 and lines[0]["errorKind"] == "TransientStoreError"
     assert (lines[0]["runId"], lines[0]["stepId"], lines[0]["severity"]) == ("run-1", "step-1", "WARNING")
+
+
+def test_a_reservation_that_took_the_budget_sends_nothing_and_gives_its_unit_back(
+    rig: Callable[..., Rig],
+) -> None:
+    """The store took 4.5 s of the 5 s budget to commit the reservation (Firestore paused
+    under it): less than an attempt's minimum is left, and a call sent now could only burn
+    its unit, its answer never read (chaos benchmark, seed 11: an attempt started with a
+    timeout of 0.0 s, CHART-IMG answered it, the worker read a ReadError and kept the unit
+    CHART-IMG never charged). Nothing is sent, the unit goes back, the chart may be tried
+    again (the step's next attempt)."""
+
+    class SlowCommit(InMemoryUsageStore):
+        clock: FakeClock | None = None
+
+        def reserve(self, *args: Any, **kwargs: Any) -> Any:
+            reservation = super().reserve(*args, **kwargs)
+            assert self.clock is not None
+            self.clock.advance(4.5)
+            return reservation
+
+    store = SlowCommit()
+    r = rig([png()], store=store)
+    store.clock = r.clock
+    result = r.render(budget_seconds=5.0)
+    assert r.transport.seen == []  # no call left
+    assert isinstance(result, ChartFailure) and result.error.retryable
+    assert result.error.details["errorKind"] == "budget"
+    assert store.snapshot()["acc1"]["usageToday"] == 0  # its unit given back
+    (line,) = r.logs.events("chartsApi.request")
+    assert (line["accountId"], line["unitGivenBack"], line["errorKind"]) == ("acc1", True, "budget")
 
 
 # --- wiring --------------------------------------------------------------------------------
@@ -559,19 +720,20 @@ def test_a_key_refused_on_its_probe_is_disabled_again_at_once(rig: Callable[...,
     that probe, it is disabled again at once, and the ERROR line says it was the probe."""
     r = rig([answer(403, "Forbidden")], chart_img_max_attempts=1)
     failure(r.render(symbol="BINANCE:AAAUSDT"))
-    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request refused too: the key is disabled
+    failure(r.render(symbol="BINANCE:BBBUSDT"))  # another request and the known-good chart refused
     assert [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")] == [
-        "key refused for two requests"
+        "key refused for two requests, then for a known-good chart"
     ]
     r.clock.advance(16 * 60)  # past the hold: the next call is the key's probe
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     rules = [e["rule"] for e in r.logs.events("chart-img account key refused: account disabled")]
-    assert rules == ["key refused for two requests", "key refused on its probe"]
-    assert len(r.transport.seen) == 3
+    assert rules == ["key refused for two requests, then for a known-good chart", "key refused on its probe"]
+    assert len(r.transport.seen) == 4
 
 
 def disabled_then_probed(r: Rig) -> None:
-    """acc1 refused for two requests (disabled), then its hold passed: the next call probes it."""
+    """acc1 refused for two requests and the known-good chart (disabled), then its hold
+    passed: the next call probes it."""
     failure(r.render(symbol="BINANCE:AAAUSDT"))
     failure(r.render(symbol="BINANCE:BBBUSDT"))
     assert r.api.limiter.usable_accounts() == ()
@@ -579,7 +741,7 @@ def disabled_then_probed(r: Rig) -> None:
 
 
 def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callable[..., Rig]) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [answer(429, "Too Many Requests")], chart_img_max_attempts=1)
     disabled_then_probed(r)
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     (aside,) = r.logs.events("chart-img key keeps answering 429: set aside, then probed")
@@ -590,7 +752,7 @@ def test_a_probe_answered_429_sets_the_key_aside_without_cooling_it(rig: Callabl
 
 
 def test_a_probe_answered_without_a_word_on_the_key_says_so(rig: Callable[..., Rig]) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [answer(503, "Service Unavailable")], chart_img_max_attempts=1)
     disabled_then_probed(r)
     failure(r.render(symbol="BINANCE:CCCUSDT"))
     (said,) = r.logs.events("chart-img probe answered without a verdict on the key")
@@ -629,7 +791,7 @@ def test_a_retry_goes_to_an_account_the_request_has_not_tried_even_a_busier_one(
 def test_a_probe_answered_200_puts_the_key_back_in_service_for_every_instance(
     rig: Callable[..., Rig],
 ) -> None:
-    r = rig([answer(403, "Forbidden")] * 2 + [png()], chart_img_max_attempts=1)
+    r = rig([answer(403, "Forbidden")] * 3 + [png()], chart_img_max_attempts=1)
     disabled_then_probed(r)
     assert r.render(symbol="BINANCE:CCCUSDT") == ChartSuccess(PNG, "acc1")
     (back,) = r.logs.events("chart-img key serves again: its probe answered 200")
@@ -659,13 +821,17 @@ def test_a_key_refused_for_a_request_that_failed_elsewhere_counts_against_the_ke
         answer(500, "Something Went Wrong"),
         answer(401, "Invalid Request"),
         png(),
+        answer(401, "Invalid Request"),  # the known-good chart, refused on acc1 too
     ]
     r = rig(answers, accounts=("acc1", "acc2"), chart_img_max_attempts=2)
     assert failure(r.render(symbol="BINANCE:AAAUSDT"))["details"]["httpStatus"] == 500
     assert r.render(symbol="BINANCE:BBBUSDT") == ChartSuccess(PNG, "acc2")
-    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2"]
+    assert r.transport.accounts == ["acc1", "acc2", "acc1", "acc2", "acc1"]
     (disabled,) = r.logs.events("chart-img account key refused: account disabled")
-    assert (disabled["accountId"], disabled["rule"]) == ("acc1", "key refused for two requests")
+    assert (disabled["accountId"], disabled["rule"]) == (
+        "acc1",
+        "key refused for two requests, then for a known-good chart",
+    )
 
 
 def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts(
@@ -675,8 +841,8 @@ def test_a_first_wave_call_that_fails_names_its_account_and_numbers_its_attempts
     call = chart_call("tpl_a")
     with r.api.for_step([call], r.budget()) as step:  # its first attempt prepaid
         error = failure(step.render(call))
-    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (3, ["acc1"])
-    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3]
+    assert (error["details"]["attempts"], error["details"]["accountIds"]) == (5, ["acc1"])
+    assert [e["attempt"] for e in r.logs.events("chart api attempt started")] == [1, 2, 3, 4, 5]
 
 
 def test_a_render_with_less_than_an_attempt_left_sends_nothing(rig: Callable[..., Rig]) -> None:

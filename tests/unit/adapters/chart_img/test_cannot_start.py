@@ -127,3 +127,47 @@ def test_out_of_time_before_any_call_says_how_much_time_was_left() -> None:
         {"errorKind": "budget", "remainingSeconds": 0.123},
     )
     assert outcome.answer is None
+
+
+def test_no_account_free_now_names_each_accounts_reason_and_is_worth_waiting_for() -> None:
+    """Issue 38: none can take the call now, not all of them for the day: each account said
+    with its reason (exhausted, disabled, set aside, cooling), and the failure retryable."""
+    refusal = NoAccount(
+        NoAccountReason.SET_ASIDE,
+        ("a",),
+        standing=(("a", "at its daily limit until X"), ("b", "its key refused: disabled until Y")),
+        other_plans=(("c", "BASIC"),),
+    )
+    outcome = cannot_start(None, refusal, remaining=9.0, disabled=never_asked)
+    error = error_of(outcome)
+    assert error.retryable and error.code is ErrorCode.CHART_API_LIMIT_EXCEEDED
+    assert error.message == (
+        "no CHART-IMG account that can serve this chart can take it now (a: at its daily limit until X; "
+        "b: its key refused: disabled until Y); no request was sent; c (BASIC) cannot serve it: the "
+        "template asks for more than their plan allows"
+    )
+    assert error.details == {
+        "errorKind": "no_account_now",
+        "accounts": [
+            {"accountId": "a", "why": "at its daily limit until X"},
+            {"accountId": "b", "why": "its key refused: disabled until Y"},
+        ],
+        "otherPlanAccounts": [{"accountId": "c", "plan": "BASIC"}],
+    }
+
+
+def test_every_account_of_the_plans_that_serve_a_chart_exhausted_says_the_others_cannot_serve_it() -> None:
+    refusal = NoAccount(NoAccountReason.EXHAUSTED, ("pro",), other_plans=(("basic", "BASIC"),))
+    error = error_of(cannot_start(None, refusal, remaining=9.0, disabled=never_asked))
+    assert not error.retryable
+    assert error.message == (
+        "every CHART-IMG account whose plan can serve this chart is at its daily limit; no request was "
+        "sent; basic (BASIC) cannot serve it: the template asks for more than their plan allows"
+    )
+    assert error.details["otherPlanAccounts"] == [{"accountId": "basic", "plan": "BASIC"}]
+    after_limit = cannot_start(
+        last_failure(ErrorCode.CHART_API_LIMIT_EXCEEDED, LIMIT), refusal, remaining=9.0, disabled=never_asked
+    )
+    assert error_of(after_limit).message.endswith(
+        "; basic (BASIC) cannot serve it: the template asks for more than their plan allows"
+    )

@@ -126,12 +126,13 @@ def test_a_body_past_the_deadline_is_not_read_further(rig: Callable[..., Rig]) -
 
 
 def test_a_200_that_is_no_png_and_names_no_type_says_so(rig: Callable[..., Rig]) -> None:
-    r = rig([httpx.Response(200, content=b"<html/>")])
+    r = rig([httpx.Response(200, content=b"<html/>")], chart_img_max_attempts=1)
     error = failure(r.render())
     assert error["details"] == {
         "httpStatus": 200,
         "contentType": "",
         "bytes": 7,
+        "errorKind": "not_png",
         "attempts": 1,
         "accountIds": ["acc1"],
     }

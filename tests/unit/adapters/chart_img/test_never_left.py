@@ -41,12 +41,12 @@ def doc(r: Rig, account_id: str = "acc1") -> dict[str, Any]:
 def test_an_attempt_that_never_left_gives_its_unit_back(rig: Callable[..., Rig], exc: Exception) -> None:
     r = rig([exc])
     error = failure(r.render())
-    assert len(r.transport.seen) == 3  # three attempts, as for any transient failure
-    assert (doc(r)["usageToday"], doc(r)["refundedToday"]) == (0, 3)
+    assert len(r.transport.seen) == 5  # five attempts (the default), as for any transient failure
+    assert (doc(r)["usageToday"], doc(r)["refundedToday"]) == (0, 5)
     assert error["details"]["unitGivenBack"] is True
     assert error["message"].endswith("; the call never left, its unit was given back")
     lines = r.logs.events("chartsApi.request")
-    assert [(e["unitGivenBack"], e["refundedToday"]) for e in lines] == [(True, 1), (True, 2), (True, 3)]
+    assert [(e["unitGivenBack"], e["refundedToday"]) for e in lines] == [(True, n) for n in range(1, 6)]
 
 
 @pytest.mark.parametrize("exc", MAY_HAVE_LEFT, ids=lambda e: type(e).__name__)
@@ -55,7 +55,7 @@ def test_an_attempt_that_may_have_reached_chart_img_keeps_its_unit(
 ) -> None:
     r = rig([exc])
     error = failure(r.render())
-    assert doc(r)["usageToday"] == 3 and "refundedToday" not in doc(r)
+    assert doc(r)["usageToday"] == 5 and "refundedToday" not in doc(r)
     assert "unitGivenBack" not in error["details"]
     kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
     assert error["message"] == f"CHART-IMG could not be reached ({kind}: {type(exc).__name__})"
@@ -79,9 +79,9 @@ def test_a_refund_the_store_cannot_write_keeps_the_unit_counted(rig: Callable[..
 
     r = rig([httpx.ConnectError("refused")], store=RefundDown())
     error = failure(r.render())
-    assert doc(r)["usageToday"] == 3 and "unitGivenBack" not in error["details"]
+    assert doc(r)["usageToday"] == 5 and "unitGivenBack" not in error["details"]
     lines = r.logs.events("chart-img unit not given back")
-    assert [(e["accountId"], e["errorKind"]) for e in lines] == [("acc1", "TransientStoreError")] * 3
+    assert [(e["accountId"], e["errorKind"]) for e in lines] == [("acc1", "TransientStoreError")] * 5
     assert all("unitGivenBack" not in e for e in r.logs.events("chartsApi.request"))
 
 

@@ -24,7 +24,6 @@ from worker_chart_export.core.chart_img.account_status import (
     row_dict,
 )
 from worker_chart_export.core.chart_img.plans import PLANS, AccountLimits
-from worker_chart_export.core.chart_img.set_aside import moment_of
 from worker_chart_export.core.chart_img.usage import (
     Pacing,
     ReservationRequest,
@@ -33,6 +32,7 @@ from worker_chart_export.core.chart_img.usage import (
     reserve_many,
     reserve_one,
 )
+from worker_chart_export.core.naming import moment_of
 
 NOW = datetime(2026, 11, 23, 18, 30, 0, tzinfo=UTC)
 TODAY = "2026-11-23T00:00:00Z"

@@ -92,6 +92,33 @@ def test_the_documented_answers_about_the_request(status: int, body: Any, expect
     assert classify(status, body) is expected
 
 
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (408, {"message": "Request Timeout"}),
+        (425, {"message": "Too Early"}),
+        (500, {"message": "Something Went Wrong"}),
+        (502, "<html><body>Bad Gateway</body></html>"),
+        (503, None),
+        (520, "<html>Web server is returning an unknown error</html>"),  # the CDN's 52x
+        (522, "<html>Connection timed out</html>"),
+        (524, "<html>A timeout occurred</html>"),
+        (529, None),
+    ],
+)
+def test_a_bad_moment_is_tried_again(status: int, body: Any) -> None:
+    """5xx (the CDN's 52x timeouts among them), 408 and 425: the next answer may be a chart.
+    Each of these ended a chart after one attempt before."""
+    assert classify(status, body) is Disposition.RETRY
+
+
+@pytest.mark.parametrize(
+    ("status", "message"), [(400, "Bad Request"), (404, "Not Found"), (422, "Invalid Symbol")]
+)
+def test_what_the_request_caused_is_final(status: int, message: str) -> None:
+    assert classify(status, {"message": message}) is Disposition.FINAL
+
+
 @given(
     status=st.integers(400, 599),
     message=st.one_of(st.none(), st.text(max_size=40)),
@@ -183,11 +210,14 @@ def test_only_a_403_about_max_usage_is_a_plan_limit() -> None:
 
 
 def test_a_200_that_is_not_a_png_says_what_came_instead() -> None:
-    error = not_a_png(None, 12)
+    error = not_a_png(None, 12, "it has no IEND chunk: the image is cut short")
     assert error.code.value == "CHART_API_FAILED"
-    assert error.message == "CHART-IMG answered HTTP 200 but the body is not a PNG image"
-    assert error.details == {"httpStatus": 200, "contentType": "", "bytes": 12}
-    assert not_a_png("text/html", 3).details["contentType"] == "text/html"
+    assert error.message == (
+        "CHART-IMG answered HTTP 200 but the body is not a whole PNG image: "
+        "it has no IEND chunk: the image is cut short"
+    )
+    assert error.details == {"httpStatus": 200, "contentType": "", "bytes": 12, "errorKind": "not_png"}
+    assert not_a_png("text/html", 3, "no signature").details["contentType"] == "text/html"
 
 
 def test_a_missing_fixture_names_the_key_the_directory_and_the_files_expected(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from worker_chart_export.core.chart_img.key_history import (
     Answer,
     KeyHistory,
     KeyPolicy,
+    StreakEvidence,
     after_rate_limit,
     after_refusal,
     after_success,
@@ -35,7 +36,7 @@ def rate_limited(
     answer = Answer(429, "Too Many Requests", retry_after=retry_after)
     others = at - 0.001 if others_served else None
     history, verdict = after_rate_limit(
-        history, answer, at=at, day=DAY, has_quota=has_quota, others_served_at=others
+        history, answer, at=at, day=DAY, evidence=StreakEvidence(has_quota, served_at=others)
     )
     return history, verdict.cooling, verdict.set_aside is not None
 
@@ -111,7 +112,7 @@ def test_a_success_ends_the_streak_but_not_the_cooldown_running() -> None:
 
 def test_a_new_utc_day_starts_afresh() -> None:
     history, _, _ = rate_limited(KeyHistory(), 0.0)
-    history, verdict = after_rate_limit(history, TOO_MANY, at=1.0, day="2025-03-11T00:00:00Z", has_quota=True)
+    history, verdict = after_rate_limit(history, TOO_MANY, at=1.0, day="2025-03-11T00:00:00Z")
     assert (history.cooldowns, verdict.cooling) == (1, 1.0)
 
 
@@ -160,7 +161,7 @@ def test_a_set_aside_needs_enough_cooldowns_over_the_span_and_other_keys_serving
         before = history
         others = at - gap / 2 if served else None  # another key succeeded since, or none did
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=others, policy=policy
+            history, TOO_MANY, at=at, day=DAY, evidence=StreakEvidence(served_at=others), policy=policy
         )
         if verdict.set_aside is not None:
             assert before.first_at is not None and at - before.first_at > policy.streak_span
@@ -191,8 +192,8 @@ def test_the_doubling_stops_at_two_to_the_32nd_however_long_the_streak() -> None
 
 
 def test_an_answer_during_a_cooldown_is_kept_among_the_answers_seen() -> None:
-    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
-    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY)
     assert history.answers == (TOO_MANY, Answer(429)) and history.seen == 2 and history.cooldowns == 1
 
 
@@ -201,7 +202,7 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
     at, verdict = 0.0, None
     for _ in range(10):
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+            history, TOO_MANY, at=at, day=DAY, evidence=StreakEvidence(served_at=at - 0.001)
         )
         if verdict.set_aside is not None:
             break
@@ -212,12 +213,12 @@ def test_a_streak_says_how_many_429s_and_keeps_the_refusals() -> None:
 
 
 def test_a_streaks_reason_lists_each_answer_and_how_often() -> None:
-    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
-    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY, has_quota=True)
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY)
+    history, _ = after_rate_limit(history, Answer(429), at=0.5, day=DAY)
     at, verdict = 1.0, None
     for _ in range(10):
         history, verdict = after_rate_limit(
-            history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=at - 0.001
+            history, TOO_MANY, at=at, day=DAY, evidence=StreakEvidence(served_at=at - 0.001)
         )
         if verdict.set_aside is not None:
             break
@@ -252,7 +253,9 @@ def test_a_success_of_another_key_before_the_previous_429_is_not_enough() -> Non
     stale = history.last_at
     assert stale is not None
     answer = Answer(429, "Too Many Requests")
-    _, verdict = after_rate_limit(history, answer, at=at, day=DAY, has_quota=True, others_served_at=stale - 1)
+    _, verdict = after_rate_limit(
+        history, answer, at=at, day=DAY, evidence=StreakEvidence(served_at=stale - 1)
+    )
     assert verdict.set_aside is None and verdict.cooling == 30.0
 
 
@@ -274,14 +277,14 @@ def test_a_streak_of_exactly_the_span_does_not_exhaust() -> None:
 def test_two_429s_that_say_the_same_are_one_answer_whatever_wait_each_asked_for() -> None:
     assert Answer(429, "Too Many Requests", retry_after=5.0) == TOO_MANY
     history, verdict = after_rate_limit(
-        KeyHistory(), Answer(429, "Too Many Requests", retry_after=5.0), at=0.0, day=DAY, has_quota=True
+        KeyHistory(), Answer(429, "Too Many Requests", retry_after=5.0), at=0.0, day=DAY
     )
     assert verdict.cooling == 5.0 and history.answers == (TOO_MANY,)
 
 
 def test_a_429_during_a_cooldown_is_the_streaks_latest_and_a_success_at_that_moment_is_not_since() -> None:
-    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY, has_quota=True)
-    history, _ = after_rate_limit(history, TOO_MANY, at=0.5, day=DAY, has_quota=True)  # during its cooldown
+    history, _ = after_rate_limit(KeyHistory(), TOO_MANY, at=0.0, day=DAY)
+    history, _ = after_rate_limit(history, TOO_MANY, at=0.5, day=DAY)  # during its cooldown
     assert history.last_at == 0.5 and history.cooldowns == 1
     history, at = KeyHistory(), 0.0
     for _ in range(6):
@@ -289,6 +292,24 @@ def test_a_429_during_a_cooldown_is_the_streaks_latest_and_a_success_at_that_mom
         at += cooling
     previous = history.last_at
     _, verdict = after_rate_limit(
-        history, TOO_MANY, at=at, day=DAY, has_quota=True, others_served_at=previous
+        history, TOO_MANY, at=at, day=DAY, evidence=StreakEvidence(served_at=previous)
     )
     assert verdict.set_aside is None  # a success at the previous 429's very moment is not since it
+
+
+def test_two_throttles_one_after_another_set_no_key_aside() -> None:
+    """The chaos benchmark's full seed 1: two CHART-IMG-wide throttles 28 s apart. Other keys
+    served in the calm between them, so "others served since this key's previous 429" held,
+    and three BASIC keys were set aside for 15 minutes. The others heard 429 too in that
+    time: nobody's key is at fault, none is set aside."""
+    history, verdict = KeyHistory(), None
+    at = 0.0
+    for n in range(8):  # eight cooldowns over 99 s, each 429 with the others hearing one too
+        at = n * 14.0
+        others = StreakEvidence(served_at=at - 5.0, limited_at=at - 1.0)
+        history, verdict = after_rate_limit(history, TOO_MANY, at=at, day=DAY, evidence=others)
+        assert verdict.set_aside is None, n
+    later = history.cool_until + 1.0  # past its cooldown: a 429 of its own
+    others_fine = StreakEvidence(served_at=later - 5.0, limited_at=at - 1.0)  # they served, without 429
+    _, verdict = after_rate_limit(history, TOO_MANY, at=later, day=DAY, evidence=others_fine)
+    assert verdict.set_aside is not None  # once the others serve without 429, it is this key's

@@ -12,11 +12,12 @@ from worker_chart_export.core.step.reaping import (
     ExpiredLease,
     LeaseFate,
     ReapDecision,
+    ReapPlan,
     ReapReport,
     decide_reap,
     lease_document,
 )
-from worker_chart_export.core.step.step_rules import ClaimPlan, ReapPlan, plan_claim
+from worker_chart_export.core.step.step_rules import ClaimPlan, plan_claim
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 LEASE_AT = "2026-11-23T12:00:00.000Z"

@@ -11,18 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker_chart_export.core.naming import parse_png_object_path, png_object_path
+from harness.naming_contract import request_sha256
+from worker_chart_export.core.naming import png_object_path
 from worker_chart_export.core.step.reuse import (
-    PNG_SIGNATURE,
     ReuseRefusal,
-    is_png,
     listing_prefix,
     listing_start,
     png_metadata,
     reuse_candidates,
     should_look,
 )
-from worker_chart_export.core.templates.chart_request import body_digest
 from worker_chart_export.core.types import ChartCall, ListedObject
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -48,6 +46,8 @@ def png(
     symbol: str = "BINANCE:BTCUSDT",
     interval: str = "1h",
 ) -> str:
+    """An input: the name the worker gives such a PNG (core/naming, tested against the contract's
+    literals in test_naming), whatever the symbol's slug rule."""
     return png_object_path(run_id, step_id, NOW - timedelta(seconds=seconds_ago), symbol, interval, template)
 
 
@@ -58,8 +58,10 @@ def listed(
     content_type: str | None = "image/png",
     metadata: dict[str, str] | None = None,
 ) -> ListedObject:
-    """An object as a listing shows it; by default a PNG written for `body` (the default call's)."""
-    stamped = png_metadata(body_digest(body or request_body()), "token-1") if metadata is None else metadata
+    """An object as a listing shows it; by default a PNG written for `body` (the default call's),
+    stamped with the contract's requestDigest of it."""
+    digest = request_sha256(body or request_body())
+    stamped = png_metadata(digest, "token-1") if metadata is None else metadata
     return ListedObject(path, content_type, stamped)
 
 
@@ -199,7 +201,7 @@ def test_symbols_whose_slugs_collide_never_stand_for_each_other() -> None:
         # a page planted under a PNG's name, carrying a copied digest: its type still says no
         (
             listed(
-                png(10), content_type="text/html", metadata=png_metadata(body_digest(request_body()), "x")
+                png(10), content_type="text/html", metadata=png_metadata(request_sha256(request_body()), "x")
             ),
             ReuseRefusal.NOT_IMAGE_PNG,
         ),
@@ -261,13 +263,6 @@ def test_a_symbol_that_needs_a_digest_in_its_slug_is_matched_by_its_body() -> No
     assert chosen([listed(png(5, symbol=other), request_body(other))], [call(symbol=formula)]) == {}
 
 
-def test_a_png_is_recognised_by_its_first_eight_bytes() -> None:
-    assert bytes([137, 80, 78, 71, 13, 10, 26, 10]) == PNG_SIGNATURE
-    assert is_png(PNG_SIGNATURE) and is_png(PNG_SIGNATURE + b"IHDR...")
-    for head in (b"", b"\x89PNG", b"<html><body>", b"\x89PNG\r\n\x1a\x00", b"GIF89a\x00\x00"):
-        assert not is_png(head)
-
-
 def test_a_png_carries_the_digest_of_its_body_and_the_claim_that_wrote_it() -> None:
     assert png_metadata("d" * 64, "token-1") == {"requestDigest": "d" * 64, "claimToken": "token-1"}
 
@@ -281,7 +276,9 @@ def test_the_candidates_are_the_pngs_within_the_window_newest_first(ages: list[f
     them, to the millisecond), youngest first; none when reuse is off."""
     paths = [png(age) for age in ages]
     found = reuse_candidates([listed(p) for p in paths], [call()], now=NOW, max_age_seconds=window)
-    kept = [(NOW - parse_png_object_path(p).generated_at).total_seconds() for p in paths]
+    # a name keeps its moment to the millisecond, microseconds cut (the naming contract)
+    moments = [NOW - timedelta(seconds=age) for age in ages]
+    kept = [(NOW - m.replace(microsecond=m.microsecond // 1000 * 1000)).total_seconds() for m in moments]
     eligible = sorted(age for age in kept if 0 <= age <= window) if window > 0 else []
     assert [c.age_seconds for c in found.get("price_v1", [])] == eligible
 

@@ -15,14 +15,13 @@ from tenacity import RetryCallState
 
 from worker_chart_export.adapters.firestore.client import DEFAULT_RPC_TIMEOUT_SECONDS
 from worker_chart_export.core.error_codes import ErrorCode, StepError
+from worker_chart_export.core.retry import CLAIM_COMMITS
 from worker_chart_export.core.step import step_rules
+from worker_chart_export.core.step.reaping import ReapPlan, plan_reap
 from worker_chart_export.core.step.step_rules import (
-    CLAIM_TRIES,
-    DEFAULT_MAX_ATTEMPTS,
     LEASE_SAFETY_MARGIN,
     ClaimPlan,
     FinalizePlan,
-    ReapPlan,
     apply_to_step,
     attempt_of,
     claim_is_current,
@@ -33,7 +32,6 @@ from worker_chart_export.core.step.step_rules import (
     lease_surely_held,
     plan_claim,
     plan_finalize,
-    plan_reap,
     settled_claim,
     step_of,
 )
@@ -46,6 +44,7 @@ from worker_chart_export.core.types import (
     StepStatus,
 )
 
+CLAIM_TRIES = CLAIM_COMMITS.attempts or 1
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 LEASE_END = NOW + timedelta(minutes=10)
 RUN = "run1"
@@ -437,8 +436,13 @@ def running(attempt: Any = 1, token: str = "mine", lease: Any = LEASE_AT, **more
     return run_with(status="RUNNING", claimToken=token, attempt=attempt, leaseExpiresAt=lease, **more)
 
 
+DEFAULT_MAX_ATTEMPTS = 3  # the tests' own maximum (STEP_MAX_ATTEMPTS is the caller's)
+
+
 def reap(document: dict[str, Any] | None, now: datetime = NOW, **options: Any) -> ReapPlan | None:
-    return plan_reap(document, STEP, token="mine", now=now, **options)
+    return plan_reap(
+        document, STEP, token="mine", now=now, **{"max_attempts": DEFAULT_MAX_ATTEMPTS, **options}
+    )
 
 
 def test_a_lease_expiring_exactly_now_is_reaped_a_millisecond_before_it_is_not() -> None:
@@ -448,7 +452,6 @@ def test_a_lease_expiring_exactly_now_is_reaped_a_millisecond_before_it_is_not()
 
 
 def test_below_the_maximum_the_step_is_ready_again_with_its_attempt_kept() -> None:
-    assert DEFAULT_MAX_ATTEMPTS == 3
     document = running(attempt=DEFAULT_MAX_ATTEMPTS - 1, outputs={"a": 1})
     plan = reap(document)
     assert plan == ReapPlan(STEP, {"status": "READY"}, ("claimToken", "leaseExpiresAt"), retried=True)
@@ -513,7 +516,7 @@ def test_nothing_is_reaped_that_is_not_an_expired_lease_of_this_claim(
 
 
 def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
-    longest_wait = claim_retry_wait().max
+    longest_wait = CLAIM_COMMITS.cap
     sleeps = (CLAIM_TRIES - 1) * longest_wait
     rpcs = 1 + 2 * CLAIM_TRIES  # a first read, then a commit and a read per try
     rpc = 2 * DEFAULT_RPC_TIMEOUT_SECONDS  # api_core: T, and T again from T's last second
@@ -522,3 +525,78 @@ def test_the_claims_worst_case_is_stated_from_the_constants() -> None:
     assert f"1 + 2 x {CLAIM_TRIES} = {rpcs} RPCs" in source and f"2T = {rpc:g} s" in source
     assert f"T = DEFAULT_RPC_TIMEOUT_SECONDS = {DEFAULT_RPC_TIMEOUT_SECONDS:g} s" in source
     assert f"Worst: {sleeps:g} + {rpcs} x {rpc:g} = {sleeps + rpcs * rpc:g} s" in source
+
+
+# --- a step that waits out a bad window (core/step/patience.py) -------------------------------
+
+HELD_BACK = StepError(ErrorCode.CHART_API_FAILED, "2 of 4 charts rendered, fewer than minImages=3")
+RETRY_AT = NOW + timedelta(minutes=2)
+WAITING = StepFinal.waiting(NOW + timedelta(minutes=1), RETRY_AT, HELD_BACK, MANIFEST)
+EARLIER_WAIT = {
+    "attempt": 1,
+    "at": "2026-11-23T11:50:00.000Z",
+    "retryAt": "2026-11-23T11:51:00.000Z",
+    "error": {"code": "GCS_WRITE_FAILED", "message": "503"},
+}
+
+
+def test_a_waiting_step_stays_running_its_lease_moved_and_the_wait_recorded() -> None:
+    plan = finalize(running(attempt=2, waits=[EARLIER_WAIT]), WAITING)
+    assert plan == FinalizePlan(
+        STEP,
+        {
+            "retryAt": "2026-11-23T12:02:00.000Z",
+            "leaseExpiresAt": "2026-11-23T12:02:00.000Z",
+            "waits": [
+                EARLIER_WAIT,
+                {
+                    "attempt": 2,
+                    "at": "2026-11-23T12:01:00.000Z",
+                    "retryAt": "2026-11-23T12:02:00.000Z",
+                    "error": {"code": "CHART_API_FAILED", "message": HELD_BACK.message},
+                },
+            ],
+        },
+        MANIFEST,
+        delete_error=False,
+        lease_until="2026-11-23T12:02:00.000Z",
+    )
+    step = dict(running(attempt=2)["steps"][STEP])
+    apply_to_step(step, plan)
+    assert (step["status"], step["claimToken"]) == ("RUNNING", "mine")  # never READY: the reaper's
+
+
+def test_a_wait_is_only_ours_to_write_as_a_finalize_is() -> None:
+    refused = finalize(running(token="theirs"), WAITING)
+    assert isinstance(refused, FinalizeResult) and not refused.written
+
+
+def test_a_waiting_step_whose_wait_is_over_is_ready_again_and_its_moment_goes() -> None:
+    waiting = running(attempt=4, retryAt=LEASE_AT, waits=[EARLIER_WAIT])
+    plan = reap(waiting, max_attempts=5)
+    assert plan == ReapPlan(
+        STEP, {"status": "READY"}, ("claimToken", "leaseExpiresAt", "retryAt"), retried=True
+    )
+    step = dict(waiting["steps"][STEP])
+    apply_to_step(step, plan)
+    assert step == {"stepType": "CHART_EXPORT", "status": "READY", "attempt": 4, "waits": [EARLIER_WAIT]}
+    assert reap(waiting, now=NOW - timedelta(milliseconds=1), max_attempts=5) is None  # not yet
+
+
+def test_a_waiting_step_with_no_attempt_left_fails_with_its_last_waits_cause() -> None:
+    """STEP_MAX_ATTEMPTS lowered while it waited: FAILED with the wait's cause, not a lease's."""
+    waiting = running(attempt=3, retryAt=LEASE_AT, waits=[EARLIER_WAIT])
+    plan = reap(waiting, now=NOW + timedelta(seconds=5), max_attempts=3)
+    assert plan is not None and not plan.retried
+    assert plan.delete_fields == ("leaseExpiresAt", "retryAt")
+    error = plan.set_fields["error"]
+    assert error["code"] == "GCS_WRITE_FAILED"
+    assert error["message"] == "503; after 3 attempt(s), each held back by a bad moment (max 3 attempts)"
+    assert error.get("details", {})["attempts"] == [EARLIER_WAIT]
+
+
+def test_a_new_claim_deletes_the_retry_moment_and_keeps_the_waits() -> None:
+    plan = claim(run_with(status="READY", attempt=1, retryAt=LEASE_AT, waits=[EARLIER_WAIT]))
+    assert isinstance(plan, ClaimPlan)
+    assert "retryAt" in plan.delete_fields and "waits" not in plan.delete_fields
+    assert plan.claimed_document["steps"][STEP]["waits"] == [EARLIER_WAIT]

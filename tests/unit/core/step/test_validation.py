@@ -70,9 +70,16 @@ def test_valid_step_yields_one_call_per_request_in_order() -> None:
         (None, "must be a non-empty string"),
         (42, "must be a non-empty string"),
         ("A" * 201, "is 201 characters long, at most 200"),
-        ("(NASDAQ:MARA+NASDAQ:RIOT", "'(' at 1 is never closed"),
-        ("../x", "lower-case 'x' at 4"),
-        ("../X", "'.' at 1 cannot start a symbol"),
+        (
+            "(NASDAQ:MARA+NASDAQ:RIOT",
+            "'(' at 1: scope.symbol is the base symbol (e.g. BTCUSDT), not a formula",
+        ),
+        ("../x", "'/' at 3: scope.symbol is the base symbol, without a slash"),
+        ("..X", "'.' at 1 cannot start a symbol"),
+        ("BTCUSDT*2", "'*' at 8: scope.symbol is the base symbol (e.g. BTCUSDT), not a formula"),
+        ("BTCUSDT-1000", "'-' at 8: scope.symbol is the base symbol (e.g. BTCUSDT), not a formula"),
+        ("BINANCE:BTCUSDT", "':' at 8: scope.symbol is the base symbol, without an exchange"),
+        ("BTC٤", "character U+0664 at 4 is not allowed (only A-Z 0-9 _ . !)"),
     ],
 )
 def test_scope_symbol_outside_the_grammar_is_refused(symbol: Any, problem: str) -> None:
@@ -81,13 +88,14 @@ def test_scope_symbol_outside_the_grammar_is_refused(symbol: Any, problem: str) 
 
 
 def test_a_resolved_symbol_must_name_an_exchange_once() -> None:
-    """scope.symbol may carry the exchange only when the template leaves it out."""
+    """The exchange is the template's: scope.symbol with one is refused as scope.symbol, and
+    the template that would have doubled it (`BINANCE:NASDAQ:MARA`) is not blamed."""
     problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="NASDAQ:MARA")))
-    assert len(problems) == 3 and problems[0] == (
-        "chart_templates/price_psar_adi_v1.chartImgSymbolTemplate: 'BINANCE:{symbol}' with scope.symbol "
-        "'NASDAQ:MARA' gives 'BINANCE:NASDAQ:MARA', not a symbol CHART-IMG accepts: "
-        "':' at 15 is out of place in 'BINANCE:NASDAQ:'"
-    )
+    assert problems == [
+        "scope.symbol: 'NASDAQ:MARA': ':' at 7: scope.symbol is the base symbol, without an exchange "
+        "(e.g. BTCUSDT); the exchange belongs in the template's chartImgSymbolTemplate (e.g. "
+        "BINANCE:{symbol}) (e.g. BTCUSDT, ES1!, BTCUSDT.P)"
+    ]
     whole = {
         "whole_v1": {**TEMPLATES["price_psar_adi_v1"], "id": "whole_v1", "chartImgSymbolTemplate": "{symbol}"}
     }
@@ -100,9 +108,7 @@ def test_a_resolved_symbol_must_name_an_exchange_once() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    "symbol", ["BTC/USDT", "CEMEX/CPO", "BMV:CEMEX/CPO", "(NASDAQ:MARA+NASDAQ:RIOT)/2", "NASDAQ:A/NASDAQ:B"]
-)
+@pytest.mark.parametrize("symbol", ["BTC/USDT", "CEMEX/CPO", "BTC/USDT*2"])
 def test_scope_symbol_is_the_base_symbol_without_a_slash(symbol: str) -> None:
     """Worker contract §4.1: BTC/USDT would reach CHART-IMG as BINANCE:BTC/USDT (a 422, a unit)."""
     step = {"charts": chart_step()}
@@ -111,8 +117,25 @@ def test_scope_symbol_is_the_base_symbol_without_a_slash(symbol: str) -> None:
     assert problem == (
         f"scope.symbol: {symbol!r}: '/' at {at}: scope.symbol is the base symbol, without a slash (e.g. "
         "BTCUSDT); a symbol with '/' or a division belongs in the template's chartImgSymbolTemplate "
-        "(e.g. BMV:{symbol}/CPO) (e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
+        "(e.g. BMV:{symbol}/CPO) (e.g. BTCUSDT, ES1!, BTCUSDT.P)"
     )
+
+
+@pytest.mark.parametrize(
+    ("symbol", "first"),
+    [
+        ("BMV:CEMEX/CPO", "':' at 4"),
+        ("(NASDAQ:MARA+NASDAQ:RIOT)/2", "'(' at 1"),
+        ("NASDAQ:A/NASDAQ:B", "':' at 7"),
+    ],
+)
+def test_a_formula_or_an_exchange_in_scope_symbol_is_refused_at_its_first_character(
+    symbol: str, first: str
+) -> None:
+    """Worker contract §4.1: the base format; an exchange, a slash, a formula: the template's."""
+    step = {"charts": chart_step()}
+    [problem] = [p for p in problems_of(run(flow_run(step, symbol=symbol))) if p.startswith("scope.symbol")]
+    assert problem.startswith(f"scope.symbol: {symbol!r}: {first}: scope.symbol is the base symbol"), problem
 
 
 @pytest.mark.parametrize(
@@ -407,7 +430,7 @@ def test_scope_and_symbol_problems_show_what_was_given() -> None:
     problems = problems_of(run(flow_run({"charts": chart_step()}, symbol="btc")))
     assert problems == [
         "scope.symbol: 'btc': lower-case 'b' at 1: TradingView symbols are upper case "
-        "(e.g. BTCUSDT, ES1!, CME_MINI:ES1!)"
+        "(e.g. BTCUSDT, ES1!, BTCUSDT.P)"
     ]
 
 

@@ -45,6 +45,22 @@ def test_each_documented_type(documented: str, good: Any, bad: Any, said: str) -
     assert problem is not None and problem.startswith(said)
 
 
+@pytest.mark.parametrize(
+    "colour",
+    [
+        "rgb(\u0664\u0661,98,255)",  # Arabic-Indic 41: int() reads it as 41
+        "rgb(41,\uff19\uff18,255)",  # full-width 98
+        "rgba(41,98,255,\u0660.5)",  # an Arabic-Indic 0 before the alpha's point
+        "rgb(41,\u300098,255)",  # an ideographic space before a channel
+    ],
+)
+def test_a_colour_holds_ascii_digits_and_spaces_only(colour: str) -> None:
+    assert value_problem("rgb(41, 98, 255)", Parameter("p", "Color")) is None  # the same, in ASCII
+    problem = value_problem(colour, Parameter("p", "Color"))
+    said = "must be a colour: rgb(r,g,b), rgba(r,g,b,a), #RGB, #RRGGBB or #RRGGBBAA (e.g. rgb(41,98,255))"
+    assert problem is not None and problem.endswith(said), problem
+
+
 def test_a_type_without_a_rule_of_its_own_takes_anything() -> None:
     assert value_problem(object(), Parameter("p", "Source")) is None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from worker_chart_export.bundled import chart_img_docs as docs
-from worker_chart_export.core.templates.symbols import MAX_SYMBOL_LENGTH, symbol_problem
+from worker_chart_export.core.templates.symbols import MAX_SYMBOL_LENGTH, base_symbol_problem, symbol_problem
 
 FORMULA = "(NASDAQ:MARA+NASDAQ:RIOT+NASDAQ:WULF/NASDAQ:MSTR)/10"
 
@@ -139,14 +139,89 @@ def test_a_slash_before_a_parenthesis_is_a_division() -> None:
     assert symbol_problem("NASDAQ:A/(B)", require_exchange=False) is None
 
 
-def test_a_base_symbol_is_a_symbol_without_a_slash() -> None:
-    from worker_chart_export.core.templates.symbols import base_symbol_problem
+def documented_base_symbols() -> list[str]:
+    """What follows `EXCHANGE:` in every row of the docs' TradingView Symbols tables."""
+    return [example.partition(":")[2] for example in docs.symbols().examples]
 
-    assert base_symbol_problem("BTCUSDT") is None and base_symbol_problem("CME_MINI:ES1!") is None
-    assert base_symbol_problem("NASDAQ:MARA+NASDAQ:RIOT") is None  # a formula without a division
-    assert base_symbol_problem("btc/usdt") == "lower-case 'b' at 1: TradingView symbols are upper case"
-    problem = base_symbol_problem("BTC/USDT")
-    assert problem is not None and problem.startswith("'/' at 4: scope.symbol is the base symbol")
-    two = base_symbol_problem("A/B/C")  # the first slash is named
-    assert two is not None and two.startswith("'/' at 2:")
-    assert base_symbol_problem(None) == "must be a non-empty string"
+
+def test_every_documented_base_symbol_is_a_scope_symbol_but_the_one_with_a_slash() -> None:
+    """The decision's source: the 391 rows' base symbols (digits first, `_`, `.`, a final `.`
+    or `!`), each a scope.symbol; `CEMEX/CPO` aside, whose slash goes in the template."""
+    bases = documented_base_symbols()
+    assert len(bases) == 391 and "CEMEX/CPO" in bases
+    refused = {base: base_symbol_problem(base) for base in bases}
+    assert {b: p for b, p in refused.items() if p is not None and b != "CEMEX/CPO"} == {}
+    assert "'/' at 6: scope.symbol is the base symbol, without a slash" in str(refused["CEMEX/CPO"])
+
+
+def test_the_characters_of_a_base_symbol_are_those_of_the_documented_ones() -> None:
+    """Written out: A-Z 0-9 `_` `.` `!` (and the slash refused above). No row holds `-`, so
+    `-` is an operator only and `BTCUSDT-1000` a subtraction, never a ticker."""
+    used = set("".join(documented_base_symbols()))
+    expected = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.!/")
+    assert used <= expected and {"_", ".", "!", "/"} <= used and "-" not in used
+
+
+@pytest.mark.parametrize(
+    ("symbol", "character", "at"),
+    [
+        ("BTCUSDT*2", "*", 8),
+        ("BTCUSDT*0", "*", 8),
+        ("BTCUSDT-1000", "-", 8),
+        ("BTCUSDT+1", "+", 8),
+        ("(BTCUSDT)", "(", 1),
+        ("1000-BTCUSDT", "-", 5),
+    ],
+)
+def test_a_formula_is_not_a_base_symbol(symbol: str, character: str, at: int) -> None:
+    """Each passes the grammar (a formula with the exchange left to the template) and would
+    reach CHART-IMG as `BINANCE:BTCUSDT*2`: a chart of another price, labelled BTCUSDT."""
+    assert symbol_problem(symbol, require_exchange=False) is None
+    assert base_symbol_problem(symbol) == (
+        f"{character!r} at {at}: scope.symbol is the base symbol (e.g. BTCUSDT), not a formula: no "
+        f"documented base symbol holds {character!r}; a formula belongs in the template's "
+        "chartImgSymbolTemplate (e.g. (NASDAQ:{symbol}+NASDAQ:RIOT)/2)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("symbol", "problem"),
+    [
+        (
+            "BINANCE:BTCUSDT",
+            "':' at 8: scope.symbol is the base symbol, without an exchange (e.g. BTCUSDT); "
+            "the exchange belongs in the template's chartImgSymbolTemplate (e.g. BINANCE:{symbol})",
+        ),
+        ("CME_MINI:ES1!", "':' at 9: scope.symbol is the base symbol, without an exchange"),
+        ("NASDAQ:MARA+NASDAQ:RIOT", "':' at 7: scope.symbol is the base symbol, without an exchange"),
+        (
+            "BTC/USDT",
+            "'/' at 4: scope.symbol is the base symbol, without a slash (e.g. BTCUSDT); a symbol "
+            "with '/' or a division belongs in the template's chartImgSymbolTemplate (e.g. BMV:{symbol}/CPO)",
+        ),
+        ("A/B/C", "'/' at 2: scope.symbol is the base symbol, without a slash"),
+        ("BTCUSDT)", "')' at 8: scope.symbol is the base symbol (e.g. BTCUSDT), not a formula"),
+        ("BTC^2", "'^' at 4 is not allowed (only A-Z 0-9 _ . !)"),
+        ("BTC USDT", "character U+0020 at 4 is not allowed (no spaces or control characters)"),
+        ("BTC٤", "character U+0664 at 4 is not allowed (only A-Z 0-9 _ . !)"),  # an Arabic-Indic 4
+        ("BTC１", "character U+FF11 at 4 is not allowed"),  # a full-width 1
+        ("btc/usdt", "lower-case 'b' at 1: TradingView symbols are upper case"),
+        ("..", "'.' at 1 cannot start a symbol"),
+        ("ES1!!", "'!' at 5 is out of place in 'ES1!!'"),
+        ("A" * (MAX_SYMBOL_LENGTH + 1), f"is {MAX_SYMBOL_LENGTH + 1} characters long, at most 200"),
+        (None, "must be a non-empty string"),
+        ("", "must be a non-empty string"),
+    ],
+)
+def test_a_base_symbol_refusal_names_the_first_character_that_does_not_belong(
+    symbol: object, problem: str
+) -> None:
+    found = base_symbol_problem(symbol)
+    assert found is not None and found.startswith(problem), found
+
+
+@pytest.mark.parametrize(
+    "symbol", ["BTCUSDT", "ES1!", "BTCUSDT.P", "RR.", "FONE.DB.C", "NOVO_B", "7203", "1000PEPE"]
+)
+def test_a_base_symbol_passes(symbol: str) -> None:
+    assert base_symbol_problem(symbol) is None
