@@ -3,10 +3,10 @@
 #   bash scripts/test.sh          everything: unit, integration (Firestore emulator + fake-gcs-server,
 #                                 started by the tests themselves), end-to-end, deploy. Needs Java,
 #                                 the Google Cloud CLI with its Firestore emulator, and root once
-#                                 (install_test_tools.sh: shellcheck, chromium). CI runs this one.
+#                                 (install_test_tools.sh: shellcheck, chromium). CI runs both.
 #   bash scripts/test.sh --unit   the static checks and the unit tests: no Java, no gcloud, no root,
 #                                 no network but the package index bootstrap.sh installs from
-#                                 (without the equivalent mutants' comparisons: see below).
+#                                 (without the tests marked `slow`: see below).
 # Both spread the tests over the machine's cores (pytest-xdist); each worker is a pytest session
 # of its own, with its own emulators when it needs them.
 set -euo pipefail
@@ -42,8 +42,8 @@ if [[ "${lane}" == unit ]]; then
             "${tool}" >"${shadow}/${tool}"
         chmod +x "${shadow}/${tool}"
     done
-    # -m: the comparisons of the listed equivalent mutants (tests/unit/mutation, half the unit
-    # tests' time) are left to the full command; `-m ''` after --unit runs them too
+    # -m: the tests marked slow (pyproject markers: the equivalent mutants' comparisons, CLI
+    # processes, a wheel build) are left to the full command; `-m ''` after --unit runs them too
     PATH="${shadow}:${PATH}" .venv/bin/python -m pytest "${parallel[@]}" -m "not slow" tests/unit "$@"
     exit
 fi
