@@ -21,8 +21,9 @@ fi
 # __pycache__ folders, which git ignores, instead of compiling them again in every process.
 unset PYTHONDONTWRITEBYTECODE
 bash scripts/bootstrap.sh
-# -n auto: one worker per core; loadgroup: the files tests/conftest.py groups stay on one worker
-parallel=(-n auto --dist loadgroup)
+# -n auto: one worker per core; loadscope: with the scopes tests/harness/lanes.py gives (a
+# service folder's file, or files kept together, on one worker; a unit test anywhere)
+parallel=(-n auto --dist loadscope)
 
 static_checks() {
     .venv/bin/ruff check src tests scripts benchmarks

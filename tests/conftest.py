@@ -7,6 +7,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from harness import lanes
+from harness.lanes import pytest_xdist_make_scheduler  # noqa: F401 (a hook: the lanes' scheduler)
 
 # The tests' own Storage clients, like the worker's (adapters/gcs.py), skip the bucket
 # metadata lookup google-cloud-storage would run in a background thread: left running after
@@ -31,12 +32,8 @@ pytest_plugins = [
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The lanes of scripts/test.sh (harness/lanes.py): files kept on one pytest-xdist
-    worker, and no unit test that needs an emulator."""
+    """The unit lane of scripts/test.sh (harness/lanes.py): no unit test needs an emulator."""
     paths = [lanes.under_tests(item.path) for item in items]
-    for item, path in zip(items, paths, strict=True):
-        if (group := lanes.xdist_group(path)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     needing = lanes.unit_tests_needing_emulators(
         (path, item.nodeid, item.fixturenames if isinstance(item, pytest.Function) else [])
         for item, path in zip(items, paths, strict=True)

@@ -1,18 +1,23 @@
-"""What the test lanes of scripts/test.sh need from the collected tests (docs/testing.md),
-applied by tests/conftest.py at collection."""
+"""What the test lanes of scripts/test.sh need from the collected tests (docs/testing.md): a
+pytest hook (tests/conftest.py takes it in) and the checks tests/conftest.py applies at
+collection."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 TESTS = Path(__file__).resolve().parents[1]
 # The emulators need Java and the Google Cloud CLI's jar: the unit lane (`scripts/test.sh
 # --unit`) runs without either, so no unit test may ask for them.
 EMULATOR_FIXTURES = frozenset({"firestore_emulator", "gcs_emulator"})
 # Tests beside their services share module fixtures (a served stack, a deploy sandbox, the
-# browser): under pytest-xdist's --dist loadgroup a file's tests stay on one worker, which
-# builds each such fixture once, as one process does.
+# browser): under pytest-xdist a file's tests stay on one worker (LaneScheduling), which builds
+# each such fixture once, as one process does.
 SERVICE_FOLDERS = frozenset({"integration", "e2e", "deploy", "docs"})
 # Files that must not run beside each other: one worker runs a group's files one after the
 # other, in their order.
@@ -48,3 +53,26 @@ def xdist_group(path: str) -> str | None:
     if path in GROUP_OF:
         return GROUP_OF[path]
     return path if path.split("/", 1)[0] in SERVICE_FOLDERS else None
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work a test travels in to one worker: its file's group, else the test alone.
+    `nodeid` as pytest writes it, from the rootdir (`tests/e2e/test_x.py::test_y[a]`)."""
+    path = nodeid.split("::", 1)[0].removeprefix(f"{TESTS.name}/")
+    return xdist_group(path) or nodeid
+
+
+class LaneScheduling(LoadScopeScheduling):
+    """pytest-xdist's --dist loadscope with the scopes above. Not xdist's own loadgroup: it
+    carries a test's xdist_group mark to the controller by rewriting the node id, which
+    pytest 9.2 no longer takes, and then spreads a group's tests over every worker without a
+    word (pytest-dev/pytest-xdist#1386)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LaneScheduling | None:
+    """--dist loadscope (scripts/test.sh) spreads the tests over the workers by their files'
+    groups instead of by module; any other --dist is pytest-xdist's own."""
+    return LaneScheduling(config, log) if config.getvalue("dist") == "loadscope" else None

@@ -96,3 +96,41 @@ def test_a_key_only_a_worker_saw_fails_the_whole_run(tmp_path: Path) -> None:
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
     assert "API key leak scan: FAILED" in run.stdout and "the document: test-key-0" in run.stdout
     assert "1 passed" in run.stdout  # the test itself passed: the scan alone failed the run
+
+
+def test_a_files_tests_and_a_groups_files_each_run_on_one_worker(tmp_path: Path) -> None:
+    """The scheduler scripts/test.sh runs under, in a real two-worker session: each test
+    writes down the worker that ran it. A deploy file's tests on one worker, the
+    several-instances group's two files on one worker, unit tests wherever."""
+    record = tmp_path / "ran.txt"
+    test_body = (
+        "import os\nimport pytest\n\n\n@pytest.mark.parametrize('n', range(6))\n"
+        "def test_n(n):\n"
+        f"    with open({str(record)!r}, 'a') as out:\n"
+        "        out.write(f\"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n\")\n"
+    )
+    files = ["deploy/test_deploy_real_cli.py", "e2e/test_chaos_short.py", "e2e/test_claim_storm.py"]
+    for name in [*files, "unit/test_a.py", "unit/test_b.py"]:
+        path = tmp_path / "tests" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(test_body)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    plugins = ["-p", "harness.lanes", "-p", "no:hypothesispytest", "-p", "no:cacheprovider"]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, "-n", "2", "--dist", "loadscope", "-q", "tests"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(lanes.TESTS)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers: dict[str, set[str]] = {}
+    for line in record.read_text().splitlines():
+        module, worker = line.split()
+        workers.setdefault(module, set()).add(worker)
+    assert len(workers) == 5
+    assert len(workers["test_deploy_real_cli"]) == 1
+    assert len(workers["test_chaos_short"]) == 1
+    assert workers["test_chaos_short"] == workers["test_claim_storm"]
