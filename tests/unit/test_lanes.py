@@ -73,6 +73,21 @@ def test_a_path_outside_tests_is_kept_whole() -> None:
     )
 
 
+def pytest_in(folder: Path, plugin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in its own process over `folder`, with one harness plugin (and none the run
+    leaves unused)."""
+    plugins = ["-p", plugin, "-p", "no:hypothesispytest", "-p", "no:cacheprovider"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, "-q", *args],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(lanes.TESTS)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_a_key_only_a_worker_saw_fails_the_whole_run(tmp_path: Path) -> None:
     """Under pytest-xdist a fixture's leak scan (documents, objects, served output) runs in a
     worker, whose own exit status is not the run's: the controller reports it and fails."""
@@ -82,17 +97,8 @@ def test_a_key_only_a_worker_saw_fails_the_whole_run(tmp_path: Path) -> None:
         "def test_a_fixture_scans_a_document_holding_a_key():\n"
         "    scan_text('test-key-' + '0123456789abcdef', 'the document')\n"
     )
-    # one worker is enough to be apart from the controller; no plugin the run leaves unused
-    plugins = ["-p", "harness.secret_scan", "-p", "no:hypothesispytest", "-p", "no:cacheprovider"]
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugins, "-n", "1", "-q", "test_leaky.py"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(lanes.TESTS)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    # one worker is enough to be apart from the controller
+    run = pytest_in(tmp_path, "harness.secret_scan", "-n", "1", "test_leaky.py")
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
     assert "API key leak scan: FAILED" in run.stdout and "the document: test-key-0" in run.stdout
     assert "1 passed" in run.stdout  # the test itself passed: the scan alone failed the run
@@ -115,16 +121,7 @@ def test_a_files_tests_and_a_groups_files_each_run_on_one_worker(tmp_path: Path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(test_body)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    plugins = ["-p", "harness.lanes", "-p", "no:hypothesispytest", "-p", "no:cacheprovider"]
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugins, "-n", "2", "--dist", "loadscope", "-q", "tests"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(lanes.TESTS)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = pytest_in(tmp_path, "harness.lanes", "-n", "2", "--dist", "loadscope", "tests")
     assert run.returncode == 0, run.stdout + run.stderr
     workers: dict[str, set[str]] = {}
     for line in record.read_text().splitlines():
