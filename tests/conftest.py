@@ -6,6 +6,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from harness import lanes
+from harness.lanes import pytest_xdist_make_scheduler  # noqa: F401 (a hook: the lanes' scheduler)
+
 # The tests' own Storage clients, like the worker's (adapters/gcs.py), skip the bucket
 # metadata lookup google-cloud-storage would run in a background thread: left running after
 # a test, its retries' jitter moves `random` under hypothesis's feet.
@@ -26,6 +29,21 @@ pytest_plugins = [
     "harness.gcs_emulator",
     "harness.chart_img_server",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The unit lane of scripts/test.sh (harness/lanes.py): no unit test needs an emulator."""
+    paths = [lanes.under_tests(item.path) for item in items]
+    needing = lanes.unit_tests_needing_emulators(
+        (path, item.nodeid, item.fixturenames if isinstance(item, pytest.Function) else [])
+        for item, path in zip(items, paths, strict=True)
+    )
+    if needing:
+        raise pytest.UsageError(
+            "the unit tests run without the emulators (scripts/test.sh --unit has no Java, no gcloud): "
+            + "; ".join(needing)
+            + ". A test that needs one belongs in tests/integration."
+        )
 
 
 @pytest.fixture(autouse=True)

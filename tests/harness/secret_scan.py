@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -209,6 +210,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.line("API key leak scan: no test key in any captured output")
 
 
+# Under pytest-xdist (scripts/test.sh) each worker is a session of its own: the leaks its
+# fixtures scanned (documents, objects, log_capture, served processes) are in its LEAKS only,
+# and its exit status is not the run's. A worker hands them to the controller, which reports.
+WORKER_LEAKS = "api_key_leaks"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if LEAKS.found and exitstatus == 0:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput[WORKER_LEAKS] = list(LEAKS.found)
+    elif LEAKS.found and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the controller hears a worker end
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for leak in getattr(node, "workeroutput", {}).get(WORKER_LEAKS, []):
+        if leak not in LEAKS.found:
+            LEAKS.found.append(leak)

@@ -50,6 +50,7 @@ def _run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> sub
     )
 
 
+@pytest.mark.slow  # a wheel built, a venv made, five processes: the full lane's
 def test_wheel_installed_outside_the_checkout_runs_the_sample(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()

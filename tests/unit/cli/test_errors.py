@@ -90,15 +90,18 @@ def assert_one_line(results: dict[str, Finished], expected: str) -> None:
         assert result.stderr_lines == [f"worker-chart-export {command}: error: {expected}"], (name, result)
 
 
+@pytest.mark.slow  # five CLI processes (~2 s of CPU each): the full lane's
 def test_without_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
     assert_one_line(run_all(no_credentials_env(tmp_path)), NO_CREDENTIALS)
 
 
+@pytest.mark.slow  # five CLI processes (~2 s of CPU each): the full lane's
 def test_with_a_project_but_no_credentials_each_command_says_how_to_get_them(tmp_path: Path) -> None:
     env = no_credentials_env(tmp_path, GOOGLE_CLOUD_PROJECT="some-project")
     assert_one_line(run_all(env), NO_CREDENTIALS)
 
 
+@pytest.mark.slow  # five CLI processes (~2 s of CPU each): the full lane's
 def test_a_key_file_that_is_not_there_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "key.json"
     results = run_all(no_credentials_env(tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(missing)))
@@ -109,6 +112,7 @@ def test_a_key_file_that_is_not_there_is_named(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # five CLI processes (~2 s of CPU each): the full lane's
 def test_an_emulator_that_is_not_there_is_named_within_seconds(tmp_path: Path) -> None:
     host = f"127.0.0.1:{closed_port()}"
     assert_one_line(

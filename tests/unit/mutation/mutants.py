@@ -43,6 +43,7 @@ class Target:
         return self.owner.__dict__[self.name]
 
 
+@functools.cache  # looked up for each call a check compares: thousands of times per entry
 def target_of(function: str) -> Target:
     """`package.module.function` or `package.module.Class.method`."""
     parts = function.split(".")
@@ -160,7 +161,9 @@ CHECKS: dict[str, Callable[..., Any]] = {}
 
 def checks(test: Callable[..., Any]) -> Any:
     """Marks `test` as the check of every entry whose `check:` line names it; the test runs
-    once per such entry (its `entry` argument)."""
+    once per such entry (its `entry` argument), marked `slow`: one by one they are quick, but
+    together they take longer than the rest of tests/unit, so the quick lane leaves them to the
+    full test command (docs/testing.md, "Lanes")."""
     CHECKS[test.__name__] = test
     entries = [entry for entry in ENTRIES if entry.check == test.__name__]
-    return pytest.mark.parametrize("entry", entries, ids=str)(test)
+    return pytest.mark.slow(pytest.mark.parametrize("entry", entries, ids=str)(test))

@@ -259,22 +259,27 @@ def test_plain_json_is_told_apart_alike_for_any_value(entry: Equivalent, value: 
 
 
 @checks
+def test_the_symbol_grammar_says_the_same_of_any_text(entry: Equivalent) -> None:
+    """Accepted or refused, and the words of the refusal, with and without an exchange; as
+    scope.symbol, and in a template around {symbol}."""
+    formula = "(NASDAQ:MARA+RIOT)/2"  # one that reaches each: scanned, parsed, in a scope and a template
+    assert_same(entry, partial(every, [partial(scope_symbol, formula), *calls_on(formula)]))
+    # the template read once: the rules only read it (a Mapping); each text gets a shallow copy
+    any_text_is_judged_the_same(entry, load_templates()["price_psar_adi_v1"])
+
+
 @settings(max_examples=1000, deadline=None)
 @given(text=SYMBOL_TEXT | st.sampled_from(["BTCUSDT", "CME_MINI:ES1!", "(NASDAQ:MARA+NASDAQ:RIOT)/2"]))
 @example(text="(NASDAQ:MARA+RIOT)/2")
 @example(text="ES1!X")
-def test_the_symbol_grammar_says_the_same_of_any_text(entry: Equivalent, text: str) -> None:
-    """Accepted or refused, and the words of the refusal, with and without an exchange; as
-    scope.symbol, and in a template around {symbol}."""
-    template = {**load_templates()["price_psar_adi_v1"], "chartImgSymbolTemplate": f"{text}{{symbol}}"}
+def any_text_is_judged_the_same(entry: Equivalent, base: dict[str, Any], text: str) -> None:
+    template = {**base, "chartImgSymbolTemplate": f"{text}{{symbol}}"}
     calls = [late(symbols, "symbol_problem", text, require_exchange=need) for need in (False, True)]
     calls += [partial(scope_symbol, text), late(template_rules, "rule_problems", template, BASIC)]
     template = {**template, "chartImgSymbolTemplate": f"{{symbol}}{text}"}
     calls += [late(template_rules, "rule_problems", template, BASIC)]
     for call in calls:
         assert_same(entry, call, reaches=False)  # a text refused early never reaches some
-    formula = "(NASDAQ:MARA+RIOT)/2"  # one that reaches each: scanned, parsed, in a scope and a template
-    assert_same(entry, partial(every, [partial(scope_symbol, formula), *calls_on(formula)]))
 
 
 def every(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -504,10 +509,10 @@ def test_a_base_symbol_is_judged_the_same_for_any_text(entry: Equivalent) -> Non
 
 
 @checks
-@MANY
-@given(value=st.text(alphabet="abcdelmnorstu_", max_size=12) | st.sampled_from(["column", "columns", "Line"]))
-def test_the_hint_of_a_choice_is_the_same_for_any_value(entry: Equivalent, value: str) -> None:
-    """Over every documented parameter with a list of choices, its documented default too."""
+def test_the_hint_of_a_choice_is_the_same_for_any_value(entry: Equivalent) -> None:
+    """Over every documented parameter with a list of choices: its documented default, a
+    number, and any text hypothesis draws (the same default and number are compared once, not
+    again with each text)."""
     specs = [
         spec
         for item in [*docs.studies().values(), *docs.drawings().values()]
@@ -515,12 +520,20 @@ def test_the_hint_of_a_choice_is_the_same_for_any_value(entry: Equivalent, value
         if spec.choices
     ]
     assert specs
-    assert_same(entry, late(documented_rules, "_choice_hint", value, specs[0]))
     for spec in specs:
-        for given_value in (value, spec.default, 7):
+        for given_value in (spec.default, 7):
             assert_same(entry, late(documented_rules, "_choice_hint", given_value, spec), reaches=False)
     close = Parameter(name="p", type="String", default="column", choices=("columns", "colums", "column_s"))
     assert_same(entry, late(documented_rules, "_choice_hint", "column", close))
+    any_text_gets_the_same_hint(entry, specs)
+
+
+@MANY
+@given(value=st.text(alphabet="abcdelmnorstu_", max_size=12) | st.sampled_from(["column", "columns", "Line"]))
+def any_text_gets_the_same_hint(entry: Equivalent, specs: list[Parameter], value: str) -> None:
+    assert_same(entry, late(documented_rules, "_choice_hint", value, specs[0]))
+    for spec in specs:
+        assert_same(entry, late(documented_rules, "_choice_hint", value, spec), reaches=False)
 
 
 @checks
