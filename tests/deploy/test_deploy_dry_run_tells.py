@@ -194,3 +194,33 @@ def test_every_configuration_problem_is_reported_at_once_the_accounts_file_too(t
         "ACCOUNTS_FILE",
     ]
     assert lines[2] == f"deploy.sh: ACCOUNTS_FILE {accounts}: item 1: missing 'apiKey'"
+
+
+# --- TradingView sessions (issue 40): their own secret, checked, read back, mounted ----------
+
+SESSIONS_SECRET = "chart-img-tradingview-sessions"
+
+
+def test_a_sessions_version_is_checked_before_any_command() -> None:
+    result = refused(SESSIONS_SECRET_VERSION="latest")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"deploy.sh: SESSIONS_SECRET_VERSION must be a version number of {SESSIONS_SECRET}, got 'latest'"
+    ]
+
+
+def test_a_dry_run_with_sessions_says_it_makes_the_secret_reads_it_back_and_mounts_it(tmp_path: Path) -> None:
+    sessions = tmp_path / "tv.sessions.json"
+    sessions.write_text(
+        json.dumps([{"id": "mine", "sessionId": "tv-sid-not-real", "sessionIdSign": "tv-sign-not-real"}])
+    )
+    run = dry_run(tmp_path, SESSIONS_FILE=str(sessions))
+    assert flag(run.one("gcloud", "secrets", "create", SESSIONS_SECRET), "data-file") == str(sessions)
+    assert [p[4:6] for p in run.probes if p[:4] == ["gcloud", "secrets", "versions", "access"]][-1] == [
+        f"<latest version of {SESSIONS_SECRET}, read back below>",
+        f"--secret={SESSIONS_SECRET}",
+    ]
+    worker = run.one("gcloud", "run", "deploy", run.config["SERVICE"])
+    assert (flag(worker, "set-secrets") or "").endswith(
+        f",CHART_IMG_SESSIONS_JSON={SESSIONS_SECRET}:<latest version of {SESSIONS_SECRET}, read back below>"
+    )

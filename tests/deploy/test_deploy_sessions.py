@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from deploy_sandbox import PROJECT_ID, Deploy, Sandbox
 from gcloud_cli import GcloudJudge
-from test_deploy_dry_run import dry_run, flag
-from test_deploy_dry_run_tells import refused
 from test_deploy_real_cli import mounted_secret, ran_through
 
 SECRET = "chart-img-tradingview-sessions"
@@ -80,26 +78,3 @@ def test_a_bad_sessions_file_stops_the_deploy_before_any_call(judge: GcloudJudge
     assert f"SESSIONS_FILE {sessions}: item 1: missing 'sessionIdSign'" in deploy.stderr
     assert "tv-sid-not-a-real-session" not in deploy.stdout + deploy.stderr
     assert deploy.calls == []
-
-
-def test_a_sessions_version_is_checked_before_any_command() -> None:
-    result = refused(SESSIONS_SECRET_VERSION="latest")
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.splitlines() == [
-        f"deploy.sh: SESSIONS_SECRET_VERSION must be a version number of {SECRET}, got 'latest'"
-    ]
-
-
-def test_a_dry_run_with_sessions_says_it_makes_the_secret_reads_it_back_and_mounts_it(tmp_path: Path) -> None:
-    sessions = tmp_path / "tv.sessions.json"
-    sessions.write_text(json.dumps(SESSIONS))
-    run = dry_run(tmp_path, SESSIONS_FILE=str(sessions))
-    assert flag(run.one("gcloud", "secrets", "create", SECRET), "data-file") == str(sessions)
-    assert [p[4:6] for p in run.probes if p[:4] == ["gcloud", "secrets", "versions", "access"]][-1] == [
-        "<latest version of chart-img-tradingview-sessions, read back below>",
-        f"--secret={SECRET}",
-    ]
-    worker = run.one("gcloud", "run", "deploy", run.config["SERVICE"])
-    assert (flag(worker, "set-secrets") or "").endswith(
-        f",CHART_IMG_SESSIONS_JSON={SECRET}:<latest version of {SECRET}, read back below>"
-    )
