@@ -112,10 +112,8 @@ def test_gcs_failing_png_writes_records_gcs_write_failed_and_the_step_waits(
     storage_client, bucket = gcs_bucket
     proxy = faulty_gcs_proxy(fail_first=6, status=503)  # 3 PNGs x 2 attempts, then the manifest passes
     artifacts = GcsArtifactStore(storage_client_for(proxy.url), bucket, clock=FakeClock())
-    limits = StepLimits.within_request(
-        request_timeout_seconds=300.0, finalize_budget_seconds=30, chart_concurrency=1
-    )
-    limits = replace(limits, artifact_writes=SHORT_WRITES)
+    limits = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=30)
+    limits = replace(limits, chart_concurrency=1, artifact_writes=SHORT_WRITES)
     put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
     report = execute_step(
         "run1", "charts", ports=world(artifacts=artifacts), limits=limits, clock=SYSTEM_CLOCK

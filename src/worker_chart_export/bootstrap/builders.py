@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -68,9 +68,8 @@ class StepParts:
 def step_limits(settings: Settings, accounts: Sequence[AccountConfig] = ()) -> StepLimits:
     """The step's limits; `accounts`: those the chart API calls (none in mock mode), whose
     plans (else CHART_IMG_PLAN) decide which templates are valid and who may serve them."""
-    return StepLimits.within_request(
-        settings.request_timeout_seconds,
-        settings.finalize_budget_seconds,
+    return replace(
+        StepLimits.within_request(settings.request_timeout_seconds, settings.finalize_budget_seconds),
         chart_concurrency=settings.chart_concurrency,
         default_timezone=settings.charts_default_timezone,
         plans=account_plans(settings, accounts),

@@ -64,32 +64,16 @@ class StepLimits:
     layout_call_seconds: float | None = None
 
     @classmethod
-    def within_request(
-        cls,
-        request_timeout_seconds: float,
-        finalize_budget_seconds: float,
-        *,
-        chart_concurrency: int = 8,
-        default_timezone: str = "Etc/UTC",
-        plans: AccountPlans = DEFAULT_PLANS,
-        chart_reuse_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
-        step_retries: Backoff = STEP_ATTEMPTS,
-        layout_call_seconds: float | None = None,
-    ) -> StepLimits:
+    def within_request(cls, request_timeout_seconds: float, finalize_budget_seconds: float) -> StepLimits:
         """The step runs inside one request: its budget is the request's timeout minus the
-        finalize reserve, and its claim's lease lasts as long as the request may."""
+        finalize reserve, and its claim's lease lasts as long as the request may (the other
+        limits keep their defaults: dataclasses.replace sets them)."""
         return cls(
             step_budget_seconds=max(
                 MIN_STEP_BUDGET_SECONDS, request_timeout_seconds - finalize_budget_seconds
             ),
             finalize_budget_seconds=finalize_budget_seconds,
             lease_seconds=request_timeout_seconds,
-            chart_concurrency=chart_concurrency,
-            default_timezone=default_timezone,
-            plans=plans,
-            chart_reuse_max_age_seconds=chart_reuse_max_age_seconds,
-            step_retries=step_retries,
-            layout_call_seconds=layout_call_seconds,
         )
 
     @property

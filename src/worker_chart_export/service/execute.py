@@ -178,9 +178,7 @@ def _run_claimed(
         ctx.run_id,
         ctx.step_id,
         templates_of(ctx, step, read),  # read now only what was not read before the claim
-        default_timezone=ctx.limits.default_timezone,
-        plans=ctx.limits.plans,
-        layout_budget=ctx.limits.layout_budget,
+        ctx.limits,
     )
     if isinstance(validated, StepError):
         ctx.log.warning("step inputs invalid", error=validated.to_dict())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker_chart_export.core.chart_img.plans import PLANS, AccountPlans, plan_named
+from worker_chart_export.core.chart_img.plans import AccountPlans, plan_named
 from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.limits import MIN_STEP_BUDGET_SECONDS, StepLimits
 from worker_chart_export.core.step.reuse import DEFAULT_MAX_AGE_SECONDS
@@ -23,22 +23,11 @@ def test_limits_within_a_request_default_to_what_an_unconfigured_deployment_runs
     )
 
 
-def test_limits_within_a_request_carry_every_value_given() -> None:
-    limits = StepLimits.within_request(
-        10.0,
-        9.5,
-        chart_concurrency=3,
-        default_timezone="Europe/Berlin",
-        plans=AccountPlans(PLANS["MEGA"], (("acc1", PLANS["MEGA"]),)),
-        chart_reuse_max_age_seconds=60.0,
-    )
+def test_limits_within_a_request_take_their_budget_and_lease_from_it() -> None:
+    limits = StepLimits.within_request(10.0, 9.5)
     assert limits.step_budget_seconds == MIN_STEP_BUDGET_SECONDS  # never less
-    assert (limits.chart_concurrency, limits.default_timezone, limits.plans.best) == (
-        3,
-        "Europe/Berlin",
-        PLANS["MEGA"],
-    )
-    assert limits.chart_reuse_max_age_seconds == 60.0 and limits.lease_seconds == 10.0
+    assert limits.lease_seconds == 10.0 and limits.finalize_budget_seconds == 9.5
+    assert StepLimits.within_request(300.0, 20.0).step_budget_seconds == 280.0
 
 
 def test_the_real_clock_sleeps_what_it_is_asked_and_not_for_nothing() -> None:

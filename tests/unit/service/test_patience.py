@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,8 @@ from worker_chart_export.testing.flow_runs import InMemoryFlowRuns
 TEMPLATES = ["price_psar_adi_v1", "price_ema_volume_v1", "momentum_rsi_macd_v1"]
 STEP_ATTEMPTS = 3
 # a minute doubling, 3 attempts; a budget of 60 s a step (the request's 90 s less 30)
-LIMITS = StepLimits.within_request(
-    request_timeout_seconds=90.0,
-    finalize_budget_seconds=30.0,
+LIMITS = replace(
+    StepLimits.within_request(request_timeout_seconds=90.0, finalize_budget_seconds=30.0),
     step_retries=Backoff(attempts=STEP_ATTEMPTS, base=60.0, cap=480.0),
 )
 OUTAGE = StepError(ErrorCode.CHART_API_FAILED, "CHART-IMG could not be reached (connection)", retryable=True)

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from worker_chart_export.core.chart_img.plans import DEFAULT_PLANS, PLANS, AccountPlans, rank
+from worker_chart_export.core.chart_img.plans import PLANS, AccountPlans, rank
 from worker_chart_export.core.error_codes import ErrorCode, StepError
-from worker_chart_export.core.limits import LayoutBudget
+from worker_chart_export.core.limits import LayoutBudget, StepLimits
 from worker_chart_export.core.naming import SAFE_SEGMENT, fixture_key, is_safe_segment
 from worker_chart_export.core.step.step_rules import step_of
 from worker_chart_export.core.templates.chart_request import (
@@ -120,15 +120,15 @@ def validate_step(
     run_id: str,
     step_id: str,
     templates: Mapping[str, StoredTemplate],
-    *,
-    default_timezone: str,
-    plans: AccountPlans = DEFAULT_PLANS,
-    layout_budget: LayoutBudget | None = None,
+    limits: StepLimits,
 ) -> ValidatedStep | StepError:
     """The step's inputs and templates checked as CHART-IMG would check them under the
-    accounts' plans (a template some account can serve is valid, and its call goes only to
-    such accounts), before any call; a layout template only when the step's charts have
-    time for one layout call (`layout_budget`; None: no call is made, mock mode)."""
+    accounts' plans (`limits.plans`: a template some account can serve is valid, and its call
+    goes only to such accounts), before any call; a layout template only when the step's
+    charts have time for one layout call (`limits.layout_budget`; None: no call is made, mock
+    mode); a request without a timezone gets `limits.default_timezone`."""
+    plans, layout_budget = limits.plans, limits.layout_budget
+    timezone = limits.default_timezone
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
     step = step_of(flow_run, step_id)
@@ -167,7 +167,13 @@ def validate_step(
         templates=used,
         calls=[
             replace(
-                _call(run_id, step_id, template_id, template, _Market(symbol, timeframe, default_timezone)),
+                _call(
+                    run_id,
+                    step_id,
+                    template_id,
+                    template,
+                    _Market(symbol, timeframe, timezone),
+                ),
                 serving_plans=serving[template_id],
             )
             for template_id, template in used.items()

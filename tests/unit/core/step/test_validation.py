@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,9 @@ from worker_chart_export.core.step.validation import ValidatedStep, requested_te
 from worker_chart_export.core.templates.template_check import StoredTemplate
 
 TEMPLATES = load_templates()
+
+# mock mode's: no layout call to make room for, CHART_IMG_PLAN's default plans, Etc/UTC
+LIMITS = StepLimits.within_request(request_timeout_seconds=300.0, finalize_budget_seconds=30.0)
 
 
 def run(
@@ -32,8 +36,7 @@ def run(
         run_id,
         step_id,
         {template_id: StoredTemplate(template_id, d) for template_id, d in documents.items()},
-        default_timezone="Etc/UTC",
-        plans=AccountPlans.of(plan, accounts),
+        replace(LIMITS, plans=AccountPlans.of(plan, accounts)),
     )
 
 
@@ -409,7 +412,7 @@ def test_a_validated_step_carries_its_ids_market_and_the_default_timezone() -> N
         "run7",
         "charts",
         {template_id: StoredTemplate(template_id, d) for template_id, d in templates.items()},
-        default_timezone="America/New_York",
+        replace(LIMITS, default_timezone="America/New_York"),
     )
     assert isinstance(result, ValidatedStep)
     assert (result.run_id, result.step_id, result.timeframe) == ("run7", "charts", "4h")
@@ -508,14 +511,9 @@ def under_budget(
     doc: dict[str, Any], request_timeout: float, finalize: float, layout_timeout: float | None
 ) -> ValidatedStep | StepError:
     """The step validated as a worker with these settings (layout_timeout None: mock mode)."""
-    limits = StepLimits.within_request(request_timeout, finalize, layout_call_seconds=layout_timeout)
+    limits = replace(StepLimits.within_request(request_timeout, finalize), layout_call_seconds=layout_timeout)
     return validate_step(
-        doc,
-        "run1",
-        "charts",
-        {t: StoredTemplate(t, d) for t, d in TEMPLATES.items()},
-        default_timezone="Etc/UTC",
-        layout_budget=limits.layout_budget,
+        doc, "run1", "charts", {t: StoredTemplate(t, d) for t, d in TEMPLATES.items()}, limits
     )
 
 
