@@ -176,6 +176,10 @@ FIRESTORE_RPC_DEADLINE_SECONDS = 10.0
 # one (up to KEY_RETRY_AFTER_MAX_SECONDS), else this, growing with the key's 429 streak.
 KEY_COOLDOWN = Backoff(attempts=None, base=1.0, cap=30.0)
 KEY_RETRY_AFTER_MAX_SECONDS = 600.0
+# An account found at its daily limit (CHART-IMG said so, or our count reached it) is not
+# asked again for this long (nor past the next 00:00 UTC): its usage document is read again
+# then, in case another instance's count or an operator's reset says otherwise.
+EXHAUSTED_RECHECK_SECONDS = 60.0
 
 # A whole step whose charts a window longer than its budget kept from minImages: it waits
 # (RUNNING, its lease moved to the wait's end), the reaper makes it READY again, and it is

@@ -1018,7 +1018,9 @@ def test_the_pool_is_the_same_for_any_size(entry: Equivalent) -> None:
     from worker_chart_export.testing import FakeClock as Clock
 
     def pool(size: int) -> tuple[int, int]:
-        client = ChartImgClient("https://chart-img.test", max_connections=size, clock=Clock())
+        client = ChartImgClient(
+            "https://chart-img.test", max_connections=size, request_timeout=30.0, clock=Clock()
+        )
         made = client._client._transport._pool
         client.close()
         return made._max_connections, made._max_keepalive_connections

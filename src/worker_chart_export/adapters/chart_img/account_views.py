@@ -43,6 +43,7 @@ from worker_chart_export.core.chart_img.usage import (
 )
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.naming import moment_of
+from worker_chart_export.core.retry import EXHAUSTED_RECHECK_SECONDS
 from worker_chart_export.core.types import Reservation, ReservationRefusal
 
 
@@ -55,7 +56,6 @@ class AccountViews:
         *,
         defaults: AccountLimits,
         clock: Clock,
-        exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
         default_plan: str = DEFAULT_PLAN,
     ) -> None:
@@ -68,7 +68,7 @@ class AccountViews:
             plan = account.plan or plan_named(default_plan).name
             self._views[account.id] = AccountView(account, limits.daily_limit, pacing, plan)
         self._clock = clock
-        self._ttl = timedelta(seconds=exhausted_ttl)
+        self._ttl = timedelta(seconds=EXHAUSTED_RECHECK_SECONDS)
         self._lock = threading.Lock()
         # Set when a reservation shows another instance wrote an account since this process
         # last saw it: the views are behind, so the next wave reads them all first.

@@ -83,7 +83,6 @@ class RealChartApi:
         client: ChartImgClient,
         limiter: AccountLimiter,
         *,
-        request_timeout: float,
         policy: RetryPolicy | None = None,
         mode: str = "real",
         known_good: Mapping[str, Any] | None = None,
@@ -98,7 +97,6 @@ class RealChartApi:
         self._known_good = None if known_good is None else KnownGoodChart(self, known_good)
         self.client = client
         self.limiter = limiter
-        self.request_timeout = request_timeout
         self.policy = policy or RetryPolicy()
         self._clock = seams.clock
         self._rand = seams.rand
@@ -235,7 +233,7 @@ class RealChartApi:
         with the step's first wave, whose line said so)."""
         call = request.call
         ahead = lease.slot_in(self._clock.now())
-        own_timeout = self.request_timeout if call.layout is None else self.sessions.timeout
+        own_timeout = self.client.request_timeout if call.layout is None else self.sessions.timeout
         timeout = min(own_timeout, request.budget.remaining() - ahead)
         session = self.sessions.for_call(call, lease.account_id)
         named = session.id if session is not None else None  # its name: the value is in headers only

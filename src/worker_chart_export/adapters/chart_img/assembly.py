@@ -62,6 +62,7 @@ def build_http_chart_api(
     client = ChartImgClient(
         options.base_url,
         max_connections=options.max_connections,
+        request_timeout=options.request_timeout_seconds,
         transport=seams.transport,
         clock=seams.clock,
     )
@@ -75,7 +76,6 @@ def build_http_chart_api(
     real = RealChartApi(
         client,
         limiter,
-        request_timeout=options.request_timeout_seconds,
         policy=policy,
         mode="real" if record_into is None else "record",
         known_good=options.known_good_body,

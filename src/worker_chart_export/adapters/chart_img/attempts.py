@@ -89,21 +89,14 @@ def tell_limiter(
                 chartImgThrottling=verdict.throttled,  # every usable key hears 429: nobody's fault
             )
     elif disposition is Disposition.BAD_KEY:
-        return _key_refused(limiter, request, account_id, seen, refused, log, probe=probe)
+        return _key_refused(limiter, request, lease, refused, seen, log)
     elif probe:  # nothing said about the key: the next call probes again, once its hold passes
         log.info("chart-img probe answered without a verdict on the key", httpStatus=seen.status)
     return refused
 
 
 def _key_refused(
-    limiter: AccountLimiter,
-    request: ChartRequest,
-    account_id: str,
-    seen: Answer,
-    refused: AttemptPass,
-    log: Any,
-    *,
-    probe: bool,
+    limiter: AccountLimiter, request: ChartRequest, lease: Lease, refused: AttemptPass, seen: Answer, log: Any
 ) -> AttemptPass:
     """CHART-IMG refused the key (401, 403 "Forbidden"). On its probe, or when the request
     can go to no other key, the refusal is judged at once: disabled now (refused for another
@@ -113,6 +106,7 @@ def _key_refused(
     refused this very request, the request is what is refused: its final failure, no key set
     aside (docs/design.md, "CHART-IMG answers"); before that, the call moves to another
     account."""
+    account_id, probe = lease.account_id, lease.reservation.probe
     request.refused_by.add(account_id)
     nowhere_else = (
         set(limiter.usable_accounts(request.call.serving_plans, request.only)) <= request.refused_by

@@ -95,9 +95,13 @@ class ChartImgClient:
         base_url: str,
         *,
         max_connections: int,
+        request_timeout: float,
         transport: httpx.BaseTransport | None = None,
         clock: Clock,
     ) -> None:
+        # an Advanced Chart call's own timeout (CHART_IMG_REQUEST_TIMEOUT_SECONDS), as an httpx
+        # client carries its default; a layout call has its own (TradingViewSessions.timeout)
+        self.request_timeout = request_timeout
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), transport=transport, limits=limits, follow_redirects=False

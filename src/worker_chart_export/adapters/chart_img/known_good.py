@@ -62,7 +62,7 @@ class KnownGoodChart:
         if lease is None:
             return None
         lease = api.limiter.wait_for_slot(lease)
-        timeout = min(api.request_timeout, budget.remaining())
+        timeout = min(api.client.request_timeout, budget.remaining())
         try:
             answer = api.client.post_chart(self.body, lease.api_key, timeout=timeout)
         except httpx.HTTPError as exc:

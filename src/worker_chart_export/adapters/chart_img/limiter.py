@@ -90,7 +90,6 @@ class AccountLimiter(KeyVerdicts):
         *,
         defaults: AccountLimits,
         clock: Clock,
-        exhausted_ttl: float = 60.0,
         margins: PacingMargins | None = None,
         default_plan: str = DEFAULT_PLAN,
     ) -> None:
@@ -98,7 +97,6 @@ class AccountLimiter(KeyVerdicts):
             accounts,
             defaults=defaults,
             clock=clock,
-            exhausted_ttl=exhausted_ttl,
             margins=margins,
             default_plan=default_plan,
         )

@@ -883,7 +883,9 @@ def test_the_base_url_is_used_as_given_with_its_path(rig: Callable[..., Rig], tr
 def test_the_connection_pool_holds_and_keeps_alive_one_connection_per_permit() -> None:
     from worker_chart_export.adapters.chart_img.http import ChartImgClient
 
-    client = ChartImgClient("https://chart-img.test", max_connections=32, clock=FakeClock())  # 4 x 8
+    client = ChartImgClient(
+        "https://chart-img.test", max_connections=32, request_timeout=30.0, clock=FakeClock()
+    )  # 4 x 8
     pool = client._client._transport._pool  # httpx's own transport, built from the limits
     assert (pool._max_connections, pool._max_keepalive_connections, client.permits.size) == (32, 32, 32)
     client.close()

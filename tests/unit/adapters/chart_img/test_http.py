@@ -162,7 +162,11 @@ def test_the_client_joins_its_base_url_and_path_without_an_empty_segment(base_ur
         return httpx.Response(204)
 
     client = ChartImgClient(
-        base_url, max_connections=1, transport=httpx.MockTransport(answer), clock=FakeClock()
+        base_url,
+        max_connections=1,
+        request_timeout=1.0,
+        transport=httpx.MockTransport(answer),
+        clock=FakeClock(),
     )
     assert client.post_chart({}, SecretStr("k"), timeout=1.0).status == 204
     client.close()
