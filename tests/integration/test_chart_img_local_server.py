@@ -99,8 +99,7 @@ class Harness:
         api = build_chart_api(
             Settings(**values),
             store or InMemoryUsageStore(),
-            retry_policy=FAST_RETRIES,
-            seams=Seams(clock=clock),
+            seams=Seams(clock=clock, retry_policy=FAST_RETRIES),
         )
         self.apis.append(api)
         return api

@@ -74,7 +74,7 @@ class Stand:
             charts_fixtures_dir=Path("/nonexistent"),
         )
         policy = RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0))
-        api = build_chart_api(settings, self.store, retry_policy=policy, seams=Seams(clock=self.clock))
+        api = build_chart_api(settings, self.store, seams=Seams(clock=self.clock, retry_policy=policy))
         self.apis.append(api)
         return api
 

@@ -45,7 +45,7 @@ def chart_api(server: ChartImgServer, store: FileUsageStore, clock: FakeClock) -
         charts_fixtures_dir=Path("/nonexistent"),
     )
     policy = RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0))
-    return build_chart_api(settings, store, retry_policy=policy, seams=Seams(clock=clock))
+    return build_chart_api(settings, store, seams=Seams(clock=clock, retry_policy=policy))
 
 
 def render(api: Any, clock: FakeClock, symbol: str) -> ChartResult:

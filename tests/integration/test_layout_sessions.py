@@ -64,7 +64,7 @@ class Stand:
             charts_fixtures_dir=Path("/nonexistent"),
         )
         policy = RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0))
-        return build_chart_api(settings, self.store, retry_policy=policy, seams=Seams(clock=self.clock))
+        return build_chart_api(settings, self.store, seams=Seams(clock=self.clock, retry_policy=policy))
 
     def step(self, api: Any, *calls: ChartCall) -> list[ChartResult]:
         with api.for_step(calls, Budget.starting_now(60.0, self.clock)) as step:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
 from worker_chart_export.core.chart_img.account_status import ConfiguredAccount, LimitSource
 from worker_chart_export.core.chart_img.plans import AccountLimits
-from worker_chart_export.core.chart_img.request_retries import RetryPolicy
 from worker_chart_export.core.exceptions import ConfigError
 from worker_chart_export.environment import CHARTS_API_MODE, CHARTS_FIXTURES_DIR
 from worker_chart_export.service.ports import ChartApi
@@ -44,7 +43,6 @@ def build_chart_api(
     *,
     seams: Seams,
     secret_client: SecretClient | None = None,
-    retry_policy: RetryPolicy | None = None,
     steps_at_once: int | None = None,
     accounts: Sequence[AccountConfig] | None = None,
 ) -> ChartApi:
@@ -69,7 +67,6 @@ def build_chart_api(
         accounts,
         usage_store,
         record_into=library if settings.charts_api_mode is ChartsApiMode.RECORD else None,
-        retry_policy=retry_policy,
         seams=seams,
     )
 

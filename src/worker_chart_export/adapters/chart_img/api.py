@@ -68,15 +68,19 @@ from worker_chart_export.logs import get_logger
 @dataclass(frozen=True)
 class Seams:
     """The clock the runtime hands down, and what a test replaces: that clock, the HTTP
-    transport, the randomness of the backoff."""
+    transport, the randomness of the backoff, the backoff itself (None: core/retry.py's
+    CHART_ATTEMPTS; the attempts stay CHART_IMG_MAX_ATTEMPTS')."""
 
     clock: Clock
     transport: httpx.BaseTransport | None = None
     rand: Callable[[], float] = random.random
+    retry_policy: RetryPolicy | None = None
 
 
 class RealChartApi:
     """Modes `real` (and, wrapped by RecordChartApi, `record`): HTTP calls to CHART-IMG."""
+
+    mode = "real"  # RecordChartApi sets "record" on the one it wraps: its attempts' logs say so
 
     def __init__(
         self,
@@ -84,12 +88,10 @@ class RealChartApi:
         limiter: AccountLimiter,
         *,
         policy: RetryPolicy | None = None,
-        mode: str = "real",
         known_good: Mapping[str, Any] | None = None,
         sessions: TradingViewSessions | None = None,
         seams: Seams,
     ) -> None:
-        self.mode = mode
         # layout charts: their sessions, their own timeout
         self.sessions = sessions or TradingViewSessions((), (), clock=seams.clock)
         # a key about to be disabled for refused requests is first asked for a chart CHART-IMG

@@ -51,7 +51,6 @@ def build_http_chart_api(
     usage_store: UsageStore,
     *,
     record_into: FixtureLibrary | None = None,
-    retry_policy: RetryPolicy | None = None,
     seams: Seams,
 ) -> RealChartApi | RecordChartApi:
     """Mode `real`, or `record` into `record_into` when it is given."""
@@ -66,7 +65,7 @@ def build_http_chart_api(
         transport=seams.transport,
         clock=seams.clock,
     )
-    policy = retry_policy or RetryPolicy()
+    policy = seams.retry_policy or RetryPolicy()
     policy = replace(
         policy,
         backoff=policy.backoff.with_attempts(options.max_attempts),
@@ -77,7 +76,6 @@ def build_http_chart_api(
         client,
         limiter,
         policy=policy,
-        mode="real" if record_into is None else "record",
         known_good=options.known_good_body,
         sessions=TradingViewSessions(
             options.sessions, accounts, clock=seams.clock, timeout=options.layout_timeout_seconds

@@ -22,6 +22,7 @@ class RecordChartApi:
     def __init__(self, library: FixtureLibrary, real: RealChartApi) -> None:
         self.library = library
         self.real = real
+        real.mode = self.mode  # the calls it sends for us are record mode's, in its logs too
 
     @contextmanager
     def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[RecordSession]:

@@ -123,12 +123,9 @@ def validate_step(
     limits: StepLimits,
 ) -> ValidatedStep | StepError:
     """The step's inputs and templates checked as CHART-IMG would check them under the
-    accounts' plans (`limits.plans`: a template some account can serve is valid, and its call
-    goes only to such accounts), before any call; a layout template only when the step's
-    charts have time for one layout call (`limits.layout_budget`; None: no call is made, mock
-    mode); a request without a timezone gets `limits.default_timezone`."""
-    plans, layout_budget = limits.plans, limits.layout_budget
-    timezone = limits.default_timezone
+    accounts' plans (a template some account can serve is valid, and its call goes only to
+    such accounts), before any call; a layout template only when the step's charts have
+    time for one layout call (`limits.layout_budget`; None: no call is made, mock mode)."""
     problems = _id_problems(flow_run, run_id, step_id)
     symbol = _symbol(flow_run, problems)
     step = step_of(flow_run, step_id)
@@ -148,7 +145,7 @@ def validate_step(
     for request in request_list:
         template_id = request["chartTemplateId"]
         found, serving[template_id] = _check_template(
-            template_id, templates.get(template_id), plans, symbol, layout_budget
+            template_id, templates.get(template_id), limits.plans, symbol, limits.layout_budget
         )
         problems += found
     if problems:
@@ -157,6 +154,7 @@ def validate_step(
     used: dict[str, Mapping[str, Any]] = {
         r["chartTemplateId"]: templates[r["chartTemplateId"]].document for r in request_list
     }
+    market = _Market(symbol, timeframe, limits.default_timezone)
     return ValidatedStep(
         run_id=run_id,
         step_id=step_id,
@@ -167,13 +165,7 @@ def validate_step(
         templates=used,
         calls=[
             replace(
-                _call(
-                    run_id,
-                    step_id,
-                    template_id,
-                    template,
-                    _Market(symbol, timeframe, timezone),
-                ),
+                _call(run_id, step_id, template_id, template, market),
                 serving_plans=serving[template_id],
             )
             for template_id, template in used.items()

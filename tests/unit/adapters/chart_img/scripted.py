@@ -129,8 +129,12 @@ def make_rig(
         store,
         # numbers of its own, so that a test reads its waits from here (the attempts are
         # CHART_IMG_MAX_ATTEMPTS': settings, else the default)
-        retry_policy=RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0, jitter=0.5)),
-        seams=Seams(clock=clock, transport=httpx.MockTransport(transport.handler), rand=lambda: 0.5),
+        seams=Seams(
+            clock=clock,
+            transport=httpx.MockTransport(transport.handler),
+            rand=lambda: 0.5,
+            retry_policy=RetryPolicy(backoff=Backoff(attempts=None, base=0.5, cap=4.0, jitter=0.5)),
+        ),
     )
     return Rig(api, clock, transport, store, logs)
 
