@@ -178,3 +178,21 @@ def test_a_session_no_longer_accepted_is_set_aside_once_then_a_later_chart_probe
     assert isinstance(probed, ChartSuccess)
     assert len(stand.logs.events(SERVES_AGAIN)) == 1
     assert len(stand.logs.events(REFUSED)) == 1
+
+
+def test_a_session_only_an_account_of_another_plan_holds_does_not_reach_the_layout(stand: Stand) -> None:
+    """A private layout the template's plan gives to PRO; only the BASIC account has a
+    session: no account that may serve it can reach it, refused before any call (not
+    "every account at its daily limit", which none is)."""
+    mine = stand.server.add_session("mine")
+    stand.server.add_layout("Private1", private=True, sessions=["mine"])
+    api = stand.instance(
+        [{"id": "basic", "plan": "BASIC", "session": "mine"}, {"id": "pro", "plan": "PRO"}], {"mine": mine}
+    )
+    call = replace(
+        layout_call("big_v1", LayoutTarget("Private1", private=True)), serving_plans=frozenset({"PRO"})
+    )
+    (result,) = stand.step(api, call)
+    assert isinstance(result, ChartFailure) and result.error.code is ErrorCode.VALIDATION_FAILED, result
+    assert result.error.details["errorKind"] == "layout_session_missing"
+    assert stand.server.request_log() == []

@@ -77,7 +77,7 @@ def tradingview_sessions(
     """The TradingView sessions (CHART_IMG_SESSIONS_JSON, else CHART_IMG_SESSIONS_SECRET; none
     is none), every account's `session` among them (else a ConfigError naming both ids)."""
     from worker_chart_export.adapters.chart_img.sessions_config import check_account_sessions, load_sessions
-    from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON
+    from worker_chart_export.environment import CHART_IMG_ACCOUNTS_JSON, CHART_IMG_ACCOUNTS_SECRET
 
     sessions = load_sessions(
         settings.chart_img_sessions_json,
@@ -85,7 +85,9 @@ def tradingview_sessions(
         settings.google_cloud_project,
         secret_client=secret_client,
     )
-    check_account_sessions(accounts, sessions, accounts_setting=CHART_IMG_ACCOUNTS_JSON)
+    # the accounts came from the JSON when it is set, else from the secret (_require_accounts)
+    source = CHART_IMG_ACCOUNTS_JSON if settings.chart_img_accounts_json else CHART_IMG_ACCOUNTS_SECRET
+    check_account_sessions(accounts, sessions, accounts_setting=source)
     return sessions
 
 

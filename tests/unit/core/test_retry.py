@@ -121,7 +121,9 @@ def test_a_longer_retry_after_is_waited_a_shorter_one_is_not() -> None:
     assert policy_wait(state(3, result=Attempt(Disposition.RETRY, retry_after=2.0))) == 4.0
 
 
-@pytest.mark.parametrize("disposition", [Disposition.EXHAUSTED, Disposition.BAD_KEY])
+@pytest.mark.parametrize(
+    "disposition", [Disposition.EXHAUSTED, Disposition.BAD_KEY, Disposition.SESSION_REFUSED]
+)
 def test_a_move_to_another_key_waits_for_nothing(disposition: Disposition) -> None:
     wait = RetryPolicy().wait(long_budget(), rand=lambda: 0.5)
     assert wait(state(2, result=Attempt(disposition, retry_after=30.0))) == 0.0

@@ -315,6 +315,11 @@ class AccountViews:
             set_aside = view.set_aside_until is not None and view.set_aside_until > now
             return not (view.disabled(now) or exhausted or cooling or set_aside)
 
+    def serving_accounts(self, plans: Collection[str] | None) -> tuple[str, ...]:
+        """Accounts whose plan is one of `plans` (None: any), their keys disabled or not."""
+        with self._lock:
+            return tuple(a for a, v in self._views.items() if v.serves(plans, None))
+
     def usable_accounts(
         self, plans: Collection[str] | None = None, only: Collection[str] | None = None
     ) -> tuple[str, ...]:

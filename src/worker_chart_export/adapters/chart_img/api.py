@@ -57,6 +57,7 @@ from worker_chart_export.core.chart_img.answers import (
     failure_from_response,
 )
 from worker_chart_export.core.chart_img.key_history import Answer
+from worker_chart_export.core.chart_img.layout_sessions import LayoutAccess
 from worker_chart_export.core.chart_img.request_retries import AGAIN, RetryPolicy, wants_retry
 from worker_chart_export.core.clock import Clock
 from worker_chart_export.core.error_codes import ErrorCode, StepError
@@ -122,7 +123,7 @@ class RealChartApi:
         now, on an account whose plan serves it, each lease holding its permit (the other
         calls reserve when they get a connection). A layout chart only some accounts may send
         (by their sessions), or none, reserves on its own."""
-        first_wave = [c for c in first_wave if self.sessions.access(c) == ANY_ACCOUNT]
+        first_wave = [c for c in first_wave if self._access(c) == ANY_ACCOUNT]
         permits = self._permits.take_available(len(first_wave))
         leases: list[tuple[ChartCall, Lease]] = []
         try:
@@ -189,7 +190,7 @@ class RealChartApi:
         return outcome
 
     def _try_once(self, request: ChartRequest) -> AttemptPass:
-        access = self.sessions.access(request.call)
+        access = self._access(request.call)
         if access.refusal is not None:  # no session can reach the layout: no call
             return layout_unreachable(request.last, access.refusal)
         request.only = access.only
@@ -206,6 +207,10 @@ class RealChartApi:
             return self._reserve_and_send(request)
         finally:
             self._permits.release()
+
+    def _access(self, call: ChartCall) -> LayoutAccess:
+        """Where a layout chart may go now, by the sessions of the accounts whose plan serves it."""
+        return self.sessions.access(call, self.limiter.serving_accounts(call.serving_plans))
 
     def _max_wait(self, request: ChartRequest) -> float:
         """How long an attempt may wait to start and still have its minimum time."""

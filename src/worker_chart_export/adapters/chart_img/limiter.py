@@ -304,6 +304,10 @@ class AccountLimiter(KeyVerdicts):
         """See `AccountViews.still_accepted`."""
         return self._views.still_accepted(account_id)
 
+    def serving_accounts(self, plans: Collection[str] | None) -> tuple[str, ...]:
+        """Accounts whose plan is one of `plans` (None: any), their keys disabled or not."""
+        return self._views.serving_accounts(plans)
+
     def usable_accounts(
         self, plans: Collection[str] | None = None, only: Collection[str] | None = None
     ) -> tuple[str, ...]:

@@ -66,9 +66,9 @@ class RecordSession:
         if answer is None:  # no HTTP answer (transport error) or 200-not-PNG: nothing to keep
             return rendered.result
         body = None if answer.status == 200 else answer.body
-        if classify(answer.status, body) in NOT_ABOUT_THE_REQUEST:
-            # a 429, a 5xx or a refused key describes the moment or the key, not the chart:
-            # frozen as a fixture it would fail every later replay
+        if classify(answer.status, body, session_sent=call.layout is not None) in NOT_ABOUT_THE_REQUEST:
+            # a 429, a 5xx, a refused key or session describes the moment, the key or the
+            # session, not the chart: frozen as a fixture it would fail every later replay
             log.info("chart api answer not recorded: transient", httpStatus=answer.status)
             return rendered.result
         try:

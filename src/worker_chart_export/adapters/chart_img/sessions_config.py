@@ -76,11 +76,12 @@ def load_sessions(
 def check_account_sessions(
     accounts: Sequence[AccountConfig], sessions: Sequence[SessionConfig], *, accounts_setting: str
 ) -> None:
-    """Each account's `session` is a configured session; else ConfigError naming both ids
-    (names, never values) and the sessions there are."""
+    """Each account's `session` is a configured session; else ConfigError naming the accounts
+    and the sessions there are (not the unknown name: a session's value pasted there would
+    be printed)."""
     configured = {session.id for session in sessions}
-    unknown = [(a.id, a.session) for a in accounts if a.session is not None and a.session not in configured]
+    unknown = [a.id for a in accounts if a.session is not None and a.session not in configured]
     if unknown:
-        named = "; ".join(f"account '{a}' names session '{s}'" for a, s in unknown)
+        named = "; ".join(f"account '{a}' names a session" for a in unknown)
         there = ", ".join(sorted(configured)) or f"none: set {JSON_SOURCE} or {SECRET_SOURCE}"
         raise ConfigError(accounts_setting, f"{named}, which is not configured (sessions: {there})")

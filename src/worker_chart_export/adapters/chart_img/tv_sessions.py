@@ -12,7 +12,7 @@ cost of one call each per set-aside (docs/design.md, "Layouts"). Thread-safe.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from worker_chart_export.adapters.chart_img.accounts_config import AccountConfig
@@ -55,14 +55,16 @@ class TradingViewSessions:
     def configured(self) -> tuple[str, ...]:
         return tuple(self._sessions)
 
-    def access(self, call: ChartCall) -> LayoutAccess:
+    def access(self, call: ChartCall, serving: Collection[str]) -> LayoutAccess:
         """Where `call` may go now: any account (an Advanced Chart, or a layout any account
-        can send), only some (`only`), or nowhere (`refusal`: its failure, no call made)."""
+        can send), only some (`only`), or nowhere (`refusal`: its failure, no call made).
+        `serving`: the accounts whose plan serves the call; only their sessions count."""
         if call.layout is None:
             return ANY_ACCOUNT
         with self._lock:
             aside = dict(self._set_aside)
-        return layout_access(call.layout, self._account_sessions, self._sessions, aside, self._clock.now())
+        sessions = {a: s for a, s in self._account_sessions.items() if a in serving}
+        return layout_access(call.layout, sessions, self._sessions, aside, self._clock.now())
 
     def for_call(self, call: ChartCall, account_id: str) -> SessionConfig | None:
         """The session `call` is sent with from `account_id` (None: no session headers)."""

@@ -94,13 +94,15 @@ def session_missing(layout: LayoutTarget) -> StepError:
 
 
 def session_not_configured(layout: LayoutTarget, configured: Collection[str]) -> StepError:
-    """The template names a session the worker does not have: refused before any call."""
+    """The template names a session the worker does not have: refused before any call. The
+    name is not repeated: one the worker does not know is no id it can vouch for (a session's
+    value pasted there would travel to the run's document and the public manifest)."""
     there = ", ".join(sorted(configured)) or "none"
     return StepError(
         ErrorCode.VALIDATION_FAILED,
-        f"the template of TradingView layout {layout.layout_id} names session {layout.session!r}, "
-        f"which is not configured (sessions: {there}); no request was sent",
-        {"errorKind": "layout_session_missing", "layoutId": layout.layout_id, "session": layout.session},
+        f"the template of TradingView layout {layout.layout_id} names a session that is not "
+        f"configured (sessions: {there}); no request was sent",
+        {"errorKind": "layout_session_missing", "layoutId": layout.layout_id},
     )
 
 

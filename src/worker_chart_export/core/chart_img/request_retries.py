@@ -38,8 +38,9 @@ from worker_chart_export.core.retry import (
 )
 
 AGAIN = frozenset({Disposition.RETRY, *ROTATING})
-# The next attempt goes to another key at once: the answer was about one key, not the moment.
-AT_ONCE = frozenset({Disposition.EXHAUSTED, Disposition.BAD_KEY})
+# The next attempt goes to another key at once: the answer was about one key (or one
+# TradingView session), not the moment.
+AT_ONCE = frozenset({Disposition.EXHAUSTED, Disposition.BAD_KEY, Disposition.SESSION_REFUSED})
 
 
 @dataclass(frozen=True)

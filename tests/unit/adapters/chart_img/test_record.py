@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from harness.chart_img_server import PNG, chart_call
 from harness.logs import picked
 from unit.adapters.chart_img.scripted import Answer, Rig, answer, failure, png
 from worker_chart_export.adapters.chart_img.assembly import RecordChartApi
 from worker_chart_export.adapters.fixtures import FixtureLibrary, MockChartApi
-from worker_chart_export.core.types import ChartFailure, ChartSuccess
+from worker_chart_export.core.types import ChartFailure, ChartSuccess, LayoutTarget
 
 
 def test_record_saves_png_then_replays_without_http(rig: Callable[..., Rig], tmp_path: Path) -> None:
@@ -122,6 +124,24 @@ def test_record_never_freezes_an_answer_about_the_moment_or_the_key(
     assert not list((tmp_path / "fixtures").rglob("*tpl_c*"))
     (line,) = r.logs.events("chart api answer not recorded: transient")
     assert (line["httpStatus"], line["chartTemplateId"]) == (answers[0].status_code, "tpl_c")
+
+
+def test_record_never_freezes_a_refused_tradingview_session(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    """A 409 to a layout chart sent with a session says the session is no longer accepted:
+    about the session, not the chart (frozen, every replay would fail)."""
+    sessions = [{"id": "mine", "sessionId": "tv-session-0123456789", "sessionIdSign": "tv-sign-0123456789"}]
+    r = rig(
+        [answer(409, "Session Disconnected")],
+        mode="record",
+        chart_img_max_attempts=1,
+        chart_img_sessions_json=SecretStr(json.dumps(sessions)),
+    )
+    call = replace(chart_call("tpl_l"), layout=LayoutTarget("Private1", private=True, session="mine"))
+    with r.session(60.0) as step:
+        assert isinstance(step.render(call), ChartFailure)
+    assert not list((tmp_path / "fixtures").rglob("*tpl_l*"))
+    (line,) = r.logs.events("chart api answer not recorded: transient")
+    assert line["httpStatus"] == 409
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def test_an_account_naming_a_session_not_configured_is_refused_by_names() -> Non
     with pytest.raises(ConfigError) as caught:
         check_account_sessions(stray, sessions, accounts_setting="CHART_IMG_ACCOUNTS_JSON")
     assert str(caught.value) == (
-        "CHART_IMG_ACCOUNTS_JSON: account 'a3' names session 'gone', which is not configured (sessions: mine)"
+        "CHART_IMG_ACCOUNTS_JSON: account 'a3' names a session, which is not configured (sessions: mine)"
     )
     with pytest.raises(ConfigError, match="sessions: none: set CHART_IMG_SESSIONS_JSON"):
         check_account_sessions(stray, (), accounts_setting="CHART_IMG_ACCOUNTS_JSON")
