@@ -192,11 +192,12 @@ class RealChartApi:
     def _try_once(self, request: ChartRequest) -> AttemptPass:
         access = self._access(request.call)
         if access.refusal is not None:  # no session can reach the layout: no call
+            request.session.drop_prepaid(request.call)
             return layout_unreachable(request.last, access.refusal)
         request.only = access.only
         if self._max_wait(request) < 0:
             return self._cannot_start(request, None)
-        prepaid = None if request.tried else request.session.take_prepaid(request.call)
+        prepaid = None if request.tried else request.session.take_prepaid(request.call, access.only)
         # a connection first, then (and only then) a quota unit and a send slot
         if prepaid is None and not self._permits.acquire(timeout=self._max_wait(request)):
             return self._cannot_start(request, None)

@@ -20,7 +20,7 @@ Its renders run on several threads at once (execute.py's pool).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,14 +76,25 @@ class StepSession:
     def render_with_answer(self, call: ChartCall) -> RenderedCall:
         return self._renderer.render_in(self, call)
 
-    def take_prepaid(self, call: ChartCall) -> Lease | None:
-        """The call's prepaid lease, with its permit, if its account is still accepted."""
+    def take_prepaid(self, call: ChartCall, only: Collection[str] | None = None) -> Lease | None:
+        """The call's prepaid lease, with its permit, if its account is still accepted (and
+        among `only`, the accounts a layout chart may go to now; None: any)."""
         with self._lock:
             lease = self.prepaid.pop(_key(call), None)
-        if lease is None or self._limiter.still_accepted(lease.account_id):
+        if lease is None:
+            return None
+        if self._limiter.still_accepted(lease.account_id) and (only is None or lease.account_id in only):
             return lease
         self._drop(lease)
         return None
+
+    def drop_prepaid(self, call: ChartCall) -> None:
+        """The call will not be sent (its layout no session can reach now): its prepaid
+        lease, if any, goes back now, not when the step ends."""
+        with self._lock:
+            lease = self.prepaid.pop(_key(call), None)
+        if lease is not None:
+            self._drop(lease)
 
     def first_to_log_exhaustion(self) -> bool:
         """True the first time only: the step's one "accounts exhausted" ERROR line."""

@@ -5,11 +5,15 @@ and a FakeClock (scripted.py).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
+
+from pydantic import SecretStr
 
 from harness.builders import REPO
 from harness.chart_img_server import PNG, chart_call
@@ -18,7 +22,7 @@ from unit.adapters.chart_img.scripted import Rig, answer, png
 from worker_chart_export.core.chart_img.key_history import Answer
 from worker_chart_export.core.chart_img.usage import ReservationRequest
 from worker_chart_export.core.exceptions import TransientStoreError
-from worker_chart_export.core.types import ChartSuccess
+from worker_chart_export.core.types import ChartFailure, ChartSuccess, LayoutTarget
 from worker_chart_export.testing import InMemoryUsageStore
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -226,3 +230,22 @@ def test_an_attempt_says_it_holds_its_unit_before_it_waits_for_the_slot(rig: Cal
         "timeoutSeconds": 4.778,
     }
     assert said_before_sleeping == [2]  # one sleep, for the second slot, after its line
+
+
+def test_a_layout_chart_no_session_can_reach_gives_its_prepaid_lease_back_at_once(
+    rig: Callable[..., Rig],
+) -> None:
+    """Prepaid while its session served; the session set aside before the chart's turn: the
+    chart is not sent, and its unit and connection go back then, not when the step ends."""
+    sessions = [{"id": "mine", "sessionId": "tv-session-0123456789", "sessionIdSign": "tv-sign-0123456789"}]
+    r = rig([], accounts=("acc1",), chart_img_sessions_json=SecretStr(json.dumps(sessions)))
+    call = replace(chart_call("tpl_l"), layout=LayoutTarget("Private1", private=True, session="mine"))
+    with r.api.for_step([call], r.budget()) as step:
+        assert len(step.prepaid) == 1 and units(r) == 1
+        r.api.sessions.refused("mine", call, Answer(409, "Session Disconnected"))
+        failed = step.render(call)
+        assert isinstance(failed, ChartFailure) and failed.error.details["errorKind"] == "session_set_aside"
+        [dropped] = r.logs.events("chart-img prepaid lease dropped")  # before the step ends
+        assert picked(dropped, "accountId", "unitGivenBack") == {"accountId": "acc1", "unitGivenBack": True}
+        assert units(r) == 0 and free_permits(r) == r.api.client.permits.size
+    assert r.transport.seen == []
