@@ -439,9 +439,14 @@ def test_templates_sync_console_command_loads_the_repo_templates(
     }
     first = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert first.returncode == 0, first.stderr
-    assert "4 template(s): 4 created, 0 updated, 0 unchanged" in first.stdout
+    assert "5 template(s): 5 created, 0 updated, 0 unchanged" in first.stdout
     stored = {doc.id for doc in firestore_client.collection("chart_templates").stream()}
-    assert {"price_psar_adi_v1", "price_ema_volume_v1", "momentum_rsi_macd_v1"} <= stored
+    assert {
+        "price_psar_adi_v1",
+        "price_ema_volume_v1",
+        "momentum_rsi_macd_v1",
+        "my_tradingview_layout_v1",
+    } <= stored
     second = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert second.returncode == 0
-    assert "4 template(s): 0 created, 0 updated, 4 unchanged" in second.stdout
+    assert "5 template(s): 0 created, 0 updated, 5 unchanged" in second.stdout
