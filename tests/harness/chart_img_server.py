@@ -82,7 +82,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -437,6 +437,13 @@ class ChartImgServer:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    def wait_for_request(self, matches: Callable[[RecordedRequest], bool]) -> RecordedRequest:
+        """The first request that `matches`, once it has been admitted (an admission notifies
+        the in-flight condition; pytest-timeout is the only guard against one that never is)."""
+        with self._in_flight_changed:
+            self._in_flight_changed.wait_for(lambda: any(matches(r) for r in self._requests))
+            return next(r for r in self._requests if matches(r))
 
     def count(self, account_id: str | None = None) -> int:
         return len([r for r in self.requests if account_id is None or r.account_id == account_id])

@@ -369,6 +369,7 @@ def test_a_layout_answers_slower_by_an_injected_delay_the_test_releases(
     chart_img_server.script(layout="37wLAGgd", latency=60.0, release=release)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(post_layout, client, key, "37wLAGgd")
+        chart_img_server.wait_for_request(lambda r: r.layout_id == "37wLAGgd")  # it has arrived
         # the advanced chart is not held: it answers while the layout call waits
         assert client.post("/v2/tradingview/advanced-chart", headers={"x-api-key": key}).status_code == 200
         assert not pending.done()
