@@ -47,7 +47,7 @@ def unit_tests_needing_emulators(tests: Iterable[tuple[str, str, Iterable[str]]]
     return found
 
 
-def xdist_group(path: str) -> str | None:
+def worker_group(path: str) -> str | None:
     """The worker group of a test file (path under tests/); none for a unit test, which any
     worker may take."""
     if path in GROUP_OF:
@@ -59,7 +59,7 @@ def scope_of(nodeid: str) -> str:
     """The unit of work a test travels in to one worker: its file's group, else the test alone.
     `nodeid` as pytest writes it, from the rootdir (`tests/e2e/test_x.py::test_y[a]`)."""
     path = nodeid.split("::", 1)[0].removeprefix(f"{TESTS.name}/")
-    return xdist_group(path) or nodeid
+    return worker_group(path) or nodeid
 
 
 class LaneScheduling(LoadScopeScheduling):

@@ -58,7 +58,7 @@ def test_no_unit_test_of_this_session_needs_an_emulator(request: pytest.FixtureR
     ],
 )
 def test_each_file_has_its_worker_group(path: str, group: str | None) -> None:
-    assert lanes.xdist_group(path) == group
+    assert lanes.worker_group(path) == group
 
 
 def test_the_files_kept_apart_exist() -> None:
