@@ -72,6 +72,8 @@ class LaneScheduling(LoadScopeScheduling):
         return scope_of(nodeid)
 
 
+# optionalhook: `pytest -p no:xdist` (one process, no scheduler) must still collect
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LaneScheduling | None:
     """--dist loadscope (scripts/test.sh) spreads the tests over the workers by their files'
     groups instead of by module; any other --dist is pytest-xdist's own."""

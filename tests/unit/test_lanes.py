@@ -131,3 +131,13 @@ def test_a_files_tests_and_a_groups_files_each_run_on_one_worker(tmp_path: Path)
     assert len(workers["test_deploy_real_cli"]) == 1
     assert len(workers["test_chaos_short"]) == 1
     assert workers["test_chaos_short"] == workers["test_claim_storm"]
+
+
+def test_the_lanes_plugin_lets_a_run_without_xdist_collect(tmp_path: Path) -> None:
+    """`pytest -p no:xdist` (one process, e.g. under a debugger): the scheduler hook is
+    optional, so pytest does not stop at collection on a hook nobody defines."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    run = pytest_in(tmp_path, "harness.lanes", "-p", "no:xdist", "test_one.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
