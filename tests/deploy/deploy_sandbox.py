@@ -83,10 +83,12 @@ class Sandbox:
         self.state = root / "state"
         for folder in (self.bin, self.state):
             folder.mkdir(parents=True, exist_ok=True)
+        # -S: the fakes need only the standard library; skipping `site` (and the venv's path
+        # hooks) saves ~30 ms on each of a deploy's ~80 calls
         gcloud = self.bin / "gcloud"
-        gcloud.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_GCLOUD}" "$@"\n')
+        gcloud.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_GCLOUD}" "$@"\n')
         curl = self.bin / "curl"
-        curl.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CURL}" "$@"\n')
+        curl.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_CURL}" "$@"\n')
         cli = self.bin / "worker-chart-export"
         cli.write_text(_FAKE_CLI.format(real=REAL_CLI, log=self.state / "templates.log"))
         for tool in (gcloud, curl, cli):

@@ -141,16 +141,30 @@ def _uploaded(request: dict[str, Any]) -> dict[str, Any]:
     return {"files": sorted(chooser.GetIncludedFiles(request["dir"], include_dirs=False))}
 
 
-def _serve_one(cli: Any, connection: socket.socket) -> None:
-    with connection, connection.makefile("rwb") as stream:
-        request = json.loads(stream.readline())
+def _load_command(cli: Any, argv: list[str]) -> None:
+    """Load the command argv names (its modules, its parser) into this process, as the CLI
+    itself does on the way to running it: the children forked after this find it loaded,
+    instead of each importing it again (0.3-0.6 s for `run` or `storage` commands). Loading
+    builds what the CLI would build anyway; a word that names no command ends the walk, and
+    the child meets it (or a load error) just as a fresh `gcloud` would."""
+    element = cli._TopElement()
+    for word in argv:
+        if word.startswith("-") or not element.is_group:
+            return
         try:
-            ops = {"execute": partial(_execute, cli), "render": _render, "message": _message}
-            answer = {**ops, "uploaded": _uploaded}[request["op"]](request)
-        except Exception as exc:  # told to the caller, who fails with it
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        stream.write(json.dumps(answer).encode() + b"\n")
-        stream.flush()
+            element = element.LoadSubElement(word)
+        except Exception:  # the child loads it again and reports what gcloud reports
+            return
+        if element is None:
+            return
+
+
+def _answer(cli: Any, request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        ops = {"execute": partial(_execute, cli), "render": _render, "message": _message}
+        return {**ops, "uploaded": _uploaded}[request["op"]](request)
+    except Exception as exc:  # told to the caller, who fails with it
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def main() -> None:
@@ -163,14 +177,18 @@ def main() -> None:
     print("ready", flush=True)
     while True:
         connection, _ = server.accept()
-        if os.fork() == 0:
-            server.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the CLI may wait on its own children
-            try:
-                _serve_one(cli, connection)
-            finally:
-                os._exit(0)
-        connection.close()
+        with connection, connection.makefile("rwb") as stream:
+            request = json.loads(stream.readline())
+            if request.get("op") == "execute":
+                _load_command(cli, request["argv"])
+            if os.fork() == 0:
+                server.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the CLI may wait on its own children
+                try:
+                    stream.write(json.dumps(_answer(cli, request)).encode() + b"\n")
+                    stream.flush()
+                finally:
+                    os._exit(0)
 
 
 if __name__ == "__main__":
