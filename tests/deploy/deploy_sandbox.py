@@ -1,10 +1,11 @@
 """deploy.sh run for real (no --dry-run) with a fake `gcloud` and `worker-chart-export` first on PATH.
 
-The fake gcloud (fake_gcloud.py) has the installed CLI judge every call and answers as a live
-project would (fake_project.py), keeping that project's state in `state.json` between calls and
-between deploys; the fake curl (fake_curl.py) is the Firebase Rules API of the same project,
-judged by that API's discovery document. The fake worker-chart-export hands `accounts` to the
-real CLI (the project's own accounts parser) and records `templates sync` (with its project and
+The fake gcloud (fake_gcloud.py, served in the test's process to gcloud_stub.py on PATH) has the
+installed CLI judge every call and answers as a live project would (fake_project.py), keeping
+that project's state in `state.json` between calls and between deploys; the fake curl
+(fake_curl.py) is the Firebase Rules API of the same project, judged by that API's discovery
+document. The fake worker-chart-export hands `accounts` to the real CLI (the project's own
+accounts parser) and records `templates sync` (with its project and
 whether an emulator was still named) instead of writing to Firestore.
 """
 
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fake_gcloud import serving
+
 from harness.builders import REPO
 
 DEPLOY = REPO / "deploy" / "deploy.sh"
-FAKE_GCLOUD = Path(__file__).with_name("fake_gcloud.py")
+GCLOUD_STUB = Path(__file__).with_name("gcloud_stub.py")
 FAKE_CURL = Path(__file__).with_name("fake_curl.py")
 REAL_CLI = Path(sys.executable).parent / "worker-chart-export"
 PROJECT_ID = "acme-charts"
@@ -83,10 +86,10 @@ class Sandbox:
         self.state = root / "state"
         for folder in (self.bin, self.state):
             folder.mkdir(parents=True, exist_ok=True)
-        # -S: the fakes need only the standard library; skipping `site` (and the venv's path
-        # hooks) saves ~30 ms on each of a deploy's ~80 calls
+        # -S: the stub and the fake curl need only the standard library; skipping `site` (and
+        # the venv's path hooks) saves ~30 ms on each of a deploy's ~80 calls
         gcloud = self.bin / "gcloud"
-        gcloud.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_GCLOUD}" "$@"\n')
+        gcloud.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{GCLOUD_STUB}" "$@"\n')
         curl = self.bin / "curl"
         curl.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_CURL}" "$@"\n')
         cli = self.bin / "worker-chart-export"
@@ -116,6 +119,7 @@ class Sandbox:
             "ACCOUNTS_FILE": str(self.accounts_file),
             # set in the deployer's shell by a local stack: templates sync must not follow it
             "FIRESTORE_EMULATOR_HOST": "localhost:8681",
+            "FAKE_GCLOUD_SERVER": serving(),
             "FAKE_GCLOUD_STATE": str(self.state),
             "FAKE_GCLOUD_SOCKET": self.socket_path,
             "FAKE_GCLOUD_PROJECT_NUMBER": PROJECT_NUMBER,

@@ -10,47 +10,20 @@ credential at all (`gcloud version`, `--help`) and simply run (exit 0).
 `GcloudJudge` keeps the real CLI loaded in one process (gcloud_fork_server.py, under the Python
 gcloud itself runs with) and forks it per call, which makes a verdict take ~0.05 s instead of a
 fresh process's ~0.7 s; test_gcloud_judge.py checks that its verdicts are those of the `gcloud`
-command itself.
+command itself. What goes over the wire to it (the requests, a Verdict) is judge_client.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-NEEDS_CREDENTIAL = "You do not currently have an active account selected"
-NEEDS_ADC = "Your default credentials were not found"
+from judge_client import Verdict, judge, passed_on
+
 SERVER = Path(__file__).with_name("gcloud_fork_server.py")
-# What a call may carry to the CLI: the properties deploy.sh sets (project, prompts). Never an
-# account, a token or another configuration directory.
-_PASSED_ON = ("CLOUDSDK_CORE_PROJECT", "CLOUDSDK_CORE_DISABLE_PROMPTS")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    code: int
-    output: str
-
-    @property
-    def needs_credential(self) -> bool:
-        """gcloud parsed the call and stopped where it needs a login or the ADC it lacks."""
-        return NEEDS_CREDENTIAL in self.output or NEEDS_ADC in self.output
-
-    @property
-    def accepted(self) -> bool:
-        """gcloud took the call: it ran to the credential step, or ran without needing one."""
-        return self.needs_credential or self.code == 0
-
-    @property
-    def ran_offline(self) -> bool:
-        return self.code == 0 and not self.needs_credential
 
 
 def real_gcloud(not_in: Path | None = None) -> Path | None:
@@ -86,10 +59,6 @@ def isolated_env(config_dir: Path) -> dict[str, str]:
     return env
 
 
-def passed_on(env: dict[str, str]) -> dict[str, str]:
-    return {k: env[k] for k in _PASSED_ON if k in env}
-
-
 class GcloudJudge:
     """The real CLI, loaded once, judging calls; start() then judge()/render(), then stop()."""
 
@@ -123,47 +92,8 @@ class GcloudJudge:
             self.process.wait(timeout=10)
             self.process = None
 
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        return ask(self.socket_path, request)
-
     def judge(self, argv: list[str], cwd: Path, env: dict[str, str]) -> Verdict:
-        answer = self._ask({"op": "execute", "argv": argv, "cwd": str(cwd), "env": passed_on(env)})
-        return Verdict(answer["code"], answer["output"])
-
-
-def ask(socket_path: str, request: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.settimeout(timeout)
-        connection.connect(socket_path)
-        with connection.makefile("rwb") as stream:
-            stream.write(json.dumps(request).encode() + b"\n")
-            stream.flush()
-            answer: dict[str, Any] = json.loads(stream.readline())
-    if "error" in answer:
-        raise RuntimeError(f"gcloud fork server: {answer['error']}")
-    return answer
-
-
-def render(
-    socket_path: str,
-    resources: list[Any],
-    fmt: str | None,
-    *,
-    flatten: list[str] | None = None,
-    filter_expression: str | None = None,
-    single: bool = False,
-) -> str:
-    """What `gcloud ... --filter --flatten --format` prints for these API resources."""
-    request = {
-        "op": "render",
-        "resources": resources,
-        "format": fmt,
-        "flatten": flatten or [],
-        "filter": filter_expression,
-        "single": single,
-    }
-    output: str = ask(socket_path, request)["output"]
-    return output
+        return judge(self.socket_path, argv, str(cwd), env)
 
 
 def judge_with_a_fresh_process(gcloud: Path, argv: list[str], cwd: Path, env: dict[str, str]) -> Verdict:
@@ -179,17 +109,3 @@ def judge_with_a_fresh_process(gcloud: Path, argv: list[str], cwd: Path, env: di
             timeout=120,
         )
     return Verdict(result.returncode, result.stdout + result.stderr)
-
-
-def unknown_fields(socket_path: str, kind: str, text: str) -> list[str]:
-    """Fields of a policy (`alert_policy`), metric (`log_metric`) or dashboard (`dashboard`)
-    file the API does not have, read with the code `--policy-from-file` / `--config-from-file`
-    use."""
-    found: list[str] = ask(socket_path, {"op": "message", "kind": kind, "text": text})["unknown"]
-    return found
-
-
-def uploaded_files(socket_path: str, directory: Path) -> list[str]:
-    """What `gcloud builds submit` would upload from directory, by gcloud's own .gcloudignore rules."""
-    found: list[str] = ask(socket_path, {"op": "uploaded", "dir": str(directory)})["files"]
-    return found

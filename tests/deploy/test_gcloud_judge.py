@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from deploy_sandbox import KILLED, Sandbox
-from gcloud_cli import GcloudJudge, judge_with_a_fresh_process, unknown_fields, uploaded_files
+from gcloud_cli import GcloudJudge, judge_with_a_fresh_process
+from judge_client import unknown_fields, uploaded_files
 
 from harness.builders import REPO
 
@@ -109,4 +110,4 @@ def test_cloud_build_gets_the_build_context_and_never_a_local_accounts_file(
     for name in kept + left_out:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    assert uploaded_files(judge.socket_path, tmp_path) == sorted(kept)
+    assert uploaded_files(judge.socket_path, str(tmp_path)) == sorted(kept)
