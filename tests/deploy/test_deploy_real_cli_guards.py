@@ -9,7 +9,6 @@ import base64
 import json
 from pathlib import Path
 
-import pytest
 from deploy_sandbox import ACCOUNTS, Deploy, Sandbox
 from gcloud_cli import GcloudJudge
 from test_deploy_real_cli import mounted_secret, ran_through
@@ -21,14 +20,6 @@ READ_ONLY_PREFLIGHT = [
     "auth print-access-token",
     "auth application-default print-access-token",
 ]
-
-
-@pytest.fixture(scope="module")
-def first(judge: GcloudJudge, tmp_path_factory: pytest.TempPathFactory) -> tuple[Sandbox, Deploy]:
-    sandbox = Sandbox(tmp_path_factory.mktemp("first"), judge.socket_path)
-    deploy = sandbox.deploy()
-    ran_through(deploy)
-    return sandbox, deploy
 
 
 def public_roles(deploy: Deploy) -> set[str]:
@@ -225,9 +216,7 @@ def test_a_region_cloud_run_does_not_list_stops_a_redeploy_before_any_change(
     assert deploy.state == before  # nothing enabled, created or granted
 
 
-def test_a_listed_region_is_said_to_be_one_and_the_redeploy_runs_through(
-    first: tuple[Sandbox, Deploy], tmp_path: Path
-) -> None:
-    again = first[0].copy(tmp_path).deploy()
+def test_a_listed_region_is_said_to_be_one_and_the_redeploy_runs_through(redeploy: Deploy) -> None:
+    again = redeploy
     ran_through(again)
     assert "REGION europe-west1 is one of Cloud Run's regions" in again.stdout.splitlines()

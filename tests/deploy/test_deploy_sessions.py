@@ -63,8 +63,8 @@ def test_a_redeploy_keeps_the_sessions_and_a_new_file_adds_a_version(
     assert mounted_secret(again).endswith(f",CHART_IMG_SESSIONS_JSON={SECRET}:2")
 
 
-def test_without_sessions_the_worker_mounts_the_accounts_alone(judge: GcloudJudge, tmp_path: Path) -> None:
-    deploy = Sandbox(tmp_path, judge.socket_path).deploy()
+def test_without_sessions_the_worker_mounts_the_accounts_alone(first: tuple[Sandbox, Deploy]) -> None:
+    deploy = first[1]
     ran_through(deploy)
     assert mounted_secret(deploy) == "CHART_IMG_ACCOUNTS_JSON=chart-img-accounts:1"
     assert SECRET not in deploy.state.get("secret_versions", {})

@@ -19,14 +19,21 @@ EMULATOR_FIXTURES = frozenset({"firestore_emulator", "gcs_emulator"})
 # browser): under pytest-xdist a file's tests stay on one worker (LaneScheduling), which builds
 # each such fixture once, as one process does.
 SERVICE_FOLDERS = frozenset({"integration", "e2e", "deploy", "docs"})
-# Files that must not run beside each other: one worker runs a group's files one after the
-# other, in their order.
+# Files that must not run beside each other, or that share a session fixture worth building
+# once: one worker runs a group's files one after the other, in their order.
 SHARED_GROUPS = {
     # the heaviest: each starts several served instances of the worker and a stand-in
     "several-instances": ("e2e/test_chaos_short.py", "e2e/test_claim_storm.py", "e2e/test_multi_instance.py"),
     # deploy.sh --dry-run empties and refills out/deploy-dry-run/ in the checkout, which their
     # tests read back: two at once read each other's (or an emptied) folder
     "deploy-dry-run": ("deploy/test_deploy_dry_run.py", "deploy/test_deploy_dry_run_tells.py"),
+    # deploy.sh under the real gcloud: they copy one first deploy and one redeploy
+    # (tests/deploy/conftest.py), which one worker builds once
+    "deploy-real-cli": (
+        "deploy/test_deploy_real_cli.py",
+        "deploy/test_deploy_real_cli_guards.py",
+        "deploy/test_deploy_sessions.py",
+    ),
 }
 GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
