@@ -27,13 +27,16 @@ import pytest
 from harness.broken_firestore import BrokenFirestore, broken_firestore
 from harness.processes import stop_process_group
 from harness.secret_scan import scan_text
+from worker_chart_export.tools.devstack.services import (
+    FIRESTORE_JAR,
+    FIRESTORE_JAR_ENV,
+    FIRESTORE_JVM_FLAGS,
+    FIRESTORE_MAIN_CLASS,
+)
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-DEFAULT_JAR = Path("/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar")
-JAR_ENV = "FIRESTORE_EMULATOR_JAR"
-MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 PROJECT = "demo-worker-chart-export"
 
 
@@ -115,11 +118,11 @@ class FirestoreEmulator:
 
 
 def emulator_jar() -> Path:
-    jar = Path(os.environ.get(JAR_ENV) or DEFAULT_JAR)
+    jar = Path(os.environ.get(FIRESTORE_JAR_ENV) or FIRESTORE_JAR)
     if not jar.is_file():
         raise FirestoreEmulatorError(
             f"Firestore emulator jar not found at {jar}: install the Google Cloud CLI component "
-            f"cloud-firestore-emulator (or point {JAR_ENV} at the jar)"
+            f"cloud-firestore-emulator (or point {FIRESTORE_JAR_ENV} at the jar)"
         )
     return jar
 
@@ -177,10 +180,10 @@ def _start_on(
 ) -> FirestoreEmulator:
     command = [
         java,
-        "-Xmx256m",
+        *FIRESTORE_JVM_FLAGS,  # as `stack up` starts it
         "-cp",
         str(jar),
-        MAIN_CLASS,
+        FIRESTORE_MAIN_CLASS,
         "start",
         "--host=127.0.0.1",
         f"--port={port}",

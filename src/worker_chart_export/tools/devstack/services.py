@@ -31,6 +31,11 @@ FIRESTORE_JAR = Path(
 )
 FIRESTORE_JAR_ENV = "FIRESTORE_EMULATOR_JAR"
 FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
+# -XX:TieredStopAtLevel=1: the JIT's first tier only. An emulator lives seconds to an hour on a
+# laptop or in the tests, and its second-tier compiles cost more CPU than they ever pay back:
+# measured on two cores, its start 2.3-3.0 -> 1.7 s of CPU and 300 reads and writes with a few
+# transactions 4.0-4.9 -> 2.6-3.0 s, each faster on the clock too.
+FIRESTORE_JVM_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1")
 UPDATED_EVENT = "google.cloud.firestore.document.v1.updated"  # the worker's trigger
 WRITTEN_EVENT = "google.cloud.firestore.document.v1.written"  # advance_flow's: a created run starts
 START_TIMEOUT_SECONDS = 60.0
@@ -74,7 +79,7 @@ def start_firestore_emulator(supervisor: Supervisor, port: int, functions_host: 
         raise StackError(
             "java not found on PATH: the Firestore emulator needs a JRE (e.g. openjdk-17-jre-headless)"
         )
-    command = [java, "-Xmx256m", "-cp", str(jar), FIRESTORE_MAIN_CLASS, "start"]
+    command = [java, *FIRESTORE_JVM_FLAGS, "-cp", str(jar), FIRESTORE_MAIN_CLASS, "start"]
     command += ["--host=127.0.0.1", f"--port={port}", f"--functions_emulator={functions_host}"]
     child = supervisor.start("firestore-emulator", command)
     wait_for(
