@@ -8,6 +8,7 @@ from hypothesis import settings as hypothesis_settings
 
 from harness import lanes
 from harness.lanes import pytest_xdist_make_scheduler  # noqa: F401 (a hook: the lanes' scheduler)
+from worker_chart_export.logs import configure_logging
 
 # The tests' own Storage clients, like the worker's (adapters/gcs.py), skip the bucket
 # metadata lookup google-cloud-storage would run in a background thread: left running after
@@ -54,6 +55,16 @@ def _no_key_known_from_another_test() -> Iterator[None]:
 
     yield
     known_keys.forget_all()
+
+
+@pytest.fixture(autouse=True)
+def _logging_on_this_tests_stdout() -> None:
+    """Each test starts with the worker's logging on the stdout pytest gives it now. A test
+    that ran the CLI leaves structlog printing to that test's own captured stream, closed once
+    the test ended: the next test to log would fail on it, in any order but the files' own
+    (`mutmut` runs a mutant's tests in another order; a pytest-xdist worker runs an
+    integration test after a unit test that ran the CLI)."""
+    configure_logging(service="worker-chart-export", env="test")
 
 
 @pytest.fixture

@@ -11,16 +11,6 @@ import pytest
 import tenacity.nap
 
 from harness.builders import SAMPLE_FLOW_RUN, load_templates
-from worker_chart_export.logs import configure_logging
-
-
-@pytest.fixture(autouse=True)
-def _logging_on_this_tests_stdout() -> None:
-    """Each test starts with the worker's logging on the stdout pytest gives it now. A test
-    that ran the CLI leaves structlog printing to that test's own captured stream, closed once
-    the test ended: the next test to log would fail on it, in any order but the files' own
-    (`mutmut` runs a mutant's tests in another order)."""
-    configure_logging(service="worker-chart-export", env="test")
 
 
 class _NoRealTime:
