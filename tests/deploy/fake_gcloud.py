@@ -23,8 +23,10 @@ modules.
 
 from __future__ import annotations
 
+import atexit
 import json
 import marshal
+import shutil
 import socketserver
 import tempfile
 import threading
@@ -111,7 +113,9 @@ def serving() -> str:
     """The socket of this process's fake gcloud server, started on first use (a daemon thread:
     it ends with the test process). Every sandbox's stub calls it; the call's environment says
     which sandbox."""
-    path = str(Path(tempfile.mkdtemp(prefix="fake-gcloud-")) / "gcloud.sock")
+    folder = tempfile.mkdtemp(prefix="fake-gcloud-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = str(Path(folder) / "gcloud.sock")
     server = _Server(path, _Call)
     threading.Thread(target=server.serve_forever, name="fake-gcloud", daemon=True).start()
     return path
