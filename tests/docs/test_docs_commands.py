@@ -70,7 +70,7 @@ def test_the_check_fails_what_does_not_work_as_written(tmp_path: Path) -> None:
         ".venv/bin/worker-chart-export run-local --flow-run-path f.json \\\n"
         "    [--step-id=charts_1h]   # a synopsis is not a command\n"
         ".venv/bin/worker-chart-export accounts --accounts-config-path keys.json\n"
-        "pip install uv && .venv/bin/uv --version\n"
+        "pip install hatch && .venv/bin/hatch --version\n"
         "no-such-program --flag\n"
         "```\n\n"
         "```\n$ worker-chart-export accounts\noutput, not a command\n```\n",
@@ -82,8 +82,8 @@ def test_the_check_fails_what_does_not_work_as_written(tmp_path: Path) -> None:
         "[--step-id=charts_1h]   # a synopsis is not a command: worker-chart-export run-local: error: "
         "unrecognized arguments: [--step-id=charts_1h]",
         "keys.json: keys.json holds API keys but .gitignore does not cover it",
-        "pip install uv && .venv/bin/uv --version: `pip` is not the project's after the set-up",
-        "pip install uv && .venv/bin/uv --version: .venv/bin/uv does not exist after the set-up",
+        "pip install hatch && .venv/bin/hatch --version: `pip` is not the project's after the set-up",
+        "pip install hatch && .venv/bin/hatch --version: .venv/bin/hatch does not exist after the set-up",
         "no-such-program --flag: `no-such-program` is not installed here",
         "worker-chart-export accounts: `worker-chart-export` is not on PATH",
     ]
@@ -93,4 +93,4 @@ def test_the_check_fails_what_does_not_work_as_written(tmp_path: Path) -> None:
 
 
 def test_an_install_earlier_in_the_block_provides_its_program(tmp_path: Path) -> None:
-    assert check(tmp_path, "```bash\n.venv/bin/pip install uv\n.venv/bin/uv pip compile x\n```\n") == []
+    assert check(tmp_path, "```bash\n.venv/bin/pip install hatch\n.venv/bin/hatch build\n```\n") == []
