@@ -12,7 +12,7 @@ from harness.builders import REPO
 
 INSTALLING = (
     "demo: 1/2 installing the project and its pinned dependencies into .venv/ (scripts/bootstrap.sh; "
-    "a couple of minutes the first time, seconds after)"
+    "about 15 s the first time, a moment after)"
 )
 RENDERING = (
     "demo: 2/2 rendering the bundled sample flow_run (fixtures/flow_run.sample.json) in mock mode: "
