@@ -22,9 +22,9 @@ fi
 unset PYTHONDONTWRITEBYTECODE
 bash scripts/bootstrap.sh
 # -n: one worker per core and one more: part of the suite waits on events (served workers,
-# emulators), which a third worker fills (full lane on 2 idle cores: pytest 8 min 8 s to
-# 8 min 38 s with 3 workers, 10 min 43 s with 2, at 8c28eb1; docs/testing.md); loadscope: with the scopes
-# tests/harness/lanes.py gives (a service folder's file, or files kept together, on one
+# emulators), which a third worker fills (full lane on 2 idle cores at 8c28eb1: pytest 8 min 8 s
+# to 8 min 38 s with 3 workers, 10 min 43 s with 2; docs/testing.md); loadscope: with the
+# scopes tests/harness/lanes.py gives (a service folder's file, or files kept together, on one
 # worker; a unit test anywhere)
 parallel=(-n "$(($(nproc) + 1))" --dist loadscope)
 
