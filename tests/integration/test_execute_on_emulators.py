@@ -22,6 +22,8 @@ from worker_chart_export.core.clock import SYSTEM_CLOCK
 from worker_chart_export.core.exceptions import FinalizeFailed
 from worker_chart_export.core.limits import StepLimits
 from worker_chart_export.core.retry import Backoff
+from worker_chart_export.core.step.step_rules import RunVersion
+from worker_chart_export.core.types import ChartCall, ChartResult
 from worker_chart_export.service.execute import execute_step
 from worker_chart_export.service.ports import Ports
 from worker_chart_export.testing import FakeClock
@@ -201,3 +203,37 @@ def test_run_id_that_would_escape_the_prefix_writes_nothing(
     assert report.outcome == "FAILED" and report.error_code == "VALIDATION_FAILED"
     assert step_of(firestore_client, run_id, "charts")["status"] == "FAILED"
     assert list_objects(gcs_bucket[0], gcs_bucket[1]) == []
+
+
+def test_a_template_edited_in_firestore_just_before_the_claim_is_drawn_as_edited(
+    world: Any, firestore_client: Any
+) -> None:
+    """The event's version shows the step, so its templates are read before the claim; the
+    user's edit commits after that read and before the claim (what the chaos benchmark met on
+    a loaded machine). The chart is asked with the edited request: read again after the claim."""
+    put_flow_run(firestore_client, flow_run({"charts": chart_step()}))
+    snapshot = firestore_client.collection("flow_runs").document("run1").get()
+    seen = RunVersion(snapshot.to_dict(), snapshot.update_time)
+    template = firestore_client.collection("chart_templates").document("momentum_rsi_macd_v1")
+    runs = FirestoreFlowRunStore(firestore_client, clock=SYSTEM_CLOCK)
+    claim = runs.claim_step
+
+    def edit_then_claim(*args: Any, **kwargs: Any) -> Any:
+        template.update({"request.theme": "light"})  # the bundled version draws "dark"
+        return claim(*args, **kwargs)
+
+    runs.claim_step = edit_then_claim  # type: ignore[method-assign]
+    ports = world(flow_runs=runs)
+    asked: dict[str, Any] = {}
+    render = ports.chart_api.render
+
+    def recording(call: ChartCall) -> ChartResult:
+        asked[call.chart_template_id] = call.body
+        return render(call)
+
+    ports.chart_api.render = recording  # type: ignore[method-assign]
+    report = execute_step("run1", "charts", ports=ports, limits=LIMITS, clock=SYSTEM_CLOCK, seen=seen)
+
+    assert report.outcome == "SUCCEEDED"
+    assert asked["momentum_rsi_macd_v1"]["theme"] == "light"
+    assert asked["price_psar_adi_v1"]["theme"] == load_templates()["price_psar_adi_v1"]["request"]["theme"]

@@ -6,10 +6,11 @@ invocation fails loudly (a RedeliverEvent: the finalize, the manifest's fence or
 template read met a store outage) and the step keeps its lease for the reaper — never left
 RUNNING silently by our fault, and never FAILED for a transient store error.
 
-The story: check the bucket -> read templates (service/step_templates.py) -> claim ->
-validate -> reuse what an earlier execution wrote -> render the rest concurrently -> write
-the manifest and decide (service/outcome.py) -> finalize (retried in its budget). run-local's
-loop around it (a step that waits is waited for and run again) is service/local_run.py.
+The story: check the bucket -> read templates (service/step_templates.py) -> claim -> read
+them again (the versions current at the claim) -> validate -> reuse what an earlier execution
+wrote -> render the rest concurrently -> write the manifest and decide (service/outcome.py) ->
+finalize (retried in its budget). run-local's loop around it (a step that waits is waited for
+and run again) is service/local_run.py.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def _run_claimed(
         flow_run,
         ctx.run_id,
         ctx.step_id,
-        templates_of(ctx, step, read),  # read now only what was not read before the claim
+        templates_of(ctx, step, read),  # read again: the versions current at the claim
         ctx.limits,
     )
     if isinstance(validated, StepError):

@@ -1,13 +1,14 @@
 """Issue 25, items 4 and 5, on the in-memory flow_runs (claim, lease, reaper) and the local
 bucket: a store blip at the manifest's fence never ends a paid step (the reaper gives it back,
 the retry reuses what was paid for), nor at the template read (before the claim: nothing
-claimed; after it: left to its lease), and a bucket that cannot store anything is found
-before the claim, so nothing is claimed or paid for."""
+claimed; after it: the templates read before it, else left to its lease), and a bucket that
+cannot store anything is found before the claim, so nothing is claimed or paid for."""
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class CountingChartApi:
     def __init__(self) -> None:
         self.inner = MockChartApi(FixtureLibrary(REPO / "fixtures" / "chart-api"))
         self.rendered: list[str] = []
+        self.bodies: dict[str, Mapping[str, Any]] = {}  # the body each template's chart was asked with
 
     @contextmanager
     def for_step(self, first_wave: Sequence[ChartCall], budget: Budget) -> Iterator[Any]:
@@ -56,6 +58,7 @@ class CountingChartApi:
 
     def render(self, call: ChartCall) -> ChartResult:
         self.rendered.append(call.chart_template_id)
+        self.bodies[call.chart_template_id] = call.body
         return self.inner.render(call)
 
 
@@ -287,10 +290,52 @@ def test_a_template_read_blip_after_the_claim_leaves_the_step_to_its_lease(
     assert retry.outcome == "SUCCEEDED" and step.state()["attempt"] == 2
 
 
-def test_the_templates_read_before_the_claim_are_not_read_again(step: Step) -> None:
+def test_a_template_edited_between_the_read_before_the_claim_and_the_claim_is_drawn_as_edited(
+    step: Step, tmp_path: Path
+) -> None:
+    """Seen in the chaos benchmark (seed 3, a loaded machine): the edit committed 13 ms after
+    the read before the claim and before the claim; the chart was drawn from the older version.
+    The templates are read again after the claim."""
+    folder = tmp_path / "templates"
+    shutil.copytree(REPO / "chart-templates", folder)
+    step.templates.inner = LocalTemplateSource(folder)
+    edited = json.loads((folder / "momentum_rsi_macd_v1.json").read_text())
+    edited["request"]["theme"] = "light"  # the bundled version draws "dark"
+    claim = step.runs.claim_step
+
+    def edit_then_claim(*args: Any, **kwargs: Any) -> Any:
+        (folder / "momentum_rsi_macd_v1.json").write_text(json.dumps(edited))  # the user's edit
+        return claim(*args, **kwargs)
+
+    step.runs.claim_step = edit_then_claim  # type: ignore[method-assign]
     report = step.execute(step.event_version())
+
     assert report.outcome == "SUCCEEDED"
-    assert step.templates.reads == [sorted(r["chartTemplateId"] for r in chart_step()["inputs"]["requests"])]
+    asked = sorted(r["chartTemplateId"] for r in chart_step()["inputs"]["requests"])
+    assert step.templates.reads == [asked, asked]  # before the claim, then after it
+    assert step.charts.bodies["momentum_rsi_macd_v1"]["theme"] == "light"
+
+
+def test_a_template_read_blip_after_the_claim_draws_those_read_before_it(
+    step: Step, log_capture: LogCapture
+) -> None:
+    event = step.event_version()
+    reads = step.templates.get_templates
+
+    def blip_after_the_first(template_ids: Sequence[str]) -> Mapping[str, StoredTemplate]:
+        step.templates.blips = len(step.templates.reads)  # 0 before the claim, 1 after it
+        return reads(template_ids)
+
+    step.templates.get_templates = blip_after_the_first  # type: ignore[method-assign]
+    report = step.execute(event)
+
+    assert report.outcome == "SUCCEEDED" and step.state()["attempt"] == 1
+    assert len(step.templates.reads) == 2 and len(step.charts.rendered) == 3
+    [line] = log_capture.events(
+        "chart templates not read again after the claim: drawing those read before it"
+    )
+    assert line["severity"] == "WARNING"
+    assert line["reason"] == "read of chart_templates: Firestore unavailable (503)"
 
 
 def test_templates_the_claimed_version_asks_for_and_the_events_did_not_are_read_after_the_claim(
