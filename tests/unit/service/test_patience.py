@@ -185,7 +185,9 @@ def test_a_window_longer_than_the_budget_makes_the_step_wait_then_it_succeeds_pa
     second = world.execute()
 
     assert (second.outcome, second.items_count) == ("SUCCEEDED", 3)
-    assert world.charts.rendered == [*TEMPLATES, *TEMPLATES[1:]]  # the first chart reused, not paid again
+    # the first chart reused, not paid again (each attempt renders its charts concurrently: in any order)
+    first_attempt, retry = world.charts.rendered[:3], world.charts.rendered[3:]
+    assert (sorted(first_attempt), sorted(retry)) == (sorted(TEMPLATES), sorted(TEMPLATES[1:]))
     step = world.step()
     assert (step["status"], step["attempt"]) == ("SUCCEEDED", 2)
     assert "retryAt" not in step and len(step["waits"]) == 1  # the history stays
@@ -244,7 +246,7 @@ def test_a_manifest_the_store_cannot_take_makes_the_step_wait_not_fail(world: Wo
     world.reap()
     second = world.execute()
     assert second.outcome == "SUCCEEDED"
-    assert world.charts.rendered == TEMPLATES  # each once: the retry reused all three
+    assert sorted(world.charts.rendered) == sorted(TEMPLATES)  # each once: the retry reused all three
 
 
 def test_run_local_waits_for_its_step_and_runs_it_again_until_it_settles(world: World) -> None:
