@@ -3,6 +3,7 @@ is reused by (core/step/reuse.py)."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -22,10 +23,22 @@ TEMPLATE = {
 }
 
 
+# what build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Etc/UTC") sends, written out
+SENT = {**TEMPLATE, "timezone": "Etc/UTC", "symbol": "BINANCE:BTCUSDT", "interval": "1h"}
+# `printf '%s' "$canonical" | sha256sum` of SENT's canonical JSON, written out:
+# {"height":600,"interval":"1h","studies":[{"input":{"in_0":0.02},"name":"Parabolic SAR"},
+# {"name":"Accumulation/Distribution"}],"symbol":"BINANCE:BTCUSDT","theme":"dark",
+# "timezone":"Etc/UTC","width":800} (the three lines joined)
+SENT_DIGEST = "3ddc6102c9623cc899db292d7e57b2220014a3885aeef272ba8a82dd5ef9ffa6"
+
+
 def body(**changes: Any) -> dict[str, Any]:
-    sent = build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Etc/UTC")
-    sent.update(changes)
-    return sent
+    return copy.deepcopy({**SENT, **changes})
+
+
+def test_the_body_sent_is_the_template_with_its_market_parameters() -> None:
+    assert build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Etc/UTC") == SENT
+    assert body_digest(SENT) == SENT_DIGEST
 
 
 def test_the_digest_is_the_sha256_of_the_canonical_json_sorted_compact_ascii() -> None:
@@ -40,7 +53,7 @@ def test_the_digest_is_the_sha256_of_the_canonical_json_sorted_compact_ascii() -
 def test_key_order_never_changes_the_digest(items: list[tuple[str, Any]]) -> None:
     reordered = dict(items)
     reordered["studies"] = [dict(reversed(list(s.items()))) for s in reordered["studies"]]
-    assert body_digest(reordered) == body_digest(body())
+    assert body_digest(reordered) == SENT_DIGEST
 
 
 @pytest.mark.parametrize(
@@ -58,16 +71,14 @@ def test_key_order_never_changes_the_digest(items: list[tuple[str, Any]]) -> Non
     ],
 )
 def test_any_difference_in_what_is_sent_changes_the_digest(changed: dict[str, Any]) -> None:
-    assert changed != body() and body_digest(changed) != body_digest(body())
+    assert changed != SENT and body_digest(changed) != SENT_DIGEST
 
 
 def test_the_digest_is_of_the_body_after_its_defaults_are_filled_in() -> None:
     # a template that leaves the timezone to the worker's default sends what one naming it sends
     named = build_request_body({**TEMPLATE, "timezone": "Etc/UTC"}, "BINANCE:BTCUSDT", "1h", "Europe/Berlin")
-    assert body_digest(named) == body_digest(body())
-    assert body_digest(build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Asia/Tokyo")) != body_digest(
-        body()
-    )
+    assert body_digest(named) == SENT_DIGEST
+    assert body_digest(build_request_body(TEMPLATE, "BINANCE:BTCUSDT", "1h", "Asia/Tokyo")) != SENT_DIGEST
 
 
 def test_symbols_whose_slugs_collide_have_different_digests() -> None:
@@ -84,4 +95,4 @@ def test_a_body_that_is_not_json_is_refused_rather_than_digested_loosely() -> No
 
 
 def test_the_digest_of_a_body_is_stable_across_copies() -> None:
-    assert body_digest(json.loads(json.dumps(body()))) == body_digest(body())
+    assert body_digest(json.loads(json.dumps(SENT))) == SENT_DIGEST
